@@ -1,0 +1,95 @@
+package hosts
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// wrapperScript is run by bash on the target machine; see wrapper.sh.
+//
+//go:embed wrapper.sh
+var wrapperScript string
+
+// bootstrap is the whole command line handed to the target machine: it reads
+// the wrapper itself from stdin, so nothing job-specific is ever quoted.
+const bootstrap = `exec bash -c 'IFS= read -r -d "" w && eval "$w"' gpudispatch-job`
+
+// Command is one job's command and the environment it runs in.
+type Command struct {
+	// Script is the job line, given verbatim to the login shell.
+	Script string
+	// Env holds NAME=value pairs exported before the shell starts.
+	Env []string
+	// Workdir is the directory the job starts in; "" means the home directory,
+	// and a leading "~/" is the remote home.
+	Workdir string
+	// Setup runs in the same shell before Script; if it fails, Script does not run.
+	Setup string
+}
+
+// Supervision sets how the wrapper watches over a job.
+type Supervision struct {
+	// Heartbeat is how often the coordinator proves it is alive; the wrapper
+	// kills the job after three missed beats.
+	Heartbeat time.Duration
+	// Grace is the time between TERM and KILL.
+	Grace time.Duration
+}
+
+// DefaultSupervision is what a real run uses: a dead coordinator is noticed
+// within about 30 s, and a job gets 10 s to exit after TERM.
+var DefaultSupervision = Supervision{Heartbeat: 10 * time.Second, Grace: 10 * time.Second}
+
+// ErrNUL is returned for a command or environment value with a NUL byte,
+// which no shell can receive.
+var ErrNUL = errors.New("contains a NUL byte")
+
+// header encodes c for the wrapper's stdin: the wrapper itself, then the
+// fields wrapper.sh reads, each terminated by NUL.
+func (c Command) header(s Supervision) ([]byte, error) {
+	fields := []string{
+		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64),
+		strconv.Itoa(int(math.Ceil(float64(s.Grace) / float64(50*time.Millisecond)))),
+		c.Workdir,
+		c.Setup,
+		c.Script,
+		strconv.Itoa(len(c.Env)),
+	}
+	fields = append(fields, c.Env...)
+	var b strings.Builder
+	b.WriteString(wrapperScript)
+	b.WriteByte(0)
+	for i, f := range fields {
+		if strings.IndexByte(f, 0) >= 0 {
+			return nil, fmt.Errorf("wrapper field %d: %w", i, ErrNUL)
+		}
+		b.WriteString(f)
+		b.WriteByte(0)
+	}
+	for _, kv := range c.Env {
+		if name, _, ok := strings.Cut(kv, "="); !ok || !validEnvName(name) {
+			return nil, fmt.Errorf("environment entry %q: want NAME=value with a shell variable name", kv)
+		}
+	}
+	return []byte(b.String()), nil
+}
+
+func validEnvName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
+		case r >= '0' && r <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,218 @@
+package hosts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var fast = Supervision{Heartbeat: 100 * time.Millisecond, Grace: 300 * time.Millisecond}
+
+// bashOutput is what bash itself prints for script: the reference for
+// "byte for byte".
+func bashOutput(t *testing.T, script string) string {
+	t.Helper()
+	out, err := exec.Command("bash", "-c", script).Output()
+	if err != nil {
+		t.Fatalf("reference bash: %v", err)
+	}
+	return string(out)
+}
+
+func TestLocalRun(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	work := filepath.Join(home, "proj")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	nasty := `echo "a'b" '$HOME' \\ ; printf '%s\n' "ü"`
+	tests := []struct {
+		name       string
+		cmd        Command
+		wantOut    string
+		wantErrOut string
+		wantCode   int
+	}{
+		{name: "nasty quoting", cmd: Command{Script: nasty}, wantOut: bashOutput(t, nasty)},
+		{name: "multi-line", cmd: Command{Script: "echo one \\\n  two\necho three"}, wantOut: "one two\nthree\n"},
+		{name: "exit code", cmd: Command{Script: "echo out; echo err >&2; exit 7"}, wantOut: "out\n", wantErrOut: "err\n", wantCode: 7},
+		{name: "killed by signal", cmd: Command{Script: "kill -9 $$"}, wantCode: 137},
+		{name: "env", cmd: Command{Script: `printf '%s|%s\n' "$CUDA_VISIBLE_DEVICES" "$X"`, Env: []string{"CUDA_VISIBLE_DEVICES=0,1", "X=a b'\"$c"}}, wantOut: "0,1|a b'\"$c\n"},
+		{name: "workdir with tilde", cmd: Command{Script: "pwd", Workdir: "~/proj", Env: []string{"HOME=" + home}}, wantOut: work + "\n"},
+		{name: "missing workdir", cmd: Command{Script: "echo never", Workdir: filepath.Join(home, "nope")}, wantCode: 126, wantErrOut: "gpudispatch: cannot enter workdir " + filepath.Join(home, "nope") + "\n"},
+		{name: "setup shares the shell", cmd: Command{Setup: "V=from-setup", Script: "echo $V"}, wantOut: "from-setup\n"},
+		{name: "failed setup stops the job", cmd: Command{Setup: "false", Script: "echo never"}, wantCode: 1},
+		{name: "stdin is empty", cmd: Command{Script: "cat; echo done"}, wantOut: "done\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var out, errOut bytes.Buffer
+			code, err := Local{Supervision: fast}.Run(context.Background(), tt.cmd, &out, &errOut)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if code != tt.wantCode {
+				t.Errorf("exit code %d, want %d", code, tt.wantCode)
+			}
+			if out.String() != tt.wantOut {
+				t.Errorf("stdout %q, want %q", out.String(), tt.wantOut)
+			}
+			if !strings.HasSuffix(errOut.String(), tt.wantErrOut) {
+				t.Errorf("stderr %q, want it to end with %q", errOut.String(), tt.wantErrOut)
+			}
+		})
+	}
+}
+
+func TestLocalRejectsNUL(t *testing.T) {
+	t.Parallel()
+	_, err := Local{Supervision: fast}.Run(context.Background(), Command{Script: "echo a\x00b"}, &bytes.Buffer{}, &bytes.Buffer{})
+	if !errors.Is(err, ErrNUL) {
+		t.Fatalf("err = %v, want ErrNUL", err)
+	}
+}
+
+// running reports whether pid exists and is not a zombie.
+func running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && s[i+2] != 'Z'
+}
+
+// pidsFrom waits until file holds n pids and returns them.
+func pidsFrom(t *testing.T, file string, n int) []int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		b, _ := os.ReadFile(file)
+		if f := strings.Fields(string(b)); len(f) >= n {
+			var pids []int
+			for _, s := range f[:n] {
+				p, err := strconv.Atoi(s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				pids = append(pids, p)
+			}
+			return pids
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("%s never held %d pids", file, n)
+	return nil
+}
+
+func waitGone(t *testing.T, pids []int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, p := range pids {
+		for running(p) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d still running %v after the job ended", p, within)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// A cancelled job's whole group goes, including children that ignore TERM and
+// children in the background.
+func TestLocalCancelKillsGroup(t *testing.T) {
+	t.Parallel()
+	for _, script := range []string{
+		`sleep 300 & echo $! >> $PIDS; echo $$ >> $PIDS; wait`,
+		`trap '' TERM; sleep 300 & echo $! >> $PIDS; echo $$ >> $PIDS; wait`,
+	} {
+		pidFile := filepath.Join(t.TempDir(), "pids")
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			_, err := Local{Supervision: fast}.Run(ctx, Command{Script: script, Env: []string{"PIDS=" + pidFile}}, &bytes.Buffer{}, &bytes.Buffer{})
+			done <- err
+		}()
+		pids := pidsFrom(t, pidFile, 2)
+		cancel()
+		err := <-done
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v, want context.Canceled", err)
+		}
+		// Run returns only when the group is gone.
+		waitGone(t, pids, 0)
+	}
+}
+
+// A job whose coordinator vanished without closing the pipe (stdin silent) is
+// killed after three missed heartbeats.
+func TestWrapperKillsOnSilence(t *testing.T) {
+	t.Parallel()
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	header, err := Command{Script: "echo $$ > $PIDS; sleep 300", Env: []string{"PIDS=" + pidFile}}.header(fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "-c", bootstrap)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	if _, err := stdin.Write(header); err != nil {
+		t.Fatal(err)
+	}
+	pids := pidsFrom(t, pidFile, 1)
+	start := time.Now()
+	_ = cmd.Wait() // returns once the silence was noticed and the group killed
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("wrapper took %v to notice silence", d)
+	}
+	waitGone(t, pids, 0)
+}
+
+// firstWrite reports when the first write arrives. It must not embed a
+// bytes.Buffer: io.Copy would use the promoted ReadFrom and read to EOF.
+type firstWrite struct {
+	n   int
+	got chan struct{}
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	if w.n == 0 {
+		close(w.got)
+	}
+	w.n += len(p)
+	return len(p), nil
+}
+
+func TestLocalStreamsWhileRunning(t *testing.T) {
+	t.Parallel()
+	out := &firstWrite{got: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = Local{Supervision: fast}.Run(context.Background(), Command{Script: "echo first; sleep 2; echo second"}, out, &bytes.Buffer{})
+	}()
+	select {
+	case <-out.got:
+	case <-done:
+		t.Fatal("first line arrived only after the job ended")
+	}
+	<-done
+}

@@ -1,0 +1,62 @@
+package hosts
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Runner runs commands on one machine.
+type Runner interface {
+	// Run runs c and streams its stdout and stderr to the writers as the bytes
+	// arrive. It returns the exit code (128+n for a job killed by signal n)
+	// once the job and its process group are gone. err is non-nil when the job
+	// could not be started, was stopped because ctx ended (err wraps
+	// context.Cause(ctx)), or its machine was lost (err wraps ErrConnectionLost).
+	Run(ctx context.Context, c Command, stdout, stderr io.Writer) (exitCode int, err error)
+}
+
+// supervise feeds the wrapper its header and heartbeats through stdin until
+// the job ends (wait returns) or ctx ends, in which case closing stdin makes the
+// wrapper kill the job's group; supervise then still waits for the wrapper, so
+// that a returned job is really gone.
+func supervise(ctx context.Context, stdin io.WriteCloser, header []byte, s Supervision, wait func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	stop := make(chan struct{})
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		if _, err := stdin.Write(header); err != nil {
+			return // the wrapper is gone; wait reports why
+		}
+		t := time.NewTicker(s.Heartbeat)
+		defer t.Stop()
+		beat := []byte{'\n'}
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				if _, err := stdin.Write(beat); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		stdin.Close()
+		err = <-done
+		if err == nil || isExit(err) {
+			err = fmt.Errorf("job stopped: %w", context.Cause(ctx))
+		}
+	}
+	close(stop)
+	stdin.Close()
+	<-beating
+	return err
+}
