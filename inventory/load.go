@@ -1,0 +1,367 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Error is one problem in an inventory file, located as well as the format
+// allows.
+type Error struct {
+	File string
+	Line int    // 0 when unknown
+	Key  string // e.g. "hosts[2].gpus"; "" for the whole file
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		b.WriteString(":" + strconv.Itoa(e.Line))
+	}
+	if e.Key != "" {
+		b.WriteString(": " + e.Key)
+	}
+	b.WriteString(": " + e.Msg)
+	return b.String()
+}
+
+// Load reads and validates the inventory at path; its extension (.yaml,
+// .yml, .json or .toml) chooses the format. Every problem found is reported,
+// each as an *Error, joined.
+func Load(path string) (*Inventory, error) {
+	format, err := formatOf(path)
+	if err != nil {
+		return nil, err
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("inventory: %w", err)
+	}
+	return Parse(path, data, format)
+}
+
+func formatOf(path string) (string, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml":
+		return "yaml", nil
+	case ".json":
+		return "json", nil
+	case ".toml":
+		return "toml", nil
+	}
+	return "", &Error{File: path, Msg: "unknown format: name the file .yaml, .yml, .json or .toml"}
+}
+
+// Parse validates an inventory given as bytes in format ("yaml", "json" or
+// "toml"); file names it in errors and anchors relative paths.
+func Parse(file string, data []byte, format string) (*Inventory, error) {
+	root, err := decode(data, format)
+	if err != nil {
+		var le *lineError
+		if errors.As(err, &le) {
+			return nil, &Error{File: file, Line: le.line, Msg: le.err.Error()}
+		}
+		return nil, &Error{File: file, Msg: err.Error()}
+	}
+	c := &checker{file: file}
+	inv := c.inventory(root)
+	if len(c.errs) > 0 {
+		sort.SliceStable(c.errs, func(i, j int) bool { return c.errs[i].Line < c.errs[j].Line })
+		errs := make([]error, len(c.errs))
+		for i, e := range c.errs {
+			errs[i] = e
+		}
+		return nil, errors.Join(errs...)
+	}
+	inv.File = file
+	return inv, nil
+}
+
+// checker walks the tree, building the inventory and collecting errors.
+type checker struct {
+	file string
+	errs []*Error
+}
+
+func (c *checker) fail(n *node, key, format string, args ...any) {
+	c.errs = append(c.errs, &Error{File: c.file, Line: n.line, Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+// fields calls set for each key of a mapping, failing on unknown keys.
+func (c *checker) fields(n *node, path string, known map[string]func(key string, v *node)) {
+	if !n.isMap {
+		c.fail(n, path, "want a mapping, got %s", n.describe())
+		return
+	}
+	for i, k := range n.keys {
+		key := k
+		if path != "" {
+			key = path + "." + k
+		}
+		set, ok := known[k]
+		if !ok {
+			names := make([]string, 0, len(known))
+			for name := range known {
+				names = append(names, name)
+			}
+			sort.Strings(names)
+			c.errs = append(c.errs, &Error{File: c.file, Line: n.kline[i], Key: key,
+				Msg: "unknown key (known: " + strings.Join(names, ", ") + ")"})
+			continue
+		}
+		set(key, n.vals[i])
+	}
+}
+
+func (c *checker) str(dst *string) func(string, *node) {
+	return func(key string, v *node) {
+		if v.isMap || v.isSeq || v.typ != tString {
+			c.fail(v, key, "want a string, got %s", v.describe())
+			return
+		}
+		if strings.IndexByte(v.text, 0) >= 0 {
+			c.fail(v, key, "must not contain a NUL byte")
+			return
+		}
+		*dst = v.text
+	}
+}
+
+func (c *checker) boolean(dst *bool) func(string, *node) {
+	return func(key string, v *node) {
+		if v.isMap || v.isSeq || v.typ != tBool {
+			c.fail(v, key, "want true or false, got %s", v.describe())
+			return
+		}
+		*dst = v.text == "true"
+	}
+}
+
+// integer accepts a whole number in [lo, hi].
+func (c *checker) integer(dst *int, lo, hi int) func(string, *node) {
+	return func(key string, v *node) {
+		n, ok := c.intValue(v)
+		if !ok || n < lo || n > hi {
+			c.fail(v, key, "want a whole number from %d to %d, got %s", lo, hi, v.describe())
+			return
+		}
+		*dst = n
+	}
+}
+
+func (c *checker) intValue(v *node) (int, bool) {
+	if v.isMap || v.isSeq || v.typ != tInt {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v.text, 0, 32)
+	return int(n), err == nil
+}
+
+// settings are the keys a host and the defaults section share (a hostname
+// names one machine, so only hosts have it).
+type settings struct {
+	Connection
+	workdir, setup string
+	env            map[string]string
+	slotsPerGPU    int
+}
+
+func (c *checker) settingsFields(s *settings) map[string]func(string, *node) {
+	return map[string]func(string, *node){
+		"port":          c.integer(&s.Port, 1, 65535),
+		"user":          c.str(&s.User),
+		"identity_file": c.str(&s.IdentityFile),
+		"proxy_jump":    c.str(&s.ProxyJump),
+		"workdir":       c.str(&s.workdir),
+		"setup":         c.str(&s.setup),
+		"slots_per_gpu": c.integer(&s.slotsPerGPU, 1, 1024),
+		"env":           c.env(&s.env),
+	}
+}
+
+func (c *checker) env(dst *map[string]string) func(string, *node) {
+	return func(key string, v *node) {
+		if !v.isMap {
+			c.fail(v, key, "want a mapping of variable names to values, got %s", v.describe())
+			return
+		}
+		*dst = map[string]string{}
+		for i, name := range v.keys {
+			val := v.vals[i]
+			k := key + "." + name
+			switch {
+			case !validName(name):
+				c.errs = append(c.errs, &Error{File: c.file, Line: v.kline[i], Key: k, Msg: "not a valid environment variable name"})
+			case val.isMap || val.isSeq || val.typ == tNull:
+				c.fail(val, k, "want a string, got %s", val.describe())
+			case strings.IndexByte(val.text, 0) >= 0:
+				c.fail(val, k, "must not contain a NUL byte")
+			default:
+				(*dst)[name] = val.text
+			}
+		}
+	}
+}
+
+func validName(s string) bool {
+	for i, r := range s {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+func (c *checker) inventory(root *node) *Inventory {
+	inv := &Inventory{BusyMemoryMB: defaultBusyMemoryMB}
+	var defaults settings
+	var hostsNode *node
+	c.fields(root, "", map[string]func(string, *node){
+		"defaults":       func(key string, v *node) { c.fields(v, key, c.settingsFields(&defaults)) },
+		"ssh_config":     c.str(&inv.SSHConfig),
+		"known_hosts":    c.str(&inv.KnownHosts),
+		"skip_busy":      c.boolean(&inv.SkipBusy),
+		"busy_memory_mb": c.integer(&inv.BusyMemoryMB, 0, 1<<30),
+		"hosts":          func(_ string, v *node) { hostsNode = v },
+	})
+	inv.Defaults = defaults.Connection
+	if inv.SSHConfig != "" && inv.SSHConfig != "none" {
+		if _, err := os.Stat(c.path(inv.SSHConfig)); err != nil {
+			c.fail(root, "ssh_config", "%v (write `ssh_config: none` to use no ssh_config)", err)
+		}
+	}
+	switch {
+	case hostsNode == nil:
+		c.fail(root, "hosts", "missing: list at least one host")
+	case !hostsNode.isSeq:
+		c.fail(hostsNode, "hosts", "want a list of hosts (`- name: node1`), got %s", hostsNode.describe())
+	case len(hostsNode.items) == 0:
+		c.fail(hostsNode, "hosts", "empty: list at least one host")
+	default:
+		seen := map[string]int{}
+		for i, hn := range hostsNode.items {
+			h, ok := c.host(hn, fmt.Sprintf("hosts[%d]", i), defaults)
+			if !ok {
+				continue
+			}
+			if first, dup := seen[h.Name]; dup {
+				c.fail(hn, fmt.Sprintf("hosts[%d].name", i), "duplicate host %q (first at hosts[%d])", h.Name, first)
+				continue
+			}
+			seen[h.Name] = i
+			inv.Hosts = append(inv.Hosts, h)
+		}
+	}
+	return inv
+}
+
+// path makes p, relative to the inventory file, usable from here; "~" stays
+// for the SSH layer to expand.
+func (c *checker) path(p string) string {
+	if strings.HasPrefix(p, "~/") {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, p[2:])
+		}
+	}
+	if filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(filepath.Dir(c.file), p)
+}
+
+func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
+	h := Host{Line: n.line}
+	var s settings
+	var gpus *node
+	before := len(c.errs)
+	fields := c.settingsFields(&s)
+	fields["name"] = c.str(&h.Name)
+	fields["hostname"] = c.str(&s.Hostname)
+	fields["local"] = c.boolean(&h.Local)
+	fields["gpus"] = func(_ string, v *node) { gpus = v }
+	c.fields(n, path, fields)
+	if !n.isMap {
+		return h, false
+	}
+	switch {
+	case h.Name == "":
+		c.fail(n, path+".name", "missing: every host needs a name (an ssh_config alias or a DNS name)")
+	case strings.ContainsAny(h.Name, " \t\n:@,[]="):
+		c.fail(n, path+".name", "%q: a host name cannot contain spaces or any of : @ , [ ] =", h.Name)
+	}
+	if gpus == nil {
+		c.fail(n, path+".gpus", "missing: give a list ([0, 1]), a count (4) or \"auto\"")
+	} else {
+		h.GPUs, h.AutoGPUs = c.gpus(gpus, path+".gpus")
+	}
+	if h.Local && (s.Hostname != "" || s.Port != 0 || s.IdentityFile != "" || s.ProxyJump != "") {
+		c.fail(n, path+".local", "a local host is not reached over SSH: remove hostname, port, identity_file and proxy_jump")
+	}
+	h.Connection = s.Connection
+	h.Workdir = first(s.workdir, defaults.workdir)
+	h.Setup = first(s.setup, defaults.setup)
+	h.SlotsPerGPU = max(s.slotsPerGPU, 0)
+	if h.SlotsPerGPU == 0 {
+		h.SlotsPerGPU = max(defaults.slotsPerGPU, 1)
+	}
+	env := map[string]string{}
+	for k, v := range defaults.env {
+		env[k] = v
+	}
+	for k, v := range s.env {
+		env[k] = v
+	}
+	for k, v := range env {
+		h.Env = append(h.Env, k+"="+v)
+	}
+	sort.Strings(h.Env)
+	return h, len(c.errs) == before
+}
+
+func (c *checker) gpus(v *node, key string) (ids []int, auto bool) {
+	const want = `want a list of GPU ids ([0, 1]), a count (4) or "auto"`
+	switch {
+	case v.isSeq:
+		if len(v.items) == 0 {
+			c.fail(v, key, "empty: %s", want)
+			return nil, false
+		}
+		for i, item := range v.items {
+			id, ok := c.intValue(item)
+			if !ok || id < 0 {
+				c.fail(item, fmt.Sprintf("%s[%d]", key, i), "want a GPU id (0, 1, ...), got %s", item.describe())
+				continue
+			}
+			ids = append(ids, id)
+		}
+		return ids, false
+	case v.typ == tString && v.text == "auto" && !v.isMap:
+		return nil, true
+	}
+	n, ok := c.intValue(v)
+	if !ok || n < 1 || n > maxGPUs {
+		c.fail(v, key, "%s, got %s", want, v.describe())
+		return nil, false
+	}
+	for i := 0; i < n; i++ {
+		ids = append(ids, i)
+	}
+	return ids, false
+}
+
+// maxGPUs bounds a GPU count; no machine has more.
+const maxGPUs = 1024
+
+func first(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,155 @@
+package inventory
+
+import (
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/bad")
+
+// The same lab in three formats loads to the same inventory.
+func TestLoadGood(t *testing.T) {
+	t.Parallel()
+	want := []Host{
+		{Name: "Node1", GPUs: []int{0, 1, 2, 3}, SlotsPerGPU: 1, Workdir: "~/proj", Setup: "source ~/venv/bin/activate",
+			Connection: Connection{},
+			Env:        []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}},
+		{Name: "node2", GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}, SlotsPerGPU: 2, Workdir: "~/proj", Setup: "source ~/venv/bin/activate",
+			Connection: Connection{Hostname: "10.0.0.12", Port: 2222, User: "bob", IdentityFile: "~/.ssh/lab_ed25519", ProxyJump: "bastion"},
+			Env:        []string{"OMP_NUM_THREADS=4", "WANDB_MODE=online"}},
+		{Name: "workstation", Local: true, AutoGPUs: true, SlotsPerGPU: 1, Workdir: "~/proj", Setup: "source ~/venv/bin/activate",
+			Env: []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}},
+	}
+	for _, name := range []string{"lab.yaml", "lab.json", "lab.toml"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			inv, err := Load(filepath.Join("testdata", "good", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if inv.SSHConfig != "none" || inv.KnownHosts != "~/lab_known_hosts" || !inv.SkipBusy || inv.BusyMemoryMB != 1000 {
+				t.Errorf("top-level settings: %+v", inv)
+			}
+			if inv.Defaults.User != "alice" {
+				t.Errorf("defaults.user = %q", inv.Defaults.User)
+			}
+			got := append([]Host(nil), inv.Hosts...)
+			for i := range got {
+				got[i].Line = 0
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("hosts:\n got %+v\nwant %+v", got, want)
+			}
+			if inv.HostNamed("Node1") == nil || inv.HostNamed("node1") != nil {
+				t.Errorf("host names must keep their case")
+			}
+		})
+	}
+}
+
+// Each bad file's whole error message is pinned in a golden file beside it.
+func TestLoadBadGolden(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join("testdata", "bad", "*.*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for _, f := range files {
+		if strings.HasSuffix(f, ".golden") {
+			continue
+		}
+		n++
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			t.Parallel()
+			_, err := Load(f)
+			if err == nil {
+				t.Fatal("loaded without error")
+			}
+			var ie *Error
+			if !errors.As(err, &ie) {
+				t.Errorf("error is not an *inventory.Error: %T", err)
+			}
+			golden := f + ".golden"
+			got := err.Error() + "\n"
+			if *update {
+				if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test ./inventory -update to create it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("error message changed:\n got: %s\nwant: %s", got, want)
+			}
+		})
+	}
+	if n < 10 {
+		t.Fatalf("only %d bad inventories found", n)
+	}
+}
+
+func TestLoadUnknownExtension(t *testing.T) {
+	t.Parallel()
+	_, err := Load("lab.ini")
+	if err == nil || !strings.Contains(err.Error(), "lab.ini: unknown format") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestLocal(t *testing.T) {
+	t.Parallel()
+	inv := Local([]int{0, 0, 1})
+	if len(inv.Hosts) != 1 || !inv.Hosts[0].Local || !reflect.DeepEqual(inv.Hosts[0].GPUs, []int{0, 0, 1}) {
+		t.Fatalf("%+v", inv)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, dir := range []string{"good", "bad"} {
+		files, _ := filepath.Glob(filepath.Join("testdata", dir, "*.*"))
+		for _, file := range files {
+			if strings.HasSuffix(file, ".golden") {
+				continue
+			}
+			data, err := os.ReadFile(file)
+			if err != nil {
+				f.Fatal(err)
+			}
+			format, _ := formatOf(file)
+			f.Add(data, format)
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte, format string) {
+		if format != "yaml" && format != "json" && format != "toml" {
+			return
+		}
+		inv, err := Parse("fuzz."+format, data, format)
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "fuzz."+format) {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		if len(inv.Hosts) == 0 {
+			t.Fatal("valid inventory without hosts")
+		}
+		seen := map[string]bool{}
+		for _, h := range inv.Hosts {
+			if h.Name == "" || seen[h.Name] {
+				t.Fatalf("bad or duplicate host name %q", h.Name)
+			}
+			seen[h.Name] = true
+			if len(h.GPUs) == 0 && !h.AutoGPUs || h.SlotsPerGPU < 1 {
+				t.Fatalf("host %q has no slots: %+v", h.Name, h)
+			}
+		}
+	})
+}

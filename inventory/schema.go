@@ -1,0 +1,82 @@
+package inventory
+
+// Inventory is a validated lab description.
+type Inventory struct {
+	// File is where the inventory came from ("" when built from flags).
+	File string
+	// SSHConfig is the ssh_config file to consult; "none" disables it.
+	SSHConfig string
+	// KnownHosts overrides where host keys are checked; "" means ssh_config's
+	// UserKnownHostsFile, else ~/.ssh/known_hosts.
+	KnownHosts string
+	// SkipBusy keeps jobs off GPUs that other users' processes are using.
+	SkipBusy bool
+	// BusyMemoryMB is the used memory above which a GPU counts as busy.
+	BusyMemoryMB int
+	// Defaults holds the connection settings of the defaults section; they
+	// apply after ssh_config, so they are not merged into Hosts here.
+	Defaults Connection
+	// Hosts in file order. Names are unique and keep their case.
+	Hosts []Host
+}
+
+// Connection is how to reach a host; empty fields are unset.
+type Connection struct {
+	Hostname     string
+	Port         int
+	User         string
+	IdentityFile string
+	ProxyJump    string
+}
+
+// Host is one machine and the GPUs jobs may use on it. The job settings
+// (Workdir, Setup, Env, SlotsPerGPU) already include the defaults.
+type Host struct {
+	Name string
+	// Line is where the host is declared (0 when the format has no lines).
+	Line int
+	// Local hosts run jobs on this machine, without SSH.
+	Local bool
+	Connection
+	// GPUs lists the GPU ids; a repeated id is one more slot on that GPU.
+	// It is nil when AutoGPUs is set.
+	GPUs []int
+	// AutoGPUs asks nvidia-smi on the host for its GPUs.
+	AutoGPUs bool
+	// SlotsPerGPU is how many jobs share each listed GPU.
+	SlotsPerGPU int
+	Workdir     string
+	Setup       string
+	// Env holds NAME=value pairs, sorted by name.
+	Env []string
+}
+
+// HostNamed returns the host called name, or nil.
+func (inv *Inventory) HostNamed(name string) *Host {
+	for i := range inv.Hosts {
+		if inv.Hosts[i].Name == name {
+			return &inv.Hosts[i]
+		}
+	}
+	return nil
+}
+
+// LocalHostName is the name of this machine in an inventory made from flags.
+const LocalHostName = "localhost"
+
+// Local describes this machine with the given GPU ids (a repeated id is one
+// more slot on that GPU): what --gpus builds instead of a file.
+func Local(gpus []int) *Inventory {
+	return &Inventory{
+		SSHConfig:    "none",
+		BusyMemoryMB: defaultBusyMemoryMB,
+		Hosts: []Host{{
+			Name:        LocalHostName,
+			Local:       true,
+			GPUs:        gpus,
+			SlotsPerGPU: 1,
+		}},
+	}
+}
+
+const defaultBusyMemoryMB = 500
