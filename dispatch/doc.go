@@ -1,0 +1,48 @@
+// Package dispatch is the run: it reads job lines as they arrive, places each
+// job on free host:gpu slots, runs it through an Executor, streams its output
+// into log files and records every step in journal.jsonl (SPEC §3, §7, §8).
+//
+// # Ownership
+//
+// One goroutine, the run loop, owns all scheduling state: the slot table, the
+// waiting queue, the journal and the summary. Job goroutines only run the
+// Executor and hand a result back on a channel; the reader goroutine only
+// parses input and hands jobs over. Nothing else shares memory.
+//
+// # Invariants
+//
+//   - A slot runs at most one job; a GPU runs at most as many jobs as it has
+//     slots (repeats of its id times slots_per_gpu).
+//   - A multi-GPU job (gpus=N) takes one slot on each of N different GPUs of
+//     one host.
+//   - A journal line is written whole, with one write, before the next job
+//     starts; a write that fails is cut off again, and a torn last line left
+//     by a crash is cut when the journal is opened. A run whose journal
+//     cannot be written starts no more jobs.
+//   - Logs are never overwritten: a later attempt gets ID.2.out, ID.3.out...
+//
+// # Scheduling rule
+//
+// Jobs wait in arrival order (a re-queued job goes back to its original
+// place). Each pass walks the queue from the oldest job and starts every job
+// that fits in the free slots, choosing the least loaded, least recently
+// used GPU (so jobs spread over hosts and GPUs). The first job that does not
+// fit is the oldest waiting job: the free slots it needs are held for it on
+// the eligible host where it is closest to fitting (a pinned GPU, the pinned
+// host, or the host with the most free GPUs for gpus=N), and later jobs in
+// the same pass may use only the other slots. So a pinned or multi-GPU job
+// never blocks later jobs that can run elsewhere, and is never starved by
+// them: as slots free up they accumulate for it until it fits. Only the
+// oldest waiting job holds slots; a pass ends early once no free slot is
+// left, so its cost does not grow with the length of the queue.
+//
+// Jobs that can never run (unknown host or GPU, more GPUs than a host has)
+// are rejected when they arrive, so every waiting job eventually fits.
+//
+// # Ending
+//
+// Run ends when the input has ended and no job waits or runs. A drain stops
+// reading input and starting jobs and lets running jobs finish; cancelling
+// Run's context also stops the running jobs (the Executor kills their process
+// groups). Either way the jobs that never started are recorded cancelled.
+package dispatch

@@ -1,0 +1,49 @@
+package dispatch
+
+import "time"
+
+// Kinds of event, as written in the journal.
+const (
+	EventQueued    = "queued"
+	EventStarted   = "started"
+	EventFinished  = "finished" // exit status 0
+	EventFailed    = "failed"   // non-zero exit, or could not start
+	EventTimeout   = "timeout"
+	EventLost      = "lost" // the host stopped answering mid-job
+	EventRetried   = "retried"
+	EventCancelled = "cancelled"
+	EventRejected  = "rejected"
+)
+
+// Event is one line of journal.jsonl and of --json output.
+type Event struct {
+	Time  time.Time `json:"time"`
+	Event string    `json:"event"`
+	// Run identifies the gpudispatch invocation (its start time), so a
+	// journal appended to by --resume still tells runs apart.
+	Run string `json:"run"`
+	// Job is the job's id (name= or number); Seq its number in this run.
+	Job string `json:"job"`
+	Seq int    `json:"seq"`
+	// Source is where the job was read: "cmds.txt:12" or "line 12".
+	Source string `json:"source,omitempty"`
+	// Text and Occurrence identify the job across runs (--resume).
+	Text       string `json:"text"`
+	Occurrence int    `json:"occurrence"`
+	Command    string `json:"command,omitempty"`
+	Host       string `json:"host,omitempty"`
+	GPUs       []int  `json:"gpus,omitempty"`
+	Attempt    int    `json:"attempt,omitempty"`
+	// Exit is the exit status (128+n for signal n), when the job ran.
+	Exit   *int       `json:"exit,omitempty"`
+	Start  *time.Time `json:"start,omitempty"`
+	End    *time.Time `json:"end,omitempty"`
+	Stdout string     `json:"stdout,omitempty"`
+	Stderr string     `json:"stderr,omitempty"`
+	Error  string     `json:"error,omitempty"`
+}
+
+// Reporter is told every event as it happens (terminal lines, --json).
+type Reporter interface {
+	Report(Event)
+}

@@ -1,0 +1,51 @@
+package dispatch
+
+import (
+	"strconv"
+	"time"
+)
+
+// Job is one command from the input and where it may run.
+type Job struct {
+	// Seq numbers jobs 1, 2, 3... in input order, rejected lines included.
+	Seq int
+	// Name is the name= option; "" when not given.
+	Name string
+	// File is the input's name ("" for stdin); Line is the job's first line.
+	File string
+	Line int
+	// Text is the job as written, prefix and continuation lines included:
+	// with Occurrence (the how-many-th time this Text appears in the input)
+	// it identifies the job across runs for --resume.
+	Text       string
+	Occurrence int
+	// Command is what the shell runs: Text without the placement prefix.
+	Command string
+	// Host pins the job to a host ("" for any); GPU to one of its GPUs (-1 for any).
+	Host string
+	GPU  int
+	// GPUs is how many GPUs of one host the job needs together (at least 1).
+	GPUs int
+	// Timeout is the job's own limit (0: the run's --timeout).
+	Timeout time.Duration
+}
+
+// ID is how logs, events and the journal call the job: its name, else its number.
+func (j *Job) ID() string {
+	if j.Name != "" {
+		return j.Name
+	}
+	return strconv.Itoa(j.Seq)
+}
+
+// Where names the job's place in the input: "cmds.txt:12" or "line 12".
+func (j *Job) Where() string {
+	return where(j.File, j.Line)
+}
+
+func where(file string, line int) string {
+	if file == "" {
+		return "line " + strconv.Itoa(line)
+	}
+	return file + ":" + strconv.Itoa(line)
+}

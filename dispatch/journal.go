@@ -1,0 +1,124 @@
+package dispatch
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// JournalName is the journal's file name in the log dir.
+const JournalName = "journal.jsonl"
+
+// journal appends events to journal.jsonl. Each event is one write(2) of a
+// whole line, made before the next job starts; a failed write is cut off
+// again, so the file is always whole lines.
+type journal struct {
+	f    *os.File
+	size int64
+}
+
+func openJournal(path string) (*journal, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	size, err := cutTornTail(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("journal %s: %w", path, err)
+	}
+	return &journal{f: f, size: size}, nil
+}
+
+// cutTornTail drops a last line without its newline (a crash in the middle
+// of a write) and returns the size that is left.
+func cutTornTail(f *os.File) (int64, error) {
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil || size == 0 {
+		return size, err
+	}
+	buf := make([]byte, min(size, 64*1024))
+	for end := size; end > 0; {
+		start := max(0, end-int64(len(buf)))
+		chunk := buf[:end-start]
+		if _, err := f.ReadAt(chunk, start); err != nil {
+			return 0, err
+		}
+		if i := bytes.LastIndexByte(chunk, '\n'); i >= 0 {
+			keep := start + int64(i) + 1
+			if keep == size {
+				return size, nil
+			}
+			return keep, f.Truncate(keep)
+		}
+		end = start
+	}
+	return 0, f.Truncate(0)
+}
+
+func (j *journal) append(e Event) error {
+	line, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	line = append(line, '\n')
+	n, err := j.f.WriteAt(line, j.size)
+	if err != nil || n != len(line) {
+		if terr := j.f.Truncate(j.size); terr != nil {
+			return errors.Join(fmt.Errorf("journal: %w", err), terr)
+		}
+		return fmt.Errorf("journal %s: %w", j.f.Name(), err)
+	}
+	j.size += int64(n)
+	return nil
+}
+
+func (j *journal) close() error { return j.f.Close() }
+
+// jobKey identifies a job across runs: its text as written and the
+// how-many-th time that text occurs in the input.
+type jobKey struct {
+	text       string
+	occurrence int
+}
+
+// succeeded reads a journal and returns the jobs it records as finished.
+// A missing journal is empty; an unparsable line is an error naming it.
+func succeeded(path string) (map[jobKey]bool, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return map[jobKey]bool{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	done := map[jobKey]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 4*MaxJobBytes)
+	for n := 1; sc.Scan(); n++ {
+		// Only finished events matter: skip the rest without decoding.
+		if !bytes.Contains(sc.Bytes(), []byte(`"event":"finished"`)) {
+			continue
+		}
+		var e struct {
+			Event      string `json:"event"`
+			Text       string `json:"text"`
+			Occurrence int    `json:"occurrence"`
+		}
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		if e.Event == EventFinished {
+			done[jobKey{e.Text, e.Occurrence}] = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return done, nil
+}

@@ -1,0 +1,237 @@
+package dispatch
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// MaxJobBytes is the longest job accepted. Linux passes the job to the shell
+// as one argument, and one argument can hold at most 128 KiB.
+const MaxJobBytes = 128*1024 - 1
+
+// maxGPUsPerJob bounds gpus=N; no host has more.
+const maxGPUsPerJob = 1024
+
+// LineError is a job line that was rejected; the other lines still run.
+type LineError struct {
+	// Job has Seq, File, Line and Text set; the rest may be empty.
+	Job *Job
+	Err error
+}
+
+func (e *LineError) Error() string { return e.Job.Where() + ": " + e.Err.Error() }
+func (e *LineError) Unwrap() error { return e.Err }
+
+// parser turns an input stream into jobs, one as soon as its last line has
+// arrived, so that a job starts while later lines are still being written.
+type parser struct {
+	r    *bufio.Reader
+	file string
+	line int // lines read so far
+	// seq and seen are shared by all inputs of a run.
+	seq   *int
+	seen  map[string]int
+	names map[string]string // name= -> where it was first used
+}
+
+func newParser(r io.Reader, file string, seq *int, seen map[string]int, names map[string]string) *parser {
+	return &parser{r: bufio.NewReaderSize(r, 64*1024), file: file, seq: seq, seen: seen, names: names}
+}
+
+// readLine returns the next line without its newline (and without a
+// trailing \r). A line longer than MaxJobBytes is read to its end but only
+// its start is kept; long reports that. eof is set at end of input.
+func (p *parser) readLine() (line []byte, long, eof bool, err error) {
+	for {
+		chunk, err := p.r.ReadSlice('\n')
+		if len(line)+len(chunk) <= MaxJobBytes+2 {
+			line = append(line, chunk...)
+		} else {
+			long = true
+		}
+		switch {
+		case err == nil:
+			p.line++
+			line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r"))
+			return line, long, false, nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			if len(line) == 0 && !long {
+				return nil, false, true, nil
+			}
+			p.line++
+			return bytes.TrimSuffix(line, []byte("\r")), long, false, nil
+		default:
+			return nil, false, false, err
+		}
+	}
+}
+
+// continues reports whether a line ends in an unescaped backslash.
+func continues(line []byte) bool {
+	n := 0
+	for i := len(line) - 1; i >= 0 && line[i] == '\\'; i-- {
+		n++
+	}
+	return n%2 == 1
+}
+
+// next returns the next job, a *LineError for a rejected one, or io.EOF.
+// Any other error is the input's own (a read failure).
+func (p *parser) next() (*Job, error) {
+	var text []byte
+	first := 0
+	tooLong := false
+	for {
+		line, long, eof, err := p.readLine()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", where(p.file, p.line+1), err)
+		}
+		if eof {
+			if text == nil {
+				return nil, io.EOF
+			}
+			break // a continuation at end of input: run what there is
+		}
+		if text == nil {
+			trimmed := bytes.TrimSpace(line)
+			if len(trimmed) == 0 || trimmed[0] == '#' {
+				continue
+			}
+			first = p.line
+		} else {
+			text = append(text, '\n')
+		}
+		tooLong = tooLong || long
+		text = append(text, line...)
+		if !continues(line) {
+			break
+		}
+	}
+	*p.seq++
+	j := &Job{Seq: *p.seq, File: p.file, Line: first, Text: string(text), GPU: -1, GPUs: 1}
+	p.seen[j.Text]++
+	j.Occurrence = p.seen[j.Text]
+	if tooLong || len(text) > MaxJobBytes {
+		j.Text = j.Text[:min(len(j.Text), 80)] + "..."
+		return nil, &LineError{Job: j, Err: fmt.Errorf("job is longer than %d bytes, the most a shell accepts as one argument: put it in a script and run that", MaxJobBytes)}
+	}
+	if err := parsePrefix(j); err != nil {
+		return nil, &LineError{Job: j, Err: err}
+	}
+	if j.Name != "" {
+		if prev, dup := p.names[j.Name]; dup {
+			return nil, &LineError{Job: j, Err: fmt.Errorf("name=%s is already used at %s: names must be unique, they name the log files", j.Name, prev)}
+		}
+		p.names[j.Name] = j.Where()
+	}
+	return j, nil
+}
+
+// optionsRE matches a bracket prefix: only key=value words, so that a
+// command starting with the test builtin ("[ -f x ] && ...") is no prefix.
+var optionsRE = regexp.MustCompile(`^\[([A-Za-z_]+=\S*(?:[ \t]+[A-Za-z_]+=\S*)*)[ \t]*\]`)
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]*$`)
+
+// parsePrefix splits j.Text into its placement prefix and its command:
+// "@HOST cmd", "@HOST:GPU cmd", "[key=value ...] cmd", or "@HOST [..] cmd".
+func parsePrefix(j *Job) error {
+	if strings.IndexByte(j.Text, 0) >= 0 {
+		return errors.New("job contains a NUL byte, which no shell can receive")
+	}
+	rest := strings.TrimLeft(j.Text, " \t")
+	if strings.HasPrefix(rest, "@") {
+		end := strings.IndexAny(rest, " \t\n")
+		if end < 0 {
+			end = len(rest)
+		}
+		pin := rest[1:end]
+		rest = strings.TrimLeft(rest[end:], " \t")
+		host, gpu, hasGPU := strings.Cut(pin, ":")
+		if host == "" {
+			return fmt.Errorf("%q: want @HOST or @HOST:GPU before the command", "@"+pin)
+		}
+		j.Host = host
+		if hasGPU {
+			id, err := strconv.Atoi(gpu)
+			if err != nil || id < 0 {
+				return fmt.Errorf("@%s: GPU %q is not a GPU id (0, 1, ...)", pin, gpu)
+			}
+			j.GPU = id
+		}
+	}
+	if m := optionsRE.FindStringSubmatch(rest); m != nil {
+		rest = strings.TrimLeft(rest[len(m[0]):], " \t")
+		if err := parseOptions(j, strings.Fields(m[1])); err != nil {
+			return err
+		}
+	}
+	if strings.TrimSpace(rest) == "" {
+		return errors.New("no command after the placement prefix")
+	}
+	j.Command = rest
+	return nil
+}
+
+func parseOptions(j *Job, words []string) error {
+	for _, w := range words {
+		key, val, _ := strings.Cut(w, "=")
+		switch key {
+		case "host":
+			if val == "" || j.Host != "" && j.Host != val {
+				return fmt.Errorf("[%s]: want one non-empty host", w)
+			}
+			j.Host = val
+		case "gpu":
+			id, err := strconv.Atoi(val)
+			if err != nil || id < 0 {
+				return fmt.Errorf("[%s]: want a GPU id (0, 1, ...)", w)
+			}
+			j.GPU = id
+		case "gpus":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 || n > maxGPUsPerJob {
+				return fmt.Errorf("[%s]: want a number of GPUs from 1 to %d", w, maxGPUsPerJob)
+			}
+			j.GPUs = n
+		case "name":
+			if !nameRE.MatchString(val) {
+				return fmt.Errorf("[%s]: a name is letters, digits, '.', '_' and '-', not starting with '.' (it names the log files)", w)
+			}
+			j.Name = val
+		case "timeout":
+			d, err := parseTimeout(val)
+			if err != nil {
+				return fmt.Errorf("[%s]: %w", w, err)
+			}
+			j.Timeout = d
+		default:
+			return fmt.Errorf("[%s]: unknown option %q (known: host, gpu, gpus, name, timeout)", w, key)
+		}
+	}
+	if j.GPU >= 0 && j.GPUs > 1 {
+		return fmt.Errorf("gpu=%d and gpus=%d: pin one GPU or ask for several, not both", j.GPU, j.GPUs)
+	}
+	return nil
+}
+
+// parseTimeout accepts a Go duration ("90m", "1h30m") or whole seconds.
+func parseTimeout(s string) (time.Duration, error) {
+	if n, err := strconv.Atoi(s); err == nil && n > 0 {
+		return time.Duration(n) * time.Second, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, errors.New("want a duration such as 90s, 30m or 2h")
+	}
+	return d, nil
+}

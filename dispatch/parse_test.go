@@ -1,0 +1,179 @@
+package dispatch
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+// parseAll reads every job and rejection from input.
+func parseAll(t testing.TB, input string) (jobs []*Job, rejected []*LineError) {
+	t.Helper()
+	seq := 0
+	p := newParser(strings.NewReader(input), "cmds.txt", &seq, map[string]int{}, map[string]string{})
+	for {
+		j, err := p.next()
+		if errors.Is(err, io.EOF) {
+			return jobs, rejected
+		}
+		var le *LineError
+		switch {
+		case errors.As(err, &le):
+			rejected = append(rejected, le)
+		case err != nil:
+			t.Fatalf("next: %v", err)
+		default:
+			jobs = append(jobs, j)
+		}
+	}
+}
+
+func TestParseJobs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		input string
+		want  []Job // fields compared: Seq, Line, Command, Host, GPU, GPUs, Name, Timeout, Text, Occurrence
+	}{
+		{name: "plain", input: "python train.py --lr 0.1\n",
+			want: []Job{{Seq: 1, Line: 1, Command: "python train.py --lr 0.1", Text: "python train.py --lr 0.1", GPU: -1, GPUs: 1, Occurrence: 1}}},
+		{name: "no final newline, CRLF", input: "a\r\nb",
+			want: []Job{{Seq: 1, Line: 1, Command: "a", Text: "a", GPU: -1, GPUs: 1, Occurrence: 1}, {Seq: 2, Line: 2, Command: "b", Text: "b", GPU: -1, GPUs: 1, Occurrence: 1}}},
+		{name: "comments and blanks", input: "# sweep\n\n   \n  # indented comment\necho hi # trailing comment stays\n",
+			want: []Job{{Seq: 1, Line: 5, Command: "echo hi # trailing comment stays", Text: "echo hi # trailing comment stays", GPU: -1, GPUs: 1, Occurrence: 1}}},
+		{name: "continuation", input: "python train.py \\\n  --lr 0.1 \\\n  --bs 32\necho next\n",
+			want: []Job{
+				{Seq: 1, Line: 1, Command: "python train.py \\\n  --lr 0.1 \\\n  --bs 32", Text: "python train.py \\\n  --lr 0.1 \\\n  --bs 32", GPU: -1, GPUs: 1, Occurrence: 1},
+				{Seq: 2, Line: 4, Command: "echo next", Text: "echo next", GPU: -1, GPUs: 1, Occurrence: 1}}},
+		{name: "escaped backslash does not continue", input: "echo a \\\\\necho b\n",
+			want: []Job{{Seq: 1, Line: 1, Command: "echo a \\\\", Text: "echo a \\\\", GPU: -1, GPUs: 1, Occurrence: 1}, {Seq: 2, Line: 2, Command: "echo b", Text: "echo b", GPU: -1, GPUs: 1, Occurrence: 1}}},
+		{name: "pin host", input: "@node1 python a.py\n",
+			want: []Job{{Seq: 1, Line: 1, Host: "node1", Command: "python a.py", Text: "@node1 python a.py", GPU: -1, GPUs: 1, Occurrence: 1}}},
+		{name: "pin host and GPU", input: "@Node-2:3 python a.py\n",
+			want: []Job{{Seq: 1, Line: 1, Host: "Node-2", GPU: 3, Command: "python a.py", Text: "@Node-2:3 python a.py", GPUs: 1, Occurrence: 1}}},
+		{name: "options", input: "[host=n1 gpus=2 name=run-7 timeout=90m] python a.py\n",
+			want: []Job{{Seq: 1, Line: 1, Host: "n1", GPU: -1, GPUs: 2, Name: "run-7", Timeout: 90 * time.Minute, Command: "python a.py", Text: "[host=n1 gpus=2 name=run-7 timeout=90m] python a.py", Occurrence: 1}}},
+		{name: "timeout in seconds, gpu pin", input: "[timeout=30 host=n1 gpu=1] x\n",
+			want: []Job{{Seq: 1, Line: 1, Host: "n1", GPU: 1, GPUs: 1, Timeout: 30 * time.Second, Command: "x", Text: "[timeout=30 host=n1 gpu=1] x", Occurrence: 1}}},
+		{name: "pin and options", input: "@n1 [gpus=2] x\n",
+			want: []Job{{Seq: 1, Line: 1, Host: "n1", GPU: -1, GPUs: 2, Command: "x", Text: "@n1 [gpus=2] x", Occurrence: 1}}},
+		{name: "test builtin is a command", input: "[ -f done ] || python a.py\n",
+			want: []Job{{Seq: 1, Line: 1, GPU: -1, GPUs: 1, Command: "[ -f done ] || python a.py", Text: "[ -f done ] || python a.py", Occurrence: 1}}},
+		{name: "occurrences", input: "x\ny\nx\n",
+			want: []Job{{Seq: 1, Line: 1, Command: "x", Text: "x", GPU: -1, GPUs: 1, Occurrence: 1}, {Seq: 2, Line: 2, Command: "y", Text: "y", GPU: -1, GPUs: 1, Occurrence: 1}, {Seq: 3, Line: 3, Command: "x", Text: "x", GPU: -1, GPUs: 1, Occurrence: 2}}},
+		{name: "bytes kept", input: "echo \"a'b\" '$HOME' \\\\ ; printf '%s\\n' \"ü\" \xff\n",
+			want: []Job{{Seq: 1, Line: 1, GPU: -1, GPUs: 1, Command: "echo \"a'b\" '$HOME' \\\\ ; printf '%s\\n' \"ü\" \xff", Text: "echo \"a'b\" '$HOME' \\\\ ; printf '%s\\n' \"ü\" \xff", Occurrence: 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			jobs, rejected := parseAll(t, tt.input)
+			if len(rejected) > 0 {
+				t.Fatalf("rejected: %v", rejected[0])
+			}
+			if len(jobs) != len(tt.want) {
+				t.Fatalf("got %d jobs, want %d", len(jobs), len(tt.want))
+			}
+			for i, j := range jobs {
+				w := tt.want[i]
+				w.File = "cmds.txt"
+				if *j != w {
+					t.Errorf("job %d:\n got %+v\nwant %+v", i, *j, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		input, wantErr string
+		line           int
+	}{
+		{"@ echo", `cmds.txt:1: "@": want @HOST or @HOST:GPU before the command`, 1},
+		{"@n1:x echo", `cmds.txt:1: @n1:x: GPU "x" is not a GPU id (0, 1, ...)`, 1},
+		{"\n[gpus=0] x", `cmds.txt:2: [gpus=0]: want a number of GPUs from 1 to 1024`, 2},
+		{"[colour=red] x", `cmds.txt:1: [colour=red]: unknown option "colour" (known: host, gpu, gpus, name, timeout)`, 1},
+		{"[gpu=1 gpus=2 host=a] x", `cmds.txt:1: gpu=1 and gpus=2: pin one GPU or ask for several, not both`, 1},
+		{"[name=../x] x", `cmds.txt:1: [name=../x]: a name is letters, digits, '.', '_' and '-', not starting with '.' (it names the log files)`, 1},
+		{"[timeout=soon] x", `cmds.txt:1: [timeout=soon]: want a duration such as 90s, 30m or 2h`, 1},
+		{"@n1 ", `cmds.txt:1: no command after the placement prefix`, 1},
+		{"echo a\x00b", `cmds.txt:1: job contains a NUL byte, which no shell can receive`, 1},
+		{"[name=a] x\n[name=a] y", `cmds.txt:2: name=a is already used at cmds.txt:1: names must be unique, they name the log files`, 2},
+		{"echo " + strings.Repeat("x", MaxJobBytes), `cmds.txt:1: job is longer than 131071 bytes, the most a shell accepts as one argument: put it in a script and run that`, 1},
+	}
+	for _, tt := range tests {
+		jobs, rejected := parseAll(t, tt.input)
+		if len(rejected) != 1 {
+			t.Errorf("%.40q: %d rejections, %d jobs", tt.input, len(rejected), len(jobs))
+			continue
+		}
+		if got := rejected[0].Error(); got != tt.wantErr {
+			t.Errorf("%.40q:\n got %s\nwant %s", tt.input, got, tt.wantErr)
+		}
+	}
+}
+
+// A rejected line still takes its number, and the lines after it run.
+func TestParseRejectedLineKeepsNumbering(t *testing.T) {
+	t.Parallel()
+	jobs, rejected := parseAll(t, "a\n[bogus=1] b\nc\n")
+	if len(rejected) != 1 || rejected[0].Job.Seq != 2 || len(jobs) != 2 || jobs[1].Seq != 3 {
+		t.Fatalf("jobs %v, rejected %v", jobs, rejected)
+	}
+}
+
+// A job arrives when its line does, before the input ends.
+func TestParseStreams(t *testing.T) {
+	t.Parallel()
+	r, w := io.Pipe()
+	seq := 0
+	p := newParser(r, "", &seq, map[string]int{}, map[string]string{})
+	go w.Write([]byte("first\nsecond"))
+	j, err := p.next()
+	if err != nil || j.Command != "first" {
+		t.Fatalf("got %v, %v", j, err)
+	}
+	w.Close()
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		"python train.py --lr 0.1\n", "@node1:2 x\n", "[host=a gpus=2 name=n timeout=1h] x\n",
+		"a \\\n b\n", "# c\n\n", "[ -f x ] && y\n", "@\n", "[gpus=99999999999] x", "echo \"a'b\" '$HOME' \\\\ ;\n",
+		"\xff\xfe\n", "a\r\n", "\\", "[name=a] x\n[name=a] x\n",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, input string) {
+		jobs, rejected := parseAll(t, input)
+		seq := 0
+		for _, j := range jobs {
+			if j.Seq <= seq {
+				t.Fatalf("job numbers not increasing: %d after %d", j.Seq, seq)
+			}
+			seq = j.Seq
+			if strings.TrimSpace(j.Command) == "" || j.GPUs < 1 || j.Line < 1 {
+				t.Fatalf("bad job %+v", j)
+			}
+			// The command is the text's own bytes, after the prefix, and each
+			// of its lines stands in the input as it was written.
+			if !strings.HasSuffix(j.Text, j.Command) {
+				t.Fatalf("command %q is not the end of the job text %q", j.Command, j.Text)
+			}
+			for _, line := range strings.Split(j.Command, "\n") {
+				if !strings.Contains(input, line) {
+					t.Fatalf("command line %q is not in the input", line)
+				}
+			}
+		}
+		for _, le := range rejected {
+			if !strings.HasPrefix(le.Error(), "cmds.txt:") {
+				t.Fatalf("rejection does not name the line: %v", le)
+			}
+		}
+	})
+}

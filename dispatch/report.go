@@ -1,0 +1,173 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+)
+
+// TextReporter writes one line per job start and end, for a log or a
+// terminal: "job 3 started on node1:2: python train.py --lr 0.1".
+type TextReporter struct {
+	W io.Writer
+	// Quiet keeps only what went wrong; Verbose adds queued and skipped jobs.
+	Quiet, Verbose bool
+}
+
+// Report implements Reporter.
+func (t *TextReporter) Report(e Event) {
+	where := e.Host
+	if len(e.GPUs) > 0 {
+		where += ":" + joinInts(e.GPUs)
+	}
+	var line string
+	switch e.Event {
+	case EventQueued:
+		if !t.Verbose {
+			return
+		}
+		line = fmt.Sprintf("job %s queued (%s): %s", e.Job, e.Source, oneLine(e.Command))
+	case EventStarted:
+		if t.Quiet {
+			return
+		}
+		line = fmt.Sprintf("job %s started on %s: %s", e.Job, where, oneLine(e.Command))
+		if e.Attempt > 1 {
+			line += fmt.Sprintf(" (attempt %d)", e.Attempt)
+		}
+	case EventFinished:
+		if t.Quiet {
+			return
+		}
+		line = fmt.Sprintf("job %s finished on %s in %s", e.Job, where, elapsed(e))
+	case EventFailed:
+		if e.Exit != nil {
+			line = fmt.Sprintf("job %s failed on %s with exit status %d after %s: see %s", e.Job, where, *e.Exit, elapsed(e), e.Stderr)
+		} else {
+			line = fmt.Sprintf("job %s failed on %s: %s", e.Job, where, e.Error)
+		}
+	case EventTimeout:
+		line = fmt.Sprintf("job %s timed out on %s after %s: its processes were killed", e.Job, where, elapsed(e))
+	case EventLost:
+		line = fmt.Sprintf("job %s lost on %s: %s", e.Job, where, e.Error)
+	case EventRetried:
+		line = fmt.Sprintf("job %s queued again (attempt %d failed with its host)", e.Job, e.Attempt)
+	case EventCancelled:
+		if e.Host != "" {
+			line = fmt.Sprintf("job %s cancelled on %s: its processes were killed", e.Job, where)
+		} else if t.Verbose {
+			line = fmt.Sprintf("job %s cancelled before it started", e.Job)
+		} else {
+			return
+		}
+	case EventRejected:
+		line = fmt.Sprintf("%s: job %s rejected: %s", e.Source, e.Job, e.Error)
+	default:
+		return
+	}
+	fmt.Fprintln(t.W, line)
+}
+
+func elapsed(e Event) time.Duration {
+	if e.Start == nil || e.End == nil {
+		return 0
+	}
+	return e.End.Sub(*e.Start).Round(time.Millisecond)
+}
+
+// oneLine shortens a multi-line command to its first line.
+func oneLine(cmd string) string {
+	if first, _, more := strings.Cut(cmd, "\n"); more {
+		return first + " ..."
+	}
+	return cmd
+}
+
+func joinInts(ids []int) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = fmt.Sprint(id)
+	}
+	return strings.Join(s, ",")
+}
+
+// JSONReporter writes every event as one JSON object per line, the same
+// objects as the journal's lines.
+type JSONReporter struct{ W io.Writer }
+
+// Report implements Reporter.
+func (j JSONReporter) Report(e Event) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return
+	}
+	j.W.Write(append(b, '\n'))
+}
+
+// Write prints the summary: counts by outcome, then the jobs that did not
+// succeed with where to look.
+func (s *Summary) Write(w io.Writer) {
+	kinds := make([]string, 0, len(s.Counts))
+	total := 0
+	for k, n := range s.Counts {
+		kinds = append(kinds, k)
+		total += n
+	}
+	sort.Slice(kinds, func(a, b int) bool { return outcomeOrder(kinds[a]) < outcomeOrder(kinds[b]) })
+	parts := make([]string, 0, len(kinds)+1)
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%d %s", s.Counts[k], outcomeWord(k)))
+	}
+	if s.Skipped > 0 {
+		parts = append(parts, fmt.Sprintf("%d skipped (succeeded before)", s.Skipped))
+		total += s.Skipped
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "nothing to do")
+	}
+	fmt.Fprintf(w, "gpudispatch: %d jobs: %s\n", total, strings.Join(parts, ", "))
+	for _, e := range s.Unsuccessful {
+		switch {
+		case e.Event == EventCancelled && e.Host == "":
+			continue // listed by count; they never ran
+		case e.Stderr != "":
+			how := outcomeWord(e.Event)
+			if e.Exit != nil && e.Event == EventFailed {
+				how += fmt.Sprintf(" with exit status %d", *e.Exit)
+			}
+			fmt.Fprintf(w, "  job %s %s (%s): %s\n    logs: %s %s\n", e.Job, how, e.Source, oneLine(e.Command), e.Stdout, e.Stderr)
+		default:
+			fmt.Fprintf(w, "  job %s %s (%s): %s\n", e.Job, outcomeWord(e.Event), e.Source, e.Error)
+		}
+	}
+	for _, msg := range s.InputErrors {
+		fmt.Fprintf(w, "  input not read to the end: %s\n", msg)
+	}
+	if s.JournalError != "" {
+		fmt.Fprintf(w, "  stopped: %s\n", s.JournalError)
+	}
+}
+
+var outcomes = []string{EventFinished, EventFailed, EventTimeout, EventLost, EventCancelled, EventRejected}
+
+func outcomeOrder(k string) int {
+	for i, o := range outcomes {
+		if o == k {
+			return i
+		}
+	}
+	return len(outcomes)
+}
+
+func outcomeWord(k string) string {
+	switch k {
+	case EventFinished:
+		return "succeeded"
+	case EventTimeout:
+		return "timed out"
+	}
+	return k
+}

@@ -1,0 +1,382 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/hosts"
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// Executor runs a job's command on a named host of the inventory. hosts.Set
+// is the real one; tests use fakes.
+type Executor interface {
+	// Run has the contract of hosts.Runner.Run.
+	Run(ctx context.Context, host string, c hosts.Command, stdout, stderr io.Writer) (exitCode int, err error)
+}
+
+// Input is one source of job lines.
+type Input struct {
+	// Name is the file name shown in errors; "" for standard input.
+	Name string
+	R    io.Reader
+}
+
+// Options configure a run.
+type Options struct {
+	// Inventory's hosts have their GPU lists resolved (no AutoGPUs).
+	Inventory *inventory.Inventory
+	Executor  Executor
+	// LogDir receives the job logs and journal.jsonl.
+	LogDir string
+	// Resume skips jobs the journal records as finished.
+	Resume bool
+	// Retries is how many times a job whose host was lost is run again.
+	Retries int
+	// Timeout limits each job (0: none); a job's timeout= overrides it.
+	Timeout time.Duration
+	// Reporters are told every event.
+	Reporters []Reporter
+	// Drain, once closed, stops reading input and starting jobs; the jobs
+	// that run finish, and the ones that waited are recorded cancelled.
+	// Cancelling Run's context instead also stops the running jobs.
+	Drain <-chan struct{}
+}
+
+// errJobTimeout is the cause given to a job's context when its time is up.
+var errJobTimeout = errors.New("timed out")
+
+// SetupError is a problem found before any job ran (exit status 2).
+type SetupError struct{ Err error }
+
+func (e *SetupError) Error() string { return e.Err.Error() }
+func (e *SetupError) Unwrap() error { return e.Err }
+
+// run is the state of one Run call, owned by its loop goroutine.
+type run struct {
+	opts    Options
+	id      string
+	journal *journal
+	done    map[jobKey]bool // finished in an earlier run (--resume)
+	sched   *scheduler
+	results chan result
+	summary *Summary
+	// stopping is set on drain, on cancel and when the journal fails.
+	stopping bool
+}
+
+// result is a job attempt that ended.
+type result struct {
+	a          assignment
+	code       int
+	err        error
+	start, end time.Time
+	logs       logFiles
+}
+
+// Run reads jobs from inputs, one after the other, runs each on free slots
+// as soon as it arrives, and returns when input has ended and every job is
+// done, or after a drain or cancel. An error means nothing ran (setup).
+func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
+	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
+		return nil, &SetupError{fmt.Errorf("log dir: %w", err)}
+	}
+	path := filepath.Join(opts.LogDir, JournalName)
+	r := &run{
+		opts:    opts,
+		id:      time.Now().UTC().Format("20060102T150405.000000Z"),
+		done:    map[jobKey]bool{},
+		sched:   &scheduler{table: newSlotTable(opts.Inventory)},
+		results: make(chan result),
+		summary: newSummary(),
+	}
+	if opts.Resume {
+		done, err := succeeded(path)
+		if err != nil {
+			return nil, &SetupError{fmt.Errorf("--resume: %w", err)}
+		}
+		r.done = done
+	}
+	j, err := openJournal(path)
+	if err != nil {
+		return nil, &SetupError{err}
+	}
+	r.journal = j
+	defer j.close()
+	r.loop(ctx, inputs)
+	return r.summary, nil
+}
+
+// parsed is what the reader hands the loop: a job, or why a line was rejected.
+type parsed struct {
+	job *Job
+	err error
+}
+
+// read parses inputs in order and sends what it finds until the inputs end
+// or stop is closed. A read blocked on a terminal or pipe cannot be
+// interrupted; the process exiting ends it.
+func read(inputs []Input, out chan<- parsed, stop <-chan struct{}) {
+	defer close(out)
+	seq := 0
+	seen := map[string]int{}
+	names := map[string]string{}
+	for _, in := range inputs {
+		p := newParser(in.R, in.Name, &seq, seen, names)
+		for {
+			j, err := p.next()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			select {
+			case out <- parsed{job: j, err: err}:
+			case <-stop:
+				return
+			}
+			var le *LineError
+			if err != nil && !errors.As(err, &le) {
+				break // the input itself failed; go on with the next one
+			}
+		}
+	}
+}
+
+func (r *run) loop(ctx context.Context, inputs []Input) {
+	jobs := make(chan parsed)
+	stopReading := make(chan struct{})
+	defer close(stopReading)
+	go read(inputs, jobs, stopReading)
+
+	drain, cancelled := r.opts.Drain, ctx.Done()
+	running := 0
+	for jobs != nil || running > 0 || len(r.sched.waiting) > 0 && !r.stopping {
+		select {
+		case p, ok := <-jobs:
+			if !ok {
+				jobs = nil
+				break
+			}
+			r.admit(p)
+		case res := <-r.results:
+			running--
+			r.finish(res)
+		case <-drain:
+			drain = nil
+			r.stopping = true
+			r.summary.Interrupted = true
+		case <-cancelled:
+			cancelled = nil
+			r.stopping = true
+			r.summary.Interrupted = true
+		}
+		if r.stopping {
+			jobs = nil // read no more input
+			for _, q := range r.sched.drop() {
+				r.final(r.event(EventCancelled, q.job, q.attempts), q.job)
+			}
+			continue
+		}
+		for _, a := range r.sched.next() {
+			running++
+			r.start(ctx, a)
+		}
+	}
+}
+
+// admit queues a parsed job, or records why it was rejected or skipped.
+func (r *run) admit(p parsed) {
+	var le *LineError
+	switch {
+	case errors.As(p.err, &le):
+		e := r.event(EventRejected, le.Job, 0)
+		e.Error = le.Err.Error()
+		r.final(e, le.Job)
+		return
+	case p.err != nil:
+		r.summary.InputErrors = append(r.summary.InputErrors, p.err.Error())
+		return
+	}
+	j := p.job
+	if err := r.sched.table.check(j); err != nil {
+		e := r.event(EventRejected, j, 0)
+		e.Error = err.Error()
+		r.final(e, j)
+		return
+	}
+	if r.done[jobKey{j.Text, j.Occurrence}] {
+		r.summary.Skipped++
+		return
+	}
+	r.record(r.event(EventQueued, j, 0))
+	r.sched.add(&queued{job: j})
+}
+
+func (r *run) start(ctx context.Context, a assignment) {
+	q, j := a.q, a.q.job
+	q.attempts++
+	h := a.p.host.host
+	e := r.event(EventStarted, j, q.attempts)
+	e.Host, e.GPUs = h.Name, a.p.gpuIDs()
+	logs, err := openLogs(r.opts.LogDir, j.ID())
+	if err != nil {
+		go func() { r.results <- result{a: a, code: -1, err: err} }()
+		return
+	}
+	e.Stdout, e.Stderr = logs.out.Name(), logs.err.Name()
+	start := time.Now()
+	e.Start = &start
+	r.record(e)
+	c := hosts.Command{
+		Script:  j.Command,
+		Env:     jobEnv(h, j, a.p),
+		Workdir: h.Workdir,
+		Setup:   h.Setup,
+	}
+	timeout := r.opts.Timeout
+	if j.Timeout > 0 {
+		timeout = j.Timeout
+	}
+	go func() {
+		jctx := ctx
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			jctx, cancel = context.WithTimeoutCause(ctx, timeout, errJobTimeout)
+			defer cancel()
+		}
+		code, err := r.opts.Executor.Run(jctx, h.Name, c, logs.out, logs.err)
+		if cerr := logs.close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		r.results <- result{a: a, code: code, err: err, start: start, end: time.Now(), logs: logs}
+	}()
+}
+
+// jobEnv is the inventory's env, then gpudispatch's own variables, which win.
+func jobEnv(h inventory.Host, j *Job, p placement) []string {
+	ids := make([]string, len(p.gpus))
+	for i, g := range p.gpus {
+		ids[i] = strconv.Itoa(g.id)
+	}
+	return append(append([]string(nil), h.Env...),
+		"CUDA_VISIBLE_DEVICES="+strings.Join(ids, ","),
+		"CUDA_DEVICE_ORDER=PCI_BUS_ID",
+		"GPUDISPATCH_JOB_ID="+j.ID(),
+		"GPUDISPATCH_HOST="+h.Name,
+	)
+}
+
+func (r *run) finish(res result) {
+	r.sched.table.release(res.a.p)
+	q, j := res.a.q, res.a.q.job
+	kind := EventFinished
+	switch {
+	case res.err == nil && res.code == 0:
+	case res.err == nil:
+		kind = EventFailed
+	case errors.Is(res.err, errJobTimeout):
+		kind = EventTimeout
+	case errors.Is(res.err, context.Canceled):
+		kind = EventCancelled
+	case errors.Is(res.err, hosts.ErrConnectionLost):
+		kind = EventLost
+	default:
+		kind = EventFailed
+	}
+	e := r.event(kind, j, q.attempts)
+	e.Host, e.GPUs = res.a.p.host.host.Name, res.a.p.gpuIDs()
+	if res.logs.out != nil {
+		e.Stdout, e.Stderr = res.logs.out.Name(), res.logs.err.Name()
+		e.Start, e.End = &res.start, &res.end
+	}
+	if res.code >= 0 && kind != EventLost {
+		e.Exit = &res.code
+	}
+	if res.err != nil {
+		e.Error = res.err.Error()
+	}
+	if kind == EventLost && q.attempts <= r.opts.Retries && !r.stopping {
+		r.record(e)
+		r.record(r.event(EventRetried, j, q.attempts))
+		r.sched.add(q)
+		return
+	}
+	r.final(e, j)
+}
+
+// event starts an event about j.
+func (r *run) event(kind string, j *Job, attempt int) Event {
+	return Event{
+		Time: time.Now(), Event: kind, Run: r.id,
+		Job: j.ID(), Seq: j.Seq, Source: j.Where(),
+		Text: j.Text, Occurrence: j.Occurrence, Command: j.Command,
+		Attempt: attempt,
+	}
+}
+
+// final records the event that ends a job's story in this run.
+func (r *run) final(e Event, j *Job) {
+	r.record(e)
+	r.summary.add(e)
+}
+
+// record writes e to the journal, then tells the reporters. A journal that
+// cannot be written stops the run: no job may start without its record.
+func (r *run) record(e Event) {
+	if err := r.journal.append(e); err != nil && r.summary.JournalError == "" {
+		r.summary.JournalError = err.Error()
+		r.stopping = true
+	}
+	for _, rep := range r.opts.Reporters {
+		rep.Report(e)
+	}
+}
+
+// Summary is how a run ended.
+type Summary struct {
+	// Counts holds the number of jobs by final event kind.
+	Counts map[string]int
+	// Skipped counts jobs --resume found finished already.
+	Skipped int
+	// Unsuccessful lists the final events of the jobs that did not finish,
+	// in input order.
+	Unsuccessful []Event
+	// InputErrors are inputs that could not be read to the end.
+	InputErrors []string
+	// JournalError is why the journal could not be written, if it could not.
+	JournalError string
+	// Interrupted is set after a drain or cancel.
+	Interrupted bool
+}
+
+func newSummary() *Summary { return &Summary{Counts: map[string]int{}} }
+
+func (s *Summary) add(e Event) {
+	s.Counts[e.Event]++
+	if e.Event != EventFinished {
+		i := sort.Search(len(s.Unsuccessful), func(i int) bool { return s.Unsuccessful[i].Seq > e.Seq })
+		s.Unsuccessful = append(s.Unsuccessful, Event{})
+		copy(s.Unsuccessful[i+1:], s.Unsuccessful[i:])
+		s.Unsuccessful[i] = e
+	}
+}
+
+// ExitCode is the exit status SPEC §2 gives this outcome: 130 interrupted,
+// 1 when a job did not succeed or something could not be read or written,
+// else 0.
+func (s *Summary) ExitCode() int {
+	switch {
+	case s.Interrupted:
+		return 130
+	case len(s.Unsuccessful) > 0 || len(s.InputErrors) > 0 || s.JournalError != "":
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,275 @@
+package dispatch
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func readJournal(t *testing.T, dir string) []Event {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, JournalName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var events []Event
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var e Event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("journal line %q: %v", sc.Text(), err)
+		}
+		events = append(events, e)
+	}
+	return events
+}
+
+func kinds(events []Event, job string) []string {
+	var out []string
+	for _, e := range events {
+		if e.Job == job {
+			out = append(out, e.Event)
+		}
+	}
+	return out
+}
+
+func TestJournalRecordsEveryStep(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, s := runJobs(t, lab("a:0"), "exit 0\nexit 3\n@nowhere exit 0\n[name=named] exit 0\n", func(o *Options) { o.LogDir = dir })
+	events := readJournal(t, dir)
+	for job, want := range map[string][]string{
+		"1":     {EventQueued, EventStarted, EventFinished},
+		"2":     {EventQueued, EventStarted, EventFailed},
+		"3":     {EventRejected},
+		"named": {EventQueued, EventStarted, EventFinished},
+	} {
+		if got := kinds(events, job); !slices.Equal(got, want) {
+			t.Errorf("job %s: events %v, want %v", job, got, want)
+		}
+	}
+	for _, e := range events {
+		if e.Event == EventFailed {
+			if e.Exit == nil || *e.Exit != 3 || e.Host != "a" || !slices.Equal(e.GPUs, []int{0}) || e.Start == nil || e.End == nil {
+				t.Errorf("failed event lacks details: %+v", e)
+			}
+			out, _ := os.ReadFile(e.Stdout)
+			if string(out) != "a 0\n" {
+				t.Errorf("stdout log %s holds %q", e.Stdout, out)
+			}
+		}
+	}
+	if s.ExitCode() != 1 {
+		t.Errorf("exit code %d, want 1", s.ExitCode())
+	}
+}
+
+// --resume runs exactly the jobs that did not succeed, matched by their text
+// and occurrence, not by position; earlier logs stay.
+func TestResume(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first := "echo a\nexit 1\necho a\n[name=n] exit 2\nexit 0\n"
+	f, s := runJobs(t, lab("a:0,1"), strings.ReplaceAll(first, "echo a", "exit 0"), func(o *Options) { o.LogDir = dir })
+	if s.Counts[EventFinished] != 3 || len(f.starts) != 5 {
+		t.Fatalf("first run: %+v", s)
+	}
+	// Reordered, one line added, the failing ones now succeed.
+	second := "exit 0\nexit 0\nexit 1\n[name=n] exit 2\nexit 0\nexit 0\n"
+	f, s = runJobs(t, lab("a:0,1"), second, func(o *Options) { o.LogDir = dir; o.Resume = true })
+	var ran []string
+	for _, st := range f.starts {
+		ran = append(ran, st.command)
+	}
+	slices.Sort(ran)
+	// "exit 0" occurs 4 times now, 3 of which succeeded before; exit 1 and
+	// the named job failed before.
+	if want := []string{"exit 0", "exit 1", "exit 2"}; !slices.Equal(ran, want) {
+		t.Errorf("resumed run ran %q, want %q", ran, want)
+	}
+	if s.Skipped != 3 {
+		t.Errorf("skipped %d, want 3", s.Skipped)
+	}
+	// The named job's first logs are kept; its second attempt has its own.
+	for _, name := range []string{"n.out", "n.err", "n.2.out", "n.2.err"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("log %s: %v", name, err)
+		}
+	}
+}
+
+func TestLostJobsAreRetriedThenGiveUp(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, s := runJobs(t, lab("a:0 b:0"), "lose 1\nlose 5\n", func(o *Options) { o.LogDir = dir; o.Retries = 2 })
+	events := readJournal(t, dir)
+	if got, want := kinds(events, "1"), []string{EventQueued, EventStarted, EventLost, EventRetried, EventStarted, EventFinished}; !slices.Equal(got, want) {
+		t.Errorf("job 1: %v, want %v", got, want)
+	}
+	want := []string{EventQueued, EventStarted, EventLost, EventRetried, EventStarted, EventLost, EventRetried, EventStarted, EventLost}
+	if got := kinds(events, "2"); !slices.Equal(got, want) {
+		t.Errorf("job 2: %v, want %v", got, want)
+	}
+	if s.Counts[EventLost] != 1 || s.Counts[EventFinished] != 1 || s.ExitCode() != 1 {
+		t.Errorf("summary %+v", s)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, s := runJobs(t, lab("a:0,1"), "[timeout=50ms] hang\nsleep 1ms\n", func(o *Options) { o.LogDir = dir; o.Timeout = time.Hour })
+	if got := kinds(readJournal(t, dir), "1"); !slices.Equal(got, []string{EventQueued, EventStarted, EventTimeout}) {
+		t.Errorf("job 1: %v", got)
+	}
+	if s.Counts[EventTimeout] != 1 || s.ExitCode() != 1 {
+		t.Errorf("summary %+v", s)
+	}
+}
+
+// pipeInput feeds lines to a run as a user typing into a pipe would.
+func startRun(t *testing.T, opts Options) (w *io.PipeWriter, done chan *Summary) {
+	t.Helper()
+	r, w := io.Pipe()
+	done = make(chan *Summary, 1)
+	go func() {
+		s, err := Run(context.Background(), opts, []Input{{R: r}})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- s
+	}()
+	return w, done
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 5s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (f *fakeExec) running() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.total
+}
+
+// Jobs start as their lines arrive; a drain lets running jobs finish,
+// cancels the waiting ones, stops reading input and says it was interrupted.
+func TestStreamingAndDrain(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0")
+	f := newFakeExec(inv)
+	drain := make(chan struct{})
+	dir := t.TempDir()
+	w, done := startRun(t, Options{Inventory: inv, Executor: f, LogDir: dir, Drain: drain})
+	io.WriteString(w, "sleep 200ms\n")
+	waitFor(t, func() bool { return f.running() == 1 }) // started before the input ended
+	io.WriteString(w, "sleep 1ms\n")
+	waitFor(t, func() bool { return len(kinds(readJournal(t, dir), "2")) == 1 })
+	close(drain)
+	s := <-done
+	w.Close()
+	if s.Counts[EventFinished] != 1 || s.Counts[EventCancelled] != 1 || s.ExitCode() != 130 {
+		t.Errorf("summary %+v", s)
+	}
+	if got := kinds(readJournal(t, dir), "2"); !slices.Equal(got, []string{EventQueued, EventCancelled}) {
+		t.Errorf("job 2: %v", got)
+	}
+}
+
+// Cancelling the context stops running jobs too.
+func TestCancelStopsRunningJobs(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0,1")
+	f := newFakeExec(inv)
+	ctx, cancel := context.WithCancel(context.Background())
+	dir := t.TempDir()
+	r, w := io.Pipe()
+	done := make(chan *Summary, 1)
+	go func() {
+		s, _ := Run(ctx, Options{Inventory: inv, Executor: f, LogDir: dir}, []Input{{R: r}})
+		done <- s
+	}()
+	io.WriteString(w, "hang\nhang\nhang\n")
+	waitFor(t, func() bool { return f.running() == 2 })
+	cancel()
+	s := <-done
+	w.Close()
+	if s.Counts[EventCancelled] != 3 || s.ExitCode() != 130 || f.running() != 0 {
+		t.Errorf("summary %+v, still running %d", s, f.running())
+	}
+}
+
+func TestLogDirUnusable(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(file, nil, 0o644)
+	_, err := Run(context.Background(), Options{Inventory: lab("a:0"), Executor: newFakeExec(lab("a:0")), LogDir: filepath.Join(file, "logs")}, nil)
+	var se *SetupError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "log dir") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// A job whose log files cannot be created fails with the reason; the others
+// run. (A name longer than the file system allows makes creation fail even
+// for root.)
+func TestLogFileUncreatable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	long := strings.Repeat("x", 300)
+	_, s := runJobs(t, lab("a:0"), "[name="+long+"] exit 0\nexit 0\n", func(o *Options) { o.LogDir = dir })
+	if s.Counts[EventFinished] != 1 || s.Counts[EventFailed] != 1 {
+		t.Fatalf("summary %+v", s)
+	}
+	if e := s.Unsuccessful[0]; !strings.Contains(e.Error, "file name too long") || e.Job != long {
+		t.Errorf("failure does not say why: %+v", e)
+	}
+	if got := kinds(readJournal(t, dir), long); !slices.Equal(got, []string{EventQueued, EventFailed}) {
+		t.Errorf("journal: %v", got)
+	}
+}
+
+// A finished run leaves no goroutine behind.
+func TestRunLeavesNoGoroutine(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for i := 0; i < 3; i++ {
+		runJobs(t, lab("a:0,1 b:0"), repeat("sleep 1ms", 20)+"lose 1\n[timeout=10ms] hang\n", nil)
+	}
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
+}
+
+func TestJournalCutsTornTail(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), JournalName)
+	os.WriteFile(path, []byte(`{"event":"finished","text":"a","occurrence":1}`+"\n"+`{"event":"fini`), 0o644)
+	j, err := openJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.append(Event{Event: EventQueued}); err != nil {
+		t.Fatal(err)
+	}
+	j.close()
+	done, err := succeeded(path)
+	if err != nil || !done[jobKey{"a", 1}] {
+		t.Fatalf("succeeded = %v, %v", done, err)
+	}
+}

@@ -1,0 +1,69 @@
+package dispatch
+
+// scheduler places waiting jobs on free slots, first come first served,
+// with the no-starvation rule of doc.go. It is not safe for concurrent use:
+// the run loop owns it.
+type scheduler struct {
+	table   *slotTable
+	waiting []*queued // in arrival order (Seq), re-queued jobs included
+}
+
+// queued is a job waiting for slots, with the attempts it has used.
+type queued struct {
+	job      *Job
+	attempts int
+}
+
+// add queues q in Seq order: a re-queued job goes back to its place in line.
+func (s *scheduler) add(q *queued) {
+	i := len(s.waiting)
+	for i > 0 && s.waiting[i-1].job.Seq > q.job.Seq {
+		i--
+	}
+	s.waiting = append(s.waiting, nil)
+	copy(s.waiting[i+1:], s.waiting[i:])
+	s.waiting[i] = q
+}
+
+// assignment is a job and the slots it was given (already taken).
+type assignment struct {
+	q *queued
+	p placement
+}
+
+// next makes one pass over the waiting jobs and returns those that can start
+// now; their slots are taken. The first job that cannot start is the oldest
+// waiting one: the free slots it needs are held for it, so later jobs may
+// only use the others.
+func (s *scheduler) next() []assignment {
+	var out []assignment
+	hd := held{}
+	holding := false
+	kept := s.waiting[:0]
+	for i, q := range s.waiting {
+		if s.table.freeSlots-hd.total() <= 0 {
+			kept = append(kept, s.waiting[i:]...)
+			break
+		}
+		if p, ok := s.table.place(q.job, hd); ok {
+			s.table.take(p)
+			out = append(out, assignment{q: q, p: p})
+			continue
+		}
+		if !holding {
+			s.table.hold(q.job, hd)
+			holding = true
+		}
+		kept = append(kept, q)
+	}
+	clear(s.waiting[len(kept):])
+	s.waiting = kept
+	return out
+}
+
+// drop removes and returns every waiting job.
+func (s *scheduler) drop() []*queued {
+	w := s.waiting
+	s.waiting = nil
+	return w
+}

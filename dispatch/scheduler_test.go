@@ -1,0 +1,161 @@
+package dispatch
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Every slot gets used, all of them at once, and none ever runs more jobs
+// than it has slots.
+func TestEverySlotUsedNoneOverbooked(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0,1 b:0,0,1")
+	inv.Hosts[0].SlotsPerGPU = 2 // a: 2 slots on each GPU
+	f, s := runJobs(t, inv, repeat("sleep 15ms", 80), nil)
+	if s.Counts[EventFinished] != 80 {
+		t.Fatalf("summary %+v", s)
+	}
+	want := map[string]int{"a:0": 2, "a:1": 2, "b:0": 2, "b:1": 1}
+	for slot, n := range want {
+		if f.peak[slot] != n {
+			t.Errorf("%s: at most %d jobs at once, want %d", slot, f.peak[slot], n)
+		}
+	}
+	if f.peakTotal != 7 {
+		t.Errorf("at most %d jobs at once, want all 7 slots busy", f.peakTotal)
+	}
+}
+
+func TestPinsAndMultiGPU(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0,1,2,3 b:0,1")
+	input := repeat("@a:2 sleep 6ms", 5) + repeat("@b sleep 7ms", 5) + repeat("[gpus=3] sleep 5ms", 3) +
+		repeat("[host=b gpus=2] sleep 4ms", 2) + repeat("sleep 5ms", 10)
+	f, s := runJobs(t, inv, input, nil)
+	if s.Counts[EventFinished] != 25 {
+		t.Fatalf("summary %+v", s)
+	}
+	for _, st := range f.starts {
+		if envValue(st.env, "GPUDISPATCH_HOST") != st.host {
+			t.Errorf("GPUDISPATCH_HOST=%s on %s", envValue(st.env, "GPUDISPATCH_HOST"), st.host)
+		}
+		if envValue(st.env, "CUDA_DEVICE_ORDER") != "PCI_BUS_ID" {
+			t.Errorf("CUDA_DEVICE_ORDER missing: %v", st.env)
+		}
+	}
+	starts := f.starts
+	for _, st := range starts {
+		ids := strings.Split(st.gpus, ",")
+		if len(ids) != len(slices.Compact(slices.Sorted(slices.Values(ids)))) {
+			t.Errorf("job got the same GPU twice: %s", st.gpus)
+		}
+	}
+	count := func(pred func(start) bool) int {
+		c := 0
+		for _, st := range starts {
+			if pred(st) {
+				c++
+			}
+		}
+		return c
+	}
+	if c := count(func(st start) bool { return st.command == "sleep 6ms" && st.host == "a" && st.gpus == "2" }); c != 5 {
+		t.Errorf("%d of the 5 jobs pinned to a:2 ran there", c)
+	}
+	if c := count(func(st start) bool { return st.command == "sleep 7ms" && st.host == "b" }); c != 5 {
+		t.Errorf("%d of the 5 jobs pinned to b ran there", c)
+	}
+	if c := count(func(st start) bool { return len(strings.Split(st.gpus, ",")) == 3 && st.host == "a" }); c != 3 {
+		t.Errorf("%d 3-GPU jobs on host a, want 3 (only a has 3 GPUs)", c)
+	}
+	if c := count(func(st start) bool { return st.command == "sleep 4ms" && st.host == "b" && len(strings.Split(st.gpus, ",")) == 2 }); c != 2 {
+		t.Errorf("%d 2-GPU jobs pinned to b ran there on 2 GPUs, want 2", c)
+	}
+}
+
+// The pinned prefix is stripped: check the commands the executor saw.
+func TestPinnedJobsRunWherePinned(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0,1 b:0,1")
+	f, _ := runJobs(t, inv, "@a:1 exit 0\n@b exit 0\n[host=a gpu=0] exit 0\n", nil)
+	got := map[string]bool{}
+	for _, st := range f.starts {
+		got[st.host+":"+st.gpus] = true
+	}
+	if !got["a:1"] || !got["a:0"] || !(got["b:0"] || got["b:1"]) || len(f.starts) != 3 {
+		t.Errorf("starts: %+v", f.starts)
+	}
+}
+
+// A 2-GPU job behind a stream of 1-GPU jobs is not starved: once it is the
+// oldest waiting job, GPUs are held for it as they free up, so no job that
+// came after it starts before it.
+func TestNoStarvationOfMultiGPUJob(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0,1")
+	input := "sleep 30ms\nsleep 60ms\n[name=big gpus=2] sleep 5ms\n" + repeat("sleep 10ms", 30)
+	f, s := runJobs(t, inv, input, nil)
+	if s.Counts[EventFinished] != 33 {
+		t.Fatalf("summary %+v", s)
+	}
+	bigAt := -1
+	for i, st := range f.starts {
+		if st.command == "sleep 5ms" {
+			bigAt = i
+		}
+	}
+	if bigAt != 2 {
+		t.Fatalf("the 2-GPU job started as start #%d, want #2 (right after the two jobs before it)", bigAt)
+	}
+}
+
+// A job pinned to a busy host does not block jobs behind it that can run
+// elsewhere, and is not starved by them.
+func TestPinnedJobNeitherBlocksNorStarves(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0 b:0")
+	input := "@a sleep 50ms\n@a exit 0\n" + repeat("sleep 10ms", 10)
+	f, _ := runJobs(t, inv, input, nil)
+	var order []string
+	for _, st := range f.starts {
+		order = append(order, st.host+" "+st.command)
+	}
+	// Job 2 waits for a; jobs 3.. run on b meanwhile; no later job takes a
+	// before job 2.
+	if order[0] != "a sleep 50ms" || order[1] != "b sleep 10ms" {
+		t.Fatalf("order: %q", order)
+	}
+	for _, o := range order {
+		if o == "a exit 0" {
+			break
+		}
+		if strings.HasPrefix(o, "a sleep 10ms") {
+			t.Fatalf("a later job took host a before the pinned one: %q", order)
+		}
+	}
+}
+
+func TestRejectsImpossibleJobs(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0,1 b:0")
+	f, s := runJobs(t, inv, "@c exit 0\n@a:5 exit 0\n[gpus=3] exit 0\n[host=b gpus=2] exit 0\n[gpu=0] exit 0\nexit 0\n", nil)
+	if s.Counts[EventRejected] != 5 || s.Counts[EventFinished] != 1 || len(f.starts) != 1 {
+		t.Fatalf("summary %+v, starts %d", s, len(f.starts))
+	}
+	var msgs []string
+	for _, e := range s.Unsuccessful {
+		msgs = append(msgs, fmt.Sprintf("%s: %s", e.Source, e.Error))
+	}
+	want := []string{
+		`jobs:1: unknown host "c" (hosts: a, b)`,
+		`jobs:2: host a has no GPU 5 (its GPUs: 0,1)`,
+		`jobs:3: gpus=3: no host has that many GPUs (the most is 2)`,
+		`jobs:4: gpus=2: host b has only 1 GPUs`,
+		`jobs:5: gpu=0 without a host: say which host too (@HOST:0)`,
+	}
+	if !slices.Equal(msgs, want) {
+		t.Errorf("rejections:\n got %q\nwant %q", msgs, want)
+	}
+}

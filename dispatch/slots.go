@@ -1,0 +1,222 @@
+package dispatch
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// gpu is one GPU of one host and its slots.
+type gpu struct {
+	host *hostSlots
+	id   int
+	cap  int // slots: repeats of the id times slots_per_gpu
+	used int
+	// lastUsed is when a job last started here (a scheduler tick): the least
+	// recently used GPU is picked first, which spreads jobs over all GPUs.
+	lastUsed uint64
+}
+
+// hostSlots is one host's GPUs in inventory order.
+type hostSlots struct {
+	host inventory.Host
+	gpus []*gpu
+	byID map[int]*gpu
+}
+
+// slotTable is every host:gpu slot of a run. It is owned by one goroutine.
+type slotTable struct {
+	hosts  []*hostSlots
+	byName map[string]*hostSlots
+	tick   uint64
+	// freeSlots counts slots no job uses, so that a pass over a long queue
+	// stops as soon as nothing is left to give.
+	freeSlots int
+}
+
+func newSlotTable(inv *inventory.Inventory) *slotTable {
+	t := &slotTable{byName: map[string]*hostSlots{}}
+	for _, h := range inv.Hosts {
+		hs := &hostSlots{host: h, byID: map[int]*gpu{}}
+		for _, id := range h.GPUs {
+			g := hs.byID[id]
+			if g == nil {
+				g = &gpu{host: hs, id: id}
+				hs.byID[id] = g
+				hs.gpus = append(hs.gpus, g)
+			}
+			g.cap += h.SlotsPerGPU
+			t.freeSlots += h.SlotsPerGPU
+		}
+		t.hosts = append(t.hosts, hs)
+		t.byName[h.Name] = hs
+	}
+	return t
+}
+
+// check says why j can never run here, or nil.
+func (t *slotTable) check(j *Job) error {
+	if j.Host != "" {
+		h := t.byName[j.Host]
+		if h == nil {
+			return fmt.Errorf("unknown host %q (hosts: %s)", j.Host, strings.Join(t.names(), ", "))
+		}
+		if j.GPU >= 0 && h.byID[j.GPU] == nil {
+			return fmt.Errorf("host %s has no GPU %d (its GPUs: %s)", j.Host, j.GPU, h.ids())
+		}
+		if j.GPUs > len(h.gpus) {
+			return fmt.Errorf("gpus=%d: host %s has only %d GPUs", j.GPUs, j.Host, len(h.gpus))
+		}
+		return nil
+	}
+	if j.GPU >= 0 {
+		return fmt.Errorf("gpu=%d without a host: say which host too (@HOST:%d)", j.GPU, j.GPU)
+	}
+	most := 0
+	for _, h := range t.hosts {
+		most = max(most, len(h.gpus))
+	}
+	if j.GPUs > most {
+		return fmt.Errorf("gpus=%d: no host has that many GPUs (the most is %d)", j.GPUs, most)
+	}
+	return nil
+}
+
+func (t *slotTable) names() []string {
+	var names []string
+	for _, h := range t.hosts {
+		names = append(names, h.host.Name)
+	}
+	return names
+}
+
+func (h *hostSlots) ids() string {
+	var ids []string
+	for _, g := range h.gpus {
+		ids = append(ids, strconv.Itoa(g.id))
+	}
+	return strings.Join(ids, ",")
+}
+
+// placement is where a job runs: GPUs of one host, one slot on each.
+type placement struct {
+	host *hostSlots
+	gpus []*gpu
+}
+
+// String is "node1:2" or "node1:0,1".
+func (p placement) String() string {
+	ids := make([]string, len(p.gpus))
+	for i, g := range p.gpus {
+		ids[i] = strconv.Itoa(g.id)
+	}
+	return p.host.host.Name + ":" + strings.Join(ids, ",")
+}
+
+func (p placement) gpuIDs() []int {
+	ids := make([]int, len(p.gpus))
+	for i, g := range p.gpus {
+		ids[i] = g.id
+	}
+	return ids
+}
+
+// held counts the slots reserved for the oldest waiting job.
+type held map[*gpu]int
+
+func (t *slotTable) free(g *gpu, h held) int { return g.cap - g.used - h[g] }
+
+// candidates lists j's eligible hosts.
+func (t *slotTable) candidates(j *Job) []*hostSlots {
+	if j.Host != "" {
+		if h := t.byName[j.Host]; h != nil {
+			return []*hostSlots{h}
+		}
+		return nil
+	}
+	return t.hosts
+}
+
+// freeGPUs lists h's GPUs with a slot j may use, least loaded and least
+// recently used first.
+func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
+	var gs []*gpu
+	for _, g := range h.gpus {
+		if (j.GPU < 0 || g.id == j.GPU) && t.free(g, hd) > 0 {
+			gs = append(gs, g)
+		}
+	}
+	sort.SliceStable(gs, func(a, b int) bool {
+		if gs[a].used != gs[b].used {
+			return gs[a].used < gs[b].used
+		}
+		return gs[a].lastUsed < gs[b].lastUsed
+	})
+	return gs
+}
+
+// place finds slots for j outside what is held, or reports false.
+// Among hosts with room it picks the one whose best GPU is least loaded and
+// least recently used, so single-GPU jobs spread over hosts.
+func (t *slotTable) place(j *Job, hd held) (placement, bool) {
+	var best placement
+	for _, h := range t.candidates(j) {
+		gs := t.freeGPUs(h, j, hd)
+		if len(gs) < j.GPUs {
+			continue
+		}
+		if best.host == nil || better(gs[0], best.gpus[0]) {
+			best = placement{host: h, gpus: gs[:j.GPUs]}
+		}
+	}
+	return best, best.host != nil
+}
+
+func better(a, b *gpu) bool {
+	if a.used != b.used {
+		return a.used < b.used
+	}
+	return a.lastUsed < b.lastUsed
+}
+
+// hold reserves for j, the oldest waiting job, the free slots it will need,
+// on the eligible host where it is closest to fitting.
+func (t *slotTable) hold(j *Job, hd held) {
+	var target []*gpu
+	for _, h := range t.candidates(j) {
+		if gs := t.freeGPUs(h, j, hd); len(gs) > len(target) {
+			target = gs
+		}
+	}
+	for _, g := range target[:min(len(target), j.GPUs)] {
+		hd[g]++
+	}
+}
+
+// total counts the slots held.
+func (hd held) total() int {
+	n := 0
+	for _, c := range hd {
+		n += c
+	}
+	return n
+}
+
+func (t *slotTable) take(p placement) {
+	t.tick++
+	t.freeSlots -= len(p.gpus)
+	for _, g := range p.gpus {
+		g.used++
+		g.lastUsed = t.tick
+	}
+}
+
+func (t *slotTable) release(p placement) {
+	t.freeSlots += len(p.gpus)
+	for _, g := range p.gpus {
+		g.used--
+	}
+}
