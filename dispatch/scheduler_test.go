@@ -70,7 +70,9 @@ func TestPinsAndMultiGPU(t *testing.T) {
 	if c := count(func(st start) bool { return len(strings.Split(st.gpus, ",")) == 3 && st.host == "a" }); c != 3 {
 		t.Errorf("%d 3-GPU jobs on host a, want 3 (only a has 3 GPUs)", c)
 	}
-	if c := count(func(st start) bool { return st.command == "sleep 4ms" && st.host == "b" && len(strings.Split(st.gpus, ",")) == 2 }); c != 2 {
+	if c := count(func(st start) bool {
+		return st.command == "sleep 4ms" && st.host == "b" && len(strings.Split(st.gpus, ",")) == 2
+	}); c != 2 {
 		t.Errorf("%d 2-GPU jobs pinned to b ran there on 2 GPUs, want 2", c)
 	}
 }
