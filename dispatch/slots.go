@@ -172,6 +172,8 @@ func (t *slotTable) place(j *Job, hd held) (placement, bool) {
 			best = placement{host: h, gpus: gs[:j.GPUs]}
 		}
 	}
+	// CUDA_VISIBLE_DEVICES lists a job's GPUs in id order.
+	sort.Slice(best.gpus, func(a, b int) bool { return best.gpus[a].id < best.gpus[b].id })
 	return best, best.host != nil
 }
 

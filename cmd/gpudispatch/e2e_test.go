@@ -1,0 +1,490 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binary is the gpudispatch built for these tests.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gpudispatch-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "gpudispatch")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+// gpd runs the binary in dir with stdin and args, as a user would.
+func gpd(t *testing.T, dir, stdin string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Env = append(os.Environ(), "HOME="+dir)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{code: code, stdout: out.String(), stderr: errOut.String()}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func journal(t *testing.T, logDir string) []map[string]any {
+	t.Helper()
+	f, err := os.Open(filepath.Join(logDir, "journal.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var events []map[string]any
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var e map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			t.Fatalf("journal line %q: %v", sc.Text(), err)
+		}
+		events = append(events, e)
+	}
+	return events
+}
+
+func count(events []map[string]any, kind string) int {
+	n := 0
+	for _, e := range events {
+		if e["event"] == kind {
+			n++
+		}
+	}
+	return n
+}
+
+// Jobs that print $CUDA_VISIBLE_DEVICES and their start and end times: the
+// logs hold the right GPU, N slots run N at a time, and one GPU never runs
+// two jobs at once.
+func TestE2ESlotsAndLogs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var jobs strings.Builder
+	for i := 0; i < 9; i++ {
+		jobs.WriteString(`s=$(date +%s%N); sleep 0.3; echo "$CUDA_VISIBLE_DEVICES $s $(date +%s%N) $GPUDISPATCH_JOB_ID $GPUDISPATCH_HOST $CUDA_DEVICE_ORDER"` + "\n")
+	}
+	r := gpd(t, dir, jobs.String(), "--gpus", "0,1,2", "-o", "logs")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	type span struct {
+		gpu        string
+		start, end int64
+	}
+	var spans []span
+	for i := 1; i <= 9; i++ {
+		f := strings.Fields(readFile(t, filepath.Join(dir, "logs", strconv.Itoa(i)+".out")))
+		if len(f) != 6 || f[3] != strconv.Itoa(i) || f[4] != "localhost" || f[5] != "PCI_BUS_ID" {
+			t.Fatalf("job %d printed %q", i, f)
+		}
+		if f[0] != "0" && f[0] != "1" && f[0] != "2" {
+			t.Errorf("job %d got CUDA_VISIBLE_DEVICES=%q", i, f[0])
+		}
+		s, _ := strconv.ParseInt(f[1], 10, 64)
+		e, _ := strconv.ParseInt(f[2], 10, 64)
+		spans = append(spans, span{f[0], s, e})
+	}
+	peak := 0
+	for _, a := range spans {
+		n := 0
+		for _, b := range spans {
+			if b.start <= a.start && a.start < b.end {
+				n++
+				if b.gpu == a.gpu && b != a {
+					t.Errorf("GPU %s ran two jobs at once", a.gpu)
+				}
+			}
+		}
+		peak = max(peak, n)
+	}
+	if peak != 3 {
+		t.Errorf("%d jobs ran at once, want 3 (one per slot)", peak)
+	}
+	if !strings.Contains(r.stderr, "job 1 started on localhost:") || !strings.Contains(r.stderr, "9 jobs: 9 succeeded") {
+		t.Errorf("stderr:\n%s", r.stderr)
+	}
+}
+
+// The exact bytes of a job line reach the shell: its output is what bash
+// itself prints for it.
+func TestE2ENastyQuoting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	line := `echo "a'b" '$HOME' \\ ; printf '%s\n' "ü"`
+	want, err := exec.Command("bash", "-c", line).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := gpd(t, dir, line+"\n", "--gpus", "0")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(dir, "gpudispatch-logs", "1.out")); got != string(want) {
+		t.Errorf("job printed %q, bash prints %q", got, want)
+	}
+}
+
+// --resume runs again only the jobs that did not succeed.
+func TestE2EResume(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	jobs := "echo a >> ran\necho b >> ran; test -f fixed\n# comment\necho c >> ran\n"
+	r := gpd(t, dir, jobs, "--gpus", "0,1")
+	if r.code != 1 || !strings.Contains(r.stderr, "job 2 failed") {
+		t.Fatalf("first run: exit %d\n%s", r.code, r.stderr)
+	}
+	os.WriteFile(filepath.Join(dir, "fixed"), nil, 0o644)
+	// Reordered input: matched by the line, not its position.
+	reordered := "echo c >> ran\necho b >> ran; test -f fixed\necho a >> ran\n"
+	r = gpd(t, dir, reordered, "--gpus", "0,1", "--resume")
+	if r.code != 0 {
+		t.Fatalf("resumed run: exit %d\n%s", r.code, r.stderr)
+	}
+	lines := strings.Fields(readFile(t, filepath.Join(dir, "ran")))
+	sort.Strings(lines)
+	if strings.Join(lines, " ") != "a b b c" {
+		t.Errorf("jobs ran: %v, want a, b twice, c", lines)
+	}
+	if !strings.Contains(r.stderr, "2 skipped") {
+		t.Errorf("summary does not count the skipped jobs:\n%s", r.stderr)
+	}
+}
+
+// startGPD starts the binary with a pipe on stdin.
+func startGPD(t *testing.T, dir string, args ...string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	return cmd, stdin, &errOut
+}
+
+func waitForFile(t *testing.T, path string, want func(string) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil && want(string(b)) {
+			return string(b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s never got what was expected", path)
+	return ""
+}
+
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// simple_gpu_scheduler's queue recipe: jobs start as lines arrive on a pipe
+// that stays open (tail -f -n0 gpu.queue | gpudispatch --gpus 0,1,2).
+func TestE2EQueueRecipe(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	queue := filepath.Join(dir, "gpu.queue")
+	os.WriteFile(queue, nil, 0o644)
+	sh := exec.Command("bash", "-c", "tail -f -n 0 gpu.queue | "+binary+" --gpus 0,1,2")
+	sh.Dir = dir
+	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(-sh.Process.Pid, syscall.SIGKILL)
+	time.Sleep(300 * time.Millisecond) // tail is following
+	f, _ := os.OpenFile(queue, os.O_APPEND|os.O_WRONLY, 0)
+	fmt.Fprintln(f, "echo from the queue $CUDA_VISIBLE_DEVICES")
+	f.Close()
+	waitForFile(t, filepath.Join(dir, "gpudispatch-logs", "1.out"), func(s string) bool { return s == "from the queue 0\n" })
+}
+
+// Ctrl-C once drains: the running job finishes, the waiting ones are
+// cancelled, exit 130.
+func TestE2EDrainOnFirstSignal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd, stdin, errOut := startGPD(t, dir, "--gpus", "0")
+	io.WriteString(stdin, "echo started > started; sleep 1; echo done > done\necho never > never\n")
+	waitForFile(t, filepath.Join(dir, "started"), func(string) bool { return true })
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	if exitCode(err) != 130 {
+		t.Fatalf("exit %v, want 130\n%s", err, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "done")); err != nil {
+		t.Errorf("the running job did not finish: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "never")); err == nil {
+		t.Errorf("a job started after the drain")
+	}
+	events := journal(t, filepath.Join(dir, "gpudispatch-logs"))
+	if count(events, "finished") != 1 || count(events, "cancelled") != 1 {
+		t.Errorf("journal: %v", events)
+	}
+	if !strings.Contains(errOut.String(), "draining") {
+		t.Errorf("no drain message:\n%s", errOut)
+	}
+}
+
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && s[i+2] != 'Z'
+}
+
+// Ctrl-C twice kills the running jobs' whole process groups: no child is
+// left, even one that ignores TERM; the jobs are recorded cancelled.
+func TestE2ECancelOnSecondSignal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd, stdin, errOut := startGPD(t, dir, "--gpus", "0,1")
+	io.WriteString(stdin, "sleep 300 & echo $! >> pids; echo $$ >> pids; wait\ntrap '' TERM; sleep 301 & echo $! >> pids; wait\n")
+	pidText := waitForFile(t, filepath.Join(dir, "pids"), func(s string) bool { return len(strings.Fields(s)) == 3 })
+	cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(100 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	if exitCode(err) != 130 {
+		t.Fatalf("exit %v, want 130\n%s", err, errOut)
+	}
+	for _, p := range strings.Fields(pidText) {
+		pid, _ := strconv.Atoi(p)
+		if alive(pid) {
+			t.Errorf("process %d is still running after the cancel", pid)
+		}
+	}
+	if n := count(journal(t, filepath.Join(dir, "gpudispatch-logs")), "cancelled"); n != 2 {
+		t.Errorf("%d jobs recorded cancelled, want 2", n)
+	}
+}
+
+// simple_gpu_scheduler's spelling: GPU ids as separate words, then job files.
+func TestE2EGPUsAsSeparateWords(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "jobs.txt"), []byte("echo $CUDA_VISIBLE_DEVICES\necho $CUDA_VISIBLE_DEVICES\n"), 0o644)
+	r := gpd(t, dir, "", "--gpus", "3", "5", "jobs.txt")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	got := readFile(t, filepath.Join(dir, "gpudispatch-logs", "1.out")) + readFile(t, filepath.Join(dir, "gpudispatch-logs", "2.out"))
+	if got != "3\n5\n" && got != "5\n3\n" {
+		t.Errorf("jobs saw GPUs %q, want 3 and 5", got)
+	}
+}
+
+// Two slots on GPU 0 (--gpus 0,0,1).
+func TestE2ERepeatedGPUIsAnotherSlot(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := gpd(t, dir, strings.Repeat("sleep 0.3\n", 3), "--gpus", "0,0,1", "--dry-run")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	want := "job 1 would run on localhost:0: sleep 0.3\njob 2 would run on localhost:1: sleep 0.3\njob 3 would run on localhost:0: sleep 0.3\n"
+	if r.stdout != want {
+		t.Errorf("dry run printed:\n%s\nwant:\n%s", r.stdout, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gpudispatch-logs")); err == nil {
+		t.Errorf("--dry-run created the log dir")
+	}
+}
+
+func TestE2EInventory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "lab.yaml"), []byte(`defaults:
+  env: { GREETING: "hello there" }
+  workdir: ~/work
+  setup: export FROM_SETUP=yes
+hosts:
+  - name: workstation
+    local: true
+    gpus: [0, 1]
+`), 0o644)
+	os.Mkdir(filepath.Join(dir, "work"), 0o755)
+	r := gpd(t, dir, "echo \"$GREETING $FROM_SETUP $PWD $GPUDISPATCH_HOST\"\n", "-i", "lab.yaml")
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	want := "hello there yes " + filepath.Join(dir, "work") + " workstation\n"
+	if got := readFile(t, filepath.Join(dir, "gpudispatch-logs", "1.out")); got != want {
+		t.Errorf("job printed %q, want %q", got, want)
+	}
+}
+
+func TestE2EUsageErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "bad.yaml"), []byte("hosts:\n  - name: a\n    gpus: []\n"), 0o644)
+	tests := []struct {
+		args    []string
+		env     string
+		wantErr string
+	}{
+		{args: []string{"-i", "bad.yaml"}, wantErr: "bad.yaml:3: hosts[0].gpus: empty"},
+		{args: []string{"-i", "missing.yaml"}, wantErr: "missing.yaml: no such file"},
+		{args: []string{"--gpus", "0", "nosuchjobs.txt"}, wantErr: "job file: open nosuchjobs.txt: no such file"},
+		{args: []string{"--gpus", "x"}, wantErr: `--gpus: "x" is not a GPU id`},
+		{args: []string{"--gpus", "0", "-i", "bad.yaml"}, wantErr: "give one"},
+		{args: []string{"--bogus"}, wantErr: "unknown flag: --bogus"},
+		// No inventory, no --gpus and no nvidia-smi on PATH.
+		{args: nil, env: "PATH=/usr/bin:/bin", wantErr: "no inventory and no nvidia-smi here: say which GPUs to use with --gpus"},
+	}
+	for _, tt := range tests {
+		if tt.args == nil && hasNvidiaSMI() {
+			t.Log("nvidia-smi is installed here: the no-GPU default cannot be tested")
+			continue
+		}
+		cmd := exec.Command(binary, tt.args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "HOME="+dir)
+		if tt.env != "" {
+			cmd.Env = append(cmd.Env, tt.env)
+		}
+		cmd.Stdin = strings.NewReader("echo hi\n")
+		out, err := cmd.CombinedOutput()
+		if exitCode(err) != 2 || !strings.Contains(string(out), tt.wantErr) {
+			t.Errorf("%v: exit %v, output %q; want exit 2 and %q", tt.args, err, out, tt.wantErr)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gpudispatch-logs")); err == nil {
+		t.Errorf("a failed start created the log dir")
+	}
+}
+
+func hasNvidiaSMI() bool {
+	for _, dir := range []string{"/usr/bin", "/bin", "/usr/local/bin", "/usr/sbin"} {
+		if _, err := os.Stat(filepath.Join(dir, "nvidia-smi")); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Every flag can be given as GPUDISPATCH_<FLAG>.
+func TestE2EFlagsFromEnvironment(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd := exec.Command(binary)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GPUDISPATCH_GPUS=4", "GPUDISPATCH_LOG_DIR=elsewhere")
+	cmd.Stdin = strings.NewReader("echo $CUDA_VISIBLE_DEVICES\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if got := readFile(t, filepath.Join(dir, "elsewhere", "1.out")); got != "4\n" {
+		t.Errorf("got %q", got)
+	}
+}
+
+// --json prints the journal's events on stdout; rejected lines name their
+// line and the rest still run.
+func TestE2EJSONAndRejectedLine(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := gpd(t, dir, "echo ok\n[gpus=2] echo too many\necho ok too\n", "--gpus", "0", "--json", "-q")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1 (a line was rejected)", r.code)
+	}
+	if !strings.Contains(r.stderr, "line 2: job 2 rejected: gpus=2: no host has that many GPUs") {
+		t.Errorf("stderr:\n%s", r.stderr)
+	}
+	var kinds []string
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var e struct{ Event string }
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("stdout line %q: %v", line, err)
+		}
+		kinds = append(kinds, e.Event)
+	}
+	if strings.Count(strings.Join(kinds, " "), "finished") != 2 || !strings.Contains(strings.Join(kinds, " "), "rejected") {
+		t.Errorf("events %v", kinds)
+	}
+}
+
+// The examples in the README run as they are.
+func TestE2EExamples(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := gpd(t, dir, readFile(t, "../../examples/cmds.txt"), "--gpus", "0,1,2")
+	if r.code != 0 {
+		t.Fatalf("examples/cmds.txt: exit %d\n%s", r.code, r.stderr)
+	}
+	abs, _ := filepath.Abs("../../examples/local.yaml")
+	r = gpd(t, dir, readFile(t, "../../examples/cmds.txt"), "--inventory", abs, "-o", "logs2")
+	if r.code != 0 {
+		t.Fatalf("examples/local.yaml: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+func TestE2EVersion(t *testing.T) {
+	t.Parallel()
+	r := gpd(t, t.TempDir(), "", "version")
+	if r.code != 0 || !strings.HasPrefix(r.stdout, "gpudispatch ") {
+		t.Errorf("version: %+v", r)
+	}
+}

@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/hosts"
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// runOptions are run's flags after viper merged GPUDISPATCH_* into them.
+type runOptions struct {
+	inventory string
+	gpus      []int
+	hosts     []string
+	logDir    string
+	resume    bool
+	retries   int
+	timeout   time.Duration
+	dryRun    bool
+	json      bool
+	quiet     bool
+	verbose   bool
+	files     []string
+}
+
+func newRunCommand(s streams) *cobra.Command {
+	v := viper.New()
+	cmd := &cobra.Command{
+		Use:   "run [flags] [JOBFILE ...]",
+		Short: "Run jobs from files, or from standard input when none or \"-\"",
+		Long: `Run one shell command per line on every free host:gpu slot.
+
+Job lines: "cmd", "@HOST cmd", "@HOST:GPU cmd", or "[host=H gpu=G gpus=N name=NAME timeout=DUR] cmd".
+A job starts as soon as its line arrives and a slot is free. Every flag can
+also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
+
+` + exitHelp,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o, err := readRunOptions(cmd, v, args)
+			if err != nil {
+				return err
+			}
+			return runRun(cmd.Context(), s, o)
+		},
+	}
+	f := cmd.Flags()
+	f.SortFlags = false
+	f.StringP("inventory", "i", "", "inventory file (YAML, TOML or JSON by extension)")
+	f.String("gpus", "", "local mode without an inventory: GPU ids, \"0,1,2\" or \"0 1 2\"; a repeated id is one more slot")
+	f.String("hosts", "", "use only these inventory hosts (comma-separated)")
+	f.StringP("log-dir", "o", "gpudispatch-logs", "where job logs and journal.jsonl go")
+	f.Bool("resume", false, "skip jobs that the journal in the log dir records as succeeded")
+	f.Int("retries", 2, "times a job is queued again after its host was lost mid-run")
+	f.Duration("timeout", 0, "per-job wall-clock limit (e.g. 2h); its processes are killed when it passes")
+	f.Bool("dry-run", false, "print where each job would run; run nothing")
+	f.Bool("json", false, "print one JSON object per event on stdout")
+	f.BoolP("quiet", "q", false, "print only what went wrong, and the summary")
+	f.BoolP("verbose", "v", false, "print queued and skipped jobs too")
+	v.SetEnvPrefix("GPUDISPATCH")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	if err := v.BindPFlags(f); err != nil {
+		panic(err) // only on a programming error: the flags were just defined
+	}
+	return cmd
+}
+
+func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptions, error) {
+	o := runOptions{
+		inventory: v.GetString("inventory"),
+		logDir:    v.GetString("log-dir"),
+		resume:    v.GetBool("resume"),
+		retries:   v.GetInt("retries"),
+		timeout:   v.GetDuration("timeout"),
+		dryRun:    v.GetBool("dry-run"),
+		json:      v.GetBool("json"),
+		quiet:     v.GetBool("quiet"),
+		verbose:   v.GetBool("verbose"),
+	}
+	gpus := v.GetString("gpus")
+	// simple_gpu_scheduler's form: --gpus 0 1 2 cmds.txt. Bare integers right
+	// after the flag (before any "--") are more GPU ids.
+	if cmd.Flags().Changed("gpus") {
+		dash := cmd.ArgsLenAtDash()
+		for len(args) > 0 && dash != 0 && isGPUID(args[0]) {
+			gpus += " " + args[0]
+			args = args[1:]
+			dash--
+		}
+	}
+	if gpus != "" {
+		ids, err := parseGPUList(gpus)
+		if err != nil {
+			return o, usageError("--gpus: %v", err)
+		}
+		o.gpus = ids
+	}
+	if h := v.GetString("hosts"); h != "" {
+		o.hosts = strings.FieldsFunc(h, func(r rune) bool { return r == ',' || r == ' ' })
+	}
+	if o.inventory != "" && o.gpus != nil {
+		return o, usageError("--inventory and --gpus: give one (--gpus is local mode without an inventory)")
+	}
+	if o.retries < 0 {
+		return o, usageError("--retries: want 0 or more")
+	}
+	if o.timeout < 0 {
+		return o, usageError("--timeout: want a positive duration")
+	}
+	o.files = args
+	return o, nil
+}
+
+func isGPUID(s string) bool {
+	n, err := strconv.Atoi(s)
+	return err == nil && n >= 0 && strconv.Itoa(n) == s
+}
+
+func parseGPUList(s string) ([]int, error) {
+	var ids []int
+	for _, w := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' }) {
+		if !isGPUID(w) {
+			return nil, fmt.Errorf("%q is not a GPU id (0, 1, ...)", w)
+		}
+		id, _ := strconv.Atoi(w)
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		return nil, errors.New("no GPU ids")
+	}
+	return ids, nil
+}
+
+// loadInventory finds the lab: --inventory, --gpus, the default places, and
+// last this machine's GPUs as nvidia-smi lists them.
+func loadInventory(o runOptions) (*inventory.Inventory, error) {
+	path := o.inventory
+	switch {
+	case path != "":
+	case o.gpus != nil:
+		return inventory.Local(o.gpus), nil
+	default:
+		found, err := inventory.Find()
+		if err != nil {
+			return nil, usageError("looking for an inventory: %v", err)
+		}
+		if found == "" {
+			inv := inventory.Local(nil)
+			inv.Hosts[0].AutoGPUs = true
+			return inv, nil
+		}
+		path = found
+	}
+	inv, err := inventory.Load(path)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	if o.hosts != nil {
+		var keep []inventory.Host
+		for _, name := range o.hosts {
+			h := inv.HostNamed(name)
+			if h == nil {
+				return nil, usageError("--hosts: %s is not a host of %s", name, path)
+			}
+			keep = append(keep, *h)
+		}
+		inv.Hosts = keep
+	}
+	return inv, nil
+}
+
+func openInputs(s streams, files []string) ([]dispatch.Input, func(), error) {
+	if len(files) == 0 {
+		files = []string{"-"}
+	}
+	var inputs []dispatch.Input
+	var opened []*os.File
+	closeAll := func() {
+		for _, f := range opened {
+			f.Close()
+		}
+	}
+	for _, name := range files {
+		if name == "-" {
+			inputs = append(inputs, dispatch.Input{R: s.in})
+			continue
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			closeAll()
+			return nil, nil, usageError("job file: %v", err)
+		}
+		opened = append(opened, f)
+		inputs = append(inputs, dispatch.Input{Name: name, R: f})
+	}
+	return inputs, closeAll, nil
+}
+
+func runRun(ctx context.Context, s streams, o runOptions) error {
+	inv, err := loadInventory(o)
+	if err != nil {
+		return err
+	}
+	inputs, closeInputs, err := openInputs(s, o.files)
+	if err != nil {
+		return err
+	}
+	defer closeInputs()
+	if slices.Contains(o.files, "-") || len(o.files) == 0 {
+		if isTerminal(s.in) && !o.quiet {
+			fmt.Fprintln(s.err, "gpudispatch: reading jobs from the terminal, one per line; end with Ctrl-D")
+		}
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	inv, executor, err := hosts.Open(ctx, inv, hosts.DefaultSupervision)
+	if err != nil {
+		if errors.Is(err, hosts.ErrNoNvidiaSMI) && o.inventory == "" && o.gpus == nil {
+			return usageError("no inventory and no nvidia-smi here: say which GPUs to use with --gpus 0,1 or describe your hosts with --inventory lab.yaml")
+		}
+		return usageError("%v", err)
+	}
+	opts := dispatch.Options{
+		Inventory: inv,
+		Executor:  executor,
+		LogDir:    o.logDir,
+		Resume:    o.resume,
+		Retries:   o.retries,
+		Timeout:   o.timeout,
+	}
+	if o.dryRun {
+		summary, err := dispatch.Plan(opts, inputs, s.out)
+		if err != nil {
+			return usageError("%v", err)
+		}
+		return exitWith(summary.ExitCode())
+	}
+	opts.Reporters = append(opts.Reporters, &dispatch.TextReporter{W: s.err, Quiet: o.quiet, Verbose: o.verbose})
+	if o.json {
+		opts.Reporters = append(opts.Reporters, dispatch.JSONReporter{W: s.out})
+	}
+	drain := make(chan struct{})
+	opts.Drain = drain
+	go handleSignals(ctx, s, drain, cancel)
+
+	summary, err := dispatch.Run(ctx, opts, inputs)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	summary.Write(s.err)
+	return exitWith(summary.ExitCode())
+}
+
+func exitWith(code int) error {
+	if code == exitOK {
+		return nil
+	}
+	return &exitError{code: code}
+}
+
+// handleSignals turns the first SIGINT or SIGTERM into a drain and the
+// second into a cancel. SIGHUP (a closed terminal or ssh session) is noted
+// and otherwise ignored: the run goes on. It returns when ctx ends.
+func handleSignals(ctx context.Context, s streams, drain chan<- struct{}, cancel context.CancelFunc) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	drained := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sig := <-sigs:
+			switch {
+			case sig == syscall.SIGHUP:
+				fmt.Fprintln(s.err, "gpudispatch: SIGHUP ignored; the run goes on")
+			case !drained:
+				drained = true
+				close(drain)
+				fmt.Fprintln(s.err, "gpudispatch: draining: no new job starts, running jobs finish; send it again (Ctrl-C) to kill them")
+			default:
+				fmt.Fprintln(s.err, "gpudispatch: cancelling: killing the running jobs")
+				cancel()
+				return
+			}
+		}
+	}
+}
