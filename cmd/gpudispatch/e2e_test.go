@@ -376,6 +376,23 @@ hosts:
 	}
 }
 
+// gpus: auto, and no inventory at all, both ask nvidia-smi (here a fake
+// one that the login shell finds through ~/.bash_profile, as jobs would).
+func TestE2EAutoGPUs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	os.Mkdir(filepath.Join(dir, "bin"), 0o755)
+	os.WriteFile(filepath.Join(dir, "bin", "nvidia-smi"), []byte("#!/bin/sh\necho '0, GPU-a, Fake, 100, 0, 0'\necho '7, GPU-b, Fake, 100, 0, 0'\n"), 0o755)
+	os.WriteFile(filepath.Join(dir, ".bash_profile"), []byte("PATH="+filepath.Join(dir, "bin")+":$PATH\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "auto.yaml"), []byte("hosts:\n  - name: here\n    local: true\n    gpus: auto\n"), 0o644)
+	for _, args := range [][]string{{"-i", "auto.yaml", "--dry-run"}, {"--dry-run"}} {
+		r := gpd(t, dir, "a\nb\n", args...)
+		if r.code != 0 || !strings.Contains(r.stdout, ":0: a") || !strings.Contains(r.stdout, ":7: b") {
+			t.Errorf("%v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
 func TestE2EUsageErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

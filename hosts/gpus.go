@@ -1,0 +1,77 @@
+package hosts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// GPU is what nvidia-smi reports about one GPU.
+type GPU struct {
+	Index         int
+	UUID          string
+	Name          string
+	MemoryTotalMB int
+	MemoryUsedMB  int
+	Utilization   int // percent
+}
+
+// ErrNoNvidiaSMI means the host has no nvidia-smi on the login shell's PATH.
+var ErrNoNvidiaSMI = errors.New("nvidia-smi not found")
+
+// gpuQuery asks for the fields GPU holds, in its order.
+const gpuQuery = "nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu --format=csv,noheader,nounits"
+
+// ProbeGPUs asks nvidia-smi on r's machine for its GPUs, through the same
+// login shell as jobs so it sees the same PATH.
+func ProbeGPUs(ctx context.Context, r Runner) ([]GPU, error) {
+	var out, errOut bytes.Buffer
+	code, err := r.Run(ctx, Command{Script: gpuQuery}, &out, &errOut)
+	switch {
+	case err != nil:
+		return nil, err
+	case code == 127:
+		return nil, ErrNoNvidiaSMI
+	case code != 0:
+		return nil, fmt.Errorf("nvidia-smi: exit status %d: %s", code, strings.TrimSpace(errOut.String()))
+	}
+	return parseGPUs(out.String())
+}
+
+// parseGPUs reads nvidia-smi's CSV answer to gpuQuery. Fields it cannot
+// measure ("[N/A]", "[Not Supported]") read as 0.
+func parseGPUs(csv string) ([]GPU, error) {
+	var gpus []GPU
+	for n, line := range strings.Split(strings.TrimSpace(csv), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		f := strings.Split(line, ",")
+		if len(f) != 6 {
+			return nil, fmt.Errorf("nvidia-smi line %d: want 6 fields, got %q", n+1, line)
+		}
+		for i := range f {
+			f[i] = strings.TrimSpace(f[i])
+		}
+		idx, err := strconv.Atoi(f[0])
+		if err != nil || idx < 0 {
+			return nil, fmt.Errorf("nvidia-smi line %d: GPU index %q", n+1, f[0])
+		}
+		gpus = append(gpus, GPU{
+			Index: idx, UUID: f[1], Name: f[2],
+			MemoryTotalMB: number(f[3]), MemoryUsedMB: number(f[4]), Utilization: number(f[5]),
+		})
+	}
+	return gpus, nil
+}
+
+func number(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0
+	}
+	return n
+}

@@ -1,0 +1,110 @@
+package hosts
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseGPUs(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, csv string
+		want      []GPU
+		wantErr   string
+	}{
+		{name: "two GPUs", csv: "0, GPU-aaa, NVIDIA A100-SXM4-80GB, 81920, 1024, 37\n1, GPU-bbb, NVIDIA A100-SXM4-80GB, 81920, 0, 0\n",
+			want: []GPU{{0, "GPU-aaa", "NVIDIA A100-SXM4-80GB", 81920, 1024, 37}, {1, "GPU-bbb", "NVIDIA A100-SXM4-80GB", 81920, 0, 0}}},
+		{name: "not supported fields", csv: "3, GPU-c, Tesla K80, 11441, [N/A], [Not Supported]\n",
+			want: []GPU{{3, "GPU-c", "Tesla K80", 11441, 0, 0}}},
+		{name: "no GPUs", csv: "\n", want: nil},
+		{name: "short line", csv: "0, GPU-a\n", wantErr: "nvidia-smi line 1: want 6 fields"},
+		{name: "bad index", csv: "x, u, n, 1, 1, 1\n", wantErr: `nvidia-smi line 1: GPU index "x"`},
+	}
+	for _, tt := range tests {
+		got, err := parseGPUs(tt.csv)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%s: err = %v, want %q", tt.name, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: got %+v, %v", tt.name, got, err)
+		}
+	}
+}
+
+func FuzzParseGPUs(f *testing.F) {
+	f.Add("0, GPU-aaa, NVIDIA A100-SXM4-80GB, 81920, 1024, 37\n")
+	f.Add("3, GPU-c, Tesla K80, 11441, [N/A], [Not Supported]\n1,a,b,c,d,e")
+	f.Fuzz(func(t *testing.T, csv string) {
+		gpus, err := parseGPUs(csv)
+		if err != nil {
+			return
+		}
+		for _, g := range gpus {
+			if g.Index < 0 {
+				t.Fatalf("negative index from %q", csv)
+			}
+		}
+	})
+}
+
+// fakeNvidiaSMI puts an nvidia-smi printing csv on the login shell's PATH of
+// a home directory, as a user's ~/.bash_profile would, and returns the env
+// that selects that home.
+func fakeNvidiaSMI(t *testing.T, csv string) []string {
+	t.Helper()
+	home := t.TempDir()
+	bin := filepath.Join(home, "bin")
+	os.Mkdir(bin, 0o755)
+	os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte("#!/bin/sh\ncat <<'X'\n"+csv+"X\n"), 0o755)
+	os.WriteFile(filepath.Join(home, ".bash_profile"), []byte("PATH="+bin+":$PATH\n"), 0o644)
+	return []string{"HOME=" + home}
+}
+
+// envRunner runs through Local with extra environment.
+type envRunner struct {
+	Local
+	env []string
+}
+
+func (r envRunner) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (int, error) {
+	c.Env = append(append([]string(nil), r.env...), c.Env...)
+	return r.Local.Run(ctx, c, stdout, stderr)
+}
+
+func TestProbeGPUsThroughLoginShell(t *testing.T) {
+	t.Parallel()
+	env := fakeNvidiaSMI(t, "0, GPU-a, Fake GPU, 100, 1, 2\n1, GPU-b, Fake GPU, 100, 3, 4\n")
+	gpus, err := ProbeGPUs(context.Background(), envRunner{Local{Supervision: fast}, env})
+	if err != nil || len(gpus) != 2 || gpus[1].UUID != "GPU-b" || gpus[1].Utilization != 4 {
+		t.Fatalf("got %+v, %v", gpus, err)
+	}
+}
+
+func TestProbeGPUsWithoutNvidiaSMI(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/usr/bin/nvidia-smi"); err == nil {
+		t.Skip("nvidia-smi is installed here")
+	}
+	home := t.TempDir()
+	_, err := ProbeGPUs(context.Background(), envRunner{Local{Supervision: fast}, []string{"HOME=" + home, "PATH=/nonexistent"}})
+	if !errors.Is(err, ErrNoNvidiaSMI) {
+		t.Fatalf("err = %v, want ErrNoNvidiaSMI", err)
+	}
+}
+
+func TestSetUnknownHost(t *testing.T) {
+	t.Parallel()
+	_, err := Set{}.Run(context.Background(), "nowhere", Command{Script: "true"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "nowhere: not a host of this run") {
+		t.Fatalf("err = %v", err)
+	}
+}
