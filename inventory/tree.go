@@ -76,7 +76,8 @@ func decode(data []byte, format string) (*node, error) {
 		if len(doc.Content) == 0 {
 			return &node{isMap: true}, nil
 		}
-		return fromYAML(doc.Content[0])
+		budget := maxNodes
+		return fromYAML(doc.Content[0], &budget)
 	case "toml":
 		var v map[string]any
 		if err := toml.Unmarshal(data, &v); err != nil {
@@ -109,11 +110,18 @@ func jsonError(data []byte, err error) error {
 	return err
 }
 
-func fromYAML(y *yaml.Node) (*node, error) {
+// maxNodes bounds the values a file may expand to: YAML aliases can make a
+// small file mean billions of values.
+const maxNodes = 100_000
+
+func fromYAML(y *yaml.Node, budget *int) (*node, error) {
+	if *budget--; *budget < 0 {
+		return nil, &lineError{line: y.Line, err: fmt.Errorf("more than %d values (YAML aliases expand too far)", maxNodes)}
+	}
 	n := &node{line: y.Line}
 	switch y.Kind {
 	case yaml.AliasNode:
-		return fromYAML(y.Alias)
+		return fromYAML(y.Alias, budget)
 	case yaml.MappingNode:
 		n.isMap = true
 		for i := 0; i+1 < len(y.Content); i += 2 {
@@ -124,7 +132,7 @@ func fromYAML(y *yaml.Node) (*node, error) {
 			if k.Tag == "!!merge" {
 				return nil, &lineError{line: k.Line, err: fmt.Errorf("merge keys (<<) are not supported")}
 			}
-			val, err := fromYAML(v)
+			val, err := fromYAML(v, budget)
 			if err != nil {
 				return nil, err
 			}
@@ -135,7 +143,7 @@ func fromYAML(y *yaml.Node) (*node, error) {
 	case yaml.SequenceNode:
 		n.isSeq = true
 		for _, c := range y.Content {
-			item, err := fromYAML(c)
+			item, err := fromYAML(c, budget)
 			if err != nil {
 				return nil, err
 			}
