@@ -321,6 +321,41 @@ func TestE2ECancelOnSecondSignal(t *testing.T) {
 	}
 }
 
+// A job past its time limit is killed with its whole group and recorded
+// timeout; --timeout applies to jobs without their own timeout=.
+func TestE2ETimeout(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := gpd(t, dir, "[timeout=1s] sleep 300 & echo $! > pid1; wait\nsleep 301 & echo $! > pid2; wait\necho fine\n", "--gpus", "0,1", "--timeout", "2s")
+	if r.code != 1 || !strings.Contains(r.stderr, "job 1 timed out") || !strings.Contains(r.stderr, "job 2 timed out") {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	for _, f := range []string{"pid1", "pid2"} {
+		pid, _ := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(dir, f))))
+		if alive(pid) {
+			t.Errorf("%s: process %d outlived its timeout", f, pid)
+		}
+	}
+	if n := count(journal(t, filepath.Join(dir, "gpudispatch-logs")), "timeout"); n != 2 {
+		t.Errorf("%d timeout events, want 2", n)
+	}
+}
+
+// --hosts keeps only the hosts named.
+func TestE2EHostsFilter(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "lab.yaml"), []byte("hosts:\n  - {name: one, local: true, gpus: 1}\n  - {name: two, local: true, gpus: 1}\n"), 0o644)
+	r := gpd(t, dir, "a\nb\nc\n", "-i", "lab.yaml", "--hosts", "two", "--dry-run")
+	if r.code != 0 || strings.Contains(r.stdout, "on one:") || strings.Count(r.stdout, "on two:0") != 3 {
+		t.Errorf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = gpd(t, dir, "a\n", "-i", "lab.yaml", "--hosts", "three")
+	if r.code != 2 || !strings.Contains(r.stderr, "--hosts: three is not a host of lab.yaml") {
+		t.Errorf("exit %d\n%s", r.code, r.stderr)
+	}
+}
+
 // simple_gpu_scheduler's spelling: GPU ids as separate words, then job files.
 func TestE2EGPUsAsSeparateWords(t *testing.T) {
 	t.Parallel()
