@@ -2,42 +2,147 @@ package hosts
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
-// ErrRemoteUnsupported is returned for a host that is not local: this build
-// runs jobs on this machine only.
-var ErrRemoteUnsupported = errors.New("remote hosts (over SSH) are not supported by this build yet; mark the host `local: true` or use --gpus")
+// Options configure how hosts are reached.
+type Options struct {
+	Supervision Supervision
+	// ConnectTimeout bounds the TCP connect plus SSH handshake per host.
+	ConnectTimeout time.Duration
+	// Keepalive is how often an idle connection is checked; one that does
+	// not answer within two more intervals is closed.
+	Keepalive time.Duration
+	// AcceptNewHostKeys records unknown host keys (--accept-new-host-keys).
+	AcceptNewHostKeys bool
+	// ProbeGPUs asks every host's nvidia-smi, not only `gpus: auto` ones.
+	ProbeGPUs bool
+}
 
-// Open prepares a Runner for every host of inv and returns them with a copy
-// of inv whose `gpus: auto` hosts list the GPUs nvidia-smi reported.
-func Open(ctx context.Context, inv *inventory.Inventory, sup Supervision) (*inventory.Inventory, Set, error) {
-	out := *inv
-	out.Hosts = append([]inventory.Host(nil), inv.Hosts...)
-	set := Set{}
-	for i := range out.Hosts {
-		h := &out.Hosts[i]
-		if !h.Local {
-			return nil, nil, fmt.Errorf("host %s: %w", h.Name, ErrRemoteUnsupported)
-		}
-		r := Local{Supervision: sup}
-		if h.AutoGPUs {
-			gpus, err := ProbeGPUs(ctx, r)
-			if err != nil {
-				return nil, nil, fmt.Errorf("host %s: gpus: auto: %w", h.Name, err)
-			}
-			if len(gpus) == 0 {
-				return nil, nil, fmt.Errorf("host %s: gpus: auto: nvidia-smi lists no GPU", h.Name)
-			}
-			for _, g := range gpus {
-				h.GPUs = append(h.GPUs, g.Index)
-			}
-			h.AutoGPUs = false
-		}
-		set[h.Name] = r
+// HostState is what opening a host found.
+type HostState struct {
+	Host inventory.Host
+	// Addr is user@host:port for SSH hosts, "local" for local ones.
+	Addr string
+	// Err is why the host cannot be used, or nil.
+	Err error
+	// ServerVersion is the SSH server's banner.
+	ServerVersion string
+	// GPUs is what nvidia-smi reported (nil when it was not asked or failed);
+	// GPUErr is why it failed.
+	GPUs   []GPU
+	GPUErr error
+}
+
+// Lab is the hosts of a run, opened.
+type Lab struct {
+	// Inventory holds the usable hosts, with `gpus: auto` resolved.
+	Inventory *inventory.Inventory
+	// Runners runs jobs on them.
+	Runners Set
+	// States has one entry per inventory host, in inventory order.
+	States []HostState
+	dialer *dialer
+	pools  []*pool
+}
+
+// Open connects to every host of inv at once. A host that cannot be reached
+// (or whose GPUs cannot be found) is left out with the reason in its state;
+// an error means nothing could be tried (a broken ssh_config).
+func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error) {
+	cfg, err := loadSSHConfig(inv.SSHConfig)
+	if err != nil {
+		return nil, err
 	}
-	return &out, set, nil
+	lab := &Lab{
+		States: make([]HostState, len(inv.Hosts)),
+		dialer: newDialer(o.ConnectTimeout, o.Keepalive),
+	}
+	runners := make([]Runner, len(inv.Hosts))
+	pools := make([]*pool, len(inv.Hosts))
+	var wg sync.WaitGroup
+	for i, h := range inv.Hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lab.States[i], runners[i], pools[i] = open(ctx, inv, cfg, h, lab.dialer, o)
+		}()
+	}
+	wg.Wait()
+	usable := *inv
+	usable.Hosts = nil
+	lab.Runners = Set{}
+	for i, st := range lab.States {
+		if pools[i] != nil {
+			lab.pools = append(lab.pools, pools[i])
+		}
+		if st.Err == nil {
+			usable.Hosts = append(usable.Hosts, st.Host)
+			lab.Runners[st.Host.Name] = runners[i]
+		}
+	}
+	lab.Inventory = &usable
+	return lab, nil
+}
+
+// open readies one host: a runner for it, its GPUs, or why not.
+func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inventory.Host, d *dialer, o Options) (HostState, Runner, *pool) {
+	st := HostState{Host: h, Addr: "local"}
+	var r Runner = Local{Supervision: o.Supervision}
+	var p *pool
+	if !h.Local {
+		t, err := resolve(inv, cfg, h, o.AcceptNewHostKeys)
+		st.Addr = t.User + "@" + t.Addr()
+		if t.Jump != nil {
+			st.Addr += " via " + t.Jump.Name
+		}
+		if err != nil {
+			st.Err = err
+			return st, nil, nil
+		}
+		sshCfg, closeAgent, err := d.clientConfig(t)
+		if err != nil {
+			st.Err = err
+			return st, nil, nil
+		}
+		// The pool keeps the agent connection: later connections sign with it.
+		p = &pool{target: t, cfg: sshCfg, dialer: d, closeAgent: closeAgent}
+		if st.ServerVersion, err = p.connect(ctx); err != nil {
+			st.Err = fmt.Errorf("connect %s: %w", t.Addr(), err)
+			return st, nil, p
+		}
+		r = &Remote{name: h.Name, pool: p, supervision: o.Supervision}
+	}
+	if h.AutoGPUs || o.ProbeGPUs {
+		st.GPUs, st.GPUErr = ProbeGPUs(ctx, r)
+		if h.AutoGPUs {
+			switch {
+			case st.GPUErr != nil:
+				st.Err = fmt.Errorf("gpus: auto: %w", st.GPUErr)
+			case len(st.GPUs) == 0:
+				st.Err = fmt.Errorf("gpus: auto: nvidia-smi lists no GPU")
+			}
+			if st.Err != nil {
+				return st, nil, p
+			}
+			st.Host.GPUs = nil
+			for _, g := range st.GPUs {
+				st.Host.GPUs = append(st.Host.GPUs, g.Index)
+			}
+			st.Host.AutoGPUs = false
+		}
+	}
+	return st, r, p
+}
+
+// Close closes every connection.
+func (l *Lab) Close() {
+	for _, p := range l.pools {
+		p.close()
+	}
+	l.dialer.close()
 }

@@ -29,6 +29,9 @@ type runOptions struct {
 	resume    bool
 	retries   int
 	timeout   time.Duration
+	connect   time.Duration
+	keepalive time.Duration
+	acceptNew bool
 	dryRun    bool
 	json      bool
 	quiet     bool
@@ -66,6 +69,9 @@ also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
 	f.Bool("resume", false, "skip jobs that the journal in the log dir records as succeeded")
 	f.Int("retries", 2, "times a job is queued again after its host was lost mid-run")
 	f.Duration("timeout", 0, "per-job wall-clock limit (e.g. 2h); its processes are killed when it passes")
+	f.Duration("connect-timeout", 10*time.Second, "TCP connect plus SSH handshake limit per host")
+	f.Bool("accept-new-host-keys", false, "record the keys of hosts known_hosts does not know yet (as OpenSSH's accept-new); changed keys are always refused")
+	f.Duration("keepalive", 10*time.Second, "how often connections and jobs are checked for life; a dead host or coordinator is noticed within about 3 times this")
 	f.Bool("dry-run", false, "print where each job would run; run nothing")
 	f.Bool("json", false, "print one JSON object per event on stdout")
 	f.BoolP("quiet", "q", false, "print only what went wrong, and the summary")
@@ -86,6 +92,9 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 		resume:    v.GetBool("resume"),
 		retries:   v.GetInt("retries"),
 		timeout:   v.GetDuration("timeout"),
+		connect:   v.GetDuration("connect-timeout"),
+		keepalive: v.GetDuration("keepalive"),
+		acceptNew: v.GetBool("accept-new-host-keys"),
 		dryRun:    v.GetBool("dry-run"),
 		json:      v.GetBool("json"),
 		quiet:     v.GetBool("quiet"),
@@ -120,6 +129,9 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 	}
 	if o.timeout < 0 {
 		return o, usageError("--timeout: want a positive duration")
+	}
+	if o.connect <= 0 || o.keepalive <= 0 {
+		return o, usageError("--connect-timeout and --keepalive: want a positive duration")
 	}
 	o.files = args
 	return o, nil
@@ -228,16 +240,14 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	inv, executor, err := hosts.Open(ctx, inv, hosts.DefaultSupervision)
+	lab, err := openHosts(ctx, s, o, inv)
 	if err != nil {
-		if errors.Is(err, hosts.ErrNoNvidiaSMI) && o.inventory == "" && o.gpus == nil {
-			return usageError("no inventory and no nvidia-smi here: say which GPUs to use with --gpus 0,1 or describe your hosts with --inventory lab.yaml")
-		}
-		return usageError("%v", err)
+		return err
 	}
+	defer lab.Close()
 	opts := dispatch.Options{
-		Inventory: inv,
-		Executor:  executor,
+		Inventory: lab.Inventory,
+		Executor:  lab.Runners,
 		LogDir:    o.logDir,
 		Resume:    o.resume,
 		Retries:   o.retries,
@@ -264,6 +274,41 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	}
 	summary.Write(s.err)
 	return exitWith(summary.ExitCode())
+}
+
+// openHosts connects to every host and warns about the ones that cannot be
+// used; when none can, the run cannot start.
+func openHosts(ctx context.Context, s streams, o runOptions, inv *inventory.Inventory) (*hosts.Lab, error) {
+	lab, err := hosts.Open(ctx, inv, hostOptions(o))
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	var down []string
+	for _, st := range lab.States {
+		if st.Err != nil {
+			down = append(down, fmt.Sprintf("%s (%s): %v", st.Host.Name, st.Addr, st.Err))
+		}
+	}
+	if len(lab.Inventory.Hosts) == 0 {
+		lab.Close()
+		if len(down) == 1 && errors.Is(lab.States[0].Err, hosts.ErrNoNvidiaSMI) && o.inventory == "" && o.gpus == nil {
+			return nil, usageError("no inventory and no nvidia-smi here: say which GPUs to use with --gpus 0,1 or describe your hosts with --inventory lab.yaml")
+		}
+		return nil, usageError("no host can be used:\n  %s", strings.Join(down, "\n  "))
+	}
+	for _, d := range down {
+		fmt.Fprintf(s.err, "gpudispatch: warning: leaving out %s\n", d)
+	}
+	return lab, nil
+}
+
+func hostOptions(o runOptions) hosts.Options {
+	return hosts.Options{
+		Supervision:       hosts.Supervision{Heartbeat: o.keepalive, Grace: hosts.DefaultSupervision.Grace},
+		ConnectTimeout:    o.connect,
+		Keepalive:         o.keepalive,
+		AcceptNewHostKeys: o.acceptNew,
+	}
 }
 
 func exitWith(code int) error {

@@ -1,0 +1,194 @@
+package hosts
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// dialer opens SSH connections for the hosts of one run. It is shared by
+// their pools: it limits new connections to one at a time per address, so
+// that sshd's MaxStartups (10:30:100) never drops one, keeps one client per
+// jump host, and serialises known_hosts appends.
+type dialer struct {
+	connectTimeout time.Duration
+	keepalive      time.Duration
+
+	mu       sync.Mutex
+	starting map[string]chan struct{} // per address: a token to hold while dialing
+	bastions map[string]*bastion
+}
+
+type bastion struct {
+	client *ssh.Client
+	done   chan struct{}
+}
+
+func newDialer(connectTimeout, keepalive time.Duration) *dialer {
+	return &dialer{connectTimeout: connectTimeout, keepalive: keepalive,
+		starting: map[string]chan struct{}{}, bastions: map[string]*bastion{}}
+}
+
+// token returns addr's dial token, a channel of capacity one.
+func (d *dialer) token(addr string) chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	tok, ok := d.starting[addr]
+	if !ok {
+		tok = make(chan struct{}, 1)
+		d.starting[addr] = tok
+	}
+	return tok
+}
+
+// clientConfig builds what x/crypto needs to log in to t.
+func (d *dialer) clientConfig(t Target) (*ssh.ClientConfig, func(), error) {
+	keys, closeAgent, err := signers(t)
+	if err != nil {
+		return nil, nil, err
+	}
+	check, algos, err := d.hostKeyCheck(t)
+	if err != nil {
+		closeAgent()
+		return nil, nil, err
+	}
+	return &ssh.ClientConfig{
+		User:              t.User,
+		Auth:              []ssh.AuthMethod{ssh.PublicKeys(keys...)},
+		HostKeyCallback:   check,
+		HostKeyAlgorithms: algos,
+		Timeout:           d.connectTimeout,
+	}, closeAgent, nil
+}
+
+// connect opens one new connection to t, through its jump host if it has
+// one, within the connect timeout (TCP and SSH handshake together).
+func (d *dialer) connect(ctx context.Context, t Target, cfg *ssh.ClientConfig) (*ssh.Client, error) {
+	tok := d.token(t.Addr())
+	select {
+	case tok <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	defer func() { <-tok }()
+	ctx, cancel := context.WithTimeout(ctx, d.connectTimeout)
+	defer cancel()
+	var conn net.Conn
+	var err error
+	if t.Jump != nil {
+		var b *ssh.Client
+		if b, err = d.bastion(ctx, *t.Jump); err != nil {
+			return nil, fmt.Errorf("jump host %s: %w", t.Jump.Name, err)
+		}
+		conn, err = b.DialContext(ctx, "tcp", t.Addr())
+	} else {
+		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", t.Addr())
+	}
+	if err != nil {
+		return nil, err
+	}
+	// x/crypto's handshake takes no context: a deadline and a watcher bound it.
+	deadline, _ := ctx.Deadline()
+	conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	c, chans, reqs, err := ssh.NewClientConn(conn, t.Addr(), cfg)
+	if !stop() || err != nil {
+		conn.Close()
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, err
+	}
+	conn.SetDeadline(time.Time{})
+	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// bastion returns the client for jump host j, connecting once for all the
+// hosts behind it (forwarded channels are not limited by MaxSessions).
+func (d *dialer) bastion(ctx context.Context, j Target) (*ssh.Client, error) {
+	key := j.User + "@" + j.Addr()
+	d.mu.Lock()
+	b := d.bastions[key]
+	d.mu.Unlock()
+	if b != nil {
+		select {
+		case <-b.done:
+		default:
+			return b.client, nil
+		}
+	}
+	cfg, closeAgent, err := d.clientConfig(j)
+	if err != nil {
+		return nil, err
+	}
+	defer closeAgent()
+	c, err := d.connect(ctx, j, cfg)
+	if err != nil {
+		return nil, err
+	}
+	nb := &bastion{client: c, done: make(chan struct{})}
+	go func() {
+		c.Wait()
+		close(nb.done)
+	}()
+	go keepAlive(c, d.keepalive, nb.done)
+	d.mu.Lock()
+	if old := d.bastions[key]; old != nil && old != b {
+		// Another host connected to it meanwhile: use that one.
+		d.mu.Unlock()
+		c.Close()
+		return old.client, nil
+	}
+	d.bastions[key] = nb
+	d.mu.Unlock()
+	return c, nil
+}
+
+// close closes the jump host connections.
+func (d *dialer) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, b := range d.bastions {
+		b.client.Close()
+	}
+}
+
+// keepAlive asks the server for a reply every interval; a connection that
+// does not answer within two intervals is closed, which ends every wait on
+// it (golang/go#19338). OpenSSH answers keepalive@openssh.com with a
+// failure, which proves it alive all the same. It returns when done closes.
+func keepAlive(c *ssh.Client, interval time.Duration, done <-chan struct{}) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		answered := make(chan error, 1)
+		go func() {
+			_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
+			answered <- err
+		}()
+		timer := time.NewTimer(2 * interval)
+		select {
+		case err := <-answered:
+			timer.Stop()
+			if err != nil {
+				c.Close()
+				return
+			}
+		case <-timer.C:
+			c.Close()
+			return
+		case <-done:
+			timer.Stop()
+			return
+		}
+	}
+}

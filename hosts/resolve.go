@@ -1,0 +1,250 @@
+package hosts
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/kevinburke/ssh_config"
+
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// Target is how to reach one host over SSH, every setting resolved.
+type Target struct {
+	// Name is the inventory's name for the host (an ssh_config alias or a
+	// DNS name).
+	Name     string
+	Hostname string
+	Port     int
+	User     string
+	// IdentityFiles are tried after ssh-agent's keys; IdentitiesOnly limits
+	// the agent's keys to these.
+	IdentityFiles  []string
+	IdentitiesOnly bool
+	// Jump is the bastion to go through (ProxyJump), or nil.
+	Jump *Target
+	// KnownHosts are the files host keys are checked against (missing ones
+	// count as empty); new keys are recorded in the first.
+	KnownHosts []string
+	// AcceptNew records the key of a host that known_hosts does not know
+	// (StrictHostKeyChecking accept-new); HashKnownHosts hashes the name.
+	AcceptNew      bool
+	HashKnownHosts bool
+}
+
+// Addr is host:port.
+func (t Target) Addr() string { return net.JoinHostPort(t.Hostname, strconv.Itoa(t.Port)) }
+
+// sshConfig is a parsed ssh_config file, or nil when there is none.
+type sshConfig struct {
+	path string
+	cfg  *ssh_config.Config
+}
+
+// loadSSHConfig reads the inventory's ssh_config: "none" disables it, ""
+// means ~/.ssh/config, which may be missing.
+func loadSSHConfig(path string) (*sshConfig, error) {
+	if path == "none" {
+		return &sshConfig{}, nil
+	}
+	explicit := path != ""
+	if !explicit {
+		path = "~/.ssh/config"
+	}
+	path = expandTilde(path)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) && !explicit {
+		return &sshConfig{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ssh_config: %w", err)
+	}
+	defer f.Close()
+	cfg, err := ssh_config.Decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("ssh_config %s: %w (only Host and Match all/host are understood; set ssh_config: none in the inventory to skip it)", path, err)
+	}
+	return &sshConfig{path: path, cfg: cfg}, nil
+}
+
+func (c *sshConfig) get(alias, key string) (string, error) {
+	if c.cfg == nil {
+		return "", nil
+	}
+	v, err := c.cfg.Get(alias, key)
+	if err != nil {
+		return "", fmt.Errorf("ssh_config %s: %s for %s: %w", c.path, key, alias, err)
+	}
+	return v, nil
+}
+
+func (c *sshConfig) getAll(alias, key string) ([]string, error) {
+	if c.cfg == nil {
+		return nil, nil
+	}
+	v, err := c.cfg.GetAll(alias, key)
+	if err != nil {
+		return nil, fmt.Errorf("ssh_config %s: %s for %s: %w", c.path, key, alias, err)
+	}
+	return v, nil
+}
+
+// resolve works out how to reach h: its inventory entry first, then
+// ssh_config for its name, then the inventory's defaults, then OpenSSH's.
+// acceptNew is --accept-new-host-keys.
+func resolve(inv *inventory.Inventory, cfg *sshConfig, h inventory.Host, acceptNew bool) (Target, error) {
+	return resolveAlias(inv, cfg, h.Name, h.Connection, inv.Defaults, acceptNew, 0)
+}
+
+func resolveAlias(inv *inventory.Inventory, cfg *sshConfig, name string, entry, defaults inventory.Connection, acceptNew bool, depth int) (Target, error) {
+	t := Target{Name: name}
+	var errs []error
+	get := func(key string) string {
+		v, err := cfg.get(name, key)
+		errs = append(errs, err)
+		return v
+	}
+	t.Hostname = first(entry.Hostname, expandTokens(get("HostName"), name, "", ""), name)
+	port := get("Port")
+	t.Port = entry.Port
+	if t.Port == 0 && port != "" {
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 1 || p > 65535 {
+			errs = append(errs, fmt.Errorf("ssh_config %s: Port %q for %s is not a port", cfg.path, port, name))
+		}
+		t.Port = p
+	}
+	if t.Port == 0 {
+		t.Port = defaults.Port
+	}
+	if t.Port == 0 {
+		t.Port = 22
+	}
+	t.User = first(entry.User, get("User"), defaults.User, localUser())
+
+	ids := []string{entry.IdentityFile}
+	if entry.IdentityFile == "" {
+		all, err := cfg.getAll(name, "IdentityFile")
+		errs = append(errs, err)
+		ids = append(all, defaults.IdentityFile)
+	}
+	for _, id := range ids {
+		if id != "" {
+			t.IdentityFiles = append(t.IdentityFiles, expandTilde(expandTokens(id, name, t.Hostname, t.User)))
+		}
+	}
+	t.IdentitiesOnly = strings.EqualFold(get("IdentitiesOnly"), "yes")
+
+	t.KnownHosts = []string{inv.KnownHosts}
+	if inv.KnownHosts == "" {
+		t.KnownHosts = strings.Fields(get("UserKnownHostsFile"))
+		if len(t.KnownHosts) == 0 {
+			t.KnownHosts = []string{"~/.ssh/known_hosts", "~/.ssh/known_hosts2"}
+		}
+		global := strings.Fields(get("GlobalKnownHostsFile"))
+		if len(global) == 0 {
+			global = []string{"/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"}
+		}
+		t.KnownHosts = append(t.KnownHosts, global...)
+	}
+	for i, f := range t.KnownHosts {
+		t.KnownHosts[i] = expandTilde(expandTokens(f, name, t.Hostname, t.User))
+	}
+	switch strings.ToLower(get("StrictHostKeyChecking")) {
+	case "accept-new", "no", "off":
+		// "no" would also accept changed keys in OpenSSH; gpudispatch never
+		// does (SPEC §5), so it means accept-new here.
+		t.AcceptNew = true
+	}
+	t.AcceptNew = t.AcceptNew || acceptNew
+	t.HashKnownHosts = strings.EqualFold(get("HashKnownHosts"), "yes")
+
+	jump := first(entry.ProxyJump, get("ProxyJump"), defaults.ProxyJump)
+	if err := errors.Join(errs...); err != nil {
+		return t, err
+	}
+	if jump != "" && !strings.EqualFold(jump, "none") {
+		if strings.Contains(jump, ",") {
+			return t, fmt.Errorf("%s: ProxyJump %q: only one jump host is supported", name, jump)
+		}
+		if depth > 0 {
+			return t, fmt.Errorf("%s: ProxyJump %q: the jump host itself needs a jump host, which is not supported", name, jump)
+		}
+		jt, err := resolveJump(inv, cfg, jump, acceptNew)
+		if err != nil {
+			return t, fmt.Errorf("%s: ProxyJump: %w", name, err)
+		}
+		t.Jump = &jt
+	}
+	return t, nil
+}
+
+// resolveJump resolves a ProxyJump value, [user@]host[:port]. A bastion that
+// is an inventory host uses its entry; any other is resolved through
+// ssh_config alone (the inventory's defaults are for job hosts).
+func resolveJump(inv *inventory.Inventory, cfg *sshConfig, spec string, acceptNew bool) (Target, error) {
+	var entry inventory.Connection
+	if u, rest, ok := strings.Cut(spec, "@"); ok {
+		entry.User, spec = u, rest
+	}
+	if host, port, err := net.SplitHostPort(spec); err == nil {
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return Target{}, fmt.Errorf("%q: bad port", spec)
+		}
+		spec, entry.Port = host, p
+	}
+	if h := inv.HostNamed(spec); h != nil {
+		entry.Hostname, entry.IdentityFile = h.Hostname, h.IdentityFile
+		entry.User = first(entry.User, h.User)
+		if entry.Port == 0 {
+			entry.Port = h.Port
+		}
+	}
+	return resolveAlias(inv, cfg, spec, entry, inventory.Connection{}, acceptNew, 1)
+}
+
+// expandTokens expands ssh_config's %h (host name), %n (the name as given),
+// %r (remote user), %u (local user), %d (local home) and %%.
+func expandTokens(s, name, hostname, remoteUser string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	home, _ := os.UserHomeDir()
+	if hostname == "" {
+		hostname = name
+	}
+	r := strings.NewReplacer("%%", "%", "%h", hostname, "%n", name, "%r", remoteUser, "%u", localUser(), "%d", home)
+	return r.Replace(s)
+}
+
+func expandTilde(p string) string {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, p[1:])
+		}
+	}
+	return p
+}
+
+func localUser() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return os.Getenv("USER")
+}
+
+func first(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,336 @@
+// Package sshtest starts a lab of real OpenSSH servers on 127.0.0.1 for
+// tests: each host is its own sshd with its own host key, its own home
+// directory (so that jobs' side effects can be told apart) and a fake
+// nvidia-smi on its login shell's PATH that reads a file the test can change.
+// The lab writes an ssh_config with an alias per host, a known_hosts with
+// their keys and a client key they all accept. Everything is torn down by
+// t.Cleanup.
+//
+// Tests that need sshd call Start; when sshd is not installed they are
+// skipped, unless GPUDISPATCH_REQUIRE_SSHD is set (CI sets it), in which case
+// they fail.
+package sshtest
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skeema/knownhosts"
+	"golang.org/x/crypto/ssh"
+)
+
+// SSHD is where Debian's openssh-server puts sshd; it must be started by
+// absolute path because it re-executes itself.
+const SSHD = "/usr/sbin/sshd"
+
+// Options shape a lab.
+type Options struct {
+	Hosts int // default 1
+	GPUs  int // fake GPUs per host, default 2
+	// MaxSessions and MaxStartups are sshd's limits (defaults 10, 10:30:100).
+	MaxSessions int
+	MaxStartups string
+}
+
+// Lab is a set of running test hosts.
+type Lab struct {
+	Dir        string
+	SSHConfig  string // Host aliases node1..nodeN
+	KnownHosts string // every host's key, as [127.0.0.1]:port
+	ClientKey  string // private key accepted by every host
+	Hosts      []*Host
+	t          testing.TB
+}
+
+// Host is one sshd of the lab.
+type Host struct {
+	Name    string // its ssh_config alias: node1, node2...
+	Port    int
+	Dir     string
+	Home    string // $HOME of jobs on this host
+	Key     ssh.PublicKey
+	config  string
+	hostKey string
+	cmd     *exec.Cmd
+	t       testing.TB
+}
+
+// Require skips t when sshd is missing, or fails it when
+// GPUDISPATCH_REQUIRE_SSHD is set.
+func Require(t testing.TB) {
+	t.Helper()
+	if _, err := os.Stat(SSHD); err != nil {
+		if os.Getenv("GPUDISPATCH_REQUIRE_SSHD") != "" {
+			t.Fatalf("GPUDISPATCH_REQUIRE_SSHD is set but %s is missing: apt-get install openssh-server", SSHD)
+		}
+		t.Skipf("%s not installed (apt-get install openssh-server); set GPUDISPATCH_REQUIRE_SSHD=1 to make this a failure", SSHD)
+	}
+}
+
+// Start starts a lab.
+func Start(t testing.TB, o Options) *Lab {
+	t.Helper()
+	Require(t)
+	if o.Hosts == 0 {
+		o.Hosts = 1
+	}
+	if o.GPUs == 0 {
+		o.GPUs = 2
+	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = 10
+	}
+	if o.MaxStartups == "" {
+		o.MaxStartups = "10:30:100"
+	}
+	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+		t.Fatalf("sshd needs /run/sshd: %v", err)
+	}
+	dir := t.TempDir()
+	l := &Lab{Dir: dir, t: t,
+		SSHConfig:  filepath.Join(dir, "ssh_config"),
+		KnownHosts: filepath.Join(dir, "known_hosts"),
+		ClientKey:  filepath.Join(dir, "client_ed25519"),
+	}
+	clientPub := writeKey(t, l.ClientKey)
+	authorized := filepath.Join(dir, "authorized_keys")
+	must(t, os.WriteFile(authorized, ssh.MarshalAuthorizedKey(clientPub), 0o600))
+
+	var sshConfig, known strings.Builder
+	for k := 1; k <= o.Hosts; k++ {
+		h := &Host{Name: "node" + strconv.Itoa(k), Dir: filepath.Join(dir, "node"+strconv.Itoa(k)), t: t}
+		h.Home = filepath.Join(h.Dir, "home")
+		must(t, os.MkdirAll(filepath.Join(h.Home, "bin"), 0o755))
+		h.hostKey = filepath.Join(h.Dir, "ssh_host_ed25519_key")
+		h.Key = writeKey(t, h.hostKey)
+		h.Port = freePort(t)
+		h.SetGPUs(fakeGPUs(o.GPUs))
+		must(t, os.WriteFile(filepath.Join(h.Home, "bin", "nvidia-smi"), []byte(fakeNvidiaSMI), 0o755))
+		// Debian's /etc/profile resets PATH in a login shell; a user's own
+		// profile is where PATH additions live, so put the fake there.
+		must(t, os.WriteFile(filepath.Join(h.Home, ".bash_profile"), []byte("PATH=$HOME/bin:$PATH\n"), 0o644))
+		h.config = filepath.Join(h.Dir, "sshd_config")
+		// sshd honours only the first SetEnv line: every variable goes on it.
+		cfg := fmt.Sprintf(`Port %d
+ListenAddress 127.0.0.1
+HostKey %s
+PidFile %s
+AuthorizedKeysFile %s
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+MaxSessions %d
+MaxStartups %s
+PerSourcePenalties no
+SetEnv HOME=%s FAKE_HOST=%s
+LogLevel VERBOSE
+`, h.Port, h.hostKey, filepath.Join(h.Dir, "sshd.pid"), authorized, o.MaxSessions, o.MaxStartups, h.Home, h.Name)
+		must(t, os.WriteFile(h.config, []byte(cfg), 0o644))
+		if out, err := exec.Command(SSHD, "-t", "-f", h.config).CombinedOutput(); err != nil {
+			// PerSourcePenalties exists only from OpenSSH 9.8.
+			cfg = strings.Replace(cfg, "PerSourcePenalties no\n", "", 1)
+			must(t, os.WriteFile(h.config, []byte(cfg), 0o644))
+			if out2, err := exec.Command(SSHD, "-t", "-f", h.config).CombinedOutput(); err != nil {
+				t.Fatalf("sshd -t %s: %v\n%s\n%s", h.config, err, out, out2)
+			}
+		}
+		fmt.Fprintf(&sshConfig, "Host %s\n  HostName 127.0.0.1\n  Port %d\n\n", h.Name, h.Port)
+		known.WriteString(knownhosts.Line([]string{knownhosts.Normalize(h.Addr())}, h.Key) + "\n")
+		l.Hosts = append(l.Hosts, h)
+	}
+	fmt.Fprintf(&sshConfig, "Host node*\n  User %s\n  IdentityFile %s\n  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n  IdentitiesOnly yes\n",
+		currentUser(), l.ClientKey, l.KnownHosts)
+	must(t, os.WriteFile(l.SSHConfig, []byte(sshConfig.String()), 0o644))
+	must(t, os.WriteFile(l.KnownHosts, []byte(known.String()), 0o644))
+	for _, h := range l.Hosts {
+		h.Start()
+	}
+	return l
+}
+
+// Addr is the host's address, 127.0.0.1:port.
+func (h *Host) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(h.Port)) }
+
+// Start starts (or restarts) the host's sshd and waits until it answers.
+func (h *Host) Start() {
+	h.t.Helper()
+	log, err := os.OpenFile(filepath.Join(h.Dir, "sshd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	must(h.t, err)
+	// -D: stay in the foreground, a child of the test; -e: log to stderr.
+	h.cmd = exec.Command(SSHD, "-D", "-e", "-f", h.config)
+	h.cmd.Stdout, h.cmd.Stderr = log, log
+	// Its own process group, so Stop can take the sessions' processes too.
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	must(h.t, h.cmd.Start())
+	log.Close()
+	cmd := h.cmd
+	h.t.Cleanup(func() { stop(cmd) })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", h.Addr(), time.Second)
+		if err == nil {
+			c.SetReadDeadline(time.Now().Add(2 * time.Second))
+			banner := make([]byte, 8)
+			_, err = c.Read(banner)
+			c.Close()
+			if err == nil && string(banner) == "SSH-2.0-" {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(h.Dir, "sshd.log"))
+			h.t.Fatalf("%s: sshd did not come up on %s: %v\n%s", h.Name, h.Addr(), err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop kills the host's sshd and every process of its sessions, as a
+// machine that loses power would.
+func (h *Host) Stop() { stop(h.cmd) }
+
+func stop(cmd *exec.Cmd) {
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	// sshd's session processes set up their own groups; killing the whole
+	// tree means walking it.
+	for _, pid := range descendants(cmd.Process.Pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	cmd.Wait()
+}
+
+// descendants lists pid and every process below it.
+func descendants(pid int) []int {
+	children := map[int][]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pp, ok := parentOf(p); ok {
+			children[pp] = append(children[pp], p)
+		}
+	}
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		out = append(out, children[out[i]]...)
+	}
+	return out
+}
+
+func parentOf(pid int) (int, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0, false
+	}
+	pp, err := strconv.Atoi(f[1])
+	return pp, err == nil
+}
+
+// Running reports whether process pid exists and is not a zombie.
+func Running(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && len(s) > i+2 && s[i+2] != 'Z'
+}
+
+// SetGPUs replaces what the host's nvidia-smi reports: lines of
+// "index, uuid, name, memory.total, memory.used, utilization.gpu".
+func (h *Host) SetGPUs(csv string) {
+	must(h.t, os.WriteFile(filepath.Join(h.Home, "gpus.csv"), []byte(csv), 0o644))
+}
+
+func fakeGPUs(n int) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&b, "%d, GPU-%08d-fake, Fake GPU 80GB, 81920, 0, 0\n", i, i)
+	}
+	return b.String()
+}
+
+// fakeNvidiaSMI answers the --query-gpu form from ~/gpus.csv and -L.
+const fakeNvidiaSMI = `#!/bin/sh
+case "$*" in
+  *--query-gpu=*) cat "$HOME/gpus.csv" ;;
+  -L) awk -F', ' '{print "GPU " $1 ": " $3 " (UUID: " $2 ")"}' "$HOME/gpus.csv" ;;
+  *) echo "fake nvidia-smi: unsupported arguments: $*" >&2; exit 2 ;;
+esac
+`
+
+// Inventory writes an inventory file for the lab's hosts, each with the
+// lab's fake GPUs, plus extra top-level YAML, and returns its path.
+func (l *Lab) Inventory(extra string) string {
+	l.t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "ssh_config: %s\n%s\nhosts:\n", l.SSHConfig, extra)
+	for _, h := range l.Hosts {
+		fmt.Fprintf(&b, "  - name: %s\n    gpus: auto\n", h.Name)
+	}
+	path := filepath.Join(l.Dir, "lab.yaml")
+	must(l.t, os.WriteFile(path, []byte(b.String()), 0o644))
+	return path
+}
+
+func writeKey(t testing.TB, path string) ssh.PublicKey {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	must(t, err)
+	block, err := ssh.MarshalPrivateKey(priv, "")
+	must(t, err)
+	must(t, os.WriteFile(path, pem.EncodeToMemory(block), 0o600))
+	sshPub, err := ssh.NewPublicKey(pub)
+	must(t, err)
+	must(t, os.WriteFile(path+".pub", ssh.MarshalAuthorizedKey(sshPub), 0o644))
+	return sshPub
+}
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func currentUser() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	out, err := exec.Command("id", "-un").Output()
+	if err != nil {
+		return "root"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func must(t testing.TB, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
