@@ -118,7 +118,8 @@ func TestNoStarvationOfMultiGPUJob(t *testing.T) {
 func TestPinnedJobNeitherBlocksNorStarves(t *testing.T) {
 	t.Parallel()
 	inv := lab("a:0 b:0")
-	input := "@a sleep 50ms\n@a exit 0\n" + repeat("sleep 10ms", 10)
+	// Job 1 must outlast the reading of the input, even on a loaded machine.
+	input := "@a sleep 1s\n@a exit 0\n" + repeat("sleep 10ms", 10)
 	f, _ := runJobs(t, inv, input, nil)
 	var order []string
 	for _, st := range f.starts {
@@ -126,7 +127,7 @@ func TestPinnedJobNeitherBlocksNorStarves(t *testing.T) {
 	}
 	// Job 2 waits for a; jobs 3.. run on b meanwhile; no later job takes a
 	// before job 2.
-	if order[0] != "a sleep 50ms" || order[1] != "b sleep 10ms" {
+	if order[0] != "a sleep 1s" || order[1] != "b sleep 10ms" {
 		t.Fatalf("order: %q", order)
 	}
 	for _, o := range order {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
 var fast = Supervision{Heartbeat: 100 * time.Millisecond, Grace: 300 * time.Millisecond}
@@ -82,17 +84,6 @@ func TestLocalRejectsNUL(t *testing.T) {
 	}
 }
 
-// running reports whether pid exists and is not a zombie.
-func running(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && len(s) > i+2 && s[i+2] != 'Z'
-}
-
 // pidsFrom waits until file holds n pids and returns them.
 func pidsFrom(t *testing.T, file string, n int) []int {
 	t.Helper()
@@ -120,7 +111,7 @@ func waitGone(t *testing.T, pids []int, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for _, p := range pids {
-		for running(p) {
+		for sshtest.Running(p) {
 			if time.Now().After(deadline) {
 				t.Fatalf("process %d still running %v after the job ended", p, within)
 			}
@@ -160,7 +151,10 @@ func TestLocalCancelKillsGroup(t *testing.T) {
 func TestWrapperKillsOnSilence(t *testing.T) {
 	t.Parallel()
 	pidFile := filepath.Join(t.TempDir(), "pids")
-	header, err := Command{Script: "echo $$ > $PIDS; sleep 300", Env: []string{"PIDS=" + pidFile}}.header(fast)
+	// A 3 s silence window: a loaded machine may take a while to start the
+	// login shell, and the wrapper rightly kills a job it hears nothing for.
+	slow := Supervision{Heartbeat: time.Second, Grace: 300 * time.Millisecond}
+	header, err := Command{Script: "echo $$ > $PIDS; sleep 300", Env: []string{"PIDS=" + pidFile}}.header(slow)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +174,7 @@ func TestWrapperKillsOnSilence(t *testing.T) {
 	pids := pidsFrom(t, pidFile, 1)
 	start := time.Now()
 	_ = cmd.Wait() // returns once the silence was noticed and the group killed
-	if d := time.Since(start); d > 5*time.Second {
+	if d := time.Since(start); d > 8*time.Second {
 		t.Errorf("wrapper took %v to notice silence", d)
 	}
 	waitGone(t, pids, 0)

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
 // binary is the gpudispatch built for these tests.
@@ -285,16 +287,6 @@ func TestE2EDrainOnFirstSignal(t *testing.T) {
 	}
 }
 
-func alive(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && s[i+2] != 'Z'
-}
-
 // Ctrl-C twice kills the running jobs' whole process groups: no child is
 // left, even one that ignores TERM; the jobs are recorded cancelled.
 func TestE2ECancelOnSecondSignal(t *testing.T) {
@@ -312,7 +304,7 @@ func TestE2ECancelOnSecondSignal(t *testing.T) {
 	}
 	for _, p := range strings.Fields(pidText) {
 		pid, _ := strconv.Atoi(p)
-		if alive(pid) {
+		if sshtest.Running(pid) {
 			t.Errorf("process %d is still running after the cancel", pid)
 		}
 	}
@@ -332,7 +324,7 @@ func TestE2ETimeout(t *testing.T) {
 	}
 	for _, f := range []string{"pid1", "pid2"} {
 		pid, _ := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(dir, f))))
-		if alive(pid) {
+		if sshtest.Running(pid) {
 			t.Errorf("%s: process %d outlived its timeout", f, pid)
 		}
 	}

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
+)
+
+// labCmd prepares the binary to run against lab l, in a clean environment:
+// no ssh-agent, a HOME of its own.
+func labCmd(t *testing.T, l *sshtest.Lab, stdin string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = l.Dir
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SSH_AUTH_SOCK=") && !strings.HasPrefix(kv, "HOME=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "HOME="+l.Dir)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	return cmd
+}
+
+func labRun(t *testing.T, l *sshtest.Lab, stdin string, args ...string) result {
+	t.Helper()
+	cmd := labCmd(t, l, stdin, args...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	return result{code: exitCode(err), stdout: out.String(), stderr: errOut.String()}
+}
+
+type span struct {
+	host, gpu  string
+	start, end int64
+}
+
+// spans reads the job logs of jobs that printed
+// "$FAKE_HOST $GPUDISPATCH_HOST $CUDA_VISIBLE_DEVICES start end".
+func spans(t *testing.T, logDir string, n int) []span {
+	t.Helper()
+	var out []span
+	for i := 1; i <= n; i++ {
+		f := strings.Fields(readFile(t, filepath.Join(logDir, strconv.Itoa(i)+".out")))
+		if len(f) != 5 {
+			t.Fatalf("job %d printed %q", i, f)
+		}
+		if f[0] != f[1] {
+			t.Errorf("job %d ran on %s but was told it is on %s", i, f[0], f[1])
+		}
+		s, _ := strconv.ParseInt(f[3], 10, 64)
+		e, _ := strconv.ParseInt(f[4], 10, 64)
+		out = append(out, span{f[0], f[2], s, e})
+	}
+	return out
+}
+
+// peak is the most jobs that ran at once; it fails t when one GPU of one
+// host ran two jobs at once.
+func peak(t *testing.T, ss []span) int {
+	t.Helper()
+	most := 0
+	for i, a := range ss {
+		n := 0
+		for j, b := range ss {
+			if b.start <= a.start && a.start < b.end {
+				n++
+				if i != j && a.host == b.host && a.gpu == b.gpu {
+					t.Errorf("%s:%s ran two jobs at once", a.host, a.gpu)
+				}
+			}
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
+const timedJob = `s=$(date +%s%N); sleep 0.4; echo "$FAKE_HOST $GPUDISPATCH_HOST $CUDA_VISIBLE_DEVICES $s $(date +%s%N)"`
+
+// Jobs spread over 3 hosts x 2 GPUs, each told its own host and GPU, one
+// job per GPU at a time, all six slots busy at once.
+func TestSSHSpreadsOverHosts(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 3, GPUs: 2})
+	r := labRun(t, l, strings.Repeat(timedJob+"\n", 12), "-i", l.Inventory(""), "-o", "logs")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	ss := spans(t, filepath.Join(l.Dir, "logs"), 12)
+	used := map[string]bool{}
+	for _, s := range ss {
+		used[s.host+":"+s.gpu] = true
+	}
+	if len(used) != 6 {
+		t.Errorf("slots used: %v, want all 6", used)
+	}
+	if p := peak(t, ss); p != 6 {
+		t.Errorf("%d jobs ran at once, want 6", p)
+	}
+}
+
+func TestSSHPins(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 3, GPUs: 2})
+	jobs := "@node2:1 echo $FAKE_HOST $CUDA_VISIBLE_DEVICES\n@node2:1 echo $FAKE_HOST $CUDA_VISIBLE_DEVICES\n" +
+		"[host=node3 gpus=2] echo $FAKE_HOST $CUDA_VISIBLE_DEVICES\n@node1 echo $FAKE_HOST\n"
+	r := labRun(t, l, jobs, "-i", l.Inventory(""), "-o", "logs")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	want := []string{"node2 1\n", "node2 1\n", "node3 0,1\n", "node1\n"}
+	for i, w := range want {
+		if got := readFile(t, filepath.Join(l.Dir, "logs", strconv.Itoa(i+1)+".out")); got != w {
+			t.Errorf("job %d printed %q, want %q", i+1, got, w)
+		}
+	}
+}
+
+// More jobs at once on one host than its sshd allows sessions per
+// connection: the pool opens more connections, no job fails.
+func TestSSHMoreJobsThanMaxSessions(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 6, MaxSessions: 2})
+	r := labRun(t, l, strings.Repeat(timedJob+"\n", 12), "-i", l.Inventory(""), "-o", "logs")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if p := peak(t, spans(t, filepath.Join(l.Dir, "logs"), 12)); p != 6 {
+		t.Errorf("%d jobs ran at once, want 6 (three connections' worth)", p)
+	}
+}
+
+// The exact bytes of the line reach the remote login shell.
+func TestSSHNastyQuoting(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{})
+	line := `echo "a'b" '$HOME' \\ ; printf '%s\n' "ü" "$((1+2))" '\x41'`
+	want, err := exec.Command("bash", "-c", line).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := labRun(t, l, line+"\n", "-i", l.Inventory(""), "-o", "logs")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(l.Dir, "logs", "1.out")); got != string(want) {
+		t.Errorf("remote job printed %q, bash prints %q", got, want)
+	}
+}
+
+func TestSSHHostKeys(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{})
+	inv := l.Inventory("")
+	known := readFile(t, l.KnownHosts)
+	fingerprint := "SHA256:"
+
+	// Unknown: refused with the fingerprint and how to accept it.
+	os.WriteFile(l.KnownHosts, nil, 0o600)
+	r := labRun(t, l, "echo hi\n", "-i", inv)
+	if r.code != 2 || !strings.Contains(r.stderr, "host key unknown") || !strings.Contains(r.stderr, fingerprint) || !strings.Contains(r.stderr, "--accept-new-host-keys") {
+		t.Fatalf("unknown key: exit %d\n%s", r.code, r.stderr)
+	}
+	// Accepted and recorded as OpenSSH would, then known.
+	r = labRun(t, l, "echo hi\n", "-i", inv, "--accept-new-host-keys")
+	if r.code != 0 {
+		t.Fatalf("accept-new: exit %d\n%s", r.code, r.stderr)
+	}
+	recorded := readFile(t, l.KnownHosts)
+	if !strings.HasPrefix(recorded, "[127.0.0.1]:"+strconv.Itoa(l.Hosts[0].Port)+" ssh-ed25519 ") {
+		t.Errorf("known_hosts holds %q", recorded)
+	}
+	out, err := exec.Command("ssh", "-F", l.SSHConfig, "-o", "BatchMode=yes", "node1", "true").CombinedOutput()
+	if err != nil {
+		t.Errorf("OpenSSH does not accept the recorded line: %v %s", err, out)
+	}
+	if r = labRun(t, l, "echo hi\n", "-i", inv); r.code != 0 {
+		t.Errorf("after recording: exit %d\n%s", r.code, r.stderr)
+	}
+
+	// Changed: always refused, even when accepting new keys.
+	other := strings.Replace(known, l.Hosts[0].Name, "", 1)
+	other = strings.Fields(other)[0] + " ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
+	os.WriteFile(l.KnownHosts, []byte(other), 0o600)
+	r = labRun(t, l, "echo hi\n", "-i", inv, "--accept-new-host-keys")
+	if r.code != 2 || !strings.Contains(r.stderr, "host key changed") || strings.Count(r.stderr, fingerprint) < 2 {
+		t.Errorf("changed key: exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// A job's output reaches its log while it still runs.
+func TestSSHStreamsWhileRunning(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{})
+	cmd := labCmd(t, l, "echo first; sleep 3; echo second\n", "-i", l.Inventory(""), "-o", "logs")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	waitForFile(t, filepath.Join(l.Dir, "logs", "1.out"), func(s string) bool { return s == "first\n" })
+	if d := time.Since(start); d > 2500*time.Millisecond {
+		t.Errorf("first line arrived after %v, when the job was nearly done", d)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(l.Dir, "logs", "1.out")); got != "first\nsecond\n" {
+		t.Errorf("log %q", got)
+	}
+}
+
+// remotePIDs starts a run of two jobs that record their pids (shell and a
+// child ignoring TERM) and waits until they run.
+func remotePIDs(t *testing.T, l *sshtest.Lab, args ...string) (*exec.Cmd, []int, *bytes.Buffer) {
+	t.Helper()
+	pidFile := filepath.Join(l.Dir, "pids")
+	job := "sleep 300 & echo $! >> " + pidFile + "; trap '' TERM; sleep 301 & echo $! >> " + pidFile + "; echo $$ >> " + pidFile + "; wait\n"
+	cmd := labCmd(t, l, "", append([]string{"-i", l.Inventory(""), "-o", "logs"}, args...)...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	io.WriteString(stdin, job+job)
+	text := waitForFile(t, pidFile, func(s string) bool { return len(strings.Fields(s)) == 6 })
+	var pids []int
+	for _, f := range strings.Fields(text) {
+		p, _ := strconv.Atoi(f)
+		pids = append(pids, p)
+	}
+	return cmd, pids, &errOut
+}
+
+func waitGone(t *testing.T, pids []int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, p := range pids {
+		for sshtest.Running(p) {
+			if time.Now().After(deadline) {
+				t.Fatalf("remote process %d still running %v later", p, within)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// Ctrl-C twice: the remote process groups are killed, even children that
+// ignore TERM, before gpudispatch exits.
+func TestSSHCancelLeavesNoRemoteProcess(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
+	cmd, pids, errOut := remotePIDs(t, l)
+	cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(100 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); exitCode(err) != 130 {
+		t.Fatalf("exit %v, want 130\n%s", err, errOut)
+	}
+	waitGone(t, pids, 0)
+}
+
+// A coordinator killed outright: the wrappers notice the silence and kill
+// their jobs on their own.
+func TestSSHCoordinatorKilledLeavesNoRemoteProcess(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
+	cmd, pids, _ := remotePIDs(t, l, "--keepalive", "500ms")
+	cmd.Process.Kill()
+	cmd.Wait()
+	// Three missed heartbeats (1.5 s) and the 10 s grace for the child that
+	// ignores TERM.
+	waitGone(t, pids, 15*time.Second)
+}
+
+// A host behind a jump host: the jump host's client carries the connection.
+// node1 is not a job host of this inventory, so a login on node1 can only
+// be the jump.
+func TestSSHProxyJump(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	inv := filepath.Join(l.Dir, "jump.yaml")
+	os.WriteFile(inv, []byte("ssh_config: "+l.SSHConfig+"\nhosts:\n  - name: node2\n    proxy_jump: node1\n    gpus: 1\n"), 0o644)
+	r := labRun(t, l, "echo $FAKE_HOST\n", "-i", inv, "-o", "logs")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(l.Dir, "logs", "1.out")); got != "node2\n" {
+		t.Errorf("job printed %q", got)
+	}
+	log := readFile(t, filepath.Join(l.Hosts[0].Dir, "sshd.log"))
+	if !strings.Contains(log, "Accepted publickey for") {
+		t.Errorf("nobody logged in to the jump host node1; its log:\n%s", log)
+	}
+}
+
+// A host that is down at start is left out with a warning; with every host
+// down the run cannot start and says why for each.
+func TestSSHHostDownAtStart(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	inv := l.Inventory("")
+	l.Hosts[1].Stop()
+	r := labRun(t, l, "echo $FAKE_HOST\n", "-i", inv, "-o", "logs")
+	if r.code != 0 || !strings.Contains(r.stderr, "warning: leaving out node2") || !strings.Contains(r.stderr, "connection refused") {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	l.Hosts[0].Stop()
+	r = labRun(t, l, "echo hi\n", "-i", inv, "-o", "logs")
+	if r.code != 2 || !strings.Contains(r.stderr, "no host can be used") || !strings.Contains(r.stderr, "node1") || !strings.Contains(r.stderr, "node2") {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+}
