@@ -16,22 +16,15 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
-	"github.com/gpudispatch/gpudispatch/hosts"
-	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
 // runOptions are run's flags after viper merged GPUDISPATCH_* into them.
 type runOptions struct {
-	inventory string
-	gpus      []int
-	hosts     []string
+	labOptions
 	logDir    string
 	resume    bool
 	retries   int
 	timeout   time.Duration
-	connect   time.Duration
-	keepalive time.Duration
-	acceptNew bool
 	dryRun    bool
 	json      bool
 	quiet     bool
@@ -62,39 +55,30 @@ also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
 	}
 	f := cmd.Flags()
 	f.SortFlags = false
-	f.StringP("inventory", "i", "", "inventory file (YAML, TOML or JSON by extension)")
-	f.String("gpus", "", "local mode without an inventory: GPU ids, \"0,1,2\" or \"0 1 2\"; a repeated id is one more slot")
-	f.String("hosts", "", "use only these inventory hosts (comma-separated)")
+	addLabFlags(f)
 	f.StringP("log-dir", "o", "gpudispatch-logs", "where job logs and journal.jsonl go")
 	f.Bool("resume", false, "skip jobs that the journal in the log dir records as succeeded")
 	f.Int("retries", 2, "times a job is queued again after its host was lost mid-run")
 	f.Duration("timeout", 0, "per-job wall-clock limit (e.g. 2h); its processes are killed when it passes")
-	f.Duration("connect-timeout", 10*time.Second, "TCP connect plus SSH handshake limit per host")
-	f.Bool("accept-new-host-keys", false, "record the keys of hosts known_hosts does not know yet (as OpenSSH's accept-new); changed keys are always refused")
-	f.Duration("keepalive", 10*time.Second, "how often connections and jobs are checked for life; a dead host or coordinator is noticed within about 3 times this")
 	f.Bool("dry-run", false, "print where each job would run; run nothing")
 	f.Bool("json", false, "print one JSON object per event on stdout")
 	f.BoolP("quiet", "q", false, "print only what went wrong, and the summary")
 	f.BoolP("verbose", "v", false, "print queued and skipped jobs too")
-	v.SetEnvPrefix("GPUDISPATCH")
-	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
-	v.AutomaticEnv()
-	if err := v.BindPFlags(f); err != nil {
-		panic(err) // only on a programming error: the flags were just defined
-	}
+	bindEnv(v, f)
 	return cmd
 }
 
 func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptions, error) {
+	lab, err := readLabOptions(v)
+	if err != nil {
+		return runOptions{}, err
+	}
 	o := runOptions{
-		inventory: v.GetString("inventory"),
-		logDir:    v.GetString("log-dir"),
+		labOptions: lab,
+		logDir:     v.GetString("log-dir"),
 		resume:    v.GetBool("resume"),
 		retries:   v.GetInt("retries"),
 		timeout:   v.GetDuration("timeout"),
-		connect:   v.GetDuration("connect-timeout"),
-		keepalive: v.GetDuration("keepalive"),
-		acceptNew: v.GetBool("accept-new-host-keys"),
 		dryRun:    v.GetBool("dry-run"),
 		json:      v.GetBool("json"),
 		quiet:     v.GetBool("quiet"),
@@ -118,9 +102,6 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 		}
 		o.gpus = ids
 	}
-	if h := v.GetString("hosts"); h != "" {
-		o.hosts = strings.FieldsFunc(h, func(r rune) bool { return r == ',' || r == ' ' })
-	}
 	if o.inventory != "" && o.gpus != nil {
 		return o, usageError("--inventory and --gpus: give one (--gpus is local mode without an inventory)")
 	}
@@ -129,9 +110,6 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 	}
 	if o.timeout < 0 {
 		return o, usageError("--timeout: want a positive duration")
-	}
-	if o.connect <= 0 || o.keepalive <= 0 {
-		return o, usageError("--connect-timeout and --keepalive: want a positive duration")
 	}
 	o.files = args
 	return o, nil
@@ -155,44 +133,6 @@ func parseGPUList(s string) ([]int, error) {
 		return nil, errors.New("no GPU ids")
 	}
 	return ids, nil
-}
-
-// loadInventory finds the lab: --inventory, --gpus, the default places, and
-// last this machine's GPUs as nvidia-smi lists them.
-func loadInventory(o runOptions) (*inventory.Inventory, error) {
-	path := o.inventory
-	switch {
-	case path != "":
-	case o.gpus != nil:
-		return inventory.Local(o.gpus), nil
-	default:
-		found, err := inventory.Find()
-		if err != nil {
-			return nil, usageError("looking for an inventory: %v", err)
-		}
-		if found == "" {
-			inv := inventory.Local(nil)
-			inv.Hosts[0].AutoGPUs = true
-			return inv, nil
-		}
-		path = found
-	}
-	inv, err := inventory.Load(path)
-	if err != nil {
-		return nil, usageError("%v", err)
-	}
-	if o.hosts != nil {
-		var keep []inventory.Host
-		for _, name := range o.hosts {
-			h := inv.HostNamed(name)
-			if h == nil {
-				return nil, usageError("--hosts: %s is not a host of %s", name, path)
-			}
-			keep = append(keep, *h)
-		}
-		inv.Hosts = keep
-	}
-	return inv, nil
 }
 
 func openInputs(s streams, files []string) ([]dispatch.Input, func(), error) {
@@ -223,7 +163,7 @@ func openInputs(s streams, files []string) ([]dispatch.Input, func(), error) {
 }
 
 func runRun(ctx context.Context, s streams, o runOptions) error {
-	inv, err := loadInventory(o)
+	inv, err := loadInventory(o.labOptions)
 	if err != nil {
 		return err
 	}
@@ -240,7 +180,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	lab, err := openHosts(ctx, s, o, inv)
+	lab, err := openHosts(ctx, s, o.labOptions, inv)
 	if err != nil {
 		return err
 	}
@@ -274,41 +214,6 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	}
 	summary.Write(s.err)
 	return exitWith(summary.ExitCode())
-}
-
-// openHosts connects to every host and warns about the ones that cannot be
-// used; when none can, the run cannot start.
-func openHosts(ctx context.Context, s streams, o runOptions, inv *inventory.Inventory) (*hosts.Lab, error) {
-	lab, err := hosts.Open(ctx, inv, hostOptions(o))
-	if err != nil {
-		return nil, usageError("%v", err)
-	}
-	var down []string
-	for _, st := range lab.States {
-		if st.Err != nil {
-			down = append(down, fmt.Sprintf("%s (%s): %v", st.Host.Name, st.Addr, st.Err))
-		}
-	}
-	if len(lab.Inventory.Hosts) == 0 {
-		lab.Close()
-		if len(down) == 1 && errors.Is(lab.States[0].Err, hosts.ErrNoNvidiaSMI) && o.inventory == "" && o.gpus == nil {
-			return nil, usageError("no inventory and no nvidia-smi here: say which GPUs to use with --gpus 0,1 or describe your hosts with --inventory lab.yaml")
-		}
-		return nil, usageError("no host can be used:\n  %s", strings.Join(down, "\n  "))
-	}
-	for _, d := range down {
-		fmt.Fprintf(s.err, "gpudispatch: warning: leaving out %s\n", d)
-	}
-	return lab, nil
-}
-
-func hostOptions(o runOptions) hosts.Options {
-	return hosts.Options{
-		Supervision:       hosts.Supervision{Heartbeat: o.keepalive, Grace: hosts.DefaultSupervision.Grace},
-		ConnectTimeout:    o.connect,
-		Keepalive:         o.keepalive,
-		AcceptNewHostKeys: o.acceptNew,
-	}
 }
 
 func exitWith(code int) error {

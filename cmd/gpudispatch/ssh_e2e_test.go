@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -326,5 +327,54 @@ func TestSSHHostDownAtStart(t *testing.T) {
 	r = labRun(t, l, "echo hi\n", "-i", inv, "-o", "logs")
 	if r.code != 2 || !strings.Contains(r.stderr, "no host can be used") || !strings.Contains(r.stderr, "node1") || !strings.Contains(r.stderr, "node2") {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+}
+
+// `gpudispatch hosts`: a line per host with its server and GPUs, the reason
+// for a host that is down, exit 1 when one is; --json for scripts; exit 2
+// for a bad inventory.
+func TestSSHHostsCommand(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 2})
+	inv := l.Inventory("")
+	l.Hosts[0].SetGPUs("0, GPU-x, Fake GPU 80GB, 81920, 1234, 56\n1, GPU-y, Fake GPU 80GB, 81920, 0, 0\n")
+	r := labRun(t, l, "", "hosts", "-i", inv)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, want := range []string{"node1", "up", "OpenSSH", "0,1", "gpu 0", "1234/81920 MiB, 56%", "GPU-x", "node2"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	l.Hosts[1].Stop()
+	r = labRun(t, l, "", "hosts", "-i", inv, "--json")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1 with a host down\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	var up, down int
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var h struct {
+			Name  string
+			Up    bool
+			Error string
+			Slots int
+		}
+		if err := json.Unmarshal([]byte(line), &h); err != nil {
+			t.Fatalf("%q: %v", line, err)
+		}
+		if h.Up && h.Slots == 2 {
+			up++
+		}
+		if !h.Up && h.Name == "node2" && strings.Contains(h.Error, "connection refused") {
+			down++
+		}
+	}
+	if up != 1 || down != 1 {
+		t.Errorf("json:\n%s", r.stdout)
+	}
+	os.WriteFile(filepath.Join(l.Dir, "bad.yaml"), []byte("hosts: {}\n"), 0o644)
+	if r = labRun(t, l, "", "hosts", "-i", "bad.yaml"); r.code != 2 {
+		t.Errorf("bad inventory: exit %d", r.code)
 	}
 }

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/gpudispatch/gpudispatch/hosts"
+)
+
+func newHostsCommand(s streams) *cobra.Command {
+	v := viper.New()
+	cmd := &cobra.Command{
+		Use:   "hosts [flags]",
+		Short: "Connect to every host, ask nvidia-smi for its GPUs and print the slot table",
+		Long: `Connect to every inventory host at once, ask nvidia-smi for its GPUs and
+print a line per host (with the reason when it is down) and a line per GPU.
+
+Exit status:
+  0    every host is up
+  1    some host is down
+  2    the inventory is bad
+`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := readLabOptions(v)
+			if err != nil {
+				return err
+			}
+			inv, err := loadInventory(o)
+			if err != nil {
+				return err
+			}
+			opts := hostOptions(o)
+			opts.ProbeGPUs = true
+			lab, err := hosts.Open(cmd.Context(), inv, opts)
+			if err != nil {
+				return usageError("%v", err)
+			}
+			defer lab.Close()
+			write := hosts.WriteTable
+			if v.GetBool("json") {
+				write = hosts.WriteJSON
+			}
+			if err := write(s.out, lab.States); err != nil {
+				return err
+			}
+			if len(lab.Inventory.Hosts) < len(lab.States) {
+				return &exitError{code: exitFailed}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.SortFlags = false
+	addLabFlags(f)
+	f.Bool("json", false, "one JSON object per host")
+	bindEnv(v, f)
+	return cmd
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
+
+	"github.com/gpudispatch/gpudispatch/hosts"
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// labOptions say which hosts to use and how to reach them; run and hosts
+// share them.
+type labOptions struct {
+	inventory string
+	gpus      []int // --gpus (run only)
+	hosts     []string
+	connect   time.Duration
+	keepalive time.Duration
+	acceptNew bool
+}
+
+func addLabFlags(f *pflag.FlagSet) {
+	f.StringP("inventory", "i", "", "inventory file (YAML, TOML or JSON by extension)")
+	f.String("hosts", "", "use only these inventory hosts (comma-separated)")
+	f.Duration("connect-timeout", 10*time.Second, "TCP connect plus SSH handshake limit per host")
+	f.Bool("accept-new-host-keys", false, "record the keys of hosts known_hosts does not know yet (as OpenSSH's accept-new); changed keys are always refused")
+	f.Duration("keepalive", 10*time.Second, "how often connections and jobs are checked for life; a dead host or coordinator is noticed within about 3 times this")
+}
+
+// bindEnv lets every flag be set as GPUDISPATCH_<FLAG> too.
+func bindEnv(v *viper.Viper, f *pflag.FlagSet) {
+	v.SetEnvPrefix("GPUDISPATCH")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	if err := v.BindPFlags(f); err != nil {
+		panic(err) // only on a programming error: the flags were just defined
+	}
+}
+
+func readLabOptions(v *viper.Viper) (labOptions, error) {
+	o := labOptions{
+		inventory: v.GetString("inventory"),
+		connect:   v.GetDuration("connect-timeout"),
+		keepalive: v.GetDuration("keepalive"),
+		acceptNew: v.GetBool("accept-new-host-keys"),
+	}
+	if h := v.GetString("hosts"); h != "" {
+		o.hosts = strings.FieldsFunc(h, func(r rune) bool { return r == ',' || r == ' ' })
+	}
+	if o.connect <= 0 || o.keepalive <= 0 {
+		return o, usageError("--connect-timeout and --keepalive: want a positive duration")
+	}
+	return o, nil
+}
+
+// loadInventory finds the lab: --inventory, --gpus, the default places, and
+// last this machine's GPUs as nvidia-smi lists them.
+func loadInventory(o labOptions) (*inventory.Inventory, error) {
+	path := o.inventory
+	switch {
+	case path != "":
+	case o.gpus != nil:
+		return inventory.Local(o.gpus), nil
+	default:
+		found, err := inventory.Find()
+		if err != nil {
+			return nil, usageError("looking for an inventory: %v", err)
+		}
+		if found == "" {
+			inv := inventory.Local(nil)
+			inv.Hosts[0].AutoGPUs = true
+			return inv, nil
+		}
+		path = found
+	}
+	inv, err := inventory.Load(path)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	if o.hosts != nil {
+		var keep []inventory.Host
+		for _, name := range o.hosts {
+			h := inv.HostNamed(name)
+			if h == nil {
+				return nil, usageError("--hosts: %s is not a host of %s", name, path)
+			}
+			keep = append(keep, *h)
+		}
+		inv.Hosts = keep
+	}
+	return inv, nil
+}
+
+// openHosts connects to every host and warns about the ones that cannot be
+// used; when none can, the run cannot start.
+func openHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory) (*hosts.Lab, error) {
+	lab, err := hosts.Open(ctx, inv, hostOptions(o))
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	var down []string
+	for _, st := range lab.States {
+		if st.Err != nil {
+			down = append(down, fmt.Sprintf("%s (%s): %v", st.Host.Name, st.Addr, st.Err))
+		}
+	}
+	if len(lab.Inventory.Hosts) == 0 {
+		lab.Close()
+		if len(down) == 1 && errors.Is(lab.States[0].Err, hosts.ErrNoNvidiaSMI) && o.inventory == "" && o.gpus == nil {
+			return nil, usageError("no inventory and no nvidia-smi here: say which GPUs to use with --gpus 0,1 or describe your hosts with --inventory lab.yaml")
+		}
+		return nil, usageError("no host can be used:\n  %s", strings.Join(down, "\n  "))
+	}
+	for _, d := range down {
+		fmt.Fprintf(s.err, "gpudispatch: warning: leaving out %s\n", d)
+	}
+	return lab, nil
+}
+
+func hostOptions(o labOptions) hosts.Options {
+	return hosts.Options{
+		Supervision:       hosts.Supervision{Heartbeat: o.keepalive, Grace: hosts.DefaultSupervision.Grace},
+		ConnectTimeout:    o.connect,
+		Keepalive:         o.keepalive,
+		AcceptNewHostKeys: o.acceptNew,
+	}
+}
+
