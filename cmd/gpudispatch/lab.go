@@ -131,4 +131,3 @@ func hostOptions(o labOptions) hosts.Options {
 		AcceptNewHostKeys: o.acceptNew,
 	}
 }
-

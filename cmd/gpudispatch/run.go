@@ -21,15 +21,15 @@ import (
 // runOptions are run's flags after viper merged GPUDISPATCH_* into them.
 type runOptions struct {
 	labOptions
-	logDir    string
-	resume    bool
-	retries   int
-	timeout   time.Duration
-	dryRun    bool
-	json      bool
-	quiet     bool
-	verbose   bool
-	files     []string
+	logDir  string
+	resume  bool
+	retries int
+	timeout time.Duration
+	dryRun  bool
+	json    bool
+	quiet   bool
+	verbose bool
+	files   []string
 }
 
 func newRunCommand(s streams) *cobra.Command {
@@ -56,6 +56,7 @@ also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
 	f := cmd.Flags()
 	f.SortFlags = false
 	addLabFlags(f)
+	f.String("gpus", "", "local mode without an inventory: GPU ids, \"0,1,2\" or \"0 1 2\"; a repeated id is one more slot")
 	f.StringP("log-dir", "o", "gpudispatch-logs", "where job logs and journal.jsonl go")
 	f.Bool("resume", false, "skip jobs that the journal in the log dir records as succeeded")
 	f.Int("retries", 2, "times a job is queued again after its host was lost mid-run")
@@ -76,13 +77,13 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 	o := runOptions{
 		labOptions: lab,
 		logDir:     v.GetString("log-dir"),
-		resume:    v.GetBool("resume"),
-		retries:   v.GetInt("retries"),
-		timeout:   v.GetDuration("timeout"),
-		dryRun:    v.GetBool("dry-run"),
-		json:      v.GetBool("json"),
-		quiet:     v.GetBool("quiet"),
-		verbose:   v.GetBool("verbose"),
+		resume:     v.GetBool("resume"),
+		retries:    v.GetInt("retries"),
+		timeout:    v.GetDuration("timeout"),
+		dryRun:     v.GetBool("dry-run"),
+		json:       v.GetBool("json"),
+		quiet:      v.GetBool("quiet"),
+		verbose:    v.GetBool("verbose"),
 	}
 	gpus := v.GetString("gpus")
 	// simple_gpu_scheduler's form: --gpus 0 1 2 cmds.txt. Bare integers right
