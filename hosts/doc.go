@@ -1,18 +1,30 @@
-// Package hosts runs one job's command on one machine: here (Local) or, later,
-// over a pooled SSH connection. Both go through the same wrapper (wrapper.sh),
-// so a job behaves the same wherever it runs.
+// Package hosts runs one job's command on one machine: here (Local) or over
+// a pooled SSH connection (Remote). Both go through the same wrapper
+// (wrapper.sh), so a job behaves the same wherever it runs.
 //
 // Invariants:
 //   - The job line reaches the login shell ($SHELL -lc, bash if unset) byte for
 //     byte: it travels on the wrapper's stdin, never through a quoted command
-//     line.
+//     line; the command line itself is a constant (bootstrap).
 //   - A job runs in a process group of its own. When its context ends, when the
 //     coordinator disappears (stdin closes) or when heartbeats stop, the wrapper
 //     sends the group TERM, then KILL after the grace period. When the job exits
 //     on its own, what it left in its group is reaped as well. No process of a
 //     finished Run call keeps holding a GPU.
-//   - Run returns only after the wrapper has exited, so a returned slot is free.
+//   - Run returns only after the wrapper has exited (or, remotely, the
+//     connection is gone, in which case the error wraps ErrConnectionLost and
+//     the wrapper cleans up on its own once heartbeats stop).
+//
+// SSH: Open resolves each host (inventory entry, ssh_config, defaults,
+// OpenSSH defaults), checks host keys against known_hosts (unknown: refused
+// unless accepting new keys; changed: always refused) and keeps a pool of
+// connections per host. A pool hands out sessions, learns a connection's
+// MaxSessions from the server's refusal and then opens another connection;
+// the dialer shared by all pools makes one new connection at a time per
+// address, so sshd's MaxStartups never drops one, and keeps one client per
+// jump host. Every connection has an owner goroutine that sends keepalives
+// and closes it when the server stops answering; Lab.Close closes them all.
 //
 // This package never imports dispatch; dispatch reaches it through the
-// Executor interface it defines.
+// Executor interface it defines (Set implements it).
 package hosts
