@@ -378,3 +378,54 @@ func TestSSHHostsCommand(t *testing.T) {
 		t.Errorf("bad inventory: exit %d", r.code)
 	}
 }
+
+// Hashed known_hosts entries are honoured, and with HashKnownHosts yes a
+// newly accepted key is recorded hashed, as OpenSSH does.
+func TestSSHHashedKnownHosts(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{})
+	inv := l.Inventory("")
+	out, err := exec.Command("ssh-keygen", "-H", "-f", l.KnownHosts).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ssh-keygen -H: %v\n%s", err, out)
+	}
+	if hashed := readFile(t, l.KnownHosts); !strings.HasPrefix(hashed, "|1|") {
+		t.Fatalf("known_hosts not hashed: %q", hashed)
+	}
+	if r := labRun(t, l, "echo hi\n", "-i", inv); r.code != 0 {
+		t.Fatalf("hashed entry: exit %d\n%s", r.code, r.stderr)
+	}
+	os.WriteFile(l.KnownHosts, nil, 0o600)
+	cfg := readFile(t, l.SSHConfig)
+	os.WriteFile(l.SSHConfig, []byte(cfg+"  HashKnownHosts yes\n"), 0o644)
+	if r := labRun(t, l, "echo hi\n", "-i", inv, "--accept-new-host-keys"); r.code != 0 {
+		t.Fatalf("accept-new: exit %d\n%s", r.code, r.stderr)
+	}
+	if recorded := readFile(t, l.KnownHosts); !strings.HasPrefix(recorded, "|1|") {
+		t.Errorf("recorded %q, want a hashed name", recorded)
+	}
+	out, err = exec.Command("ssh", "-F", l.SSHConfig, "-o", "BatchMode=yes", "node1", "true").CombinedOutput()
+	if err != nil {
+		t.Errorf("OpenSSH does not accept the hashed line: %v %s", err, out)
+	}
+}
+
+// Output is copied byte for byte, whatever the bytes: 20 MB of random data
+// arrive with the checksum the host computed.
+func TestSSHBinaryOutput(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{})
+	job := "head -c 20000000 /dev/urandom > blob; sha256sum < blob | cut -d' ' -f1 >&2; cat blob\n"
+	r := labRun(t, l, job, "-i", l.Inventory(""), "-o", "logs")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	out, err := exec.Command("sha256sum", filepath.Join(l.Dir, "logs", "1.out")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.TrimSpace(readFile(t, filepath.Join(l.Dir, "logs", "1.err")))
+	if got := strings.Fields(string(out))[0]; got != want {
+		t.Errorf("log checksum %s, host's %s", got, want)
+	}
+}

@@ -1,0 +1,67 @@
+package hosts
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"net"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// hungServer accepts one SSH connection and then never reads from it again,
+// like a host that froze: requests get no answer.
+func hungServer(t *testing.T) string {
+	t.Helper()
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &ssh.ServerConfig{NoClientAuth: true}
+	cfg.AddHostKey(signer)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		t.Cleanup(func() { c.Close() })
+		// Handshake, then leave the channels and requests unread: the
+		// server's side of the connection stalls.
+		ssh.NewServerConn(c, cfg)
+	}()
+	return l.Addr().String()
+}
+
+// A connection whose server stops answering is closed by keepAlive within
+// about three intervals, which ends every wait on it.
+func TestKeepAliveClosesHungConnection(t *testing.T) {
+	t.Parallel()
+	client, err := ssh.Dial("tcp", hungServer(t), &ssh.ClientConfig{
+		User: "x", HostKeyCallback: ssh.InsecureIgnoreHostKey(), // an in-process test server
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		client.Wait()
+		close(done)
+	}()
+	start := time.Now()
+	go keepAlive(client, 100*time.Millisecond, done)
+	select {
+	case <-done:
+		if d := time.Since(start); d < 200*time.Millisecond {
+			t.Errorf("closed after %v, before the keepalive could have timed out", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a hung connection was not closed")
+	}
+}

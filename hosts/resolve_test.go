@@ -1,0 +1,114 @@
+package hosts
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "ssh_config")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Settings come from the inventory entry, then ssh_config, then defaults,
+// then OpenSSH's own defaults.
+func TestResolvePrecedence(t *testing.T) {
+	home, _ := os.UserHomeDir()
+	cfgPath := writeConfig(t, `Host node1
+  HostName 10.0.0.1
+  Port 2201
+  User cfguser
+  IdentityFile ~/.ssh/node1_key
+  IdentityFile /keys/%h-%r
+  IdentitiesOnly yes
+  StrictHostKeyChecking accept-new
+  HashKnownHosts yes
+  UserKnownHostsFile ~/lab_known /etc/other_known
+
+Host *.lab
+  HostName %h.example.org
+  ProxyJump jumpuser@bastion:2222
+
+Host bastion
+  HostName 192.0.2.1
+`)
+	cfg, err := loadSSHConfig(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := &inventory.Inventory{Defaults: inventory.Connection{User: "defuser", Port: 2000, IdentityFile: "~/.ssh/default_key"}}
+	tests := []struct {
+		name  string
+		entry inventory.Connection
+		want  Target
+	}{
+		{name: "node1", want: Target{Name: "node1", Hostname: "10.0.0.1", Port: 2201, User: "cfguser",
+			IdentityFiles: []string{home + "/.ssh/node1_key", "/keys/10.0.0.1-cfguser", home + "/.ssh/default_key"}, IdentitiesOnly: true,
+			KnownHosts: []string{home + "/lab_known", "/etc/other_known", "/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"},
+			AcceptNew:  true, HashKnownHosts: true}},
+		{name: "node1", entry: inventory.Connection{Hostname: "h", Port: 7, User: "u", IdentityFile: "/k"},
+			want: Target{Name: "node1", Hostname: "h", Port: 7, User: "u", IdentityFiles: []string{"/k"}, IdentitiesOnly: true,
+				KnownHosts: []string{home + "/lab_known", "/etc/other_known", "/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"},
+				AcceptNew:  true, HashKnownHosts: true}},
+		{name: "plain", want: Target{Name: "plain", Hostname: "plain", Port: 2000, User: "defuser", IdentityFiles: []string{home + "/.ssh/default_key"},
+			KnownHosts: []string{home + "/.ssh/known_hosts", home + "/.ssh/known_hosts2", "/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"}}},
+	}
+	for _, tt := range tests {
+		got, err := resolveAlias(inv, cfg, tt.name, tt.entry, inv.Defaults, false, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", tt.name, got, tt.want)
+		}
+	}
+
+	// %h in HostName, and a ProxyJump with user and port.
+	got, err := resolve(inv, cfg, inventory.Host{Name: "gpu3.lab"}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Hostname != "gpu3.lab.example.org" || got.Jump == nil || got.Jump.Hostname != "192.0.2.1" || got.Jump.Port != 2222 || got.Jump.User != "jumpuser" {
+		t.Errorf("got %+v, jump %+v", got, got.Jump)
+	}
+	// The inventory's known_hosts wins over ssh_config's.
+	inv.KnownHosts = "/my/known"
+	got, _ = resolve(inv, cfg, inventory.Host{Name: "node1"}, false)
+	if !reflect.DeepEqual(got.KnownHosts, []string{"/my/known"}) {
+		t.Errorf("known_hosts: %v", got.KnownHosts)
+	}
+}
+
+func TestSSHConfigErrors(t *testing.T) {
+	t.Parallel()
+	if _, err := loadSSHConfig("/nonexistent/config"); err == nil || !strings.Contains(err.Error(), "/nonexistent/config") {
+		t.Errorf("missing explicit config: %v", err)
+	}
+	bad := writeConfig(t, "Match user alice\n  Port 2\n")
+	if _, err := loadSSHConfig(bad); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "ssh_config: none") {
+		t.Errorf("unsupported Match: %v", err)
+	}
+	c, err := loadSSHConfig("none")
+	if err != nil || c.cfg != nil {
+		t.Errorf("none: %v %v", c, err)
+	}
+	port := writeConfig(t, "Host x\n  Port http\n")
+	c, _ = loadSSHConfig(port)
+	if _, err := resolve(&inventory.Inventory{}, c, inventory.Host{Name: "x"}, false); err == nil || !strings.Contains(err.Error(), `Port "http"`) {
+		t.Errorf("bad port: %v", err)
+	}
+	chain := writeConfig(t, "Host x\n  ProxyJump a,b\n")
+	c, _ = loadSSHConfig(chain)
+	if _, err := resolve(&inventory.Inventory{}, c, inventory.Host{Name: "x"}, false); err == nil || !strings.Contains(err.Error(), "only one jump host") {
+		t.Errorf("jump chain: %v", err)
+	}
+}
