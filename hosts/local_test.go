@@ -107,18 +107,6 @@ func pidsFrom(t *testing.T, file string, n int) []int {
 	return nil
 }
 
-func waitGone(t *testing.T, pids []int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for _, p := range pids {
-		for sshtest.Running(p) {
-			if time.Now().After(deadline) {
-				t.Fatalf("process %d still running %v after the job ended", p, within)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-}
 
 // A cancelled job's whole group goes, including children that ignore TERM and
 // children in the background.
@@ -142,7 +130,7 @@ func TestLocalCancelKillsGroup(t *testing.T) {
 			t.Errorf("err = %v, want context.Canceled", err)
 		}
 		// Run returns only when the group is gone.
-		waitGone(t, pids, 0)
+		sshtest.WaitGone(t, pids, 0)
 	}
 }
 
@@ -177,7 +165,7 @@ func TestWrapperKillsOnSilence(t *testing.T) {
 	if d := time.Since(start); d > 8*time.Second {
 		t.Errorf("wrapper took %v to notice silence", d)
 	}
-	waitGone(t, pids, 0)
+	sshtest.WaitGone(t, pids, 0)
 }
 
 // firstWrite reports when the first write arrives. It must not embed a

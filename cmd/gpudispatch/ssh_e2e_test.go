@@ -250,18 +250,6 @@ func remotePIDs(t *testing.T, l *sshtest.Lab, args ...string) (*exec.Cmd, []int,
 	return cmd, pids, &errOut
 }
 
-func waitGone(t *testing.T, pids []int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for _, p := range pids {
-		for sshtest.Running(p) {
-			if time.Now().After(deadline) {
-				t.Fatalf("remote process %d still running %v later", p, within)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-}
 
 // Ctrl-C twice: the remote process groups are killed, even children that
 // ignore TERM, before gpudispatch exits.
@@ -275,7 +263,7 @@ func TestSSHCancelLeavesNoRemoteProcess(t *testing.T) {
 	if err := cmd.Wait(); exitCode(err) != 130 {
 		t.Fatalf("exit %v, want 130\n%s", err, errOut)
 	}
-	waitGone(t, pids, 0)
+	sshtest.WaitGone(t, pids, 0)
 }
 
 // A coordinator killed outright: the wrappers notice the silence and kill
@@ -288,7 +276,7 @@ func TestSSHCoordinatorKilledLeavesNoRemoteProcess(t *testing.T) {
 	cmd.Wait()
 	// Three missed heartbeats (1.5 s) and the 10 s grace for the child that
 	// ignores TERM.
-	waitGone(t, pids, 15*time.Second)
+	sshtest.WaitGone(t, pids, 15*time.Second)
 }
 
 // A host behind a jump host: the jump host's client carries the connection.

@@ -261,6 +261,21 @@ func Running(pid int) bool {
 	return i >= 0 && len(s) > i+2 && s[i+2] != 'Z'
 }
 
+// WaitGone waits until none of pids runs, for at most within (0: they must
+// be gone already), and fails t otherwise.
+func WaitGone(t testing.TB, pids []int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, p := range pids {
+		for Running(p) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d still running %v later", p, within)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
 // SetGPUs replaces what the host's nvidia-smi reports: lines of
 // "index, uuid, name, memory.total, memory.used, utilization.gpu".
 func (h *Host) SetGPUs(csv string) {
