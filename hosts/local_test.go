@@ -107,7 +107,6 @@ func pidsFrom(t *testing.T, file string, n int) []int {
 	return nil
 }
 
-
 // A cancelled job's whole group goes, including children that ignore TERM and
 // children in the background.
 func TestLocalCancelKillsGroup(t *testing.T) {

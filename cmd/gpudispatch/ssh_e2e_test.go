@@ -250,7 +250,6 @@ func remotePIDs(t *testing.T, l *sshtest.Lab, args ...string) (*exec.Cmd, []int,
 	return cmd, pids, &errOut
 }
 
-
 // Ctrl-C twice: the remote process groups are killed, even children that
 // ignore TERM, before gpudispatch exits.
 func TestSSHCancelLeavesNoRemoteProcess(t *testing.T) {
