@@ -532,3 +532,73 @@ func TestE2EVersion(t *testing.T) {
 		t.Errorf("version: %+v", r)
 	}
 }
+
+// gpudispatch killed outright mid-run: the journal is whole lines, and
+// --resume with the same (here reordered) job file completes the rest, so
+// that every job succeeds exactly once. Jobs count their runs in files.
+//
+// The kill lands while jobs 6-8 are in a long sleep: with three slots, by
+// then jobs 0-5 have ended and been journaled (a slot is reused only after
+// its last job's record is written), and 6-8 die with the coordinator (their
+// wrappers kill them) before writing "done". A kill between a job's last
+// write and its record would make that job run twice on resume: gpudispatch
+// runs jobs at least once, not exactly once.
+func TestE2EKilledThenResume(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var jobs []string
+	for i := 0; i < 30; i++ {
+		nap := ""
+		if i >= 6 && i <= 8 {
+			nap = "if [ -e first-run ]; then sleep 30; fi; " // the same text when resumed
+		}
+		jobs = append(jobs, fmt.Sprintf("echo >> started.%d; %secho done >> ran.%d", i, nap, i))
+	}
+	os.WriteFile(filepath.Join(dir, "first-run"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "jobs.txt"), []byte(strings.Join(jobs, "\n")+"\n"), 0o644)
+	cmd := exec.Command(binary, "--gpus", "0,1,2", "--keepalive", "200ms", "jobs.txt")
+	cmd.Dir = dir
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 6; i <= 8; i++ {
+		waitForFile(t, filepath.Join(dir, fmt.Sprintf("started.%d", i)), func(string) bool { return true })
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	time.Sleep(time.Second) // the orphaned wrappers notice and kill their jobs
+	journal(t, filepath.Join(dir, "gpudispatch-logs")) // fails on a torn line
+	os.Remove(filepath.Join(dir, "first-run"))
+
+	for i, j := 0, len(jobs)-1; i < j; i, j = i+1, j-1 {
+		jobs[i], jobs[j] = jobs[j], jobs[i]
+	}
+	os.WriteFile(filepath.Join(dir, "jobs.txt"), []byte(strings.Join(jobs, "\n")+"\n"), 0o644)
+	r := gpd(t, dir, "", "--gpus", "0,1,2", "--resume", "jobs.txt")
+	if r.code != 0 {
+		t.Fatalf("resume: exit %d\n%s", r.code, r.stderr)
+	}
+	for i := range jobs {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("ran.%d", i)))
+		if err != nil || string(b) != "done\n" {
+			t.Errorf("job %d ran %d times, want exactly once", i, strings.Count(string(b), "done"))
+		}
+	}
+}
+
+// SIGHUP (a closed terminal or ssh session) does not stop a run.
+func TestE2ESIGHUPIgnored(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd, stdin, errOut := startGPD(t, dir, "--gpus", "0")
+	io.WriteString(stdin, "echo started > started; sleep 0.5; echo done > done\n")
+	waitForFile(t, filepath.Join(dir, "started"), func(string) bool { return true })
+	cmd.Process.Signal(syscall.SIGHUP)
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit %v after SIGHUP\n%s", err, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "done")); err != nil {
+		t.Errorf("the job did not finish: %v", err)
+	}
+}
