@@ -566,7 +566,7 @@ func TestE2EKilledThenResume(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	time.Sleep(time.Second) // the orphaned wrappers notice and kill their jobs
+	time.Sleep(time.Second)                            // the orphaned wrappers notice and kill their jobs
 	journal(t, filepath.Join(dir, "gpudispatch-logs")) // fails on a torn line
 	os.Remove(filepath.Join(dir, "first-run"))
 
