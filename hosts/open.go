@@ -54,9 +54,17 @@ type Lab struct {
 // (or whose GPUs cannot be found) is left out with the reason in its state;
 // an error means nothing could be tried (a broken ssh_config).
 func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error) {
-	cfg, err := loadSSHConfig(inv.SSHConfig)
-	if err != nil {
-		return nil, err
+	// Only remote hosts need ssh_config: a local-only lab must run whatever
+	// the user's ~/.ssh/config holds.
+	cfg := &sshConfig{}
+	for _, h := range inv.Hosts {
+		if !h.Local {
+			var err error
+			if cfg, err = loadSSHConfig(inv.SSHConfig); err != nil {
+				return nil, err
+			}
+			break
+		}
 	}
 	lab := &Lab{
 		States: make([]HostState, len(inv.Hosts)),
