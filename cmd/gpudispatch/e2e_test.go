@@ -197,11 +197,19 @@ func TestE2EResume(t *testing.T) {
 	}
 }
 
-// startGPD starts the binary with a pipe on stdin.
+// startGPD starts the binary in dir with a pipe on stdin.
 func startGPD(t *testing.T, dir string, args ...string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
+	stdin, errOut := startCmd(t, cmd)
+	return cmd, stdin, errOut
+}
+
+// startCmd starts cmd with a pipe on stdin and its stderr kept; the test's
+// end kills it.
+func startCmd(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, *bytes.Buffer) {
+	t.Helper()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +220,7 @@ func startGPD(t *testing.T, dir string, args ...string) (*exec.Cmd, io.WriteClos
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
-	return cmd, stdin, &errOut
+	return stdin, &errOut
 }
 
 func waitForFile(t *testing.T, path string, want func(string) bool) string {

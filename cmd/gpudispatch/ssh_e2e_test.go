@@ -230,16 +230,7 @@ func remotePIDs(t *testing.T, l *sshtest.Lab, args ...string) (*exec.Cmd, []int,
 	pidFile := filepath.Join(l.Dir, "pids")
 	job := "sleep 300 & echo $! >> " + pidFile + "; trap '' TERM; sleep 301 & echo $! >> " + pidFile + "; echo $$ >> " + pidFile + "; wait\n"
 	cmd := labCmd(t, l, "", append([]string{"-i", l.Inventory(""), "-o", "logs"}, args...)...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var errOut bytes.Buffer
-	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill() })
+	stdin, errOut := startCmd(t, cmd)
 	io.WriteString(stdin, job+job)
 	text := waitForFile(t, pidFile, func(s string) bool { return len(strings.Fields(s)) == 6 })
 	var pids []int
@@ -247,7 +238,7 @@ func remotePIDs(t *testing.T, l *sshtest.Lab, args ...string) (*exec.Cmd, []int,
 		p, _ := strconv.Atoi(f)
 		pids = append(pids, p)
 	}
-	return cmd, pids, &errOut
+	return cmd, pids, errOut
 }
 
 // Ctrl-C twice: the remote process groups are killed, even children that
