@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -21,7 +22,7 @@ type TextReporter struct {
 func (t *TextReporter) Report(e Event) {
 	where := e.Host
 	if len(e.GPUs) > 0 {
-		where += ":" + joinInts(e.GPUs)
+		where += ":" + gpuList(e.GPUs)
 	}
 	var line string
 	switch e.Event {
@@ -86,10 +87,11 @@ func oneLine(cmd string) string {
 	return cmd
 }
 
-func joinInts(ids []int) string {
+// gpuList writes GPU ids as CUDA_VISIBLE_DEVICES does: "0,1".
+func gpuList(ids []int) string {
 	s := make([]string, len(ids))
 	for i, id := range ids {
-		s[i] = fmt.Sprint(id)
+		s[i] = strconv.Itoa(id)
 	}
 	return strings.Join(s, ",")
 }

@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/hosts"
@@ -180,7 +178,7 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 		if r.stopping {
 			jobs = nil // read no more input
 			for _, q := range r.sched.drop() {
-				r.final(r.event(EventCancelled, q.job, q.attempts), q.job)
+				r.final(r.event(EventCancelled, q.job, q.attempts))
 			}
 			continue
 		}
@@ -198,7 +196,7 @@ func (r *run) admit(p parsed) {
 	case errors.As(p.err, &le):
 		e := r.event(EventRejected, le.Job, 0)
 		e.Error = le.Err.Error()
-		r.final(e, le.Job)
+		r.final(e)
 		return
 	case p.err != nil:
 		r.summary.InputErrors = append(r.summary.InputErrors, p.err.Error())
@@ -208,7 +206,7 @@ func (r *run) admit(p parsed) {
 	if err := r.sched.table.check(j); err != nil {
 		e := r.event(EventRejected, j, 0)
 		e.Error = err.Error()
-		r.final(e, j)
+		r.final(e)
 		return
 	}
 	if r.done[jobKey{j.Text, j.Occurrence}] {
@@ -261,12 +259,8 @@ func (r *run) start(ctx context.Context, a assignment) {
 
 // jobEnv is the inventory's env, then gpudispatch's own variables, which win.
 func jobEnv(h inventory.Host, j *Job, p placement) []string {
-	ids := make([]string, len(p.gpus))
-	for i, g := range p.gpus {
-		ids[i] = strconv.Itoa(g.id)
-	}
 	return append(append([]string(nil), h.Env...),
-		"CUDA_VISIBLE_DEVICES="+strings.Join(ids, ","),
+		"CUDA_VISIBLE_DEVICES="+gpuList(p.gpuIDs()),
 		"CUDA_DEVICE_ORDER=PCI_BUS_ID",
 		"GPUDISPATCH_JOB_ID="+j.ID(),
 		"GPUDISPATCH_HOST="+h.Name,
@@ -308,7 +302,7 @@ func (r *run) finish(res result) {
 		r.sched.add(q)
 		return
 	}
-	r.final(e, j)
+	r.final(e)
 }
 
 // event starts an event about j.
@@ -322,7 +316,7 @@ func (r *run) event(kind string, j *Job, attempt int) Event {
 }
 
 // final records the event that ends a job's story in this run.
-func (r *run) final(e Event, j *Job) {
+func (r *run) final(e Event) {
 	r.record(e)
 	r.summary.add(e)
 }

@@ -109,11 +109,7 @@ type placement struct {
 
 // String is "node1:2" or "node1:0,1".
 func (p placement) String() string {
-	ids := make([]string, len(p.gpus))
-	for i, g := range p.gpus {
-		ids[i] = strconv.Itoa(g.id)
-	}
-	return p.host.host.Name + ":" + strings.Join(ids, ",")
+	return p.host.host.Name + ":" + gpuList(p.gpuIDs())
 }
 
 func (p placement) gpuIDs() []int {

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
 // wrapperScript is run by bash on the target machine; see wrapper.sh.
@@ -41,9 +43,13 @@ type Supervision struct {
 	Grace time.Duration
 }
 
-// DefaultSupervision is what a real run uses: a dead coordinator is noticed
-// within about 30 s, and a job gets 10 s to exit after TERM.
-var DefaultSupervision = Supervision{Heartbeat: 10 * time.Second, Grace: 10 * time.Second}
+// Defaults for Options: a dead host or coordinator is noticed within about
+// 30 s, and a job gets 10 s to exit after TERM.
+const (
+	DefaultKeepalive      = 10 * time.Second
+	DefaultGrace          = 10 * time.Second
+	DefaultConnectTimeout = 10 * time.Second
+)
 
 // ErrNUL is returned for a command or environment value with a NUL byte,
 // which no shell can receive.
@@ -72,24 +78,9 @@ func (c Command) header(s Supervision) ([]byte, error) {
 		b.WriteByte(0)
 	}
 	for _, kv := range c.Env {
-		if name, _, ok := strings.Cut(kv, "="); !ok || !validEnvName(name) {
+		if name, _, ok := strings.Cut(kv, "="); !ok || !inventory.ValidEnvName(name) {
 			return nil, fmt.Errorf("environment entry %q: want NAME=value with a shell variable name", kv)
 		}
 	}
 	return []byte(b.String()), nil
-}
-
-func validEnvName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i, r := range s {
-		switch {
-		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
 }

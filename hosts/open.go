@@ -11,12 +11,17 @@ import (
 
 // Options configure how hosts are reached.
 type Options struct {
-	Supervision Supervision
-	// ConnectTimeout bounds the TCP connect plus SSH handshake per host.
+	// ConnectTimeout bounds the TCP connect plus SSH handshake per host
+	// (0: DefaultConnectTimeout).
 	ConnectTimeout time.Duration
-	// Keepalive is how often an idle connection is checked; one that does
-	// not answer within two more intervals is closed.
+	// Keepalive is how often connections are checked and jobs' wrappers
+	// hear from the coordinator; a connection that does not answer within
+	// two more intervals is closed, and a wrapper that hears nothing for
+	// three kills its job (0: DefaultKeepalive).
 	Keepalive time.Duration
+	// Grace is the time between TERM and KILL for a stopped job (0:
+	// DefaultGrace).
+	Grace time.Duration
 	// AcceptNewHostKeys records unknown host keys (--accept-new-host-keys).
 	AcceptNewHostKeys bool
 	// ProbeGPUs asks every host's nvidia-smi, not only `gpus: auto` ones.
@@ -56,6 +61,15 @@ type Lab struct {
 func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error) {
 	// Only remote hosts need ssh_config: a local-only lab must run whatever
 	// the user's ~/.ssh/config holds.
+	if o.Keepalive <= 0 {
+		o.Keepalive = DefaultKeepalive
+	}
+	if o.Grace <= 0 {
+		o.Grace = DefaultGrace
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
 	cfg := &sshConfig{}
 	for _, h := range inv.Hosts {
 		if !h.Local {
@@ -100,7 +114,8 @@ func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error
 // open readies one host: a runner for it, its GPUs, or why not.
 func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inventory.Host, d *dialer, o Options) (HostState, Runner, *pool) {
 	st := HostState{Host: h, Addr: "local"}
-	var r Runner = Local{Supervision: o.Supervision}
+	sup := Supervision{Heartbeat: o.Keepalive, Grace: o.Grace}
+	var r Runner = Local{Supervision: sup}
 	var p *pool
 	if !h.Local {
 		t, err := resolve(inv, cfg, h, o.AcceptNewHostKeys)
@@ -123,7 +138,7 @@ func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inven
 			st.Err = fmt.Errorf("connect %s: %w", t.Addr(), err)
 			return st, nil, p
 		}
-		r = &Remote{name: h.Name, pool: p, supervision: o.Supervision}
+		r = &Remote{name: h.Name, pool: p, supervision: sup}
 	}
 	if h.AutoGPUs || o.ProbeGPUs {
 		st.GPUs, st.GPUErr = ProbeGPUs(ctx, r)

@@ -120,7 +120,7 @@ func TestOpenLocalIgnoresSSHConfig(t *testing.T) {
 	t.Setenv("HOME", home)
 	os.MkdirAll(filepath.Join(home, ".ssh"), 0o700)
 	os.WriteFile(filepath.Join(home, ".ssh", "config"), []byte("Match exec \"true\"\n  User x\n"), 0o600)
-	lab, err := Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "here", Local: true, GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Supervision: fast})
+	lab, err := Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "here", Local: true, GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestOpenLocalIgnoresSSHConfig(t *testing.T) {
 	if len(lab.Inventory.Hosts) != 1 {
 		t.Fatalf("states %+v", lab.States)
 	}
-	_, err = Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "remote", GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Supervision: fast})
+	_, err = Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "remote", GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace})
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(home, ".ssh", "config")) {
 		t.Errorf("a remote host with a broken ssh_config: err = %v", err)
 	}

@@ -197,7 +197,7 @@ func (c *checker) env(dst *map[string]string) func(string, *node) {
 			val := v.vals[i]
 			k := key + "." + name
 			switch {
-			case !validName(name):
+			case !ValidEnvName(name):
 				c.errs = append(c.errs, &Error{File: c.file, Line: v.kline[i], Key: k, Msg: "not a valid environment variable name"})
 			case val.isMap || val.isSeq || val.typ == tNull:
 				c.fail(val, k, "want a string, got %s", val.describe())
@@ -210,7 +210,8 @@ func (c *checker) env(dst *map[string]string) func(string, *node) {
 	}
 }
 
-func validName(s string) bool {
+// ValidEnvName reports whether s can be a shell variable's name.
+func ValidEnvName(s string) bool {
 	for i, r := range s {
 		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || i > 0 && r >= '0' && r <= '9') {
 			return false

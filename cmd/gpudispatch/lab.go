@@ -28,9 +28,9 @@ type labOptions struct {
 func addLabFlags(f *pflag.FlagSet) {
 	f.StringP("inventory", "i", "", "inventory file (YAML, TOML or JSON by extension)")
 	f.String("hosts", "", "use only these inventory hosts (comma-separated)")
-	f.Duration("connect-timeout", 10*time.Second, "TCP connect plus SSH handshake limit per host")
+	f.Duration("connect-timeout", hosts.DefaultConnectTimeout, "TCP connect plus SSH handshake limit per host")
 	f.Bool("accept-new-host-keys", false, "record the keys of hosts known_hosts does not know yet (as OpenSSH's accept-new); changed keys are always refused")
-	f.Duration("keepalive", 10*time.Second, "how often connections and jobs are checked for life; a dead host or coordinator is noticed within about 3 times this")
+	f.Duration("keepalive", hosts.DefaultKeepalive, "how often connections and jobs are checked for life; a dead host or coordinator is noticed within about 3 times this")
 }
 
 // bindEnv lets every flag be set as GPUDISPATCH_<FLAG> too.
@@ -125,7 +125,6 @@ func openHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inve
 
 func hostOptions(o labOptions) hosts.Options {
 	return hosts.Options{
-		Supervision:       hosts.Supervision{Heartbeat: o.keepalive, Grace: hosts.DefaultSupervision.Grace},
 		ConnectTimeout:    o.connect,
 		Keepalive:         o.keepalive,
 		AcceptNewHostKeys: o.acceptNew,

@@ -80,8 +80,8 @@ func newRootCommand(s streams) *cobra.Command {
 	return root
 }
 
-// stdinIsTerminal is used to warn a user who typed gpudispatch with nothing
-// piped in.
+// isTerminal reports whether r is a terminal: a user who typed gpudispatch
+// with nothing piped in is told that it reads jobs from the keyboard.
 func isTerminal(r io.Reader) bool {
 	f, ok := r.(*os.File)
 	if !ok {
