@@ -13,6 +13,9 @@ const (
 	EventRetried   = "retried"
 	EventCancelled = "cancelled"
 	EventRejected  = "rejected"
+	// Host events name a host and no job.
+	EventHostDown = "host_down" // cannot be reached; Error says why
+	EventHostUp   = "host_up"   // reachable again
 )
 
 // Event is one line of journal.jsonl and of --json output.
@@ -23,13 +26,14 @@ type Event struct {
 	// journal appended to by --resume still tells runs apart.
 	Run string `json:"run"`
 	// Job is the job's id (name= or number); Seq its number in this run.
-	Job string `json:"job"`
-	Seq int    `json:"seq"`
+	// Both are empty in host events.
+	Job string `json:"job,omitempty"`
+	Seq int    `json:"seq,omitempty"`
 	// Source is where the job was read: "cmds.txt:12" or "line 12".
 	Source string `json:"source,omitempty"`
 	// Text and Occurrence identify the job across runs (--resume).
-	Text       string `json:"text"`
-	Occurrence int    `json:"occurrence"`
+	Text       string `json:"text,omitempty"`
+	Occurrence int    `json:"occurrence,omitempty"`
 	Command    string `json:"command,omitempty"`
 	Host       string `json:"host,omitempty"`
 	GPUs       []int  `json:"gpus,omitempty"`

@@ -20,9 +20,17 @@ import (
 //	sleep D     sleeps D (a Go duration)
 //	exit N      exits with N
 //	hang        runs until cancelled
-//	lose N      loses its host on its first N attempts, then sleeps 1 ms
+//	lose N      loses its connection on its first N attempts, then sleeps 1 ms
+//	die         on its first attempt takes its host down and loses the
+//	            connection; later attempts sleep 1 ms
+//
+// A lost job keeps its slots (the fake counts it running) until Reap is
+// called for its tag, so a slot reused too early shows as overbooked. While a
+// host is down, Run fails with hosts.ErrHostDown and WaitUp blocks.
 type fakeExec struct {
 	inv *inventory.Inventory
+	// reapGate, when set, holds every Reap until it is closed.
+	reapGate chan struct{}
 
 	mu         sync.Mutex
 	now        map[string]int // "host:gpu" -> jobs running there
@@ -32,6 +40,9 @@ type fakeExec struct {
 	starts     []start
 	attempts   map[string]int // command -> attempts so far
 	violations []string
+	down       map[string]chan struct{} // host -> closed when it is back
+	held       map[string][]string      // tag -> slots its lost job still holds
+	reaps      []string                 // tags reaped, in order
 }
 
 type start struct {
@@ -42,7 +53,58 @@ type start struct {
 }
 
 func newFakeExec(inv *inventory.Inventory) *fakeExec {
-	return &fakeExec{inv: inv, now: map[string]int{}, peak: map[string]int{}, attempts: map[string]int{}}
+	return &fakeExec{inv: inv, now: map[string]int{}, peak: map[string]int{}, attempts: map[string]int{},
+		down: map[string]chan struct{}{}, held: map[string][]string{}}
+}
+
+// setDown takes host down (true) or brings it back (false).
+func (f *fakeExec) setDown(host string, down bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch, isDown := f.down[host]
+	switch {
+	case down && !isDown:
+		f.down[host] = make(chan struct{})
+	case !down && isDown:
+		close(ch)
+		delete(f.down, host)
+	}
+}
+
+func (f *fakeExec) WaitUp(ctx context.Context, host string) error {
+	f.mu.Lock()
+	ch := f.down[host]
+	f.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (f *fakeExec) Reap(ctx context.Context, host, tag string) error {
+	if err := f.WaitUp(ctx, host); err != nil {
+		return err
+	}
+	if f.reapGate != nil {
+		select {
+		case <-f.reapGate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.held[tag] {
+		f.now[s]--
+	}
+	delete(f.held, tag)
+	f.reaps = append(f.reaps, tag)
+	return nil
 }
 
 func (f *fakeExec) capacity(host string, id int) int {
@@ -68,6 +130,10 @@ func envValue(env []string, name string) string {
 func (f *fakeExec) Run(ctx context.Context, host string, c hosts.Command, stdout, stderr io.Writer) (int, error) {
 	gpus := envValue(c.Env, "CUDA_VISIBLE_DEVICES")
 	f.mu.Lock()
+	if f.down[host] != nil {
+		f.mu.Unlock()
+		return -1, fmt.Errorf("%s: %w: connection refused", host, hosts.ErrHostDown)
+	}
 	f.starts = append(f.starts, start{command: c.Script, host: host, gpus: gpus, env: c.Env})
 	f.attempts[c.Script]++
 	attempt := f.attempts[c.Script]
@@ -85,10 +151,15 @@ func (f *fakeExec) Run(ctx context.Context, host string, c hosts.Command, stdout
 	f.total++
 	f.peakTotal = max(f.peakTotal, f.total)
 	f.mu.Unlock()
+	lost := false
 	defer func() {
 		f.mu.Lock()
-		for _, s := range slots {
-			f.now[s]--
+		if lost {
+			f.held[c.Tag] = slots
+		} else {
+			for _, s := range slots {
+				f.now[s]--
+			}
 		}
 		f.total--
 		f.mu.Unlock()
@@ -114,6 +185,15 @@ func (f *fakeExec) Run(ctx context.Context, host string, c hosts.Command, stdout
 	case "lose":
 		n, _ := strconv.Atoi(arg)
 		if attempt <= n {
+			lost = true
+			return -1, fmt.Errorf("%s: %w", host, hosts.ErrConnectionLost)
+		}
+		time.Sleep(time.Millisecond)
+		return 0, nil
+	case "die":
+		if attempt == 1 {
+			f.setDown(host, true)
+			lost = true
 			return -1, fmt.Errorf("%s: %w", host, hosts.ErrConnectionLost)
 		}
 		time.Sleep(time.Millisecond)

@@ -53,3 +53,12 @@ func create(path string) (*os.File, error) {
 func (l logFiles) close() error {
 	return errors.Join(l.out.Close(), l.err.Close())
 }
+
+// remove deletes both files, for an attempt that never ran.
+func (l logFiles) remove() {
+	if l.out == nil {
+		return
+	}
+	os.Remove(l.out.Name())
+	os.Remove(l.err.Name())
+}

@@ -66,6 +66,10 @@ func (t *TextReporter) Report(e Event) {
 		}
 	case EventRejected:
 		line = fmt.Sprintf("%s: job %s rejected: %s", e.Source, e.Job, e.Error)
+	case EventHostDown:
+		line = fmt.Sprintf("host %s down: %s; its jobs wait for it or run elsewhere while gpudispatch reconnects", e.Host, e.Error)
+	case EventHostUp:
+		line = fmt.Sprintf("host %s is back", e.Host)
 	default:
 		return
 	}

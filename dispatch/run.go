@@ -15,10 +15,17 @@ import (
 )
 
 // Executor runs a job's command on a named host of the inventory. hosts.Set
-// is the real one; tests use fakes.
+// is the real one; tests use fakes. Its methods have the contract of
+// hosts.Runner's, for the named host.
 type Executor interface {
-	// Run has the contract of hosts.Runner.Run.
+	// Run runs c. An error wrapping hosts.ErrHostDown means c did not start;
+	// one wrapping hosts.ErrConnectionLost means the host was lost while c
+	// ran, and c's slots stay taken until Reap returns.
 	Run(ctx context.Context, host string, c hosts.Command, stdout, stderr io.Writer) (exitCode int, err error)
+	// WaitUp returns once host can take jobs again.
+	WaitUp(ctx context.Context, host string) error
+	// Reap returns once nothing is left on host of the lost command tagged tag.
+	Reap(ctx context.Context, host, tag string) error
 }
 
 // Input is one source of job lines.
@@ -47,7 +54,19 @@ type Options struct {
 	// that run finish, and the ones that waited are recorded cancelled.
 	// Cancelling Run's context instead also stops the running jobs.
 	Drain <-chan struct{}
+	// LeftOut lists the inventory's hosts that are not in the run, and why:
+	// a job pinned to one is rejected with that reason.
+	LeftOut map[string]error
+	// Down lists the hosts that could not be reached at the start, and why:
+	// they get jobs once the Executor's WaitUp says they are back.
+	Down map[string]error
+	// HostDownTimeout is how long jobs that only down hosts can run wait for
+	// one of them to come back before they fail (0: DefaultHostDownTimeout).
+	HostDownTimeout time.Duration
 }
+
+// DefaultHostDownTimeout is Options.HostDownTimeout's default (SPEC §8).
+const DefaultHostDownTimeout = 10 * time.Minute
 
 // errJobTimeout is the cause given to a job's context when its time is up.
 var errJobTimeout = errors.New("timed out")
@@ -69,6 +88,18 @@ type run struct {
 	summary *Summary
 	// stopping is set on drain, on cancel and when the journal fails.
 	stopping bool
+	// Host health, reported by goroutines that wait on the Executor or a
+	// timer; bg ends them when Run returns.
+	bg      context.Context
+	ups     chan *hostSlots
+	expired chan expiry
+	reaped  chan placement
+}
+
+// expiry is a host's host-down timeout passing, for one time it went down.
+type expiry struct {
+	h       *hostSlots
+	episode int
 }
 
 // result is a job attempt that ended.
@@ -88,6 +119,11 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 		return nil, &SetupError{fmt.Errorf("log dir: %w", err)}
 	}
 	path := filepath.Join(opts.LogDir, JournalName)
+	if opts.HostDownTimeout <= 0 {
+		opts.HostDownTimeout = DefaultHostDownTimeout
+	}
+	bg, stop := context.WithCancel(ctx)
+	defer stop()
 	r := &run{
 		opts:    opts,
 		id:      time.Now().UTC().Format("20060102T150405.000000Z"),
@@ -95,6 +131,10 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 		sched:   &scheduler{table: newSlotTable(opts.Inventory)},
 		results: make(chan result),
 		summary: newSummary(),
+		bg:      bg,
+		ups:     make(chan *hostSlots),
+		expired: make(chan expiry),
+		reaped:  make(chan placement),
 	}
 	if opts.Resume {
 		done, err := succeeded(path)
@@ -109,6 +149,11 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	}
 	r.journal = j
 	defer j.close()
+	for _, h := range r.sched.table.hosts {
+		if err := opts.Down[h.host.Name]; err != nil {
+			r.hostDown(h, err)
+		}
+	}
 	r.loop(ctx, inputs)
 	return r.summary, nil
 }
@@ -166,6 +211,12 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 		case res := <-r.results:
 			running--
 			r.finish(res)
+		case h := <-r.ups:
+			r.hostUp(h)
+		case x := <-r.expired:
+			r.hostExpired(x)
+		case p := <-r.reaped:
+			r.sched.table.release(p)
 		case <-drain:
 			drain = nil
 			r.stopping = true
@@ -203,7 +254,11 @@ func (r *run) admit(p parsed) {
 		return
 	}
 	j := p.job
-	if err := r.sched.table.check(j); err != nil {
+	err := r.sched.table.check(j)
+	if why := r.opts.LeftOut[j.Host]; j.Host != "" && why != nil {
+		err = fmt.Errorf("host %s is left out of this run: %w", j.Host, why)
+	}
+	if err != nil {
 		e := r.event(EventRejected, j, 0)
 		e.Error = err.Error()
 		r.final(e)
@@ -211,6 +266,12 @@ func (r *run) admit(p parsed) {
 	}
 	if r.done[jobKey{j.Text, j.Occurrence}] {
 		r.summary.Skipped++
+		return
+	}
+	if why := r.sched.table.unrunnable(j, r.opts.HostDownTimeout); why != "" {
+		e := r.event(EventFailed, j, 0)
+		e.Error = why
+		r.final(e)
 		return
 	}
 	r.record(r.event(EventQueued, j, 0))
@@ -237,6 +298,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 		Env:     jobEnv(h, j, a.p),
 		Workdir: h.Workdir,
 		Setup:   h.Setup,
+		Tag:     r.tag(j, q.attempts),
 	}
 	timeout := r.opts.Timeout
 	if j.Timeout > 0 {
@@ -267,9 +329,25 @@ func jobEnv(h inventory.Host, j *Job, p placement) []string {
 	)
 }
 
+// tag names one attempt of j on its host (hosts.Command.Tag).
+func (r *run) tag(j *Job, attempt int) string {
+	return fmt.Sprintf("%s-%d-%d", r.id, j.Seq, attempt)
+}
+
 func (r *run) finish(res result) {
-	r.sched.table.release(res.a.p)
-	q, j := res.a.q, res.a.q.job
+	q, j, p := res.a.q, res.a.q.job, res.a.p
+	lost := errors.Is(res.err, hosts.ErrConnectionLost)
+	notStarted := errors.Is(res.err, hosts.ErrHostDown)
+	if lost || notStarted {
+		r.hostDown(p.host, res.err)
+	}
+	if lost {
+		// Its processes may still hold the GPUs: the slots stay taken until
+		// the host confirms they are gone.
+		go r.reap(p, r.tag(j, q.attempts))
+	} else {
+		r.sched.table.release(p)
+	}
 	kind := EventFinished
 	switch {
 	case res.err == nil && res.code == 0:
@@ -279,14 +357,14 @@ func (r *run) finish(res result) {
 		kind = EventTimeout
 	case errors.Is(res.err, context.Canceled):
 		kind = EventCancelled
-	case errors.Is(res.err, hosts.ErrConnectionLost):
+	case lost || notStarted:
 		kind = EventLost
 	default:
 		kind = EventFailed
 	}
 	e := r.event(kind, j, q.attempts)
-	e.Host, e.GPUs = res.a.p.host.host.Name, res.a.p.gpuIDs()
-	if res.logs.out != nil {
+	e.Host, e.GPUs = p.host.host.Name, p.gpuIDs()
+	if res.logs.out != nil && !notStarted {
 		e.Stdout, e.Stderr = res.logs.out.Name(), res.logs.err.Name()
 		e.Start, e.End = &res.start, &res.end
 	}
@@ -296,6 +374,12 @@ func (r *run) finish(res result) {
 	if res.err != nil {
 		e.Error = res.err.Error()
 	}
+	if notStarted {
+		// Nothing ran: the attempt does not count and its empty logs go.
+		q.attempts--
+		res.logs.remove()
+		e.Error += " (the job did not start)"
+	}
 	if kind == EventLost && q.attempts <= r.opts.Retries && !r.stopping {
 		r.record(e)
 		r.record(r.event(EventRetried, j, q.attempts))
@@ -303,6 +387,71 @@ func (r *run) finish(res result) {
 		return
 	}
 	r.final(e)
+}
+
+// hostDown takes h's slots out of use until the Executor says it is back,
+// and starts its host-down timeout.
+func (r *run) hostDown(h *hostSlots, why error) {
+	if !r.sched.table.setDown(h, why.Error(), time.Now()) {
+		return
+	}
+	r.record(r.hostEvent(EventHostDown, h))
+	name, episode := h.host.Name, h.episode
+	go func() {
+		if r.opts.Executor.WaitUp(r.bg, name) != nil {
+			return
+		}
+		select {
+		case r.ups <- h:
+		case <-r.bg.Done():
+		}
+	}()
+	time.AfterFunc(r.opts.HostDownTimeout, func() {
+		select {
+		case r.expired <- expiry{h, episode}:
+		case <-r.bg.Done():
+		}
+	})
+}
+
+func (r *run) hostUp(h *hostSlots) {
+	r.sched.table.setUp(h)
+	r.record(r.hostEvent(EventHostUp, h))
+}
+
+// hostExpired fails the waiting jobs that no host still waited for can run.
+func (r *run) hostExpired(x expiry) {
+	if !x.h.down || x.h.episode != x.episode {
+		return // it came back meanwhile
+	}
+	x.h.expired = true
+	t := r.sched.table
+	for _, q := range r.sched.dropIf(func(q *queued) bool { return t.unrunnable(q.job, r.opts.HostDownTimeout) != "" }) {
+		e := r.event(EventFailed, q.job, q.attempts)
+		e.Error = t.unrunnable(q.job, r.opts.HostDownTimeout)
+		r.final(e)
+	}
+}
+
+// reap releases p's slots once the Executor confirms that nothing of the
+// lost attempt tagged tag is left on its host.
+func (r *run) reap(p placement, tag string) {
+	if r.opts.Executor.Reap(r.bg, p.host.host.Name, tag) != nil {
+		return
+	}
+	select {
+	case r.reaped <- p:
+	case <-r.bg.Done():
+	}
+}
+
+// hostEvent is an event about h rather than about a job.
+func (r *run) hostEvent(kind string, h *hostSlots) Event {
+	e := Event{Time: time.Now(), Event: kind, Run: r.id, Host: h.host.Name}
+	if kind == EventHostDown {
+		e.Error = h.why
+	}
+	return e
 }
 
 // event starts an event about j.

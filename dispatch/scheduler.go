@@ -61,6 +61,22 @@ func (s *scheduler) next() []assignment {
 	return out
 }
 
+// dropIf removes and returns the waiting jobs for which f is true.
+func (s *scheduler) dropIf(f func(*queued) bool) []*queued {
+	var out []*queued
+	kept := s.waiting[:0]
+	for _, q := range s.waiting {
+		if f(q) {
+			out = append(out, q)
+		} else {
+			kept = append(kept, q)
+		}
+	}
+	clear(s.waiting[len(kept):])
+	s.waiting = kept
+	return out
+}
+
 // drop removes and returns every waiting job.
 func (s *scheduler) drop() []*queued {
 	w := s.waiting

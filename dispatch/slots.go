@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
@@ -20,11 +21,21 @@ type gpu struct {
 	lastUsed uint64
 }
 
-// hostSlots is one host's GPUs in inventory order.
+// hostSlots is one host's GPUs in inventory order, and its health.
 type hostSlots struct {
 	host inventory.Host
 	gpus []*gpu
 	byID map[int]*gpu
+	// down is set while the host cannot be reached: its slots are not given
+	// out. since and why say when and why it went down; episode counts the
+	// times it did, so that a late timer about an earlier one is ignored.
+	down    bool
+	since   time.Time
+	why     string
+	episode int
+	// expired is set once the host has been down longer than the run's
+	// host-down timeout: jobs that only it could run fail.
+	expired bool
 }
 
 // slotTable is every host:gpu slot of a run. It is owned by one goroutine.
@@ -32,8 +43,8 @@ type slotTable struct {
 	hosts  []*hostSlots
 	byName map[string]*hostSlots
 	tick   uint64
-	// freeSlots counts slots no job uses, so that a pass over a long queue
-	// stops as soon as nothing is left to give.
+	// freeSlots counts the slots of up hosts that no job uses, so that a
+	// pass over a long queue stops as soon as nothing is left to give.
 	freeSlots int
 }
 
@@ -125,7 +136,7 @@ type held map[*gpu]int
 
 func (t *slotTable) free(g *gpu, h held) int { return g.cap - g.used - h[g] }
 
-// candidates lists j's eligible hosts.
+// candidates lists the hosts j may run on, up or down.
 func (t *slotTable) candidates(j *Job) []*hostSlots {
 	if j.Host != "" {
 		if h := t.byName[j.Host]; h != nil {
@@ -133,7 +144,61 @@ func (t *slotTable) candidates(j *Job) []*hostSlots {
 		}
 		return nil
 	}
-	return t.hosts
+	var hs []*hostSlots
+	for _, h := range t.hosts {
+		if len(h.gpus) >= j.GPUs {
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}
+
+// unrunnable says why no host j may run on can be waited for any longer
+// (all have been down past the host-down timeout), or returns "".
+func (t *slotTable) unrunnable(j *Job, timeout time.Duration) string {
+	hs := t.candidates(j)
+	var why []string
+	for _, h := range hs {
+		if !h.expired {
+			return ""
+		}
+		why = append(why, fmt.Sprintf("%s down since %s: %s", h.host.Name, h.since.Format(time.TimeOnly), h.why))
+	}
+	which := "its host"
+	if len(hs) > 1 {
+		which = "every host it fits on"
+	}
+	return fmt.Sprintf("%s stayed down longer than --host-down-timeout %s (%s)", which, timeout, strings.Join(why, "; "))
+}
+
+// setDown takes h's slots out of use; it reports false when h was down
+// already.
+func (t *slotTable) setDown(h *hostSlots, why string, now time.Time) bool {
+	if h.down {
+		return false
+	}
+	h.down, h.since, h.why = true, now, why
+	h.episode++
+	t.freeSlots -= h.free()
+	return true
+}
+
+// setUp gives h's slots out again.
+func (t *slotTable) setUp(h *hostSlots) {
+	if !h.down {
+		return
+	}
+	h.down, h.expired = false, false
+	t.freeSlots += h.free()
+}
+
+// free counts h's slots no job uses.
+func (h *hostSlots) free() int {
+	n := 0
+	for _, g := range h.gpus {
+		n += g.cap - g.used
+	}
+	return n
 }
 
 // freeGPUs lists h's GPUs with a slot j may use, least loaded and least
@@ -160,6 +225,9 @@ func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 func (t *slotTable) place(j *Job, hd held) (placement, bool) {
 	var best placement
 	for _, h := range t.candidates(j) {
+		if h.down {
+			continue
+		}
 		gs := t.freeGPUs(h, j, hd)
 		if len(gs) < j.GPUs {
 			continue
@@ -185,6 +253,9 @@ func better(a, b *gpu) bool {
 func (t *slotTable) hold(j *Job, hd held) {
 	var target []*gpu
 	for _, h := range t.candidates(j) {
+		if h.down {
+			continue
+		}
 		if gs := t.freeGPUs(h, j, hd); len(gs) > len(target) {
 			target = gs
 		}
@@ -203,6 +274,7 @@ func (hd held) total() int {
 	return n
 }
 
+// take marks p's slots used; p is on an up host.
 func (t *slotTable) take(p placement) {
 	t.tick++
 	t.freeSlots -= len(p.gpus)
@@ -212,8 +284,11 @@ func (t *slotTable) take(p placement) {
 	}
 }
 
+// release gives p's slots back.
 func (t *slotTable) release(p placement) {
-	t.freeSlots += len(p.gpus)
+	if !p.host.down {
+		t.freeSlots += len(p.gpus)
+	}
 	for _, g := range p.gpus {
 		g.used--
 	}

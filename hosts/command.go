@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -18,8 +19,19 @@ import (
 var wrapperScript string
 
 // bootstrap is the whole command line handed to the target machine: it reads
-// the wrapper itself from stdin, so nothing job-specific is ever quoted.
-const bootstrap = `exec bash -c 'IFS= read -r -d "" w && eval "$w"' gpudispatch-job`
+// the wrapper itself from stdin, so nothing job-specific is ever quoted. The
+// tag, checked by header, stays in the wrapper's argv, where Reap looks for it.
+func bootstrap(tag string) string {
+	const line = `exec bash -c 'IFS= read -r -d "" w && eval "$w"' gpudispatch-job`
+	if tag == "" {
+		return line
+	}
+	return line + " " + tag
+}
+
+// tagRE is what a Command.Tag may hold: nothing a shell or grep treats
+// specially but '.'.
+var tagRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
 // Command is one job's command and the environment it runs in.
 type Command struct {
@@ -32,6 +44,10 @@ type Command struct {
 	Workdir string
 	// Setup runs in the same shell before Script; if it fails, Script does not run.
 	Setup string
+	// Tag names this run of the command on its machine, so that Reap can
+	// tell whether anything of it is left: letters, digits, '.', '_' and
+	// '-', unique among the commands of a coordinator ("" for none).
+	Tag string
 }
 
 // Supervision sets how the wrapper watches over a job.
@@ -67,6 +83,9 @@ func (c Command) header(s Supervision) ([]byte, error) {
 		strconv.Itoa(len(c.Env)),
 	}
 	fields = append(fields, c.Env...)
+	if c.Tag != "" && !tagRE.MatchString(c.Tag) {
+		return nil, fmt.Errorf("tag %q: want letters, digits, '.', '_' and '-'", c.Tag)
+	}
 	var b strings.Builder
 	b.WriteString(wrapperScript)
 	b.WriteByte(0)

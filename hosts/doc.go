@@ -5,7 +5,8 @@
 // Invariants:
 //   - The job line reaches the login shell ($SHELL -lc, bash if unset) byte for
 //     byte: it travels on the wrapper's stdin, never through a quoted command
-//     line; the command line itself is a constant (bootstrap).
+//     line; the command line itself is a constant (bootstrap) plus a tag of
+//     safe characters.
 //   - A job runs in a process group of its own. When its context ends, when the
 //     coordinator disappears (stdin closes) or when heartbeats stop, the wrapper
 //     sends the group TERM, then KILL after the grace period. When the job exits

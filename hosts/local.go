@@ -22,7 +22,7 @@ func (l Local) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (in
 	if err != nil {
 		return -1, err
 	}
-	cmd := exec.Command("bash", "-c", bootstrap)
+	cmd := exec.Command("bash", "-c", bootstrap(c.Tag))
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	// A group of its own keeps a terminal's Ctrl-C away from the job: the
 	// coordinator decides whether to drain or kill.
@@ -44,6 +44,13 @@ func (l Local) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (in
 	}
 	return code, err
 }
+
+// WaitUp implements Runner: this machine is always up.
+func (Local) WaitUp(context.Context) error { return nil }
+
+// Reap implements Runner: a local Run returns only once its job is gone,
+// so nothing is ever left to wait for.
+func (Local) Reap(context.Context, string) error { return nil }
 
 func isExit(err error) bool {
 	var ee *exec.ExitError

@@ -145,7 +145,7 @@ func TestWrapperKillsOnSilence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("bash", "-c", bootstrap)
+	cmd := exec.Command("bash", "-c", bootstrap(""))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

@@ -33,8 +33,12 @@ type HostState struct {
 	Host inventory.Host
 	// Addr is user@host:port for SSH hosts, "local" for local ones.
 	Addr string
-	// Err is why the host cannot be used, or nil.
+	// Err is why the host cannot be used now, or nil.
 	Err error
+	// Retrying is set when Err is a failure to reach the host that may mend
+	// (refused or timed-out connection, not a refused login or host key): the
+	// host stays in the run, down, and its pool keeps trying to connect.
+	Retrying bool
 	// ServerVersion is the SSH server's banner.
 	ServerVersion string
 	// GPUs is what nvidia-smi reported (nil when it was not asked or failed);
@@ -45,7 +49,8 @@ type HostState struct {
 
 // Lab is the hosts of a run, opened.
 type Lab struct {
-	// Inventory holds the usable hosts, with `gpus: auto` resolved.
+	// Inventory holds the hosts of the run, with `gpus: auto` resolved: those
+	// that are up and those that are Retrying.
 	Inventory *inventory.Inventory
 	// Runners runs jobs on them.
 	Runners Set
@@ -55,9 +60,10 @@ type Lab struct {
 	pools  []*pool
 }
 
-// Open connects to every host of inv at once. A host that cannot be reached
-// (or whose GPUs cannot be found) is left out with the reason in its state;
-// an error means nothing could be tried (a broken ssh_config).
+// Open connects to every host of inv at once. A host that refuses us (login,
+// host key) or whose GPUs cannot be found is left out with the reason in its
+// state; one that cannot be reached stays in, Retrying. An error means
+// nothing could be tried (a broken ssh_config).
 func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error) {
 	// Only remote hosts need ssh_config: a local-only lab must run whatever
 	// the user's ~/.ssh/config holds.
@@ -102,7 +108,7 @@ func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error
 		if pools[i] != nil {
 			lab.pools = append(lab.pools, pools[i])
 		}
-		if st.Err == nil {
+		if st.Err == nil || st.Retrying {
 			usable.Hosts = append(usable.Hosts, st.Host)
 			lab.Runners[st.Host.Name] = runners[i]
 		}
@@ -133,12 +139,18 @@ func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inven
 			return st, nil, nil
 		}
 		// The pool keeps the agent connection: later connections sign with it.
-		p = &pool{target: t, cfg: sshCfg, dialer: d, closeAgent: closeAgent}
+		p = newPool(t, sshCfg, d, closeAgent)
+		r = &Remote{name: h.Name, pool: p, supervision: sup}
 		if st.ServerVersion, err = p.connect(ctx); err != nil {
 			st.Err = fmt.Errorf("connect %s: %w", t.Addr(), err)
-			return st, nil, p
+			// A host whose GPUs are still to be found cannot be given slots.
+			if refused(err) || h.AutoGPUs {
+				p.close()
+				return st, nil, nil
+			}
+			st.Retrying = true
+			return st, r, p
 		}
-		r = &Remote{name: h.Name, pool: p, supervision: sup}
 	}
 	if h.AutoGPUs || o.ProbeGPUs {
 		st.GPUs, st.GPUErr = ProbeGPUs(ctx, r)
@@ -150,7 +162,10 @@ func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inven
 				st.Err = fmt.Errorf("gpus: auto: nvidia-smi lists no GPU")
 			}
 			if st.Err != nil {
-				return st, nil, p
+				if p != nil {
+					p.close()
+				}
+				return st, nil, nil
 			}
 			st.Host.GPUs = nil
 			for _, g := range st.GPUs {

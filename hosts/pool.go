@@ -4,25 +4,46 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 )
 
-// pool holds the connections to one host and hands out sessions on them.
+// pool holds the connections to one host, hands out sessions on them and
+// knows whether the host can be reached.
+//
 // When a server refuses another session (OpenSSH's MaxSessions, 10 by
 // default), the pool learns that connection's limit and opens another
 // connection, so a busy host never fails a job for want of a session.
+//
+// The host is up while one of its connections is alive. When the last one
+// dies (server gone, keepalive unanswered) the pool dials again at once; if
+// that fails the host is down: sessions fail at once with ErrHostDown, and
+// the pool redials with exponential backoff and jitter until it succeeds or
+// is closed. After a refused login or host key the wait is long, so that a
+// lab's sshd never locks us out (OpenSSH's PerSourcePenalties).
 type pool struct {
 	target Target
 	cfg    *ssh.ClientConfig
 	dialer *dialer
 	// closeAgent releases the ssh-agent connection cfg signs with.
 	closeAgent func()
+	// bg bounds the dials the pool makes on its own; close cancels it.
+	bg     context.Context
+	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	conns  []*conn
-	closed bool
+	mu      sync.Mutex
+	conns   []*conn
+	closed  bool
+	dialing bool  // a connection attempt is under way
+	down    error // why the last attempt failed; nil once one succeeds
+	fails   int   // attempts failed in a row
+	// changed is closed, and replaced, whenever a connection comes or goes,
+	// an attempt ends or a session is given back.
+	changed chan struct{}
 }
 
 // conn is one connection and what the pool knows of it.
@@ -42,84 +63,194 @@ func (c *conn) alive() bool {
 	}
 }
 
-// add starts watching a new connection.
-func (p *pool) add(client *ssh.Client) *conn {
+// errPoolClosed is returned once the run has closed its connections.
+var errPoolClosed = errors.New("connection pool closed")
+
+func newPool(t Target, cfg *ssh.ClientConfig, d *dialer, closeAgent func()) *pool {
+	bg, cancel := context.WithCancel(context.Background())
+	return &pool{target: t, cfg: cfg, dialer: d, closeAgent: closeAgent,
+		bg: bg, cancel: cancel, changed: make(chan struct{})}
+}
+
+// notify wakes everyone waiting on a change. p.mu is held.
+func (p *pool) notify() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// add starts watching a new connection. p.mu is held.
+func (p *pool) add(client *ssh.Client) {
 	c := &conn{client: client, done: make(chan struct{})}
 	go func() {
 		client.Wait()
 		close(c.done)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if !p.closed && !p.dialing && !p.live() {
+			p.redial()
+		}
+		p.notify()
 	}()
 	go keepAlive(client, p.dialer.keepalive, c.done)
 	p.conns = append(p.conns, c)
-	return c
 }
 
-// connect opens a first connection, to learn early whether the host is
-// reachable; it returns the server's version string.
-func (p *pool) connect(ctx context.Context) (string, error) {
+// live drops dead connections and reports whether one is left. p.mu is held.
+func (p *pool) live() bool {
+	kept := p.conns[:0]
+	for _, c := range p.conns {
+		if c.alive() {
+			kept = append(kept, c)
+		}
+	}
+	clear(p.conns[len(kept):])
+	p.conns = kept
+	return len(kept) > 0
+}
+
+// redial starts a connection attempt of the pool's own. p.mu is held.
+func (p *pool) redial() {
+	p.dialing = true
+	go p.dial(p.bg)
+}
+
+// dial makes one connection attempt; p.dialing was set by the caller. A
+// failure marks the host down and schedules the next attempt, unless it
+// came from ctx ending.
+func (p *pool) dial(ctx context.Context) error {
 	client, err := p.dialer.connect(ctx, p.target, p.cfg)
-	if err != nil {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	defer p.notify()
+	p.dialing = false
+	switch {
+	case p.closed:
+		if client != nil {
+			client.Close()
+		}
+		return errPoolClosed
+	case err == nil:
+		p.add(client)
+		p.down, p.fails = nil, 0
+		return nil
+	case ctx.Err() != nil:
+		return err
+	}
+	p.down = err
+	p.fails++
+	time.AfterFunc(retryAfter(p.fails, err), func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if !p.closed && !p.dialing {
+			p.redial()
+		}
+	})
+	return err
+}
+
+// Backoff between connection attempts to a host that is down.
+const (
+	retryFirst = time.Second
+	retryMax   = 30 * time.Second
+	// retryRefused follows a refused login or host key: the user has to act,
+	// and sshd penalises sources that keep failing.
+	retryRefused = 5 * time.Minute
+)
+
+// retryAfter is the wait before attempt n+1 after n failed in a row:
+// exponential from retryFirst up to retryMax, or retryRefused, with ±50%
+// jitter so that hosts behind one switch do not all redial at once.
+func retryAfter(n int, err error) time.Duration {
+	d := retryMax
+	if n < 6 {
+		d = min(retryFirst<<(n-1), retryMax)
+	}
+	if refused(err) {
+		d = retryRefused
+	}
+	return time.Duration(float64(d) * (0.5 + rand.Float64()))
+}
+
+// refused reports a failure that trying again soon will not mend: the
+// server rejected our keys, or its host key is unknown or changed.
+func refused(err error) bool {
+	return errors.Is(err, ErrHostKeyChanged) || errors.Is(err, ErrHostKeyUnknown) ||
+		err != nil && strings.Contains(err.Error(), "unable to authenticate")
+}
+
+// connect makes the first connection, to learn early whether the host is
+// reachable; it returns the server's version string. On failure the pool
+// keeps trying in the background until it is closed.
+func (p *pool) connect(ctx context.Context) (string, error) {
+	p.mu.Lock()
+	p.dialing = true
+	p.mu.Unlock()
+	if err := p.dial(ctx); err != nil {
 		return "", err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.add(client)
-	return string(client.ServerVersion()), nil
+	return string(p.conns[len(p.conns)-1].client.ServerVersion()), nil
 }
 
 // session opens a session on a connection with room, opening a new
 // connection when none has. release must be called once the session ends.
+// While the host is down it fails at once with an error wrapping
+// ErrHostDown.
 func (p *pool) session(ctx context.Context) (*ssh.Session, func(), error) {
 	for {
-		if err := ctx.Err(); err != nil {
-			return nil, nil, err
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, nil, errPoolClosed
 		}
-		c := p.reserve()
-		if c == nil {
-			client, err := p.dialer.connect(ctx, p.target, p.cfg)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%w: %v", ErrConnectionLost, err)
+		if c := p.reserve(); c != nil {
+			p.mu.Unlock()
+			s, err := c.client.NewSession()
+			if err == nil {
+				return s, func() { p.unreserve(c) }, nil
 			}
 			p.mu.Lock()
-			if p.closed {
-				p.mu.Unlock()
-				client.Close()
-				return nil, nil, errors.New("connection pool closed")
+			c.open--
+			var refused *ssh.OpenChannelError
+			if errors.As(err, &refused) {
+				// This connection is full: remember how full.
+				c.limit = max(c.open, 1)
+			} else {
+				c.client.Close()
 			}
-			p.add(client)
 			p.mu.Unlock()
 			continue
 		}
-		s, err := c.client.NewSession()
-		if err == nil {
-			return s, func() { p.unreserve(c) }, nil
+		switch {
+		case p.dialing || p.down != nil && len(p.conns) > 0:
+			// Wait for the attempt under way, or for a session to end on
+			// the connections that are full.
+			ch := p.changed
+			p.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		case p.down != nil:
+			err := p.down
+			p.mu.Unlock()
+			return nil, nil, fmt.Errorf("%w: %v", ErrHostDown, err)
+		default:
+			p.dialing = true
+			p.mu.Unlock()
+			if err := p.dial(ctx); err != nil && ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
 		}
-		p.mu.Lock()
-		c.open--
-		var refused *ssh.OpenChannelError
-		if errors.As(err, &refused) {
-			// This connection is full: remember how full.
-			c.limit = max(c.open, 1)
-		} else {
-			c.client.Close()
-		}
-		p.mu.Unlock()
 	}
 }
 
 // reserve picks a live connection with room and counts a session on it;
-// nil means a new connection is needed.
+// nil means there is none. p.mu is held.
 func (p *pool) reserve() *conn {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	live := p.conns[:0]
-	for _, c := range p.conns {
-		if c.alive() {
-			live = append(live, c)
-		}
-	}
-	clear(p.conns[len(live):])
-	p.conns = live
+	p.live()
 	for _, c := range p.conns {
 		if c.limit == 0 || c.open < c.limit {
 			c.open++
@@ -132,16 +263,44 @@ func (p *pool) reserve() *conn {
 func (p *pool) unreserve(c *conn) {
 	p.mu.Lock()
 	c.open--
+	p.notify()
 	p.mu.Unlock()
 }
 
-// close closes every connection; sessions on them end.
+// waitUp returns once the host has a live connection, dialing when nothing
+// else is, or when ctx ends or the pool is closed.
+func (p *pool) waitUp(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		switch {
+		case p.closed:
+			p.mu.Unlock()
+			return errPoolClosed
+		case p.live():
+			p.mu.Unlock()
+			return nil
+		case !p.dialing && p.down == nil:
+			p.redial()
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// close closes every connection and stops redialing; sessions end.
 func (p *pool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
+	p.cancel()
 	for _, c := range p.conns {
 		c.client.Close()
 	}
+	p.notify()
 	p.closeAgent()
 }

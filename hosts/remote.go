@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -36,8 +38,9 @@ func (r *Remote) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (
 		return -1, fmt.Errorf("%s: %w", r.name, err)
 	}
 	s.Stdout, s.Stderr = stdout, stderr
-	if err := s.Start(bootstrap); err != nil {
-		return -1, fmt.Errorf("%s: start: %w: %v", r.name, ErrConnectionLost, err)
+	if err := s.Start(bootstrap(c.Tag)); err != nil {
+		// The server did not run the command: nothing of the job started.
+		return -1, fmt.Errorf("%s: start: %w: %v", r.name, ErrHostDown, err)
 	}
 	err = supervise(ctx, stdin, header, r.supervision, s.Wait)
 	var exit *ssh.ExitError
@@ -54,4 +57,56 @@ func (r *Remote) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (
 	}
 	// No exit status: the connection went away (ExitMissingError, EOF).
 	return -1, fmt.Errorf("%s: %w: %v", r.name, ErrConnectionLost, err)
+}
+
+// WaitUp implements Runner.
+func (r *Remote) WaitUp(ctx context.Context) error {
+	return r.pool.waitUp(ctx)
+}
+
+// Reap implements Runner: once the host answers, it looks for the job's
+// wrapper (which lives until the job's group is gone) every heartbeat
+// interval. The wrapper stops the job itself within three missed
+// heartbeats and the grace period.
+func (r *Remote) Reap(ctx context.Context, tag string) error {
+	if !tagRE.MatchString(tag) {
+		return fmt.Errorf("reap: bad tag %q", tag)
+	}
+	for {
+		if err := r.pool.waitUp(ctx); err != nil {
+			return err
+		}
+		left, err := r.tagged(ctx, tag)
+		if err == nil && !left {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(r.supervision.Heartbeat):
+		}
+	}
+}
+
+// tagged reports whether a wrapper started with tag still runs on the host.
+func (r *Remote) tagged(ctx context.Context, tag string) (bool, error) {
+	s, release, err := r.pool.session(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	defer s.Close()
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	// "[ ]" keeps this command's own argv from matching the pattern.
+	pattern := "gpudispatch-job[ ]" + strings.ReplaceAll(tag, ".", "[.]") + "$"
+	err = s.Run("ps -eo args= | grep -q -e '" + pattern + "'")
+	var exit *ssh.ExitError
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.As(err, &exit) && exit.ExitStatus() == 1:
+		return false, nil
+	}
+	return false, fmt.Errorf("%s: looking for job %s: %w", r.name, tag, err)
 }

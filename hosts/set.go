@@ -11,9 +11,36 @@ type Set map[string]Runner
 
 // Run runs c on host.
 func (s Set) Run(ctx context.Context, host string, c Command, stdout, stderr io.Writer) (int, error) {
-	r, ok := s[host]
-	if !ok {
-		return -1, fmt.Errorf("%s: not a host of this run", host)
+	r, err := s.runner(host)
+	if err != nil {
+		return -1, err
 	}
 	return r.Run(ctx, c, stdout, stderr)
+}
+
+// WaitUp returns once host can take jobs again (see Runner).
+func (s Set) WaitUp(ctx context.Context, host string) error {
+	r, err := s.runner(host)
+	if err != nil {
+		return err
+	}
+	return r.WaitUp(ctx)
+}
+
+// Reap returns once nothing is left on host of the lost job tagged tag
+// (see Runner).
+func (s Set) Reap(ctx context.Context, host, tag string) error {
+	r, err := s.runner(host)
+	if err != nil {
+		return err
+	}
+	return r.Reap(ctx, tag)
+}
+
+func (s Set) runner(host string) (Runner, error) {
+	r, ok := s[host]
+	if !ok {
+		return nil, fmt.Errorf("%s: not a host of this run", host)
+	}
+	return r, nil
 }

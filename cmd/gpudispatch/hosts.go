@@ -44,8 +44,10 @@ Exit status:
 			if err := write(s.out, lab.States); err != nil {
 				return err
 			}
-			if len(lab.Inventory.Hosts) < len(lab.States) {
-				return &exitError{code: exitFailed}
+			for _, st := range lab.States {
+				if st.Err != nil {
+					return &exitError{code: exitFailed}
+				}
 			}
 			return nil
 		},

@@ -98,27 +98,34 @@ func loadInventory(o labOptions) (*inventory.Inventory, error) {
 }
 
 // openHosts connects to every host and warns about the ones that cannot be
-// used; when none can, the run cannot start.
+// used now; when none can, the run cannot start.
 func openHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory) (*hosts.Lab, error) {
 	lab, err := hosts.Open(ctx, inv, hostOptions(o))
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
-	var down []string
+	var down, warnings []string
 	for _, st := range lab.States {
-		if st.Err != nil {
-			down = append(down, fmt.Sprintf("%s (%s): %v", st.Host.Name, st.Addr, st.Err))
+		if st.Err == nil {
+			continue
+		}
+		d := fmt.Sprintf("%s (%s): %v", st.Host.Name, st.Addr, st.Err)
+		down = append(down, d)
+		if st.Retrying {
+			warnings = append(warnings, d+"; retrying in the background, jobs pinned to it wait for it")
+		} else {
+			warnings = append(warnings, "leaving out "+d)
 		}
 	}
-	if len(lab.Inventory.Hosts) == 0 {
+	if len(down) == len(lab.States) {
 		lab.Close()
 		if len(down) == 1 && errors.Is(lab.States[0].Err, hosts.ErrNoNvidiaSMI) && o.inventory == "" && o.gpus == nil {
 			return nil, usageError("no inventory and no nvidia-smi here: say which GPUs to use with --gpus 0,1 or describe your hosts with --inventory lab.yaml")
 		}
 		return nil, usageError("no host can be used:\n  %s", strings.Join(down, "\n  "))
 	}
-	for _, d := range down {
-		fmt.Fprintf(s.err, "gpudispatch: warning: leaving out %s\n", d)
+	for _, w := range warnings {
+		fmt.Fprintf(s.err, "gpudispatch: warning: %s\n", w)
 	}
 	return lab, nil
 }

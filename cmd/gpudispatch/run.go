@@ -25,11 +25,13 @@ type runOptions struct {
 	resume  bool
 	retries int
 	timeout time.Duration
-	dryRun  bool
-	json    bool
-	quiet   bool
-	verbose bool
-	files   []string
+	// hostDown is --host-down-timeout.
+	hostDown time.Duration
+	dryRun   bool
+	json     bool
+	quiet    bool
+	verbose  bool
+	files    []string
 }
 
 func newRunCommand(s streams) *cobra.Command {
@@ -61,6 +63,7 @@ also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
 	f.Bool("resume", false, "skip jobs that the journal in the log dir records as succeeded")
 	f.Int("retries", 2, "times a job is queued again after its host was lost mid-run")
 	f.Duration("timeout", 0, "per-job wall-clock limit (e.g. 2h); its processes are killed when it passes")
+	f.Duration("host-down-timeout", dispatch.DefaultHostDownTimeout, "how long jobs that only a down host can run wait for it to come back before they fail")
 	f.Bool("dry-run", false, "print where each job would run; run nothing")
 	f.Bool("json", false, "print one JSON object per event on stdout")
 	f.BoolP("quiet", "q", false, "print only what went wrong, and the summary")
@@ -80,6 +83,7 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 		resume:     v.GetBool("resume"),
 		retries:    v.GetInt("retries"),
 		timeout:    v.GetDuration("timeout"),
+		hostDown:   v.GetDuration("host-down-timeout"),
 		dryRun:     v.GetBool("dry-run"),
 		json:       v.GetBool("json"),
 		quiet:      v.GetBool("quiet"),
@@ -111,6 +115,9 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 	}
 	if o.timeout < 0 {
 		return o, usageError("--timeout: want a positive duration")
+	}
+	if o.hostDown <= 0 {
+		return o, usageError("--host-down-timeout: want a positive duration")
 	}
 	o.files = args
 	return o, nil
@@ -193,6 +200,17 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		Resume:    o.resume,
 		Retries:   o.retries,
 		Timeout:   o.timeout,
+		Down:      map[string]error{},
+		LeftOut:   map[string]error{},
+	}
+	opts.HostDownTimeout = o.hostDown
+	for _, st := range lab.States {
+		switch {
+		case st.Retrying:
+			opts.Down[st.Host.Name] = st.Err
+		case st.Err != nil:
+			opts.LeftOut[st.Host.Name] = st.Err
+		}
 	}
 	if o.dryRun {
 		summary, err := dispatch.Plan(opts, inputs, s.out)

@@ -202,6 +202,22 @@ func (h *Host) Start() {
 // machine that loses power would.
 func (h *Host) Stop() { stop(h.cmd) }
 
+// Freeze stops (SIGSTOP) the host's sshd processes and leaves its jobs
+// running, like a host whose network hangs: connections stay open and
+// nothing answers. Thaw lets them go on.
+func (h *Host) Freeze() { h.signalSSHD(syscall.SIGSTOP) }
+
+// Thaw undoes Freeze.
+func (h *Host) Thaw() { h.signalSSHD(syscall.SIGCONT) }
+
+func (h *Host) signalSSHD(sig syscall.Signal) {
+	for _, pid := range descendants(h.cmd.Process.Pid) {
+		if comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm"); strings.TrimSpace(string(comm)) == "sshd" {
+			syscall.Kill(pid, sig)
+		}
+	}
+}
+
 func stop(cmd *exec.Cmd) {
 	if cmd == nil || cmd.Process == nil {
 		return
