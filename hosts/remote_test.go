@@ -1,0 +1,147 @@
+package hosts
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// openLab opens the hosts of a real-sshd lab with short supervision times.
+func openLab(t *testing.T, l *sshtest.Lab) *Lab {
+	t.Helper()
+	t.Setenv("SSH_AUTH_SOCK", "")
+	inv, err := inventory.Load(l.Inventory(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab, err := Open(context.Background(), inv, Options{Keepalive: 200 * time.Millisecond, Grace: 300 * time.Millisecond, ConnectTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lab.Close)
+	for _, st := range lab.States {
+		if st.Err != nil {
+			t.Fatalf("%s: %v", st.Host.Name, st.Err)
+		}
+	}
+	return lab
+}
+
+func runTrue(r Runner) error {
+	code, err := r.Run(context.Background(), Command{Script: "true"}, io.Discard, io.Discard)
+	if err == nil && code != 0 {
+		err = errors.New("exit status not 0")
+	}
+	return err
+}
+
+// A host whose sshd dies is down: jobs fail at once with ErrHostDown (they
+// did not start) and WaitUp blocks, until sshd is back; then jobs run again
+// without anyone having to reopen anything.
+func TestRemoteHostDownAndBack(t *testing.T) {
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	lab := openLab(t, l)
+	r := lab.Runners["node1"]
+	if err := runTrue(r); err != nil {
+		t.Fatal(err)
+	}
+	l.Hosts[0].Stop()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := runTrue(r)
+		if errors.Is(err, ErrHostDown) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("with sshd gone, Run still says %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := r.WaitUp(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitUp on a down host: %v", err)
+	}
+	l.Hosts[0].Start()
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := r.WaitUp(ctx); err != nil {
+		t.Fatalf("WaitUp after sshd came back: %v", err)
+	}
+	if err := runTrue(r); err != nil {
+		t.Fatalf("after the host came back: %v", err)
+	}
+}
+
+// Reap finds a job by its tag on the host and returns only once it is gone;
+// a tag that is a prefix of a running one is not mistaken for it.
+func TestRemoteReapWaitsForTaggedJob(t *testing.T) {
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	lab := openLab(t, l)
+	r := lab.Runners["node1"]
+	started := filepath.Join(l.Dir, "started")
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Run(ctx, Command{Script: "echo > " + started + "; sleep 30", Tag: "20261121T1.5Z-1-1"}, io.Discard, io.Discard)
+		done <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(started); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job never started")
+		}
+	}
+	short, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	if err := r.Reap(short, "20261121T1.5Z-1-1"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Reap of a running job returned %v", err)
+	}
+	if err := r.Reap(context.Background(), "20261121T1.5Z-1"); err != nil {
+		t.Fatalf("Reap of a tag that only prefixes a running one: %v", err)
+	}
+	if err := r.Reap(context.Background(), "bad tag"); err == nil || !strings.Contains(err.Error(), "bad tag") {
+		t.Errorf("Reap with a bad tag: %v", err)
+	}
+	stop()
+	<-done
+	long, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if err := r.Reap(long, "20261121T1.5Z-1-1"); err != nil {
+		t.Fatalf("Reap after the job ended: %v", err)
+	}
+}
+
+// retryAfter grows exponentially to its cap, waits long after a refused
+// login, and jitters within ±50%.
+func TestRetryAfter(t *testing.T) {
+	tests := []struct {
+		n        int
+		err      error
+		min, max time.Duration
+	}{
+		{1, errors.New("connection refused"), 500 * time.Millisecond, 1500 * time.Millisecond},
+		{3, errors.New("connection refused"), 2 * time.Second, 6 * time.Second},
+		{50, errors.New("i/o timeout"), retryMax / 2, retryMax * 3 / 2},
+		{1, errors.New("ssh: handshake failed: ssh: unable to authenticate, attempted methods [none publickey]"), retryRefused / 2, retryRefused * 3 / 2},
+		{1, ErrHostKeyChanged, retryRefused / 2, retryRefused * 3 / 2},
+	}
+	for _, tt := range tests {
+		for i := 0; i < 50; i++ {
+			if d := retryAfter(tt.n, tt.err); d < tt.min || d >= tt.max {
+				t.Errorf("retryAfter(%d, %v) = %v, want in [%v, %v)", tt.n, tt.err, d, tt.min, tt.max)
+				break
+			}
+		}
+	}
+}
