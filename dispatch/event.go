@@ -34,6 +34,9 @@ type Event struct {
 	// Text and Occurrence identify the job across runs (--resume).
 	Text       string `json:"text,omitempty"`
 	Occurrence int    `json:"occurrence,omitempty"`
+	// TextBytes holds Text's exact bytes when they are not valid UTF-8,
+	// which a JSON string cannot carry (base64).
+	TextBytes []byte `json:"text_bytes,omitempty"`
 	Command    string `json:"command,omitempty"`
 	Host       string `json:"host,omitempty"`
 	GPUs       []int  `json:"gpus,omitempty"`

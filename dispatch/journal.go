@@ -99,7 +99,9 @@ func succeeded(path string) (map[jobKey]bool, error) {
 	defer f.Close()
 	done := map[jobKey]bool{}
 	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64*1024), 4*MaxJobBytes)
+	// A line holds the job twice (text and command), and JSON may spell a
+	// byte in six ("\u0001").
+	sc.Buffer(make([]byte, 64*1024), 16*MaxJobBytes)
 	for n := 1; sc.Scan(); n++ {
 		// Only finished events matter: skip the rest without decoding.
 		if !bytes.Contains(sc.Bytes(), []byte(`"event":"finished"`)) {
@@ -108,10 +110,14 @@ func succeeded(path string) (map[jobKey]bool, error) {
 		var e struct {
 			Event      string `json:"event"`
 			Text       string `json:"text"`
+			TextBytes  []byte `json:"text_bytes"`
 			Occurrence int    `json:"occurrence"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		if e.TextBytes != nil {
+			e.Text = string(e.TextBytes)
 		}
 		if e.Event == EventFinished {
 			done[jobKey{e.Text, e.Occurrence}] = true

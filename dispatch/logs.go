@@ -10,8 +10,28 @@ import (
 
 // logFiles are one attempt's stdout and stderr files.
 type logFiles struct {
-	out, err *os.File
+	out, err *logWriter
 }
+
+// logWriter writes a job's output to its log file. A write that fails (a
+// full disk) is remembered and the rest of the output is dropped, so a job
+// is never blocked on its output; the attempt then fails with the reason.
+type logWriter struct {
+	f      *os.File
+	failed error
+}
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	if w.failed == nil {
+		if _, err := w.f.Write(p); err != nil {
+			w.failed = fmt.Errorf("its output could not be saved: %w", err)
+		}
+	}
+	return len(p), nil
+}
+
+// Name is the file's path.
+func (w *logWriter) Name() string { return w.f.Name() }
 
 // openLogs creates dir/ID.out and dir/ID.err, or ID.2.*, ID.3.*... when an
 // earlier attempt (of this run or of a run resumed) has them: output is
@@ -38,7 +58,7 @@ func openLogs(dir, id string) (logFiles, error) {
 			}
 			return logFiles{}, err
 		}
-		return logFiles{out: out, err: errf}, nil
+		return logFiles{out: &logWriter{f: out}, err: &logWriter{f: errf}}, nil
 	}
 }
 
@@ -50,8 +70,9 @@ func create(path string) (*os.File, error) {
 	return f, nil
 }
 
+// close closes both files and reports the first write that failed.
 func (l logFiles) close() error {
-	return errors.Join(l.out.Close(), l.err.Close())
+	return errors.Join(l.out.failed, l.err.failed, l.out.f.Close(), l.err.f.Close())
 }
 
 // remove deletes both files, for an attempt that never ran.

@@ -45,7 +45,7 @@ func (t *TextReporter) Report(e Event) {
 		}
 		line = fmt.Sprintf("job %s finished on %s in %s", e.Job, where, elapsed(e))
 	case EventFailed:
-		if e.Exit != nil {
+		if e.Exit != nil && e.Error == "" {
 			line = fmt.Sprintf("job %s failed on %s with exit status %d after %s: see %s", e.Job, where, *e.Exit, elapsed(e), e.Stderr)
 		} else {
 			line = fmt.Sprintf("job %s failed on %s: %s", e.Job, where, e.Error)
@@ -145,6 +145,9 @@ func (s *Summary) Write(w io.Writer) {
 				how += fmt.Sprintf(" with exit status %d", *e.Exit)
 			}
 			fmt.Fprintf(w, "  job %s %s (%s): %s\n    logs: %s %s\n", e.Job, how, e.Source, oneLine(e.Command), e.Stdout, e.Stderr)
+			if e.Error != "" && (e.Event == EventFailed || e.Event == EventLost) {
+				fmt.Fprintf(w, "    %s\n", e.Error)
+			}
 		default:
 			fmt.Fprintf(w, "  job %s %s (%s): %s\n", e.Job, outcomeWord(e.Event), e.Source, e.Error)
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpudispatch/gpudispatch/hosts"
 	"github.com/gpudispatch/gpudispatch/inventory"
@@ -456,12 +457,16 @@ func (r *run) hostEvent(kind string, h *hostSlots) Event {
 
 // event starts an event about j.
 func (r *run) event(kind string, j *Job, attempt int) Event {
-	return Event{
+	e := Event{
 		Time: time.Now(), Event: kind, Run: r.id,
 		Job: j.ID(), Seq: j.Seq, Source: j.Where(),
 		Text: j.Text, Occurrence: j.Occurrence, Command: j.Command,
 		Attempt: attempt,
 	}
+	if !utf8.ValidString(j.Text) {
+		e.TextBytes = []byte(j.Text)
+	}
+	return e
 }
 
 // final records the event that ends a job's story in this run.

@@ -273,3 +273,20 @@ func TestJournalCutsTornTail(t *testing.T) {
 		t.Fatalf("succeeded = %v, %v", done, err)
 	}
 }
+
+// Resume recognises jobs whose lines JSON cannot spell as they are: invalid
+// UTF-8 (two lines that differ only there stay apart), and long lines of
+// control bytes, which JSON writes six bytes each.
+func TestResumeOddBytes(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	controls := "exit 0 #" + strings.Repeat("\x01", MaxJobBytes-10)
+	first := "exit 0 #\xff\n" + controls + "\n"
+	if _, s := runJobs(t, lab("a:0"), first, func(o *Options) { o.LogDir = dir }); s.Counts[EventFinished] != 2 {
+		t.Fatalf("first run: %+v", s)
+	}
+	f, s := runJobs(t, lab("a:0"), first+"exit 0 #\xfe\n", func(o *Options) { o.LogDir = dir; o.Resume = true })
+	if s.Skipped != 2 || len(f.starts) != 1 || f.starts[0].command != "exit 0 #\xfe" {
+		t.Errorf("resumed run skipped %d and ran %d jobs, want 2 and only the new one", s.Skipped, len(f.starts))
+	}
+}

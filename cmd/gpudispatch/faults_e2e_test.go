@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -410,4 +411,92 @@ func TestSSHKilledThenResume(t *testing.T) {
 		t.Fatalf("resume: exit %d\n%s", r.code, r.stderr)
 	}
 	checkEffects(t, effects, 16)
+}
+
+// A log dir on a full disk (a 128 KiB tmpfs in a mount namespace of the
+// test's own): the job whose output cannot be saved fails with that reason,
+// the journal stays valid JSON lines, and the run stops cleanly with exit 1.
+func TestE2EFullDisk(t *testing.T) {
+	t.Parallel()
+	if out, err := exec.Command("unshare", "--mount", "--propagation", "private", "true").CombinedOutput(); err != nil {
+		// CI (which sets GPUDISPATCH_REQUIRE_SSHD) runs as root and must run it.
+		if os.Getenv("GPUDISPATCH_REQUIRE_SSHD") != "" {
+			t.Fatalf("unshare --mount: %v\n%s", err, out)
+		}
+		t.Skipf("needs a mount namespace (root): %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "logs")
+	os.Mkdir(logs, 0o755)
+	// The tmpfs lives as long as the namespace: copy what is to be checked.
+	script := `mount -t tmpfs -o size=128k none "$1" || exit 99
+"$2" --gpus 0 -o "$1"; rc=$?
+cp "$1/journal.jsonl" "$3/"
+exit $rc`
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", logs, binary, dir)
+	cmd.Dir = dir
+	cmd.Stdin = strings.NewReader("head -c 1000000 /dev/zero\necho small\n")
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	err := cmd.Run()
+	if code := exitCode(err); code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", code, errOut.String())
+	}
+	for _, want := range []string{"job 1 failed on localhost:0: its output could not be saved", "no space left on device"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut.String())
+		}
+	}
+	// Whether the journal could take the failures depends on the file
+	// system's blocks: either it records both jobs' ends, or the run says
+	// it stopped because the journal could not be written.
+	events := journal(t, dir) // fails on a torn line
+	if count(events, "failed")+count(events, "cancelled") != 2 && !strings.Contains(errOut.String(), "stopped: journal") {
+		t.Errorf("the journal lost a job's end and the run did not say so:\n%s", errOut.String())
+	}
+}
+
+// Bad job lines are rejected one by one with their line numbers and the
+// reason; the good ones, invalid UTF-8 included, run; the journal stays
+// valid, and --resume skips the jobs that succeeded, odd bytes or not.
+func TestE2EBadJobLines(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	lines := []string{
+		"echo ok1",
+		"@nowhere echo x",
+		"@localhost:7 echo x",
+		"[gpus=99] echo x",
+		"",
+		"echo a\x00b",
+		"echo " + strings.Repeat("x", 1<<20),
+		"printf '%s' '\xff\xfe'",
+		"echo ok2",
+	}
+	os.WriteFile(filepath.Join(dir, "jobs.txt"), []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	r := gpd(t, dir, "", "--gpus", "0,1", "jobs.txt")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1\n%s", r.code, r.stderr)
+	}
+	for _, want := range []string{
+		`jobs.txt:2: job 2 rejected: unknown host "nowhere"`,
+		"jobs.txt:3: job 3 rejected: host localhost has no GPU 7",
+		"jobs.txt:4: job 4 rejected: gpus=99",
+		"jobs.txt:6: job 5 rejected: job contains a NUL byte",
+		"jobs.txt:7: job 6 rejected: job is longer than",
+		"8 jobs: 3 succeeded, 5 rejected",
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
+		}
+	}
+	logs := filepath.Join(dir, "gpudispatch-logs")
+	if got := readFile(t, filepath.Join(logs, "7.out")); got != "\xff\xfe" {
+		t.Errorf("the invalid UTF-8 job printed %q", got)
+	}
+	journal(t, logs) // fails on a bad line
+	r = gpd(t, dir, "", "--gpus", "0,1", "--resume", "jobs.txt")
+	if !strings.Contains(r.stderr, "3 skipped (succeeded before)") || strings.Contains(r.stderr, "started") {
+		t.Errorf("resume ran again what had succeeded:\n%s", r.stderr)
+	}
 }
