@@ -37,10 +37,10 @@ type Event struct {
 	// TextBytes holds Text's exact bytes when they are not valid UTF-8,
 	// which a JSON string cannot carry (base64).
 	TextBytes []byte `json:"text_bytes,omitempty"`
-	Command    string `json:"command,omitempty"`
-	Host       string `json:"host,omitempty"`
-	GPUs       []int  `json:"gpus,omitempty"`
-	Attempt    int    `json:"attempt,omitempty"`
+	Command   string `json:"command,omitempty"`
+	Host      string `json:"host,omitempty"`
+	GPUs      []int  `json:"gpus,omitempty"`
+	Attempt   int    `json:"attempt,omitempty"`
 	// Exit is the exit status (128+n for signal n), when the job ran.
 	Exit   *int       `json:"exit,omitempty"`
 	Start  *time.Time `json:"start,omitempty"`
