@@ -500,3 +500,23 @@ func TestE2EBadJobLines(t *testing.T) {
 		t.Errorf("resume ran again what had succeeded:\n%s", r.stderr)
 	}
 }
+
+// [timeout=] over SSH: the job's whole remote group is killed at the limit
+// and the job is recorded timeout.
+func TestSSHTimeoutKillsRemoteGroup(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	pidFile := filepath.Join(l.Dir, "pid")
+	r := labRun(t, l, "[timeout=1s] sleep 300 & echo $! > "+pidFile+"; wait\n", "-i", l.Inventory(""), "-o", "logs")
+	if r.code != 1 || !strings.Contains(r.stderr, "timed out on node1:0") {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if n := count(journal(t, filepath.Join(l.Dir, "logs")), "timeout"); n != 1 {
+		t.Errorf("%d timeout events, want 1", n)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, pidFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshtest.WaitGone(t, []int{pid}, 0)
+}
