@@ -39,6 +39,20 @@
 // Jobs that can never run (unknown host or GPU, more GPUs than a host has)
 // are rejected when they arrive, so every waiting job eventually fits.
 //
+// # Hosts that go away
+//
+// A host is marked down when a job there is lost (hosts.ErrConnectionLost)
+// or could not start (hosts.ErrHostDown), or when it was unreachable at the
+// start (Options.Down). A down host's slots are not given out; a goroutine
+// waits on the Executor's WaitUp and tells the loop when it is back. A job
+// that did not start goes back to the queue without using an attempt; a lost
+// job uses one, and its slots stay taken until the Executor's Reap confirms
+// on the host that nothing of it is left, so a GPU is never given to a new
+// job while the old one may still hold it. When a host has been down for
+// Options.HostDownTimeout, the waiting jobs that no other host can run fail
+// with the reason, and so do such jobs arriving later, until it is back: a
+// run never waits forever for a host.
+//
 // # Ending
 //
 // Run ends when the input has ended and no job waits or runs. A drain stops

@@ -26,6 +26,13 @@
 // jump host. Every connection has an owner goroutine that sends keepalives
 // and closes it when the server stops answering; Lab.Close closes them all.
 //
+// Health: a host is up while one of its connections lives. When the last one
+// dies the pool redials at once, then with exponential backoff and jitter
+// (long after a refused login or host key, for sshd's PerSourcePenalties);
+// meanwhile Run fails at once with ErrHostDown and WaitUp blocks. Each job's
+// wrapper carries the job's tag in its argv and lives until the job's group
+// is gone, so Reap can tell on the host whether a lost job still runs.
+//
 // This package never imports dispatch; dispatch reaches it through the
 // Executor interface it defines (Set implements it).
 package hosts
