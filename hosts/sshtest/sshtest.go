@@ -108,13 +108,17 @@ func Start(t testing.TB, o Options) *Lab {
 	must(t, os.WriteFile(authorized, ssh.MarshalAuthorizedKey(clientPub), 0o600))
 
 	var sshConfig, known strings.Builder
+	// The ports stay bound until every host has one, so that no two hosts of
+	// the lab get the same port (a second sshd on it would fail to start,
+	// and its clients would reach the first).
+	var ports portSet
 	for k := 1; k <= o.Hosts; k++ {
 		h := &Host{Name: "node" + strconv.Itoa(k), Dir: filepath.Join(dir, "node"+strconv.Itoa(k)), t: t}
 		h.Home = filepath.Join(h.Dir, "home")
 		must(t, os.MkdirAll(filepath.Join(h.Home, "bin"), 0o755))
 		h.hostKey = filepath.Join(h.Dir, "ssh_host_ed25519_key")
 		h.Key = writeKey(t, h.hostKey)
-		h.Port = freePort(t)
+		h.Port = ports.take(t)
 		h.SetGPUs(fakeGPUs(o.GPUs))
 		must(t, os.WriteFile(filepath.Join(h.Home, "bin", "nvidia-smi"), []byte(fakeNvidiaSMI), 0o755))
 		// Debian's /etc/profile resets PATH in a login shell; a user's own
@@ -155,6 +159,7 @@ LogLevel VERBOSE
 		currentUser(), l.ClientKey, l.KnownHosts)
 	must(t, os.WriteFile(l.SSHConfig, []byte(sshConfig.String()), 0o644))
 	must(t, os.WriteFile(l.KnownHosts, []byte(known.String()), 0o644))
+	ports.release()
 	for _, h := range l.Hosts {
 		h.Start()
 	}
@@ -187,6 +192,7 @@ func (h *Host) Start() {
 			_, err = c.Read(banner)
 			c.Close()
 			if err == nil && string(banner) == "SSH-2.0-" {
+				h.checkOwnKey()
 				return
 			}
 		}
@@ -195,6 +201,23 @@ func (h *Host) Start() {
 			h.t.Fatalf("%s: sshd did not come up on %s: %v\n%s", h.Name, h.Addr(), err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkOwnKey fails the test when the server on the host's port is not its
+// sshd (another test's took the port while this one was stopped): clients
+// would silently reach the wrong host.
+func (h *Host) checkOwnKey() {
+	h.t.Helper()
+	c, err := ssh.Dial("tcp", h.Addr(), &ssh.ClientConfig{
+		User: "probe", HostKeyCallback: ssh.FixedHostKey(h.Key), Timeout: 5 * time.Second,
+	})
+	if err == nil {
+		c.Close()
+		return
+	}
+	if strings.Contains(err.Error(), "host key mismatch") {
+		h.t.Fatalf("%s: another server answers on %s", h.Name, h.Addr())
 	}
 }
 
@@ -341,11 +364,20 @@ func writeKey(t testing.TB, path string) ssh.PublicKey {
 	return sshPub
 }
 
-func freePort(t testing.TB) int {
+// portSet holds free ports bound until release.
+type portSet []net.Listener
+
+func (ps *portSet) take(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	must(t, err)
-	defer l.Close()
+	*ps = append(*ps, l)
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+func (ps portSet) release() {
+	for _, l := range ps {
+		l.Close()
+	}
 }
 
 func currentUser() string {
