@@ -118,6 +118,12 @@ func (p *pool) redial() {
 // failure marks the host down and schedules the next attempt, unless it
 // came from ctx ending.
 func (p *pool) dial(ctx context.Context) error {
+	_, err := p.dialClient(ctx)
+	return err
+}
+
+// dialClient is dial, returning the new connection's client.
+func (p *pool) dialClient(ctx context.Context) (*ssh.Client, error) {
 	client, err := p.dialer.connect(ctx, p.target, p.cfg)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -128,13 +134,13 @@ func (p *pool) dial(ctx context.Context) error {
 		if client != nil {
 			client.Close()
 		}
-		return errPoolClosed
+		return nil, errPoolClosed
 	case err == nil:
 		p.add(client)
 		p.down, p.fails = nil, 0
-		return nil
+		return client, nil
 	case ctx.Err() != nil:
-		return err
+		return nil, err
 	}
 	p.down = err
 	p.fails++
@@ -145,7 +151,7 @@ func (p *pool) dial(ctx context.Context) error {
 			p.redial()
 		}
 	})
-	return err
+	return nil, err
 }
 
 // Backoff between connection attempts to a host that is down.
@@ -185,12 +191,11 @@ func (p *pool) connect(ctx context.Context) (string, error) {
 	p.mu.Lock()
 	p.dialing = true
 	p.mu.Unlock()
-	if err := p.dial(ctx); err != nil {
+	client, err := p.dialClient(ctx)
+	if err != nil {
 		return "", err
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return string(p.conns[len(p.conns)-1].client.ServerVersion()), nil
+	return string(client.ServerVersion()), nil
 }
 
 // session opens a session on a connection with room, opening a new
