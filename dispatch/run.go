@@ -426,10 +426,14 @@ func (r *run) hostExpired(x expiry) {
 		return // it came back meanwhile
 	}
 	x.h.expired = true
-	t := r.sched.table
-	for _, q := range r.sched.dropIf(func(q *queued) bool { return t.unrunnable(q.job, r.opts.HostDownTimeout) != "" }) {
+	why := map[*queued]string{}
+	dropped := r.sched.dropIf(func(q *queued) bool {
+		why[q] = r.sched.table.unrunnable(q.job, r.opts.HostDownTimeout)
+		return why[q] != ""
+	})
+	for _, q := range dropped {
 		e := r.event(EventFailed, q.job, q.attempts)
-		e.Error = t.unrunnable(q.job, r.opts.HostDownTimeout)
+		e.Error = why[q]
 		r.final(e)
 	}
 }

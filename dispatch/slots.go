@@ -136,7 +136,8 @@ type held map[*gpu]int
 
 func (t *slotTable) free(g *gpu, h held) int { return g.cap - g.used - h[g] }
 
-// candidates lists the hosts j may run on, up or down.
+// candidates lists j's eligible hosts, up or down (some may have fewer GPUs
+// than j needs).
 func (t *slotTable) candidates(j *Job) []*hostSlots {
 	if j.Host != "" {
 		if h := t.byName[j.Host]; h != nil {
@@ -144,28 +145,24 @@ func (t *slotTable) candidates(j *Job) []*hostSlots {
 		}
 		return nil
 	}
-	var hs []*hostSlots
-	for _, h := range t.hosts {
-		if len(h.gpus) >= j.GPUs {
-			hs = append(hs, h)
-		}
-	}
-	return hs
+	return t.hosts
 }
 
 // unrunnable says why no host j may run on can be waited for any longer
 // (all have been down past the host-down timeout), or returns "".
 func (t *slotTable) unrunnable(j *Job, timeout time.Duration) string {
-	hs := t.candidates(j)
 	var why []string
-	for _, h := range hs {
+	for _, h := range t.candidates(j) {
+		if len(h.gpus) < j.GPUs {
+			continue // never a place for j
+		}
 		if !h.expired {
 			return ""
 		}
 		why = append(why, fmt.Sprintf("%s down since %s: %s", h.host.Name, h.since.Format(time.TimeOnly), h.why))
 	}
 	which := "its host"
-	if len(hs) > 1 {
+	if len(why) > 1 {
 		which = "every host it fits on"
 	}
 	return fmt.Sprintf("%s stayed down longer than --host-down-timeout %s (%s)", which, timeout, strings.Join(why, "; "))

@@ -177,6 +177,21 @@ func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inven
 	return st, r, p
 }
 
+// Absent lists the hosts that are not up, and why: down ones are in the run
+// (Retrying) and may come back; left-out ones are not in it.
+func (l *Lab) Absent() (down, leftOut map[string]error) {
+	down, leftOut = map[string]error{}, map[string]error{}
+	for _, st := range l.States {
+		switch {
+		case st.Retrying:
+			down[st.Host.Name] = st.Err
+		case st.Err != nil:
+			leftOut[st.Host.Name] = st.Err
+		}
+	}
+	return down, leftOut
+}
+
 // Close closes every connection.
 func (l *Lab) Close() {
 	for _, p := range l.pools {

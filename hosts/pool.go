@@ -114,16 +114,10 @@ func (p *pool) redial() {
 	go p.dial(p.bg)
 }
 
-// dial makes one connection attempt; p.dialing was set by the caller. A
-// failure marks the host down and schedules the next attempt, unless it
-// came from ctx ending.
-func (p *pool) dial(ctx context.Context) error {
-	_, err := p.dialClient(ctx)
-	return err
-}
-
-// dialClient is dial, returning the new connection's client.
-func (p *pool) dialClient(ctx context.Context) (*ssh.Client, error) {
+// dial makes one connection attempt and returns its client; p.dialing was
+// set by the caller. A failure marks the host down and schedules the next
+// attempt, unless it came from ctx ending.
+func (p *pool) dial(ctx context.Context) (*ssh.Client, error) {
 	client, err := p.dialer.connect(ctx, p.target, p.cfg)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -191,7 +185,7 @@ func (p *pool) connect(ctx context.Context) (string, error) {
 	p.mu.Lock()
 	p.dialing = true
 	p.mu.Unlock()
-	client, err := p.dialClient(ctx)
+	client, err := p.dial(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -245,7 +239,7 @@ func (p *pool) session(ctx context.Context) (*ssh.Session, func(), error) {
 		default:
 			p.dialing = true
 			p.mu.Unlock()
-			if err := p.dial(ctx); err != nil && ctx.Err() != nil {
+			if _, err := p.dial(ctx); err != nil && ctx.Err() != nil {
 				return nil, nil, ctx.Err()
 			}
 		}

@@ -194,24 +194,15 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	}
 	defer lab.Close()
 	opts := dispatch.Options{
-		Inventory: lab.Inventory,
-		Executor:  lab.Runners,
-		LogDir:    o.logDir,
-		Resume:    o.resume,
-		Retries:   o.retries,
-		Timeout:   o.timeout,
-		Down:      map[string]error{},
-		LeftOut:   map[string]error{},
+		Inventory:       lab.Inventory,
+		Executor:        lab.Runners,
+		LogDir:          o.logDir,
+		Resume:          o.resume,
+		Retries:         o.retries,
+		Timeout:         o.timeout,
+		HostDownTimeout: o.hostDown,
 	}
-	opts.HostDownTimeout = o.hostDown
-	for _, st := range lab.States {
-		switch {
-		case st.Retrying:
-			opts.Down[st.Host.Name] = st.Err
-		case st.Err != nil:
-			opts.LeftOut[st.Host.Name] = st.Err
-		}
-	}
+	opts.Down, opts.LeftOut = lab.Absent()
 	if o.dryRun {
 		summary, err := dispatch.Plan(opts, inputs, s.out)
 		if err != nil {
