@@ -95,6 +95,17 @@ func running(events []map[string]any, host string) []string {
 	return out
 }
 
+// logJournalOnFailure prints the run's journal at the end of a failed test:
+// timing faults are hard to read from counts alone.
+func logJournalOnFailure(t *testing.T, logDir string) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(logDir, "journal.jsonl"))
+			t.Logf("journal:\n%s", b)
+		}
+	})
+}
+
 // waitJournal waits until the journal in logDir satisfies ok.
 func waitJournal(t *testing.T, logDir string, ok func([]map[string]any) bool) []map[string]any {
 	t.Helper()
@@ -161,6 +172,7 @@ func TestSSHHostKilledMidRun(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 3, GPUs: 2})
 	effects := filepath.Join(l.Dir, "effects")
 	logDir := filepath.Join(l.Dir, "logs")
+	logJournalOnFailure(t, logDir)
 	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--keepalive", "500ms")
 	stdin, errOut := startCmd(t, cmd)
 	io.WriteString(stdin, effectJobs(1, 24, "", "1", effects))
@@ -188,10 +200,6 @@ func TestSSHHostKilledMidRun(t *testing.T) {
 	}
 	checkEffects(t, effects, 28)
 	events := journal(t, logDir)
-	if t.Failed() {
-		b, _ := os.ReadFile(filepath.Join(logDir, "journal.jsonl"))
-		t.Logf("%s", b)
-	}
 	if downs := hostTimeline(t, events, "node2"); downs < 1 || count(events, "host_up") < 1 {
 		t.Errorf("node2 went down %d times and came back %d times; want both", downs, count(events, "host_up"))
 	}
@@ -228,9 +236,13 @@ func TestSSHHostHangsMidRun(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 2})
 	effects := filepath.Join(l.Dir, "effects")
 	logDir := filepath.Join(l.Dir, "logs")
-	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--keepalive", "300ms", "--connect-timeout", "1s")
+	logJournalOnFailure(t, logDir)
+	// The wrappers on the frozen host kill its jobs within 3 × 500 ms of the
+	// last heartbeat, well before their 3 s sleep ends; 500 ms keepalives
+	// (1 s to answer) leave a loaded machine room not to lose a live host.
+	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--keepalive", "500ms", "--connect-timeout", "1s")
 	stdin, errOut := startCmd(t, cmd)
-	io.WriteString(stdin, effectJobs(1, 12, "", "2", effects))
+	io.WriteString(stdin, effectJobs(1, 12, "", "3", effects))
 	waitJournal(t, logDir, func(ev []map[string]any) bool { return len(running(ev, "node2")) == 2 })
 	l.Hosts[1].Freeze()
 	thawed := false
@@ -240,7 +252,7 @@ func TestSSHHostHangsMidRun(t *testing.T) {
 		}
 	}()
 	waitJournal(t, logDir, func(ev []map[string]any) bool { return count(ev, "lost") >= 2 })
-	time.Sleep(1500 * time.Millisecond) // past three missed heartbeats: the wrappers act
+	time.Sleep(2 * time.Second) // past three missed heartbeats: the wrappers act
 	l.Hosts[1].Thaw()
 	thawed = true
 	io.WriteString(stdin, effectJobs(13, 14, "@node2 ", "0.1", effects))

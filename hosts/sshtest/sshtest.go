@@ -245,9 +245,22 @@ func stop(cmd *exec.Cmd) {
 	if cmd == nil || cmd.Process == nil {
 		return
 	}
-	// sshd's session processes set up their own groups; killing the whole
-	// tree means walking it.
-	for _, pid := range descendants(cmd.Process.Pid) {
+	// sshd's session processes set up their own groups (and jobs setsid out
+	// of them), so killing the whole tree means walking it. A process that
+	// forks during a walk would leave a child the walk missed: stop the tree
+	// first, walking again until it stops growing (stopped processes do not
+	// fork), then kill it all at once, as a power cut would.
+	stopped := map[int]bool{}
+	for grew := true; grew; {
+		grew = false
+		for _, pid := range descendants(cmd.Process.Pid) {
+			if !stopped[pid] {
+				stopped[pid], grew = true, true
+				syscall.Kill(pid, syscall.SIGSTOP)
+			}
+		}
+	}
+	for pid := range stopped {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
