@@ -13,6 +13,7 @@ require (
 )
 
 require (
+	al.essio.dev/pkg/shellescape v1.6.1 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/go-viper/mapstructure/v2 v2.4.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect

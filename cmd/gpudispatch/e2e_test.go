@@ -610,3 +610,32 @@ func TestE2ESIGHUPIgnored(t *testing.T) {
 		t.Errorf("the job did not finish: %v", err)
 	}
 }
+
+// sweep's lines, run by gpudispatch, give each job its values unchanged,
+// whatever shell characters they hold; the same seed prints the same lines.
+func TestE2ESweep(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	args := []string{"sweep", `printf '%s|%s\n' {v} {n} >> values`, "-p", "v", "a b", "it's", "$HOME", `"q"`, "-p", "n", "1", "-2", "--seed", "5"}
+	sw := gpd(t, dir, "", args...)
+	if sw.code != 0 || strings.Count(sw.stdout, "\n") != 8 {
+		t.Fatalf("sweep: exit %d, %q\n%s", sw.code, sw.stdout, sw.stderr)
+	}
+	if again := gpd(t, dir, "", args...); again.stdout != sw.stdout {
+		t.Errorf("--seed 5 twice:\n%s\n%s", sw.stdout, again.stdout)
+	}
+	r := gpd(t, dir, sw.stdout, "--gpus", "0,1")
+	if r.code != 0 {
+		t.Fatalf("running the sweep: exit %d\n%s", r.code, r.stderr)
+	}
+	got := strings.Split(strings.TrimSpace(readFile(t, filepath.Join(dir, "values"))), "\n")
+	sort.Strings(got)
+	want := []string{`"q"|-2`, `"q"|1`, "$HOME|-2", "$HOME|1", "a b|-2", "a b|1", "it's|-2", "it's|1"}
+	sort.Strings(want)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("values the jobs saw:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if r := gpd(t, dir, "", "sweep", "x {lr}", "-p", "bs", "1"); r.code != 2 || !strings.Contains(r.stderr, "{lr} has no -p lr") {
+		t.Errorf("placeholder without -p: exit %d, %s", r.code, r.stderr)
+	}
+}
