@@ -89,23 +89,11 @@ type jobKey struct {
 // succeeded reads a journal and returns the jobs it records as finished.
 // A missing journal is empty; an unparsable line is an error naming it.
 func succeeded(path string) (map[jobKey]bool, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return map[jobKey]bool{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	done := map[jobKey]bool{}
-	sc := bufio.NewScanner(f)
-	// A line holds the job twice (text and command), and JSON may spell a
-	// byte in six ("\u0001").
-	sc.Buffer(make([]byte, 64*1024), 16*MaxJobBytes)
-	for n := 1; sc.Scan(); n++ {
+	err := scanJournal(path, func(line []byte) error {
 		// Only finished events matter: skip the rest without decoding.
-		if !bytes.Contains(sc.Bytes(), []byte(`"event":"finished"`)) {
-			continue
+		if !bytes.Contains(line, []byte(`"event":"finished"`)) {
+			return nil
 		}
 		var e struct {
 			Event      string `json:"event"`
@@ -113,8 +101,8 @@ func succeeded(path string) (map[jobKey]bool, error) {
 			TextBytes  []byte `json:"text_bytes"`
 			Occurrence int    `json:"occurrence"`
 		}
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+		if err := json.Unmarshal(line, &e); err != nil {
+			return err
 		}
 		if e.TextBytes != nil {
 			e.Text = string(e.TextBytes)
@@ -122,9 +110,64 @@ func succeeded(path string) (map[jobKey]bool, error) {
 		if e.Event == EventFinished {
 			done[jobKey{e.Text, e.Occurrence}] = true
 		}
+		return nil
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return done, nil
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	return done, err
+}
+
+// scanJournal calls f with each whole line of the journal at path. A last
+// line without its newline is being written (or was torn by a crash) and is
+// left out. An error from f is returned with the file and line number.
+func scanJournal(path string, f func(line []byte) error) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return err
 	}
-	return done, nil
+	defer file.Close()
+	r := bufio.NewReaderSize(file, 64*1024)
+	for n := 1; ; n++ {
+		line, err := readLine(r)
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+		if err := f(line); err != nil {
+			return fmt.Errorf("%s:%d: %w", path, n, err)
+		}
+	}
+}
+
+// maxJournalLine bounds a journal line: it holds the job twice (text and
+// command), and JSON may spell a byte in six ("\u0001").
+const maxJournalLine = 16 * MaxJobBytes
+
+// readLine returns the next line without its newline, or io.EOF when none is
+// whole.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	var long []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		switch {
+		case err == nil:
+			if long == nil {
+				return chunk[:len(chunk)-1], nil
+			}
+			long = append(long, chunk...)
+			return long[:len(long)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			long = append(long, chunk...)
+			if len(long) > maxJournalLine {
+				return nil, fmt.Errorf("line longer than %d bytes", maxJournalLine)
+			}
+		case errors.Is(err, io.EOF):
+			return nil, io.EOF // a torn or unfinished last line
+		default:
+			return nil, err
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -638,4 +639,59 @@ func TestE2ESweep(t *testing.T) {
 	if r := gpd(t, dir, "", "sweep", "x {lr}", "-p", "bs", "1"); r.code != 2 || !strings.Contains(r.stderr, "{lr} has no -p lr") {
 		t.Errorf("placeholder without -p: exit %d, %s", r.code, r.stderr)
 	}
+}
+
+// status reads the journal of a run that is going on, and of one that ended.
+func TestE2EStatus(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if r := gpd(t, dir, "", "status"); r.code != 2 || !strings.Contains(r.stderr, "no journal in gpudispatch-logs") {
+		t.Errorf("status without a journal: exit %d, %s", r.code, r.stderr)
+	}
+	cmd, stdin, _ := startGPD(t, dir, "--gpus", "0,1", "-o", "logs")
+	io.WriteString(stdin, "echo ok\nexit 3\n[name=long] touch started; sleep 30\n@nowhere true\n")
+	waitForFile(t, filepath.Join(dir, "started"), func(string) bool { return true })
+	r := gpd(t, dir, "", "status", "logs")
+	if r.code != 1 || !regexpMatch(`(?m)^long\s+running\s+localhost:\d\s+1\s+-\s+\S+\s+touch started; sleep 30\s+logs/long.out$`, r.stdout) {
+		t.Errorf("status while a job runs: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	stdin.Close()
+	cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(100 * time.Millisecond) // two signals at once would be one
+	cmd.Process.Signal(syscall.SIGINT)
+	cmd.Wait()
+
+	r = gpd(t, dir, "", "status", "logs")
+	for _, want := range []string{
+		`(?m)^1\s+succeeded\s+localhost:\d\s+1\s+0\s+\S+\s+echo ok\s+logs/1.out$`,
+		`(?m)^2\s+failed\s+localhost:\d\s+1\s+3\s+\S+\s+exit 3\s+logs/2.err$`,
+		`(?m)^long\s+cancelled\s+localhost:\d\s+1\s+`,
+		`(?m)^4\s+rejected\s+-\s+0\s+-\s+-\s+true\s+unknown host "nowhere"`,
+		`(?m)^4 jobs: 1 succeeded, 1 failed, 1 cancelled, 1 rejected$`,
+	} {
+		if !regexpMatch(want, r.stdout) {
+			t.Errorf("status after the run: no line like %s in\n%s", want, r.stdout)
+		}
+	}
+	r = gpd(t, dir, "", "status", "--failed", "--json", "logs")
+	var jobs []string
+	for _, line := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var j struct{ Job, State string }
+		if err := json.Unmarshal([]byte(line), &j); err != nil {
+			t.Fatalf("status --json line %q: %v", line, err)
+		}
+		jobs = append(jobs, j.Job+":"+j.State)
+	}
+	if r.code != 1 || strings.Join(jobs, " ") != "2:failed long:cancelled 4:rejected" {
+		t.Errorf("status --failed --json: exit %d, %v", r.code, jobs)
+	}
+	ok := t.TempDir()
+	gpd(t, ok, "true\n", "--gpus", "0")
+	if r := gpd(t, ok, "", "status"); r.code != 0 {
+		t.Errorf("status of a run that succeeded: exit %d\n%s", r.code, r.stdout)
+	}
+}
+
+func regexpMatch(pattern, s string) bool {
+	return regexp.MustCompile(pattern).MatchString(s)
 }

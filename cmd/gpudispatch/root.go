@@ -73,7 +73,7 @@ func newRootCommand(s streams) *cobra.Command {
 	root.Use = "gpudispatch [flags] [JOBFILE ...]"
 	root.SilenceErrors = true
 	root.SilenceUsage = true
-	root.AddCommand(newRunCommand(s), newSweepCommand(s), newHostsCommand(s), newVersionCommand(s))
+	root.AddCommand(newRunCommand(s), newSweepCommand(s), newHostsCommand(s), newStatusCommand(s), newVersionCommand(s))
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)

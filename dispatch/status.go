@@ -1,0 +1,240 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+)
+
+// Job states in a status report: the kinds of final event, plus these two
+// for jobs whose story has not ended.
+const (
+	StateWaiting = "waiting" // queued, or queued again after a lost host
+	StateRunning = "running"
+)
+
+// JobStatus is where one job stands according to a journal.
+type JobStatus struct {
+	Job     string `json:"job"`
+	State   string `json:"state"` // StateWaiting, StateRunning or a final event kind
+	Source  string `json:"source,omitempty"`
+	Command string `json:"command"`
+	Host    string `json:"host,omitempty"`
+	GPUs    []int  `json:"gpus,omitempty"`
+	// Attempts counts the attempts of the latest run that saw the job.
+	Attempts int        `json:"attempts"`
+	Exit     *int       `json:"exit,omitempty"`
+	Start    *time.Time `json:"start,omitempty"`
+	End      *time.Time `json:"end,omitempty"`
+	// Seconds is End-Start, or the time it has been running.
+	Seconds float64 `json:"seconds,omitempty"`
+	Stdout  string  `json:"stdout,omitempty"`
+	Stderr  string  `json:"stderr,omitempty"`
+	Error   string  `json:"error,omitempty"`
+	// Run is the run that wrote the job's latest event.
+	Run string `json:"run"`
+}
+
+// Succeeded reports whether the job finished with exit status 0.
+func (s JobStatus) Succeeded() bool { return s.State == EventFinished }
+
+// Status is what a journal says about every job it names, in the order
+// they first appear. A job is the same across runs (--resume) when its line
+// and occurrence are.
+type Status struct {
+	Jobs []JobStatus
+	// Runs counts the runs that wrote to the journal.
+	Runs int
+}
+
+// ReadStatus reads the journal in logDir. It only reads, so it can be used
+// while a run appends to the journal; a line being written is left out.
+// now dates the running jobs' elapsed time.
+func ReadStatus(logDir string, now time.Time) (*Status, error) {
+	path := filepath.Join(logDir, JournalName)
+	st := &Status{}
+	index := map[jobKey]int{}
+	runs := map[string]bool{}
+	err := scanJournal(path, func(line []byte) error {
+		var e Event
+		if err := json.Unmarshal(line, &e); err != nil {
+			return err
+		}
+		runs[e.Run] = true
+		if e.Job == "" {
+			return nil // a host event
+		}
+		if e.TextBytes != nil {
+			e.Text = string(e.TextBytes)
+		}
+		k := jobKey{e.Text, e.Occurrence}
+		i, ok := index[k]
+		if !ok {
+			i = len(st.Jobs)
+			index[k] = i
+			st.Jobs = append(st.Jobs, JobStatus{})
+		}
+		st.Jobs[i].apply(e)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	st.Runs = len(runs)
+	for i := range st.Jobs {
+		j := &st.Jobs[i]
+		switch {
+		case j.Start != nil && j.End != nil:
+			j.Seconds = j.End.Sub(*j.Start).Seconds()
+		case j.State == StateRunning && j.Start != nil:
+			j.Seconds = now.Sub(*j.Start).Seconds()
+		}
+	}
+	return st, nil
+}
+
+// apply moves the job's status on by one of its events.
+func (s *JobStatus) apply(e Event) {
+	if e.Run != s.Run {
+		// A later run (--resume) starts the job's story again.
+		*s = JobStatus{Run: e.Run}
+	}
+	s.Job, s.Source, s.Command = e.Job, e.Source, e.Command
+	s.Attempts = max(s.Attempts, e.Attempt)
+	switch e.Event {
+	case EventQueued, EventRetried:
+		s.State = StateWaiting
+		return
+	case EventStarted:
+		s.State = StateRunning
+		s.Exit, s.End, s.Error = nil, nil, ""
+	default:
+		s.State = e.Event
+		s.Exit, s.End, s.Error = e.Exit, e.End, e.Error
+	}
+	if e.Host != "" {
+		s.Host, s.GPUs = e.Host, e.GPUs
+	}
+	if e.Start != nil {
+		s.Start = e.Start
+	}
+	if e.Stdout != "" {
+		s.Stdout, s.Stderr = e.Stdout, e.Stderr
+	}
+}
+
+// Counts holds the number of jobs in each state.
+func (st *Status) Counts() map[string]int {
+	c := map[string]int{}
+	for _, j := range st.Jobs {
+		c[j.State]++
+	}
+	return c
+}
+
+// WriteTable prints a line per job (id, state, host:gpu, attempts, exit,
+// duration, command, stdout log), then the totals.
+func (st *Status) WriteTable(w io.Writer, jobs []JobStatus) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSTATE\tWHERE\tTRIES\tEXIT\tTIME\tCOMMAND\tLOG")
+	for _, j := range jobs {
+		where, exit, took := "-", "-", "-"
+		if j.Host != "" {
+			where = j.Host + ":" + gpuList(j.GPUs)
+		}
+		if j.Exit != nil {
+			exit = fmt.Sprint(*j.Exit)
+		}
+		if j.Seconds > 0 {
+			took = roundDuration(time.Duration(j.Seconds * float64(time.Second))).String()
+		}
+		// The log to look at: stdout while it runs or once it succeeded,
+		// stderr when it failed.
+		log := j.Stdout
+		if j.Unsuccessful() && j.Stderr != "" {
+			log = j.Stderr
+		}
+		if log == "" {
+			log = j.Error
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", j.Job, stateWord(j.State), where, j.Attempts, exit, took, clip(oneLine(j.Command), 50), log)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, st.Totals())
+	return err
+}
+
+// Totals is one line: "12 jobs: 9 succeeded, 1 failed, 2 running".
+func (st *Status) Totals() string {
+	c := st.Counts()
+	order := append([]string{EventFinished, StateRunning, StateWaiting}, outcomes[1:]...)
+	var parts []string
+	for _, k := range order {
+		if c[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c[k], stateWord(k)))
+		}
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "none")
+	}
+	return fmt.Sprintf("%d jobs: %s", len(st.Jobs), strings.Join(parts, ", "))
+}
+
+// WriteJSON prints one JSON object per job.
+func (st *Status) WriteJSON(w io.Writer, jobs []JobStatus) error {
+	enc := json.NewEncoder(w)
+	for _, j := range jobs {
+		if err := enc.Encode(j); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Unsuccessful reports whether the job's story ended without success.
+func (s JobStatus) Unsuccessful() bool {
+	return s.State != EventFinished && s.State != StateRunning && s.State != StateWaiting
+}
+
+// Unsuccessful lists the jobs whose story ended without success.
+func (st *Status) Unsuccessful() []JobStatus {
+	var out []JobStatus
+	for _, j := range st.Jobs {
+		if j.Unsuccessful() {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// roundDuration keeps a tenth of a second under a minute, whole seconds
+// above.
+func roundDuration(d time.Duration) time.Duration {
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
+func stateWord(k string) string {
+	if k == StateWaiting || k == StateRunning {
+		return k
+	}
+	return outcomeWord(k)
+}
+
+// clip shortens s to at most n runes, marking the cut.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}

@@ -1,0 +1,155 @@
+package dispatch
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeJournal writes events as journal lines, then tail as it is.
+func writeJournal(t *testing.T, events []Event, tail string) string {
+	t.Helper()
+	dir := t.TempDir()
+	var b bytes.Buffer
+	for _, e := range events {
+		line, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(append(line, '\n'))
+	}
+	b.WriteString(tail)
+	if err := os.WriteFile(filepath.Join(dir, JournalName), b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestStatus(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	at := func(s int) *time.Time { tm := t0.Add(time.Duration(s) * time.Second); return &tm }
+	code := func(c int) *int { return &c }
+	ev := func(run, kind, job, text string, attempt int) Event {
+		return Event{Run: run, Event: kind, Job: job, Text: text, Occurrence: 1, Command: text, Attempt: attempt}
+	}
+	started := func(e Event, s int) Event { e.Host, e.GPUs, e.Start, e.Stdout, e.Stderr = "n1", []int{2}, at(s), "l/"+e.Job+".out", "l/"+e.Job+".err"; return e }
+	ended := func(e Event, s, exit int) Event { e = started(e, 0); e.End, e.Exit = at(s), code(exit); return e }
+	for _, tc := range []struct {
+		name   string
+		events []Event
+		tail   string
+		want   []string // job:state:attempts
+		totals string
+	}{
+		{
+			name: "one run",
+			events: []Event{
+				ev("r1", EventQueued, "1", "a", 0), started(ev("r1", EventStarted, "1", "a", 1), 0),
+				ev("r1", EventQueued, "2", "b", 0), started(ev("r1", EventStarted, "2", "b", 1), 0),
+				ended(ev("r1", EventFinished, "1", "a", 1), 5, 0),
+				{Run: "r1", Event: EventHostDown, Host: "n1", Error: "gone"},
+				ev("r1", EventLost, "2", "b", 1), ev("r1", EventRetried, "2", "b", 1),
+				started(ev("r1", EventStarted, "2", "b", 2), 9),
+				ev("r1", EventRejected, "3", "@x c", 0),
+				ev("r1", EventQueued, "4", "d", 0),
+			},
+			want:   []string{"1:finished:1", "2:running:2", "3:rejected:0", "4:waiting:0"},
+			totals: "4 jobs: 1 succeeded, 1 running, 1 waiting, 1 rejected",
+		},
+		{
+			name: "a torn last line is left out",
+			events: []Event{
+				ev("r1", EventQueued, "1", "a", 0), started(ev("r1", EventStarted, "1", "a", 1), 0),
+			},
+			tail:   `{"event":"finished","run":"r1","job":"1","te`,
+			want:   []string{"1:running:1"},
+			totals: "1 jobs: 1 running",
+		},
+		{
+			name: "a later run tells the latest story of a job",
+			events: []Event{
+				ended(ev("r1", EventFinished, "1", "a", 1), 1, 0),
+				ended(ev("r1", EventFailed, "2", "b", 1), 1, 3),
+				ended(ev("r1", EventTimeout, "3", "c", 1), 1, 137),
+				// --resume, with the lines in another order: b is now job 1.
+				ev("r2", EventQueued, "1", "b", 0), started(ev("r2", EventStarted, "1", "b", 1), 0),
+				ended(ev("r2", EventFinished, "1", "b", 1), 4, 0),
+				ev("r2", EventCancelled, "2", "c", 0),
+			},
+			want:   []string{"1:finished:1", "1:finished:1", "2:cancelled:0"},
+			totals: "3 jobs: 2 succeeded, 1 cancelled",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := ReadStatus(writeJournal(t, tc.events, tc.tail), t0.Add(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, j := range st.Jobs {
+				got = append(got, strings.Join([]string{j.Job, j.State, string(rune('0' + j.Attempts))}, ":"))
+			}
+			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
+				t.Errorf("jobs %v, want %v", got, tc.want)
+			}
+			if st.Totals() != tc.totals {
+				t.Errorf("totals %q, want %q", st.Totals(), tc.totals)
+			}
+		})
+	}
+}
+
+func TestStatusTable(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	t1 := t0.Add(90 * time.Second)
+	exit := 3
+	dir := writeJournal(t, []Event{
+		{Run: "r", Event: EventFailed, Job: "7", Text: "python train.py", Command: "python train.py", Attempt: 1,
+			Host: "node1", GPUs: []int{0, 1}, Start: &t0, End: &t1, Exit: &exit, Stdout: "logs/7.out", Stderr: "logs/7.err"},
+		{Run: "r", Event: EventStarted, Job: "8", Text: "sleep 1", Command: "sleep 1", Attempt: 1,
+			Host: "node2", GPUs: []int{3}, Start: &t0, Stdout: "logs/8.out", Stderr: "logs/8.err"},
+	}, "")
+	st, err := ReadStatus(dir, t0.Add(2500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := st.WriteTable(&b, st.Jobs); err != nil {
+		t.Fatal(err)
+	}
+	want := `JOB  STATE    WHERE      TRIES  EXIT  TIME   COMMAND          LOG
+7    failed   node1:0,1  1      3     1m30s  python train.py  logs/7.err
+8    running  node2:3    1      -     2.5s   sleep 1          logs/8.out
+2 jobs: 1 running, 1 failed
+`
+	if b.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
+	}
+	if f := st.Unsuccessful(); len(f) != 1 || f[0].Job != "7" {
+		t.Errorf("unsuccessful: %+v", f)
+	}
+}
+
+func TestStatusBadJournal(t *testing.T) {
+	dir := writeJournal(t, nil, "{\"event\":\"queued\"}\nnot json\n")
+	if _, err := ReadStatus(dir, time.Now()); err == nil || !strings.Contains(err.Error(), "journal.jsonl:2") {
+		t.Errorf("a bad line: %v, want its file and line", err)
+	}
+	if _, err := ReadStatus(t.TempDir(), time.Now()); !os.IsNotExist(err) {
+		t.Errorf("no journal: %v, want not-exist", err)
+	}
+}
+
+// --resume reads past a finished event torn by a crash instead of failing.
+func TestResumeIgnoresTornTail(t *testing.T) {
+	dir := writeJournal(t, []Event{{Run: "r", Event: EventFinished, Job: "1", Text: "a", Occurrence: 1}},
+		`{"time":"x","event":"finished","run":"r","job":"2","text":"b`)
+	done, err := succeeded(filepath.Join(dir, JournalName))
+	if err != nil || !done[jobKey{"a", 1}] || len(done) != 1 {
+		t.Errorf("succeeded = %v, %v; want only a", done, err)
+	}
+}
