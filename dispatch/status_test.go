@@ -36,7 +36,10 @@ func TestStatus(t *testing.T) {
 	ev := func(run, kind, job, text string, attempt int) Event {
 		return Event{Run: run, Event: kind, Job: job, Text: text, Occurrence: 1, Command: text, Attempt: attempt}
 	}
-	started := func(e Event, s int) Event { e.Host, e.GPUs, e.Start, e.Stdout, e.Stderr = "n1", []int{2}, at(s), "l/"+e.Job+".out", "l/"+e.Job+".err"; return e }
+	started := func(e Event, s int) Event {
+		e.Host, e.GPUs, e.Start, e.Stdout, e.Stderr = "n1", []int{2}, at(s), "l/"+e.Job+".out", "l/"+e.Job+".err"
+		return e
+	}
 	ended := func(e Event, s, exit int) Event { e = started(e, 0); e.End, e.Exit = at(s), code(exit); return e }
 	for _, tc := range []struct {
 		name   string
