@@ -695,3 +695,31 @@ func TestE2EStatus(t *testing.T) {
 func regexpMatch(pattern, s string) bool {
 	return regexp.MustCompile(pattern).MatchString(s)
 }
+
+// The shells' completion scripts ask "gpudispatch __complete ARGS": --hosts
+// completes with the inventory's host names.
+func TestE2ECompletion(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	inv := filepath.Join(dir, "lab.yaml")
+	os.WriteFile(inv, []byte("ssh_config: none\nhosts:\n  - {name: alpha, local: true, gpus: 1}\n  - {name: beta, local: true, gpus: 1}\n"), 0o644)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"__complete", "-i", inv, "--hosts", ""}, "alpha\nbeta\n"},
+		{[]string{"__complete", "hosts", "--inventory", inv, "--hosts", "beta,"}, "beta,alpha\n"},
+		{[]string{"__complete", "run", "--hosts", "a"}, ""}, // no inventory here: nothing to offer
+	} {
+		r := gpd(t, dir, "", tc.args...)
+		names, _, _ := strings.Cut(r.stdout, ":")
+		if r.code != 0 || names != tc.want {
+			t.Errorf("%q: exit %d, %q; want %q", tc.args, r.code, names, tc.want)
+		}
+	}
+	for _, shell := range []string{"bash", "zsh", "fish"} {
+		if r := gpd(t, dir, "", "completion", shell); r.code != 0 || !strings.Contains(r.stdout, "__complete") {
+			t.Errorf("completion %s: exit %d\n%.200s", shell, r.code, r.stdout)
+		}
+	}
+}

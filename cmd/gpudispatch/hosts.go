@@ -57,5 +57,6 @@ Exit status:
 	addLabFlags(f)
 	f.Bool("json", false, "one JSON object per host")
 	bindEnv(v, f)
+	completeHosts(cmd, v)
 	return cmd
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
@@ -135,5 +137,38 @@ func hostOptions(o labOptions) hosts.Options {
 		ConnectTimeout:    o.connect,
 		Keepalive:         o.keepalive,
 		AcceptNewHostKeys: o.acceptNew,
+	}
+}
+
+// completeHosts makes the shell complete --hosts with the inventory's host
+// names (after the commas already typed).
+func completeHosts(cmd *cobra.Command, v *viper.Viper) {
+	err := cmd.RegisterFlagCompletionFunc("hosts", func(_ *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		path := v.GetString("inventory")
+		if path == "" {
+			path, _ = inventory.Find()
+		}
+		if path == "" {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		inv, err := inventory.Load(path)
+		if err != nil {
+			cobra.CompDebugln(err.Error(), false)
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		typed := ""
+		if i := strings.LastIndexByte(toComplete, ','); i >= 0 {
+			typed = toComplete[:i+1]
+		}
+		var names []string
+		for _, h := range inv.Hosts {
+			if !slices.Contains(strings.Split(typed, ","), h.Name) {
+				names = append(names, typed+h.Name)
+			}
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp | cobra.ShellCompDirectiveNoSpace
+	})
+	if err != nil {
+		panic(err) // only on a programming error: the flag was just defined
 	}
 }

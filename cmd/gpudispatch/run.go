@@ -69,6 +69,7 @@ also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
 	f.BoolP("quiet", "q", false, "print only what went wrong, and the summary")
 	f.BoolP("verbose", "v", false, "print queued and skipped jobs too")
 	bindEnv(v, f)
+	completeHosts(cmd, v)
 	return cmd
 }
 
