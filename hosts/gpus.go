@@ -17,13 +17,20 @@ type GPU struct {
 	MemoryTotalMB int
 	MemoryUsedMB  int
 	Utilization   int // percent
+	// Processes counts the compute processes nvidia-smi lists on the GPU.
+	Processes int
 }
 
 // ErrNoNvidiaSMI means the host has no nvidia-smi on the login shell's PATH.
 var ErrNoNvidiaSMI = errors.New("nvidia-smi not found")
 
-// gpuQuery asks for the fields GPU holds, in its order.
-const gpuQuery = "nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu --format=csv,noheader,nounits"
+// gpuQuery asks for the fields GPU holds, in its order, then (after a line
+// "---") for the compute processes, whose GPU is named by UUID. A driver
+// that cannot list processes leaves the second part empty.
+const gpuQuery = "nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu --format=csv,noheader,nounits && echo " + appsMark +
+	" && { nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2>/dev/null || true; }"
+
+const appsMark = "---"
 
 // ProbeGPUs asks nvidia-smi on r's machine for its GPUs, through the same
 // login shell as jobs so it sees the same PATH.
@@ -38,7 +45,41 @@ func ProbeGPUs(ctx context.Context, r Runner) ([]GPU, error) {
 	case code != 0:
 		return nil, fmt.Errorf("nvidia-smi: exit status %d: %s", code, strings.TrimSpace(errOut.String()))
 	}
-	return parseGPUs(out.String())
+	gpus, apps, _ := strings.Cut(out.String(), "\n"+appsMark+"\n")
+	parsed, err := parseGPUs(gpus)
+	if err != nil {
+		return nil, err
+	}
+	countProcesses(parsed, apps)
+	return parsed, nil
+}
+
+// countProcesses adds up nvidia-smi's compute processes (gpu_uuid, pid,
+// used_memory lines) per GPU.
+func countProcesses(gpus []GPU, apps string) {
+	for _, line := range strings.Split(apps, "\n") {
+		uuid, _, ok := strings.Cut(line, ",")
+		if !ok {
+			continue
+		}
+		for i := range gpus {
+			if gpus[i].UUID == strings.TrimSpace(uuid) {
+				gpus[i].Processes++
+			}
+		}
+	}
+}
+
+// BusyWhy says why g counts as busy with other people's work (more than
+// memoryMB used, or compute processes), or "".
+func (g GPU) BusyWhy(memoryMB int) string {
+	switch {
+	case g.Processes > 0:
+		return fmt.Sprintf("%d processes, %d MiB used", g.Processes, g.MemoryUsedMB)
+	case g.MemoryUsedMB > memoryMB:
+		return fmt.Sprintf("%d MiB used (more than %d)", g.MemoryUsedMB, memoryMB)
+	}
+	return ""
 }
 
 // parseGPUs reads nvidia-smi's CSV answer to gpuQuery. Fields it cannot

@@ -19,9 +19,9 @@ func TestParseGPUs(t *testing.T) {
 		wantErr   string
 	}{
 		{name: "two GPUs", csv: "0, GPU-aaa, NVIDIA A100-SXM4-80GB, 81920, 1024, 37\n1, GPU-bbb, NVIDIA A100-SXM4-80GB, 81920, 0, 0\n",
-			want: []GPU{{0, "GPU-aaa", "NVIDIA A100-SXM4-80GB", 81920, 1024, 37}, {1, "GPU-bbb", "NVIDIA A100-SXM4-80GB", 81920, 0, 0}}},
+			want: []GPU{{0, "GPU-aaa", "NVIDIA A100-SXM4-80GB", 81920, 1024, 37, 0}, {1, "GPU-bbb", "NVIDIA A100-SXM4-80GB", 81920, 0, 0, 0}}},
 		{name: "not supported fields", csv: "3, GPU-c, Tesla K80, 11441, [N/A], [Not Supported]\n",
-			want: []GPU{{3, "GPU-c", "Tesla K80", 11441, 0, 0}}},
+			want: []GPU{{3, "GPU-c", "Tesla K80", 11441, 0, 0, 0}}},
 		{name: "no GPUs", csv: "\n", want: nil},
 		{name: "short line", csv: "0, GPU-a\n", wantErr: "nvidia-smi line 1: want 6 fields"},
 		{name: "bad index", csv: "x, u, n, 1, 1, 1\n", wantErr: `nvidia-smi line 1: GPU index "x"`},
@@ -56,15 +56,16 @@ func FuzzParseGPUs(f *testing.F) {
 	})
 }
 
-// fakeNvidiaSMI puts an nvidia-smi printing csv on the login shell's PATH of
-// a home directory, as a user's ~/.bash_profile would, and returns the env
-// that selects that home.
-func fakeNvidiaSMI(t *testing.T, csv string) []string {
+// fakeNvidiaSMI puts an nvidia-smi printing csv (and apps for
+// --query-compute-apps) on the login shell's PATH of a home directory, as a
+// user's ~/.bash_profile would, and returns the env that selects that home.
+func fakeNvidiaSMI(t *testing.T, csv string, apps ...string) []string {
 	t.Helper()
 	home := t.TempDir()
 	bin := filepath.Join(home, "bin")
 	os.Mkdir(bin, 0o755)
-	os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte("#!/bin/sh\ncat <<'X'\n"+csv+"X\n"), 0o755)
+	script := "#!/bin/sh\ncase $1 in\n--query-compute-apps=*) cat <<'X'\n" + strings.Join(apps, "") + "X\n;;\n*) cat <<'X'\n" + csv + "X\n;;\nesac\n"
+	os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(script), 0o755)
 	os.WriteFile(filepath.Join(home, ".bash_profile"), []byte("PATH="+bin+":$PATH\n"), 0o644)
 	return []string{"HOME=" + home}
 }
@@ -86,6 +87,23 @@ func TestProbeGPUsThroughLoginShell(t *testing.T) {
 	gpus, err := ProbeGPUs(context.Background(), envRunner{Local{Supervision: fast}, env})
 	if err != nil || len(gpus) != 2 || gpus[1].UUID != "GPU-b" || gpus[1].Utilization != 4 {
 		t.Fatalf("got %+v, %v", gpus, err)
+	}
+}
+
+// Compute processes are counted per GPU, and make it busy whatever its
+// memory says; so does memory above the threshold.
+func TestProbeGPUsBusy(t *testing.T) {
+	t.Parallel()
+	env := fakeNvidiaSMI(t, "0, GPU-a, Fake GPU, 100, 1, 2\n1, GPU-b, Fake GPU, 100, 30, 4\n2, GPU-c, Fake GPU, 100, 700, 0\n",
+		"GPU-b, 123, 30\n", "GPU-b, 124, [N/A]\n")
+	gpus, err := ProbeGPUs(context.Background(), envRunner{Local{Supervision: fast}, env})
+	if err != nil || len(gpus) != 3 {
+		t.Fatalf("got %+v, %v", gpus, err)
+	}
+	for i, want := range []string{"", "2 processes, 30 MiB used", "700 MiB used (more than 500)"} {
+		if got := gpus[i].BusyWhy(500); got != want {
+			t.Errorf("GPU %d (%+v): busy %q, want %q", i, gpus[i], got, want)
+		}
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 // Local runs jobs on this machine, through the same wrapper as remote hosts.
 type Local struct {
 	Supervision Supervision
+	// LockDir is where GPU locks live ("": DefaultLockDir).
+	LockDir string
 }
 
 // Run implements Runner.
@@ -43,6 +45,11 @@ func (l Local) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (in
 		err = nil
 	}
 	return code, err
+}
+
+// LockGPU implements Runner.
+func (l Local) LockGPU(ctx context.Context, gpu int, run string) (GPULock, error) {
+	return lockGPU(ctx, spawnLocal, "local", gpu, run, first(l.LockDir, DefaultLockDir), l.Supervision)
 }
 
 // WaitUp implements Runner: this machine is always up.

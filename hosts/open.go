@@ -26,6 +26,8 @@ type Options struct {
 	AcceptNewHostKeys bool
 	// ProbeGPUs asks every host's nvidia-smi, not only `gpus: auto` ones.
 	ProbeGPUs bool
+	// LockDir is where GPU locks live on every host ("": DefaultLockDir).
+	LockDir string
 }
 
 // HostState is what opening a host found.
@@ -76,6 +78,9 @@ func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultConnectTimeout
 	}
+	if o.LockDir == "" {
+		o.LockDir = DefaultLockDir
+	}
 	cfg := &sshConfig{}
 	for _, h := range inv.Hosts {
 		if !h.Local {
@@ -121,7 +126,7 @@ func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error
 func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inventory.Host, d *dialer, o Options) (HostState, Runner, *pool) {
 	st := HostState{Host: h, Addr: "local"}
 	sup := Supervision{Heartbeat: o.Keepalive, Grace: o.Grace}
-	var r Runner = Local{Supervision: sup}
+	var r Runner = Local{Supervision: sup, LockDir: o.LockDir}
 	var p *pool
 	if !h.Local {
 		t, err := resolve(inv, cfg, h, o.AcceptNewHostKeys)
@@ -140,7 +145,7 @@ func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inven
 		}
 		// The pool keeps the agent connection: later connections sign with it.
 		p = newPool(t, sshCfg, d, closeAgent)
-		r = &Remote{name: h.Name, pool: p, supervision: sup}
+		r = &Remote{name: h.Name, pool: p, supervision: sup, lockDir: o.LockDir}
 		if st.ServerVersion, err = p.connect(ctx); err != nil {
 			st.Err = fmt.Errorf("connect %s: %w", t.Addr(), err)
 			// A host whose GPUs are still to be found cannot be given slots.

@@ -17,6 +17,7 @@ type Remote struct {
 	name        string
 	pool        *pool
 	supervision Supervision
+	lockDir     string
 }
 
 // Run implements Runner. A connection that dies while the job runs makes
@@ -57,6 +58,12 @@ func (r *Remote) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (
 	}
 	// No exit status: the connection went away (ExitMissingError, EOF).
 	return -1, fmt.Errorf("%s: %w: %v", r.name, ErrConnectionLost, err)
+}
+
+// LockGPU implements Runner.
+func (r *Remote) LockGPU(ctx context.Context, gpu int, run string) (GPULock, error) {
+	spawn := func(line string) (*proc, error) { return r.spawn(ctx, line) }
+	return lockGPU(ctx, spawn, r.name, gpu, run, r.lockDir, r.supervision)
 }
 
 // WaitUp implements Runner.

@@ -145,3 +145,38 @@ func TestRetryAfter(t *testing.T) {
 		}
 	}
 }
+
+// GPU locks over real sshd: named by each host's own GPU UUID (two hosts'
+// GPU 1 are two locks), exclusive between runs, and lost with the host.
+func TestRemoteLockGPU(t *testing.T) {
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 2})
+	lab := openLab(t, l)
+	ctx := context.Background()
+	n1, n2 := lab.Runners["node1"], lab.Runners["node2"]
+	a, err := n1.LockGPU(ctx, 1, "runA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Key() != l.Hosts[0].UUID(1) {
+		t.Errorf("key %q, want the GPU's UUID %q", a.Key(), l.Hosts[0].UUID(1))
+	}
+	b, err := n2.LockGPU(ctx, 1, "runA")
+	if err != nil {
+		t.Fatalf("node2's GPU 1: %v", err)
+	}
+	if _, err := n1.LockGPU(ctx, 1, "runB"); !errors.Is(err, ErrGPULocked) || !strings.Contains(err.Error(), "run runA") {
+		t.Fatalf("runB on node1:1: %v, want locked by runA", err)
+	}
+	a.Release()
+	c, err := n1.LockGPU(ctx, 1, "runB")
+	if err != nil {
+		t.Fatalf("runB after runA released: %v", err)
+	}
+	l.Hosts[1].Stop()
+	select {
+	case <-b.Lost():
+	case <-time.After(10 * time.Second):
+		t.Error("the lock on a host that died is not reported lost")
+	}
+	c.Release()
+}

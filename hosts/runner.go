@@ -24,6 +24,12 @@ type Runner interface {
 	// GPU may still be in use. It waits for the machine to be reachable, or
 	// for ctx to end.
 	Reap(ctx context.Context, tag string) error
+	// LockGPU takes the lock that keeps other gpudispatch runs off GPU gpu
+	// of the machine (SPEC §6) for the run whose commands' tags start with
+	// run + "-". An error wraps ErrGPULocked when another run holds it,
+	// ErrNoFlock when the machine cannot lock, ErrHostDown when it cannot be
+	// reached.
+	LockGPU(ctx context.Context, gpu int, run string) (GPULock, error)
 }
 
 // supervise feeds the wrapper its header and heartbeats through stdin until

@@ -37,6 +37,24 @@ func (s Set) Reap(ctx context.Context, host, tag string) error {
 	return r.Reap(ctx, tag)
 }
 
+// LockGPU takes GPU gpu of host for run (see Runner).
+func (s Set) LockGPU(ctx context.Context, host string, gpu int, run string) (GPULock, error) {
+	r, err := s.runner(host)
+	if err != nil {
+		return nil, err
+	}
+	return r.LockGPU(ctx, gpu, run)
+}
+
+// ProbeGPUs asks nvidia-smi on host what its GPUs hold now.
+func (s Set) ProbeGPUs(ctx context.Context, host string) ([]GPU, error) {
+	r, err := s.runner(host)
+	if err != nil {
+		return nil, err
+	}
+	return ProbeGPUs(ctx, r)
+}
+
 func (s Set) runner(host string) (Runner, error) {
 	r, ok := s[host]
 	if !ok {

@@ -51,6 +51,9 @@ type Lab struct {
 	ClientKey  string // private key accepted by every host
 	Hosts      []*Host
 	t          testing.TB
+	// id tells this lab's fake GPU UUIDs from other labs': GPU locks are
+	// files named by UUID in one /tmp shared by every lab of the machine.
+	id string
 }
 
 // Host is one sshd of the lab.
@@ -98,7 +101,7 @@ func Start(t testing.TB, o Options) *Lab {
 		t.Fatalf("sshd needs /run/sshd: %v", err)
 	}
 	dir := t.TempDir()
-	l := &Lab{Dir: dir, t: t,
+	l := &Lab{Dir: dir, t: t, id: randomID(t),
 		SSHConfig:  filepath.Join(dir, "ssh_config"),
 		KnownHosts: filepath.Join(dir, "known_hosts"),
 		ClientKey:  filepath.Join(dir, "client_ed25519"),
@@ -119,7 +122,7 @@ func Start(t testing.TB, o Options) *Lab {
 		h.hostKey = filepath.Join(h.Dir, "ssh_host_ed25519_key")
 		h.Key = writeKey(t, h.hostKey)
 		h.Port = ports.take(t)
-		h.SetGPUs(fakeGPUs(o.GPUs))
+		h.SetGPUs(fakeGPUs(o.GPUs, l.id+"-"+h.Name))
 		must(t, os.WriteFile(filepath.Join(h.Home, "bin", "nvidia-smi"), []byte(fakeNvidiaSMI), 0o755))
 		// Debian's /etc/profile resets PATH in a login shell; a user's own
 		// profile is where PATH additions live, so put the fake there.
@@ -334,18 +337,53 @@ func (h *Host) SetGPUs(csv string) {
 	must(h.t, os.WriteFile(filepath.Join(h.Home, "gpus.csv"), []byte(csv), 0o644))
 }
 
-func fakeGPUs(n int) string {
+// SetApps replaces the compute processes the host's nvidia-smi reports:
+// lines of "gpu_uuid, pid, used_memory".
+func (h *Host) SetApps(csv string) {
+	must(h.t, os.WriteFile(filepath.Join(h.Home, "apps.csv"), []byte(csv), 0o644))
+}
+
+// UUID is the fake UUID of the host's GPU i.
+func (h *Host) UUID(i int) string {
+	b, err := os.ReadFile(filepath.Join(h.Home, "gpus.csv"))
+	must(h.t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ", ")
+		if len(f) > 1 && f[0] == strconv.Itoa(i) {
+			return f[1]
+		}
+	}
+	h.t.Fatalf("%s has no GPU %d", h.Name, i)
+	return ""
+}
+
+// FakeGPU is the line SetGPUs takes for GPU i with that UUID and used MiB
+// of its 80 GB in use.
+func FakeGPU(i int, uuid string, used int) string {
+	return fmt.Sprintf("%d, %s, Fake GPU 80GB, 81920, %d, 0\n", i, uuid, used)
+}
+
+func fakeGPUs(n int, id string) string {
 	var b strings.Builder
 	for i := 0; i < n; i++ {
-		fmt.Fprintf(&b, "%d, GPU-%08d-fake, Fake GPU 80GB, 81920, 0, 0\n", i, i)
+		b.WriteString(FakeGPU(i, fmt.Sprintf("GPU-%s-%d", id, i), 0))
 	}
 	return b.String()
 }
 
-// fakeNvidiaSMI answers the --query-gpu form from ~/gpus.csv and -L.
+func randomID(t testing.TB) string {
+	b := make([]byte, 4)
+	_, err := rand.Read(b)
+	must(t, err)
+	return fmt.Sprintf("%x", b)
+}
+
+// fakeNvidiaSMI answers the --query-gpu form from ~/gpus.csv, the
+// --query-compute-apps form from ~/apps.csv and -L.
 const fakeNvidiaSMI = `#!/bin/sh
 case "$*" in
   *--query-gpu=*) cat "$HOME/gpus.csv" ;;
+  *--query-compute-apps=*) cat "$HOME/apps.csv" 2>/dev/null ;;
   -L) awk -F', ' '{print "GPU " $1 ": " $3 " (UUID: " $2 ")"}' "$HOME/gpus.csv" ;;
   *) echo "fake nvidia-smi: unsupported arguments: $*" >&2; exit 2 ;;
 esac

@@ -1,0 +1,42 @@
+# gpudispatch GPU lock holder (SPEC §6). Run by bash; its fields arrive on stdin.
+#
+# stdin: NUL-terminated fields — lock dir, GPU index, owner (one line), heartbeat
+# timeout (seconds), linger (seconds) — then one line per heartbeat, or the line
+# "release". The GPU's lock file is named by its UUID as the login shell's
+# nvidia-smi reports it, else "index-N"; the holder takes an exclusive flock on it
+# and writes its owner into it.
+#
+# stdout: "locked KEY", or "busy KEY OWNER" (exit 75) when another process holds
+# the lock; exit 127 when flock(1) is missing. A holder told "release" lets go at
+# once. One whose coordinator went silent (stdin ended or no heartbeat for the
+# timeout) keeps the lock for the linger time, in which the wrappers of that
+# coordinator's jobs, which stopped hearing it at the same time, have killed
+# them; then it exits, and the lock dies with it.
+IFS= read -r -d '' dir || exit 125
+IFS= read -r -d '' gpu || exit 125
+IFS= read -r -d '' owner || exit 125
+IFS= read -r -d '' hb || exit 125
+IFS= read -r -d '' linger || exit 125
+command -v flock >/dev/null || exit 127
+uuid=$("${SHELL:-/bin/bash}" -lc 'nvidia-smi --query-gpu=index,uuid --format=csv,noheader' 2>/dev/null </dev/null |
+  awk -F', *' -v i="$gpu" '$1 == i { print $2; exit }')
+key=$(printf '%s' "${uuid:-index-$gpu}" | tr -c 'A-Za-z0-9._-' _)
+umask 0
+# The directory is shared by every user of the host: world-writable, sticky.
+if [ ! -d "$dir" ] && mkdir -p -- "$dir" 2>/dev/null; then
+  chmod 1777 -- "$dir" 2>/dev/null
+fi
+file=$dir/$key
+# A lock file another user made without write permission is still lockable.
+{ exec 9<>"$file"; } 2>/dev/null || exec 9<"$file" || exit 126
+if ! flock -n -x 9; then
+  IFS= read -r who <"$file"
+  printf 'busy %s %s\n' "$key" "${who:-another process}"
+  exit 75
+fi
+{ printf '%s\n' "$owner" >"$file"; } 2>/dev/null
+printf 'locked %s\n' "$key"
+while IFS= read -r -t "$hb" line; do
+  [ "$line" = release ] && exit 0
+done
+sleep "$linger"
