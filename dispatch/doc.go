@@ -53,6 +53,21 @@
 // with the reason, and so do such jobs arriving later, until it is back: a
 // run never waits forever for a host.
 //
+// # GPUs shared with other runs
+//
+// Between being placed and being started, a job may have a claim to settle
+// (claim.go): the lock of each of its GPUs that this run does not hold yet
+// (SPEC §6, Executor.LockGPU), and under SkipBusy a look at nvidia-smi for
+// each of its GPUs where no other job of this run is. The slots are taken
+// first and the GPUs are marked claiming, so the scheduler puts nothing
+// else on them meanwhile; the claim is settled by a goroutine and handed
+// back to the loop. A GPU that turned out locked by another run, or busy
+// with other work, is set aside for Options.Recheck and the job goes back to
+// its place in the queue without using an attempt. A lock is kept while the
+// run has a job on its GPU: it is let go of after a scheduling pass that
+// left the GPU empty, and every lock is let go of before Run returns. A
+// lock lost with its holder is simply taken again by the next job there.
+//
 // # Ending
 //
 // Run ends when the input has ended and no job waits or runs. A drain stops

@@ -16,6 +16,12 @@ const (
 	// Host events name a host and no job.
 	EventHostDown = "host_down" // cannot be reached; Error says why
 	EventHostUp   = "host_up"   // reachable again
+	// EventBusy names the GPU a job found busy (locked by another run, or
+	// with other people's work under SkipBusy) and the job, which waits.
+	EventBusy = "gpu_busy"
+	// EventWarning names a host and something wrong with it that does not
+	// stop its jobs.
+	EventWarning = "warning"
 )
 
 // Event is one line of journal.jsonl and of --json output.

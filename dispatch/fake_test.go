@@ -21,14 +21,20 @@ import (
 //	exit N      exits with N
 //	hang        runs until cancelled
 //	lose N      loses its connection on its first N attempts, then sleeps 1 ms
+//	godown D    sleeps D, then takes its host down and succeeds
 //	die         on its first attempt takes its host down and loses the
 //	            connection; later attempts sleep 1 ms
 //
 // A lost job keeps its slots (the fake counts it running) until Reap is
 // called for its tag, so a slot reused too early shows as overbooked. While a
 // host is down, Run fails with hosts.ErrHostDown and WaitUp blocks.
+//
+// GPU locks live in a fakeLocks that several fakes (several runs) may share;
+// a job that runs on a GPU whose lock its run does not hold is a violation.
+// ProbeGPUs answers from usage, which a test may change.
 type fakeExec struct {
-	inv *inventory.Inventory
+	inv   *inventory.Inventory
+	locks *fakeLocks
 	// reapGate, when set, holds every Reap until it is closed.
 	reapGate chan struct{}
 
@@ -43,6 +49,132 @@ type fakeExec struct {
 	down       map[string]chan struct{} // host -> closed when it is back
 	held       map[string][]string      // tag -> slots its lost job still holds
 	reaps      []string                 // tags reaped, in order
+	usage      map[string][]hosts.GPU   // host -> what ProbeGPUs says
+	probes     int
+}
+
+// fakeLocks are the GPU locks of every host, shared by the runs of a test.
+type fakeLocks struct {
+	mu     sync.Mutex
+	holder map[string]string // "host:gpu" -> run
+	taken  int               // locks taken, all runs
+	denied int               // lock attempts refused
+	// running counts the jobs on each GPU by run; a GPU with jobs of two
+	// runs at once is a collision.
+	running    map[string]map[string]int
+	collisions int
+	// noFlock lists the hosts that cannot lock (hosts.ErrNoFlock).
+	noFlock map[string]bool
+	handed  []*fakeLock // every lock taken, in order
+}
+
+func newFakeLocks() *fakeLocks {
+	return &fakeLocks{holder: map[string]string{}, running: map[string]map[string]int{}, noFlock: map[string]bool{}}
+}
+
+// enter and leave count a job of run on slot.
+func (l *fakeLocks) enter(slot, run string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running[slot] == nil {
+		l.running[slot] = map[string]int{}
+	}
+	l.running[slot][run]++
+	if len(l.running[slot]) > 1 {
+		l.collisions++
+	}
+}
+
+func (l *fakeLocks) leave(slot, run string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.running[slot][run]--; l.running[slot][run] == 0 {
+		delete(l.running[slot], run)
+	}
+}
+
+func (l *fakeLocks) heldBy(slot string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holder[slot]
+}
+
+// fakeLock is one held lock.
+type fakeLock struct {
+	locks *fakeLocks
+	slot  string
+	lost  chan struct{}
+	once  sync.Once
+}
+
+func (l *fakeLock) Key() string           { return l.slot }
+func (l *fakeLock) Lost() <-chan struct{} { return l.lost }
+func (l *fakeLock) Release() {
+	l.once.Do(func() {
+		l.locks.mu.Lock()
+		delete(l.locks.holder, l.slot)
+		l.locks.mu.Unlock()
+		close(l.lost)
+	})
+}
+
+func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string) (hosts.GPULock, error) {
+	if err := f.WaitUpNow(host); err != nil {
+		return nil, err
+	}
+	slot := fmt.Sprintf("%s:%d", host, gpu)
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	if f.locks.noFlock[host] {
+		return nil, fmt.Errorf("%s: %w", host, hosts.ErrNoFlock)
+	}
+	if who := f.locks.holder[slot]; who != "" {
+		f.locks.denied++
+		return nil, fmt.Errorf("%s: GPU %d is %w: run %s", host, gpu, hosts.ErrGPULocked, who)
+	}
+	f.locks.holder[slot] = run
+	f.locks.taken++
+	l := &fakeLock{locks: f.locks, slot: slot, lost: make(chan struct{})}
+	f.locks.handed = append(f.locks.handed, l)
+	return l, nil
+}
+
+// WaitUpNow fails with hosts.ErrHostDown while host is down.
+func (f *fakeExec) WaitUpNow(host string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.down[host] != nil {
+		return fmt.Errorf("%s: %w: connection refused", host, hosts.ErrHostDown)
+	}
+	return nil
+}
+
+func (f *fakeExec) ProbeGPUs(ctx context.Context, host string) ([]hosts.GPU, error) {
+	if err := f.WaitUpNow(host); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.probes++
+	if u, ok := f.usage[host]; ok {
+		return append([]hosts.GPU(nil), u...), nil
+	}
+	var free []hosts.GPU
+	for _, id := range f.inv.HostNamed(host).GPUs {
+		free = append(free, hosts.GPU{Index: id, MemoryTotalMB: 81920})
+	}
+	return free, nil
+}
+
+// setUsage makes ProbeGPUs report host's GPUs with these MiB used.
+func (f *fakeExec) setUsage(host string, usedMB map[int]int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var gs []hosts.GPU
+	for _, id := range f.inv.HostNamed(host).GPUs {
+		gs = append(gs, hosts.GPU{Index: id, MemoryTotalMB: 81920, MemoryUsedMB: usedMB[id]})
+	}
+	f.usage[host] = gs
 }
 
 type start struct {
@@ -53,8 +185,8 @@ type start struct {
 }
 
 func newFakeExec(inv *inventory.Inventory) *fakeExec {
-	return &fakeExec{inv: inv, now: map[string]int{}, peak: map[string]int{}, attempts: map[string]int{},
-		down: map[string]chan struct{}{}, held: map[string][]string{}}
+	return &fakeExec{inv: inv, locks: newFakeLocks(), now: map[string]int{}, peak: map[string]int{}, attempts: map[string]int{},
+		down: map[string]chan struct{}{}, held: map[string][]string{}, usage: map[string][]hosts.GPU{}}
 }
 
 // setDown takes host down (true) or brings it back (false).
@@ -147,6 +279,11 @@ func (f *fakeExec) Run(ctx context.Context, host string, c hosts.Command, stdout
 		if f.now[slot] > f.capacity(host, id) {
 			f.violations = append(f.violations, fmt.Sprintf("%s runs %d jobs", slot, f.now[slot]))
 		}
+		run, _, _ := strings.Cut(c.Tag, "-")
+		if held := f.locks.heldBy(slot); held != run && !f.locks.noFlock[host] {
+			f.violations = append(f.violations, fmt.Sprintf("%s runs a job of run %s without its lock (held by %q)", slot, run, held))
+		}
+		f.locks.enter(slot, run)
 	}
 	f.total++
 	f.peakTotal = max(f.peakTotal, f.total)
@@ -160,6 +297,10 @@ func (f *fakeExec) Run(ctx context.Context, host string, c hosts.Command, stdout
 			for _, s := range slots {
 				f.now[s]--
 			}
+		}
+		run, _, _ := strings.Cut(c.Tag, "-")
+		for _, s := range slots {
+			f.locks.leave(s, run)
 		}
 		f.total--
 		f.mu.Unlock()
@@ -189,6 +330,12 @@ func (f *fakeExec) Run(ctx context.Context, host string, c hosts.Command, stdout
 			return -1, fmt.Errorf("%s: %w", host, hosts.ErrConnectionLost)
 		}
 		time.Sleep(time.Millisecond)
+		return 0, nil
+	case "godown":
+		// Succeeds after D, and its host goes down as it ends.
+		d, _ := time.ParseDuration(arg)
+		time.Sleep(d)
+		f.setDown(host, true)
 		return 0, nil
 	case "die":
 		if attempt == 1 {
@@ -235,11 +382,22 @@ func runJobs(t *testing.T, inv *inventory.Inventory, input string, tweak func(*O
 	if tweak != nil {
 		tweak(&opts)
 	}
+	return runJobsWith(t, f, opts, input)
+}
+
+// runJobsWith runs input with opts, whose Executor is f, and checks f.
+func runJobsWith(t *testing.T, f *fakeExec, opts Options, input string) (*fakeExec, *Summary) {
+	t.Helper()
 	s, err := Run(context.Background(), opts, []Input{{Name: "jobs", R: strings.NewReader(input)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.check(t)
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	if len(f.locks.holder) != 0 {
+		t.Errorf("locks still held after the run: %v", f.locks.holder)
+	}
 	return f, s
 }
 

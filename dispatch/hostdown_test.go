@@ -109,17 +109,22 @@ func TestLostSlotWaitsForReap(t *testing.T) {
 
 // A job that could not start because its host was down (the run had not
 // noticed yet) goes back to the queue without using an attempt, and leaves
-// no log files; the host gets nothing more while it is down.
+// no log files; the host gets nothing more while it is down. Here the run
+// holds b's GPU lock already (job 1 just ended there), so it is Run that
+// finds the host gone.
 func TestNotStartedUsesNoAttempt(t *testing.T) {
 	t.Parallel()
 	inv := lab("a:0 b:0")
 	f := newFakeExec(inv)
-	f.setDown("b", true)
 	dir := t.TempDir()
 	opts := Options{Inventory: inv, Executor: f, LogDir: dir, Retries: 0}
 	w, done := startRun(t, opts)
-	io.WriteString(w, "sleep 1ms\nsleep 1ms\nsleep 1ms\n")
+	// Job 2 is queued long before job 1 ends, and takes b's slot (and
+	// lock) straight after it.
+	io.WriteString(w, "@b godown 100ms\n@b sleep 1ms\nsleep 1ms\n")
 	w.Close()
+	waitFor(t, func() bool { return len(kinds(readJournal(t, dir), "2")) >= 3 }) // queued, started, lost
+	f.setDown("b", false)
 	s := <-done
 	if s.Counts[EventFinished] != 3 || s.ExitCode() != 0 {
 		t.Fatalf("summary %+v", s)
@@ -131,7 +136,7 @@ func TestNotStartedUsesNoAttempt(t *testing.T) {
 			downs++
 		case EventLost:
 			lost++
-			if !strings.Contains(e.Error, "did not start") || e.Stdout != "" {
+			if !strings.Contains(e.Error, "did not start") || e.Stdout != "" || e.Job != "2" {
 				t.Errorf("lost event %+v", e)
 			}
 		}
@@ -143,9 +148,44 @@ func TestNotStartedUsesNoAttempt(t *testing.T) {
 	if len(logs) != 3 {
 		t.Errorf("log files %v, want one per job", logs)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "1.2.out")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(dir, "2.2.out")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a second log for a job that ran once: %v", err)
 	}
+}
+
+// A host found down when its GPU is to be locked: the job was never
+// started, so there is no started or lost event and no log, only host_down;
+// the jobs run elsewhere.
+func TestDownWhenLocking(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0 b:0")
+	f := newFakeExec(inv)
+	f.setDown("b", true)
+	dir := t.TempDir()
+	opts := Options{Inventory: inv, Executor: f, LogDir: dir, Retries: 0}
+	_, s := runJobsWith(t, f, opts, "sleep 1ms\nsleep 1ms\nsleep 1ms\n")
+	if s.Counts[EventFinished] != 3 || s.ExitCode() != 0 {
+		t.Fatalf("summary %+v", s)
+	}
+	events := readJournal(t, dir)
+	if count := len(events); countKind(events, EventHostDown) != 1 || countKind(events, EventLost) != 0 || countKind(events, EventStarted) != 3 {
+		t.Errorf("%d events: want 1 host_down, no lost, 3 started: %+v", count, events)
+	}
+	for _, e := range events {
+		if e.Host == "b" && e.Event != EventHostDown {
+			t.Errorf("event on b, which was down: %+v", e)
+		}
+	}
+}
+
+func countKind(events []Event, kind string) int {
+	n := 0
+	for _, e := range events {
+		if e.Event == kind {
+			n++
+		}
+	}
+	return n
 }
 
 // A host down at the start (Options.Down) gets no job until it is back;

@@ -70,6 +70,10 @@ func (t *TextReporter) Report(e Event) {
 		line = fmt.Sprintf("host %s down: %s; its jobs wait for it or run elsewhere while gpudispatch reconnects", e.Host, e.Error)
 	case EventHostUp:
 		line = fmt.Sprintf("host %s is back", e.Host)
+	case EventBusy:
+		line = fmt.Sprintf("job %s waits: %s; the GPU is tried again later, its other slots are used meanwhile", e.Job, e.Error)
+	case EventWarning:
+		line = fmt.Sprintf("warning: host %s: %s", e.Host, e.Error)
 	default:
 		return
 	}

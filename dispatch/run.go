@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -27,6 +28,11 @@ type Executor interface {
 	WaitUp(ctx context.Context, host string) error
 	// Reap returns once nothing is left on host of the lost command tagged tag.
 	Reap(ctx context.Context, host, tag string) error
+	// LockGPU takes GPU gpu of host for the run named run, whose commands'
+	// tags start with run + "-" (see hosts.Runner).
+	LockGPU(ctx context.Context, host string, gpu int, run string) (hosts.GPULock, error)
+	// ProbeGPUs asks nvidia-smi on host what its GPUs hold now.
+	ProbeGPUs(ctx context.Context, host string) ([]hosts.GPU, error)
 }
 
 // Input is one source of job lines.
@@ -64,6 +70,14 @@ type Options struct {
 	// HostDownTimeout is how long jobs that only down hosts can run wait for
 	// one of them to come back before they fail (0: DefaultHostDownTimeout).
 	HostDownTimeout time.Duration
+	// SkipBusy keeps jobs off GPUs that other people's processes use: more
+	// than BusyMemoryMB of memory, or any compute process, on a GPU where no
+	// job of this run is. It is checked just before each such start.
+	SkipBusy     bool
+	BusyMemoryMB int
+	// Recheck is how long a GPU found busy or locked by another run is set
+	// aside before it is tried again (0: DefaultRecheck).
+	Recheck time.Duration
 }
 
 // DefaultHostDownTimeout is Options.HostDownTimeout's default (SPEC §8).
@@ -95,6 +109,14 @@ type run struct {
 	ups     chan *hostSlots
 	expired chan expiry
 	reaped  chan placement
+	// GPU claims and locks (claim.go): settled claims, busy GPUs' rechecks,
+	// locks lost with their holder, and GPUs left idle by a release.
+	claims   chan claimResult
+	rechecks chan recheck
+	lockLost chan lostLock
+	idle     []*gpu
+	// releasing counts the locks being let go of.
+	releasing sync.WaitGroup
 }
 
 // expiry is a host's host-down timeout passing, for one time it went down.
@@ -123,19 +145,25 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	if opts.HostDownTimeout <= 0 {
 		opts.HostDownTimeout = DefaultHostDownTimeout
 	}
+	if opts.Recheck <= 0 {
+		opts.Recheck = DefaultRecheck
+	}
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
 	r := &run{
-		opts:    opts,
-		id:      time.Now().UTC().Format("20060102T150405.000000Z"),
-		done:    map[jobKey]bool{},
-		sched:   &scheduler{table: newSlotTable(opts.Inventory)},
-		results: make(chan result),
-		summary: newSummary(),
-		bg:      bg,
-		ups:     make(chan *hostSlots),
-		expired: make(chan expiry),
-		reaped:  make(chan placement),
+		opts:     opts,
+		id:       time.Now().UTC().Format("20060102T150405.000000Z"),
+		done:     map[jobKey]bool{},
+		sched:    &scheduler{table: newSlotTable(opts.Inventory)},
+		results:  make(chan result),
+		summary:  newSummary(),
+		bg:       bg,
+		ups:      make(chan *hostSlots),
+		expired:  make(chan expiry),
+		reaped:   make(chan placement),
+		claims:   make(chan claimResult),
+		rechecks: make(chan recheck),
+		lockLost: make(chan lostLock),
 	}
 	if opts.Resume {
 		done, err := succeeded(path)
@@ -156,6 +184,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 		}
 	}
 	r.loop(ctx, inputs)
+	r.unlockAll()
 	return r.summary, nil
 }
 
@@ -217,7 +246,15 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 		case x := <-r.expired:
 			r.hostExpired(x)
 		case p := <-r.reaped:
-			r.sched.table.release(p)
+			r.release(p)
+		case c := <-r.claims:
+			if !r.claimed(ctx, c) {
+				running--
+			}
+		case rc := <-r.rechecks:
+			r.rechecked(rc)
+		case ll := <-r.lockLost:
+			r.lockGone(ll)
 		case <-drain:
 			drain = nil
 			r.stopping = true
@@ -234,10 +271,19 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			}
 			continue
 		}
-		for _, a := range r.sched.next() {
-			running++
-			r.start(ctx, a)
+		// A job put back because another job of the same pass is claiming
+		// its GPU may fit elsewhere: pass again until none is put back.
+		for again := true; again; {
+			again = false
+			for _, a := range r.sched.next() {
+				if r.launch(ctx, a) {
+					running++
+				} else {
+					again = true
+				}
+			}
 		}
+		r.unlockIdle()
 	}
 }
 
@@ -347,7 +393,7 @@ func (r *run) finish(res result) {
 		// the host confirms they are gone.
 		go r.reap(p, r.tag(j, q.attempts))
 	} else {
-		r.sched.table.release(p)
+		r.release(p)
 	}
 	kind := EventFinished
 	switch {

@@ -1,10 +1,10 @@
 package dispatch
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,21 +15,21 @@ import (
 	"time"
 )
 
+// readJournal reads the journal's whole lines; it may be called while a
+// run writes to it.
 func readJournal(t *testing.T, dir string) []Event {
 	t.Helper()
-	f, err := os.Open(filepath.Join(dir, JournalName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var events []Event
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	err := scanJournal(filepath.Join(dir, JournalName), func(line []byte) error {
 		var e Event
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatalf("journal line %q: %v", sc.Text(), err)
+		if err := json.Unmarshal(line, &e); err != nil {
+			return fmt.Errorf("%q: %w", line, err)
 		}
 		events = append(events, e)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return events
 }

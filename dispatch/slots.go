@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/hosts"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -19,7 +20,23 @@ type gpu struct {
 	// lastUsed is when a job last started here (a scheduler tick): the least
 	// recently used GPU is picked first, which spreads jobs over all GPUs.
 	lastUsed uint64
+	// lock is this run's lock on the GPU (SPEC §6), held from its first job
+	// here to its last; unlocked is the Lost channel of the lock it last let
+	// go of, so that a new lock waits for the old holder to be gone.
+	lock     hosts.GPULock
+	unlocked <-chan struct{}
+	// claiming is set while a job's locks or busy check for this GPU are
+	// under way; busy says why the GPU takes no job until its recheck;
+	// busyEpoch tells the latest recheck timer from older ones; reported is
+	// the reason last told, so that a GPU busy for an hour says so once.
+	claiming  bool
+	busy      string
+	busyEpoch int
+	reported  string
 }
+
+// open reports whether g may be given a job now (slots aside).
+func (g *gpu) open() bool { return !g.claiming && g.busy == "" }
 
 // hostSlots is one host's GPUs in inventory order, and its health.
 type hostSlots struct {
@@ -36,6 +53,10 @@ type hostSlots struct {
 	// expired is set once the host has been down longer than the run's
 	// host-down timeout: jobs that only it could run fail.
 	expired bool
+	// noLocks is why the host cannot lock GPUs (it has no flock); noProbe
+	// is set once it was found that its nvidia-smi cannot be asked.
+	noLocks error
+	noProbe bool
 }
 
 // slotTable is every host:gpu slot of a run. It is owned by one goroutine.
@@ -203,7 +224,7 @@ func (h *hostSlots) free() int {
 func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 	var gs []*gpu
 	for _, g := range h.gpus {
-		if (j.GPU < 0 || g.id == j.GPU) && t.free(g, hd) > 0 {
+		if (j.GPU < 0 || g.id == j.GPU) && g.open() && t.free(g, hd) > 0 {
 			gs = append(gs, g)
 		}
 	}

@@ -33,6 +33,15 @@
 // wrapper carries the job's tag in its argv and lives until the job's group
 // is gone, so Reap can tell on the host whether a lost job still runs.
 //
+// GPU locks (SPEC §6): LockGPU starts lock.sh on the machine, over the pool
+// or locally, with the same bootstrap as the wrapper. It finds the GPU's UUID
+// through the login shell's nvidia-smi and holds an exclusive flock on a file
+// named by it in a shared sticky directory for as long as the coordinator's
+// heartbeats arrive. Told "release", it lets go at once. When the heartbeats
+// stop, it keeps the lock for as long as the job wrappers take to kill their
+// jobs, then exits. The lock cannot outlive its holder, and never goes before
+// the jobs it covers.
+//
 // This package never imports dispatch; dispatch reaches it through the
 // Executor interface it defines (Set implements it).
 package hosts

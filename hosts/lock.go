@@ -152,7 +152,7 @@ func lockGPU(ctx context.Context, spawn func(string) (*proc, error), where strin
 	// coordinator at about the same time, to kill their jobs.
 	linger := s.Grace + 2*s.Heartbeat
 	header := lockScript + "\x00" + strings.Join([]string{
-		dir, strconv.Itoa(gpu), lockOwner(run),
+		dir, strconv.Itoa(gpu), run, lockOwner(run),
 		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(linger.Seconds(), 'f', 3, 64),
 	}, "\x00") + "\x00"

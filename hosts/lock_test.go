@@ -90,3 +90,39 @@ func TestLockCancelled(t *testing.T) {
 		t.Errorf("cancelled: %v", err)
 	}
 }
+
+// The run whose coordinator lost its holder (a dropped connection) takes its
+// lingering lock over at once on its next attempt; another run still finds
+// it taken.
+func TestLockTakenOverBySameRun(t *testing.T) {
+	t.Parallel()
+	slow := Supervision{Heartbeat: fast.Heartbeat, Grace: 20 * time.Second} // a long linger
+	l := Local{Supervision: slow, LockDir: t.TempDir()}
+	ctx := context.Background()
+	a, err := l.LockGPU(ctx, 0, "runA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	close(a.(*heldLock).stop) // the connection is gone: no more heartbeats
+	time.Sleep(4 * slow.Heartbeat)
+	if _, err := l.LockGPU(ctx, 0, "runB"); !errors.Is(err, ErrGPULocked) {
+		t.Fatalf("another run while the old holder lingers: %v, want locked", err)
+	}
+	start := time.Now()
+	b, err := l.LockGPU(ctx, 0, "runA")
+	if err != nil {
+		t.Fatalf("the same run again: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the takeover took %v: it waited for the linger", took)
+	}
+	select {
+	case <-a.Lost():
+	case <-time.After(5 * time.Second):
+		t.Error("the lingering holder is still there")
+	}
+	if _, err := l.LockGPU(ctx, 0, "runB"); !errors.Is(err, ErrGPULocked) {
+		t.Errorf("another run after the takeover: %v, want locked", err)
+	}
+	b.Release()
+}

@@ -53,7 +53,7 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		logs := filepath.Join(l.Dir, fmt.Sprintf("logs%d", i))
 		cmd := exec.Command(binary, "-i", inv, "-o", logs, "-q")
-		cmd.Env = append(os.Environ(), "HOME="+l.Dir, "SSH_AUTH_SOCK=")
+		cmd.Env = append(os.Environ(), "HOME="+l.Dir, "SSH_AUTH_SOCK=", lockEnv(l.Dir))
 		cmd.Stdin = strings.NewReader(strings.Repeat("true\n", jobs))
 		start := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -50,7 +50,7 @@ func gpd(t *testing.T, dir, stdin string, args ...string) result {
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
 	cmd.Stdin = strings.NewReader(stdin)
-	cmd.Env = append(os.Environ(), "HOME="+dir)
+	cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir))
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -198,11 +198,18 @@ func TestE2EResume(t *testing.T) {
 	}
 }
 
+// lockEnv keeps a test's GPU locks in a directory of its own, so that
+// tests running at once do not wait for each other's (pretend) GPUs.
+func lockEnv(dir string) string {
+	return "GPUDISPATCH_LOCK_DIR=" + filepath.Join(dir, ".locks")
+}
+
 // startGPD starts the binary in dir with a pipe on stdin.
 func startGPD(t *testing.T, dir string, args ...string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), lockEnv(dir))
 	stdin, errOut := startCmd(t, cmd)
 	return cmd, stdin, errOut
 }
@@ -454,7 +461,7 @@ func TestE2EUsageErrors(t *testing.T) {
 		}
 		cmd := exec.Command(binary, tt.args...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "HOME="+dir)
+		cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir))
 		if tt.env != "" {
 			cmd.Env = append(cmd.Env, tt.env)
 		}
@@ -484,7 +491,7 @@ func TestE2EFlagsFromEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(binary)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GPUDISPATCH_GPUS=4", "GPUDISPATCH_LOG_DIR=elsewhere")
+	cmd.Env = append(os.Environ(), "GPUDISPATCH_GPUS=4", "GPUDISPATCH_LOG_DIR=elsewhere", lockEnv(dir))
 	cmd.Stdin = strings.NewReader("echo $CUDA_VISIBLE_DEVICES\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("%v: %s", err, out)
@@ -567,6 +574,7 @@ func TestE2EKilledThenResume(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "jobs.txt"), []byte(strings.Join(jobs, "\n")+"\n"), 0o644)
 	cmd := exec.Command(binary, "--gpus", "0,1,2", "--keepalive", "200ms", "jobs.txt")
 	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), lockEnv(dir))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -583,9 +591,14 @@ func TestE2EKilledThenResume(t *testing.T) {
 		jobs[i], jobs[j] = jobs[j], jobs[i]
 	}
 	os.WriteFile(filepath.Join(dir, "jobs.txt"), []byte(strings.Join(jobs, "\n")+"\n"), 0o644)
-	r := gpd(t, dir, "", "--gpus", "0,1,2", "--resume", "jobs.txt")
+	// The killed run's GPU locks outlive it by the wrappers' grace (10 s):
+	// the resumed run waits for them, trying again every 300 ms.
+	r := gpd(t, dir, "", "--gpus", "0,1,2", "--resume", "--busy-recheck", "300ms", "jobs.txt")
 	if r.code != 0 {
 		t.Fatalf("resume: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "is locked by another gpudispatch run: run ") {
+		t.Errorf("the resumed run did not wait for the killed run's GPU locks:\n%s", r.stderr)
 	}
 	for i := range jobs {
 		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("ran.%d", i)))

@@ -30,7 +30,7 @@ import (
 func effectJobs(first, last int, prefix, nap, path string) string {
 	var b strings.Builder
 	for i := first; i <= last; i++ {
-		fmt.Fprintf(&b, "%ssleep %s; echo %d >> %s\n", prefix, nap, i, path)
+		fmt.Fprintf(&b, "%ssleep %s; echo %d $GPUDISPATCH_HOST $(date +%%T.%%N) >> %s\n", prefix, nap, i, path)
 	}
 	return b.String()
 }
@@ -41,10 +41,16 @@ func effectJobs(first, last int, prefix, nap, path string) string {
 func checkEffects(t *testing.T, path string, n int) {
 	t.Helper()
 	seen := map[int]int{}
+	lines := map[int][]string{} // "N host time" per job, to say where and when
 	b, _ := os.ReadFile(path)
-	for _, f := range strings.Fields(string(b)) {
-		i, _ := strconv.Atoi(f)
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		i, _ := strconv.Atoi(f[0])
 		seen[i]++
+		lines[i] = append(lines[i], line)
 	}
 	once, twice, missing := 0, 0, 0
 	for i := 1; i <= n; i++ {
@@ -57,7 +63,7 @@ func checkEffects(t *testing.T, path string, n int) {
 			twice++
 		}
 		if seen[i] != 1 {
-			t.Errorf("job %d ran to the end %d times, want exactly once", i, seen[i])
+			t.Errorf("job %d ran to the end %d times, want exactly once: %q", i, seen[i], lines[i])
 		}
 	}
 	if len(seen) != n {
@@ -345,7 +351,7 @@ func TestSSHHostDownAtStartComesBack(t *testing.T) {
 	stdin, errOut := startCmd(t, cmd)
 	io.WriteString(stdin, effectJobs(1, 2, "@node2 ", "0.1", effects)+effectJobs(3, 6, "", "0.1", effects))
 	stdin.Close()
-	waitForFile(t, effects, func(s string) bool { return len(strings.Fields(s)) == 4 })
+	waitForFile(t, effects, func(s string) bool { return strings.Count(s, "\n") == 4 })
 	l.Hosts[1].Start()
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit %v\n%s", err, errOut)
@@ -436,7 +442,8 @@ func TestSSHKilledThenResume(t *testing.T) {
 		jobs[i], jobs[j] = jobs[j], jobs[i]
 	}
 	write()
-	r := labRun(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--resume", "jobs.txt")
+	// The killed run's GPU locks outlive it by the wrappers' grace.
+	r := labRun(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--resume", "--busy-recheck", "300ms", "jobs.txt")
 	if r.code != 0 {
 		t.Fatalf("resume: exit %d\n%s", r.code, r.stderr)
 	}

@@ -101,8 +101,10 @@ func loadInventory(o labOptions) (*inventory.Inventory, error) {
 
 // openHosts connects to every host and warns about the ones that cannot be
 // used now; when none can, the run cannot start.
-func openHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory) (*hosts.Lab, error) {
-	lab, err := hosts.Open(ctx, inv, hostOptions(o))
+func openHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory, lockDir string) (*hosts.Lab, error) {
+	opts := hostOptions(o)
+	opts.LockDir = lockDir
+	lab, err := hosts.Open(ctx, inv, opts)
 	if err != nil {
 		return nil, usageError("%v", err)
 	}

@@ -28,7 +28,7 @@ func labCmd(t *testing.T, l *sshtest.Lab, stdin string, args ...string) *exec.Cm
 			env = append(env, kv)
 		}
 	}
-	cmd.Env = append(env, "HOME="+l.Dir)
+	cmd.Env = append(env, "HOME="+l.Dir, lockEnv(l.Dir))
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
+)
+
+// exclusiveJob proves by its side effects that it had its GPU to itself:
+// it makes a directory named after its host's GPU for its whole run, and a
+// job that finds the directory there already (another job on that GPU)
+// writes a line to ~/collisions. It then appends "ID GPU" to ~/done.
+const exclusiveJob = `d=$HOME/on-gpu.$CUDA_VISIBLE_DEVICES; if mkdir "$d" 2>/dev/null; then sleep %s; rmdir "$d"; else echo "$GPUDISPATCH_JOB_ID $CUDA_VISIBLE_DEVICES" >> $HOME/collisions; fi; echo "$GPUDISPATCH_JOB_ID $CUDA_VISIBLE_DEVICES" >> $HOME/done`
+
+// noCollisions fails t when a job of the lab found its GPU taken, and
+// returns the lines of every host's ~/done.
+func noCollisions(t *testing.T, l *sshtest.Lab) map[string][]string {
+	t.Helper()
+	done := map[string][]string{}
+	for _, h := range l.Hosts {
+		if b, err := os.ReadFile(filepath.Join(h.Home, "collisions")); err == nil {
+			t.Errorf("%s: jobs that shared a GPU:\n%s", h.Name, b)
+		}
+		if b, err := os.ReadFile(filepath.Join(h.Home, "done")); err == nil {
+			done[h.Name] = strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+		}
+	}
+	return done
+}
+
+// Two gpudispatch runs started at the same moment on the same hosts never
+// put two jobs on one GPU: the second finds the GPUs the first holds
+// locked, its jobs wait without using an attempt, and every job of both
+// runs is done in the end.
+func TestSSHTwoRunsNeverShareAGPU(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 2})
+	inv := l.Inventory("")
+	job := fmt.Sprintf(exclusiveJob, "0.3")
+	results := make([]result, 2)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			results[i] = labRun(t, l, strings.Repeat(job+"\n", 10), "-i", inv, "-o", fmt.Sprintf("logs%d", i), "--busy-recheck", "200ms")
+		})
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.code != 0 {
+			t.Errorf("run %d: exit %d\n%s", i, r.code, r.stderr)
+		}
+	}
+	done := noCollisions(t, l)
+	if n := len(done["node1"]) + len(done["node2"]); n != 20 {
+		t.Errorf("%d jobs done, want 20: %v", n, done)
+	}
+	waited := 0
+	for i := range results {
+		for _, e := range journal(t, filepath.Join(l.Dir, fmt.Sprintf("logs%d", i))) {
+			switch {
+			case e["event"] == "gpu_busy":
+				waited++
+				if !strings.Contains(fmt.Sprint(e["error"]), "locked by another gpudispatch run") {
+					t.Errorf("gpu_busy %v", e)
+				}
+			case e["event"] == "started" && e["attempt"] != 1.0:
+				t.Errorf("a job that found its GPU locked used an attempt: %v", e)
+			}
+		}
+	}
+	if waited == 0 {
+		t.Error("no job of either run ever found a GPU locked: the runs did not contend, the test proves nothing")
+	}
+	// Both hosts' GPUs, by UUID, in the one /tmp they share here.
+	if locks, _ := filepath.Glob(filepath.Join(l.Dir, ".locks", "GPU-*")); len(locks) != 4 {
+		t.Errorf("lock files %v, want one per GPU, named by UUID", locks)
+	}
+}
+
+// --skip-busy over real sshd: a GPU whose nvidia-smi shows other people's
+// memory gets no job until nvidia-smi says it is free; then one with a
+// compute process on it gets none either. Jobs started together never
+// share a GPU, and the event line says why jobs wait.
+func TestSSHSkipBusy(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
+	h := l.Hosts[0]
+	h.SetGPUs(sshtest.FakeGPU(0, h.UUID(0), 4000) + sshtest.FakeGPU(1, h.UUID(1), 0))
+	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--skip-busy", "--busy-recheck", "200ms")
+	stdin, errOut := startCmd(t, cmd)
+	job := fmt.Sprintf(exclusiveJob, "0.2") + "\n"
+	io.WriteString(stdin, strings.Repeat(job, 4))
+	done := filepath.Join(h.Home, "done")
+	waitForFile(t, done, func(s string) bool { return strings.Count(s, "\n") == 4 })
+	for _, line := range strings.Split(strings.TrimSpace(readFile(t, done)), "\n") {
+		if !strings.HasSuffix(line, " 1") {
+			t.Errorf("job on the busy GPU 0: %s", line)
+		}
+	}
+	// GPU 0 is free now, and someone's process is on GPU 1.
+	h.SetGPUs(sshtest.FakeGPU(0, h.UUID(0), 0) + sshtest.FakeGPU(1, h.UUID(1), 300))
+	h.SetApps(h.UUID(1) + ", 4242, 300\n")
+	io.WriteString(stdin, strings.Repeat(job, 4))
+	waitForFile(t, done, func(s string) bool { return strings.Count(s, "\n") == 8 })
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(readFile(t, done)), "\n")
+	for _, line := range lines[4:] {
+		if !strings.HasSuffix(line, " 0") {
+			t.Errorf("job on GPU 1, busy with another process: %s", line)
+		}
+	}
+	noCollisions(t, l)
+	for _, want := range []string{
+		"GPU 0 is busy with other work: 4000 MiB used (more than 500)",
+		"GPU 1 is busy with other work: 1 processes, 300 MiB used",
+	} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("stderr does not say %q:\n%s", want, errOut)
+		}
+	}
+}

@@ -1,0 +1,298 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/hosts"
+)
+
+// DefaultRecheck is Options.Recheck's default.
+const DefaultRecheck = 10 * time.Second
+
+// claim is what must be settled on a job's GPUs before it starts: the
+// locks this run does not hold yet, and (SkipBusy) whether other people's
+// work is on GPUs where no job of this run is.
+type claim struct {
+	a     assignment
+	lock  []*gpu
+	check []*gpu
+	// unlocked are the Lost channels of locks of these GPUs that this run
+	// is letting go of: a new lock waits for the old holder to be gone.
+	unlocked []<-chan struct{}
+}
+
+// claimResult is a claim settled by the claim goroutine.
+type claimResult struct {
+	claim
+	locks map[*gpu]hosts.GPULock
+	// busy says why some GPUs cannot take the job now.
+	busy map[*gpu]string
+	// noLocks is set when the host cannot lock (hosts.ErrNoFlock), noProbe
+	// when its nvidia-smi cannot be asked: the job goes on regardless.
+	noLocks, noProbe error
+	// err is set when the host could not be reached, or the run ended.
+	err error
+}
+
+// needs says what must be settled before a can start.
+func (r *run) needs(a assignment) claim {
+	c := claim{a: a}
+	h := a.p.host
+	for _, g := range a.p.gpus {
+		if g.lock != nil {
+			// A loss the loop has not heard of yet still counts.
+			select {
+			case <-g.lock.Lost():
+				r.lockGone(lostLock{g, g.lock})
+			default:
+			}
+		}
+		if g.lock == nil && h.noLocks == nil {
+			c.lock = append(c.lock, g)
+			if g.unlocked != nil {
+				c.unlocked = append(c.unlocked, g.unlocked)
+			}
+		}
+		// used counts this job: 1 means no other job of this run is there.
+		if r.opts.SkipBusy && g.used == 1 {
+			c.check = append(c.check, g)
+		}
+	}
+	return c
+}
+
+// launch starts a, or first settles its claim in the background; it reports
+// false when a went back to the queue at once because a claim on one of its
+// GPUs is already under way.
+func (r *run) launch(ctx context.Context, a assignment) bool {
+	for _, g := range a.p.gpus {
+		if g.claiming {
+			r.release(a.p)
+			r.sched.add(a.q)
+			return false
+		}
+	}
+	c := r.needs(a)
+	if len(c.lock) == 0 && len(c.check) == 0 {
+		r.start(ctx, a)
+		return true
+	}
+	for _, g := range a.p.gpus {
+		g.claiming = true
+	}
+	go func() { r.claims <- r.settle(ctx, c) }()
+	return true
+}
+
+// settle takes the locks and asks nvidia-smi, off the loop.
+func (r *run) settle(ctx context.Context, c claim) claimResult {
+	res := claimResult{claim: c, locks: map[*gpu]hosts.GPULock{}, busy: map[*gpu]string{}}
+	host := c.a.p.host.host.Name
+	for _, ch := range c.unlocked {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			res.err = context.Cause(ctx)
+			return res
+		}
+	}
+	for _, g := range c.lock {
+		l, err := r.opts.Executor.LockGPU(ctx, host, g.id, r.id)
+		switch {
+		case err == nil:
+			res.locks[g] = l
+		case errors.Is(err, hosts.ErrNoFlock):
+			res.noLocks = err
+		case unreachable(err) || ctx.Err() != nil:
+			res.err = err
+			return res
+		default:
+			// Taken by another run, or the lock file cannot be used: either
+			// way the GPU is set aside and tried again later.
+			res.busy[g] = err.Error()
+		}
+	}
+	if len(res.busy) > 0 || len(c.check) == 0 {
+		return res
+	}
+	gpus, err := r.opts.Executor.ProbeGPUs(ctx, host)
+	switch {
+	case unreachable(err) || ctx.Err() != nil:
+		res.err = err
+		return res
+	case err != nil:
+		res.noProbe = err
+		return res
+	}
+	for _, g := range c.check {
+		for _, info := range gpus {
+			if why := info.BusyWhy(r.opts.BusyMemoryMB); info.Index == g.id && why != "" {
+				res.busy[g] = fmt.Sprintf("%s: GPU %d is busy with other work: %s", host, g.id, why)
+			}
+		}
+	}
+	return res
+}
+
+// unreachable reports whether err means the host could not be reached.
+func unreachable(err error) bool {
+	return errors.Is(err, hosts.ErrHostDown) || errors.Is(err, hosts.ErrConnectionLost)
+}
+
+// claimed starts the job of a settled claim, or puts it back in the queue
+// (without using an attempt) when a GPU was busy or the host went away; it
+// reports whether the job started.
+func (r *run) claimed(ctx context.Context, res claimResult) bool {
+	a := res.a
+	h := a.p.host
+	for _, g := range a.p.gpus {
+		g.claiming = false
+	}
+	relock := false
+	for g, l := range res.locks {
+		g.lock, g.unlocked = l, nil
+		go r.watchLock(g, l)
+		select {
+		case <-l.Lost():
+			// Lost as soon as taken: take it again.
+			r.lockGone(lostLock{g, l})
+			relock = true
+		default:
+		}
+	}
+	if res.noLocks != nil && h.noLocks == nil {
+		h.noLocks = res.noLocks
+		r.record(r.hostWarning(h, res.noLocks))
+	}
+	if res.noProbe != nil && !h.noProbe {
+		h.noProbe = true
+		r.record(r.hostWarning(h, fmt.Errorf("cannot tell whether its GPUs are busy, so --skip-busy does not apply there: %w", res.noProbe)))
+	}
+	if res.err != nil || len(res.busy) > 0 || relock || r.stopping {
+		r.release(a.p)
+		if unreachable(res.err) {
+			r.hostDown(h, res.err)
+		}
+		gs := make([]*gpu, 0, len(res.busy))
+		for g := range res.busy {
+			gs = append(gs, g)
+		}
+		slices.SortFunc(gs, func(x, y *gpu) int { return x.id - y.id })
+		for _, g := range gs {
+			r.setBusy(g, res.busy[g], a.q)
+		}
+		r.sched.add(a.q)
+		return false
+	}
+	for _, g := range a.p.gpus {
+		g.reported = ""
+	}
+	r.start(ctx, a)
+	return true
+}
+
+// setBusy sets g aside for Options.Recheck, and tells why the job q waits
+// (once for as long as the reason stays the same).
+func (r *run) setBusy(g *gpu, why string, q *queued) {
+	g.busy = why
+	g.busyEpoch++
+	if why != g.reported {
+		g.reported = why
+		e := r.event(EventBusy, q.job, q.attempts)
+		e.Host, e.GPUs, e.Error = g.host.host.Name, []int{g.id}, why
+		r.record(e)
+	}
+	epoch := g.busyEpoch
+	time.AfterFunc(r.opts.Recheck, func() {
+		select {
+		case r.rechecks <- recheck{g, epoch}:
+		case <-r.bg.Done():
+		}
+	})
+}
+
+// recheck is a busy GPU's time to be tried again.
+type recheck struct {
+	g     *gpu
+	epoch int
+}
+
+func (r *run) rechecked(rc recheck) {
+	if rc.g.busyEpoch == rc.epoch {
+		rc.g.busy = ""
+	}
+}
+
+// lostLock is a lock whose holder went away without being released.
+type lostLock struct {
+	g *gpu
+	l hosts.GPULock
+}
+
+func (r *run) watchLock(g *gpu, l hosts.GPULock) {
+	select {
+	case <-l.Lost():
+	case <-r.bg.Done():
+		return
+	}
+	select {
+	case r.lockLost <- lostLock{g, l}:
+	case <-r.bg.Done():
+	}
+}
+
+// lockGone forgets a lock that was lost: the next job on its GPU locks it
+// again.
+func (r *run) lockGone(ll lostLock) {
+	if ll.g.lock == ll.l {
+		ll.g.lock, ll.g.unlocked = nil, ll.l.Lost()
+	}
+}
+
+// release gives p's slots back and notes the GPUs left without a job of
+// this run, whose locks go once the scheduler has had its chance.
+func (r *run) release(p placement) {
+	r.sched.table.release(p)
+	for _, g := range p.gpus {
+		if g.used == 0 && g.lock != nil {
+			r.idle = append(r.idle, g)
+		}
+	}
+}
+
+// unlockIdle lets go of the locks of GPUs on which no job of this run is.
+func (r *run) unlockIdle() {
+	for _, g := range r.idle {
+		if g.used == 0 && g.lock != nil && !g.claiming {
+			l := g.lock
+			g.lock, g.unlocked = nil, l.Lost()
+			r.releasing.Go(l.Release)
+		}
+	}
+	r.idle = r.idle[:0]
+}
+
+// unlockAll lets go of every lock and returns once they are all free,
+// those let go of earlier included.
+func (r *run) unlockAll() {
+	for _, h := range r.sched.table.hosts {
+		for _, g := range h.gpus {
+			if l := g.lock; l != nil {
+				g.lock = nil
+				r.releasing.Go(l.Release)
+			}
+		}
+	}
+	r.releasing.Wait()
+}
+
+// hostWarning is an event about something wrong with h that does not stop
+// its jobs.
+func (r *run) hostWarning(h *hostSlots, err error) Event {
+	e := Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: h.host.Name, Error: err.Error()}
+	return e
+}
