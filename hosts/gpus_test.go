@@ -19,9 +19,9 @@ func TestParseGPUs(t *testing.T) {
 		wantErr   string
 	}{
 		{name: "two GPUs", csv: "0, GPU-aaa, NVIDIA A100-SXM4-80GB, 81920, 1024, 37\n1, GPU-bbb, NVIDIA A100-SXM4-80GB, 81920, 0, 0\n",
-			want: []GPU{{0, "GPU-aaa", "NVIDIA A100-SXM4-80GB", 81920, 1024, 37, 0}, {1, "GPU-bbb", "NVIDIA A100-SXM4-80GB", 81920, 0, 0, 0}}},
+			want: []GPU{{0, "GPU-aaa", "NVIDIA A100-SXM4-80GB", 81920, 1024, 37, 0, ""}, {1, "GPU-bbb", "NVIDIA A100-SXM4-80GB", 81920, 0, 0, 0, ""}}},
 		{name: "not supported fields", csv: "3, GPU-c, Tesla K80, 11441, [N/A], [Not Supported]\n",
-			want: []GPU{{3, "GPU-c", "Tesla K80", 11441, 0, 0, 0}}},
+			want: []GPU{{3, "GPU-c", "Tesla K80", 11441, 0, 0, 0, ""}}},
 		{name: "no GPUs", csv: "\n", want: nil},
 		{name: "short line", csv: "0, GPU-a\n", wantErr: "nvidia-smi line 1: want 6 fields"},
 		{name: "bad index", csv: "x, u, n, 1, 1, 1\n", wantErr: `nvidia-smi line 1: GPU index "x"`},

@@ -24,7 +24,8 @@ type Options struct {
 	Grace time.Duration
 	// AcceptNewHostKeys records unknown host keys (--accept-new-host-keys).
 	AcceptNewHostKeys bool
-	// ProbeGPUs asks every host's nvidia-smi, not only `gpus: auto` ones.
+	// ProbeGPUs asks every host's nvidia-smi, not only `gpus: auto` ones,
+	// and which runs hold their GPUs' locks.
 	ProbeGPUs bool
 	// LockDir is where GPU locks live on every host ("": DefaultLockDir).
 	LockDir string
@@ -47,6 +48,8 @@ type HostState struct {
 	// GPUErr is why it failed.
 	GPUs   []GPU
 	GPUErr error
+	// LockErr is why the GPUs' locks could not be looked at (ProbeGPUs).
+	LockErr error
 }
 
 // Lab is the hosts of a run, opened.
@@ -159,6 +162,9 @@ func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inven
 	}
 	if h.AutoGPUs || o.ProbeGPUs {
 		st.GPUs, st.GPUErr = ProbeGPUs(ctx, r)
+		if o.ProbeGPUs && st.GPUErr == nil {
+			st.LockErr = ProbeLocks(ctx, r, o.LockDir, st.GPUs)
+		}
 		if h.AutoGPUs {
 			switch {
 			case st.GPUErr != nil:

@@ -13,7 +13,10 @@ func newHostsCommand(s streams) *cobra.Command {
 		Use:   "hosts [flags]",
 		Short: "Connect to every host, ask nvidia-smi for its GPUs and print the slot table",
 		Long: `Connect to every inventory host at once, ask nvidia-smi for its GPUs and
-print a line per host (with the reason when it is down) and a line per GPU.
+print a line per host (with the reason when it is down) and a line per GPU:
+its name, memory, utilisation, slots, and whether it is busy with other
+people's work (another gpudispatch run's lock, compute processes, more than
+the inventory's busy_memory_mb used).
 
 Exit status:
   0    every host is up
@@ -41,7 +44,7 @@ Exit status:
 			if v.GetBool("json") {
 				write = hosts.WriteJSON
 			}
-			if err := write(s.out, lab.States); err != nil {
+			if err := write(s.out, lab.States, inv.BusyMemoryMB); err != nil {
 				return err
 			}
 			for _, st := range lab.States {

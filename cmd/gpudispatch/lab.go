@@ -25,6 +25,7 @@ type labOptions struct {
 	connect   time.Duration
 	keepalive time.Duration
 	acceptNew bool
+	lockDir   string
 }
 
 func addLabFlags(f *pflag.FlagSet) {
@@ -33,6 +34,7 @@ func addLabFlags(f *pflag.FlagSet) {
 	f.Duration("connect-timeout", hosts.DefaultConnectTimeout, "TCP connect plus SSH handshake limit per host")
 	f.Bool("accept-new-host-keys", false, "record the keys of hosts known_hosts does not know yet (as OpenSSH's accept-new); changed keys are always refused")
 	f.Duration("keepalive", hosts.DefaultKeepalive, "how often connections and jobs are checked for life; a dead host or coordinator is noticed within about 3 times this")
+	f.String("lock-dir", hosts.DefaultLockDir, "where GPU locks live on every host; every run that must not share GPUs must use the same one")
 }
 
 // bindEnv lets every flag be set as GPUDISPATCH_<FLAG> too.
@@ -51,12 +53,16 @@ func readLabOptions(v *viper.Viper) (labOptions, error) {
 		connect:   v.GetDuration("connect-timeout"),
 		keepalive: v.GetDuration("keepalive"),
 		acceptNew: v.GetBool("accept-new-host-keys"),
+		lockDir:   v.GetString("lock-dir"),
 	}
 	if h := v.GetString("hosts"); h != "" {
 		o.hosts = strings.FieldsFunc(h, func(r rune) bool { return r == ',' || r == ' ' })
 	}
 	if o.connect <= 0 || o.keepalive <= 0 {
 		return o, usageError("--connect-timeout and --keepalive: want a positive duration")
+	}
+	if !strings.HasPrefix(o.lockDir, "/") {
+		return o, usageError("--lock-dir %q: want an absolute path (it is a path on every host)", o.lockDir)
 	}
 	return o, nil
 }
@@ -101,10 +107,8 @@ func loadInventory(o labOptions) (*inventory.Inventory, error) {
 
 // openHosts connects to every host and warns about the ones that cannot be
 // used now; when none can, the run cannot start.
-func openHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory, lockDir string) (*hosts.Lab, error) {
-	opts := hostOptions(o)
-	opts.LockDir = lockDir
-	lab, err := hosts.Open(ctx, inv, opts)
+func openHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory) (*hosts.Lab, error) {
+	lab, err := hosts.Open(ctx, inv, hostOptions(o))
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
@@ -139,6 +143,7 @@ func hostOptions(o labOptions) hosts.Options {
 		ConnectTimeout:    o.connect,
 		Keepalive:         o.keepalive,
 		AcceptNewHostKeys: o.acceptNew,
+		LockDir:           o.lockDir,
 	}
 }
 

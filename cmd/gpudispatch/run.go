@@ -16,7 +16,6 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
-	"github.com/gpudispatch/gpudispatch/hosts"
 )
 
 // runOptions are run's flags after viper merged GPUDISPATCH_* into them.
@@ -30,7 +29,6 @@ type runOptions struct {
 	hostDown time.Duration
 	skipBusy bool
 	recheck  time.Duration
-	lockDir  string
 	dryRun   bool
 	json     bool
 	quiet    bool
@@ -70,7 +68,6 @@ also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
 	f.Duration("host-down-timeout", dispatch.DefaultHostDownTimeout, "how long jobs that only a down host can run wait for it to come back before they fail")
 	f.Bool("skip-busy", false, "put no job on a GPU that other people's processes use (more than the inventory's busy_memory_mb, default 500 MiB, or any compute process)")
 	f.Duration("busy-recheck", dispatch.DefaultRecheck, "how long a GPU found busy, or locked by another gpudispatch run, is left alone before it is tried again")
-	f.String("lock-dir", hosts.DefaultLockDir, "where GPU locks live on every host; every run that must not share GPUs must use the same one")
 	f.Bool("dry-run", false, "print where each job would run; run nothing")
 	f.Bool("json", false, "print one JSON object per event on stdout")
 	f.BoolP("quiet", "q", false, "print only what went wrong, and the summary")
@@ -94,7 +91,6 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 		hostDown:   v.GetDuration("host-down-timeout"),
 		skipBusy:   v.GetBool("skip-busy"),
 		recheck:    v.GetDuration("busy-recheck"),
-		lockDir:    v.GetString("lock-dir"),
 		dryRun:     v.GetBool("dry-run"),
 		json:       v.GetBool("json"),
 		quiet:      v.GetBool("quiet"),
@@ -129,9 +125,6 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 	}
 	if o.hostDown <= 0 || o.recheck <= 0 {
 		return o, usageError("--host-down-timeout and --busy-recheck: want a positive duration")
-	}
-	if !strings.HasPrefix(o.lockDir, "/") {
-		return o, usageError("--lock-dir %q: want an absolute path (it is a path on every host)", o.lockDir)
 	}
 	o.files = args
 	return o, nil
@@ -202,7 +195,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	lab, err := openHosts(ctx, s, o.labOptions, inv, o.lockDir)
+	lab, err := openHosts(ctx, s, o.labOptions, inv)
 	if err != nil {
 		return err
 	}

@@ -325,6 +325,25 @@ func TestSSHHostsCommand(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, r.stdout)
 		}
 	}
+	// Busy GPUs: a process on node1's GPU 1, a run's job on node2's GPU 0.
+	l.Hosts[0].SetApps("GPU-y, 4242, 10\n")
+	run := labCmd(t, l, "", "-i", inv, "-o", "logs")
+	stdin, runErr := startCmd(t, run)
+	defer func() { t.Logf("run:\n%s", runErr) }()
+	io.WriteString(stdin, "@node2:0 touch $HOME/started; sleep 30\n")
+	waitForFile(t, filepath.Join(l.Hosts[1].Home, "started"), func(string) bool { return true })
+	r = labRun(t, l, "", "hosts", "-i", inv)
+	for _, want := range []string{
+		`(?m)^\s+gpu 1\s+Fake GPU 80GB\s+0/81920 MiB, 0%\s+GPU-y\s+1 slots\s+1 processes, 0 MiB used$`,
+		`(?m)^\s+gpu 0\s+Fake GPU 80GB\s+0/81920 MiB, 0%\s+` + l.Hosts[1].UUID(0) + `\s+1 slots\s+locked by run \S+ of \S+@\S+ \(pid \d+\)$`,
+		`(?m)^\s+gpu 1\s+Fake GPU 80GB\s+0/81920 MiB, 0%\s+` + l.Hosts[1].UUID(1) + `\s+1 slots\s+free$`,
+	} {
+		if !regexpMatch(want, r.stdout) {
+			t.Errorf("table has no line like %s:\n%s", want, r.stdout)
+		}
+	}
+	run.Process.Kill()
+	run.Wait()
 	l.Hosts[1].Stop()
 	r = labRun(t, l, "", "hosts", "-i", inv, "--json")
 	if r.code != 1 {
