@@ -20,6 +20,13 @@ type TextReporter struct {
 
 // Report implements Reporter.
 func (t *TextReporter) Report(e Event) {
+	if line, ok := t.Line(e); ok {
+		fmt.Fprintln(t.W, line)
+	}
+}
+
+// Line is what Report prints for e, and whether it prints anything.
+func (t *TextReporter) Line(e Event) (string, bool) {
 	where := e.Host
 	if len(e.GPUs) > 0 {
 		where += ":" + gpuList(e.GPUs)
@@ -28,12 +35,12 @@ func (t *TextReporter) Report(e Event) {
 	switch e.Event {
 	case EventQueued:
 		if !t.Verbose {
-			return
+			return "", false
 		}
 		line = fmt.Sprintf("job %s queued (%s): %s", e.Job, e.Source, oneLine(e.Command))
 	case EventStarted:
 		if t.Quiet {
-			return
+			return "", false
 		}
 		line = fmt.Sprintf("job %s started on %s: %s", e.Job, where, oneLine(e.Command))
 		if e.Attempt > 1 {
@@ -41,7 +48,7 @@ func (t *TextReporter) Report(e Event) {
 		}
 	case EventFinished:
 		if t.Quiet {
-			return
+			return "", false
 		}
 		line = fmt.Sprintf("job %s finished on %s in %s", e.Job, where, elapsed(e))
 	case EventFailed:
@@ -62,7 +69,7 @@ func (t *TextReporter) Report(e Event) {
 		} else if t.Verbose {
 			line = fmt.Sprintf("job %s cancelled before it started", e.Job)
 		} else {
-			return
+			return "", false
 		}
 	case EventRejected:
 		line = fmt.Sprintf("%s: job %s rejected: %s", e.Source, e.Job, e.Error)
@@ -75,9 +82,9 @@ func (t *TextReporter) Report(e Event) {
 	case EventWarning:
 		line = fmt.Sprintf("warning: host %s: %s", e.Host, e.Error)
 	default:
-		return
+		return "", false
 	}
-	fmt.Fprintln(t.W, line)
+	return line, true
 }
 
 func elapsed(e Event) time.Duration {

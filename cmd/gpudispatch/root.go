@@ -80,10 +80,11 @@ func newRootCommand(s streams) *cobra.Command {
 	return root
 }
 
-// isTerminal reports whether r is a terminal: a user who typed gpudispatch
-// with nothing piped in is told that it reads jobs from the keyboard.
-func isTerminal(r io.Reader) bool {
-	f, ok := r.(*os.File)
+// isTerminal reports whether f (a stream) is a terminal: a user who typed
+// gpudispatch with nothing piped in is told that it reads jobs from the
+// keyboard, and a terminal on stderr gets the live view.
+func isTerminal(stream any) bool {
+	f, ok := stream.(*os.File)
 	if !ok {
 		return false
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/viper"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/live"
 )
 
 // runOptions are run's flags after viper merged GPUDISPATCH_* into them.
@@ -220,15 +222,27 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		}
 		return exitWith(summary.ExitCode())
 	}
-	opts.Reporters = append(opts.Reporters, &dispatch.TextReporter{W: s.err, Quiet: o.quiet, Verbose: o.verbose})
+	// On a terminal, the live view; elsewhere a line per start and end.
+	messages := s.err
+	var view *live.View
+	if isTerminal(s.err) && !o.quiet && os.Getenv("TERM") != "dumb" {
+		view = live.Start(s.err, lab.Inventory, live.Options{Verbose: o.verbose})
+		opts.Reporters = append(opts.Reporters, view)
+		messages = view // printed above it, never over it
+	} else {
+		opts.Reporters = append(opts.Reporters, &dispatch.TextReporter{W: s.err, Quiet: o.quiet, Verbose: o.verbose})
+	}
 	if o.json {
 		opts.Reporters = append(opts.Reporters, dispatch.JSONReporter{W: s.out})
 	}
 	drain := make(chan struct{})
 	opts.Drain = drain
-	go handleSignals(ctx, s, drain, cancel)
+	go handleSignals(ctx, messages, drain, cancel)
 
 	summary, err := dispatch.Run(ctx, opts, inputs)
+	if view != nil {
+		view.Stop()
+	}
 	if err != nil {
 		return usageError("%v", err)
 	}
@@ -246,7 +260,7 @@ func exitWith(code int) error {
 // handleSignals turns the first SIGINT or SIGTERM into a drain and the
 // second into a cancel. SIGHUP (a closed terminal or ssh session) is noted
 // and otherwise ignored: the run goes on. It returns when ctx ends.
-func handleSignals(ctx context.Context, s streams, drain chan<- struct{}, cancel context.CancelFunc) {
+func handleSignals(ctx context.Context, messages io.Writer, drain chan<- struct{}, cancel context.CancelFunc) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
@@ -258,13 +272,13 @@ func handleSignals(ctx context.Context, s streams, drain chan<- struct{}, cancel
 		case sig := <-sigs:
 			switch {
 			case sig == syscall.SIGHUP:
-				fmt.Fprintln(s.err, "gpudispatch: SIGHUP ignored; the run goes on")
+				fmt.Fprintln(messages, "gpudispatch: SIGHUP ignored; the run goes on")
 			case !drained:
 				drained = true
 				close(drain)
-				fmt.Fprintln(s.err, "gpudispatch: draining: no new job starts, running jobs finish; send it again (Ctrl-C) to kill them")
+				fmt.Fprintln(messages, "gpudispatch: draining: no new job starts, running jobs finish; send it again (Ctrl-C) to kill them")
 			default:
-				fmt.Fprintln(s.err, "gpudispatch: cancelling: killing the running jobs")
+				fmt.Fprintln(messages, "gpudispatch: cancelling: killing the running jobs")
 				cancel()
 				return
 			}

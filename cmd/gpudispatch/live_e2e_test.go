@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+	"github.com/hinshun/vt10x"
+)
+
+// screen is a terminal emulator fed by a pseudo-terminal's output: what a
+// user would see, cell by cell.
+type screen struct {
+	mu   sync.Mutex
+	term vt10x.Terminal
+	raw  bytes.Buffer
+}
+
+func (s *screen) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.raw.Write(p)
+	return s.term.Write(p)
+}
+
+// text is the screen's contents, a line per row, trailing blanks cut.
+func (s *screen) text() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var rows []string
+	for _, row := range strings.Split(s.term.String(), "\n") {
+		rows = append(rows, strings.TrimRight(row, " "))
+	}
+	return strings.TrimRight(strings.Join(rows, "\n"), "\n")
+}
+
+// On a terminal, stderr shows a progress line and a line per slot with its
+// job and elapsed time, redrawn in place; what went wrong is printed above
+// it; the summary follows it at the end. Checked on the screen of a terminal
+// emulator fed by a real pseudo-terminal.
+func TestE2ELiveView(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatalf("no pseudo-terminal: %v", err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 16, Cols: 100}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "--gpus", "0,1,1", "-o", "logs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), lockEnv(dir), "TERM=xterm")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, tty
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	tty.Close()
+	scr := &screen{term: vt10x.New(vt10x.WithSize(100, 16))}
+	copied := make(chan struct{})
+	go func() { io.Copy(scr, ptmx); close(copied) }()
+
+	io.WriteString(stdin, "exit 3\n[name=alpha] touch alpha; sleep 3\n[name=beta] echo no$((1+1))ise; echo no$((1+2))ise >&2; touch beta; sleep 3\n[name=gamma] sleep 3\n")
+	waitScreen := func(what string, ok func(string) bool) string {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			if s := scr.text(); ok(s) {
+				return s
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Fatalf("the screen never showed %s:\n%s", what, scr.text())
+		return ""
+	}
+	during := waitScreen("the three jobs running", func(s string) bool {
+		return strings.Count(s, "job alpha") == 1 && strings.Count(s, "job beta") == 1 && strings.Count(s, "job gamma") == 1
+	})
+	for _, want := range []string{
+		`(?m)^job 1 failed on localhost:\d with exit status 3 after \S+: see logs/1.err$`,
+		`(?m)^\[#+-+\] 1/4 done · 1 failed · 3 running · \d+\.\d jobs/s · ETA \S+$`,
+		`(?m)^localhost:0\s+job (alpha|beta|gamma)\s+\d\S*s\s+\S`,
+		`(?m)^localhost:1\s+job (alpha|beta|gamma)\s+\d\S*s\s+\S`,
+	} {
+		if !regexpMatch(want, during) {
+			t.Errorf("no line like %s on the screen:\n%s", want, during)
+		}
+	}
+	if n := strings.Count(during, "localhost:1 "); n != 2 {
+		t.Errorf("GPU 1 has two slots, the screen shows %d lines for it:\n%s", n, during)
+	}
+	if strings.Contains(during, "no2ise") || strings.Contains(during, "no3ise") {
+		t.Errorf("job output reached the terminal:\n%s", during)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); exitCode(err) != 1 {
+		t.Errorf("exit %v, want 1", err)
+	}
+	<-copied
+	after := scr.text()
+	for _, want := range []string{
+		`(?m)^\[#+\] 4/4 done · 1 failed · \d+\.\d jobs/s$`,
+		`(?m)^gpudispatch: 4 jobs: 3 succeeded, 1 failed$`,
+		`(?m)^localhost:0\s+idle$`,
+	} {
+		if !regexpMatch(want, after) {
+			t.Errorf("no line like %s on the final screen:\n%s", want, after)
+		}
+	}
+	if n := strings.Count(after, "job 1 failed on"); n != 1 {
+		t.Errorf("the failure line is on the screen %d times, want once:\n%s", n, after)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "alpha")); err != nil {
+		t.Error("job alpha did not run")
+	}
+}

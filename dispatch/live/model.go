@@ -1,0 +1,238 @@
+package live
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// slot is one line of the view: a host:gpu slot and what it does.
+type slot struct {
+	host string
+	gpu  int
+	job  string // "" when idle
+	cmd  string
+	// since is when the job started.
+	since time.Time
+}
+
+// gpuKey names a GPU of a host.
+type gpuKey struct {
+	host string
+	gpu  int
+}
+
+// model is the view's state, built from events.
+type model struct {
+	now   func() time.Time
+	slots []slot
+	byGPU map[gpuKey][]int // slot lines of each GPU
+	// state is each job's latest state; counts counts jobs by state.
+	state  map[string]string
+	counts map[string]int
+	// first is when the first job started: the rate counts from there.
+	first time.Time
+	// down and busy hold the notes shown on idle lines of a host that is
+	// down and of a GPU that is set aside.
+	down          map[string]string
+	busy          map[gpuKey]string
+	width, height int
+}
+
+// States of a job in the counts.
+const (
+	waiting = "waiting"
+	running = "running"
+)
+
+func newModel(inv *inventory.Inventory, now func() time.Time) *model {
+	m := &model{
+		now: now, byGPU: map[gpuKey][]int{}, state: map[string]string{}, counts: map[string]int{},
+		down: map[string]string{}, busy: map[gpuKey]string{},
+		width: 100, height: 30,
+	}
+	for _, h := range inv.Hosts {
+		for _, id := range h.GPUs {
+			for range h.SlotsPerGPU {
+				k := gpuKey{h.Name, id}
+				m.byGPU[k] = append(m.byGPU[k], len(m.slots))
+				m.slots = append(m.slots, slot{host: h.Name, gpu: id})
+			}
+		}
+	}
+	return m
+}
+
+// set moves job to state s.
+func (m *model) set(job, s string) {
+	if old, ok := m.state[job]; ok {
+		m.counts[old]--
+	}
+	m.state[job] = s
+	m.counts[s]++
+}
+
+// apply updates the model with e.
+func (m *model) apply(e dispatch.Event) {
+	switch e.Event {
+	case dispatch.EventQueued, dispatch.EventRetried:
+		m.set(e.Job, waiting)
+	case dispatch.EventStarted:
+		m.set(e.Job, running)
+		if m.first.IsZero() {
+			m.first = m.now()
+		}
+		start := m.now()
+		if e.Start != nil {
+			start = *e.Start
+		}
+		for _, id := range e.GPUs {
+			k := gpuKey{e.Host, id}
+			delete(m.busy, k)
+			for _, i := range m.byGPU[k] {
+				if m.slots[i].job == "" {
+					m.slots[i].job, m.slots[i].cmd, m.slots[i].since = e.Job, e.Command, start
+					break
+				}
+			}
+		}
+	case dispatch.EventFinished, dispatch.EventFailed, dispatch.EventTimeout, dispatch.EventLost,
+		dispatch.EventCancelled, dispatch.EventRejected:
+		m.set(e.Job, e.Event)
+		for _, id := range e.GPUs {
+			for _, i := range m.byGPU[gpuKey{e.Host, id}] {
+				if m.slots[i].job == e.Job {
+					m.slots[i].job = ""
+				}
+			}
+		}
+	case dispatch.EventHostDown:
+		m.down[e.Host] = e.Error
+	case dispatch.EventHostUp:
+		delete(m.down, e.Host)
+	case dispatch.EventBusy:
+		for _, id := range e.GPUs {
+			m.busy[gpuKey{e.Host, id}] = e.Error
+		}
+	}
+}
+
+// finished counts the jobs whose story has ended, well or not.
+func (m *model) finished() int {
+	n := 0
+	for s, c := range m.counts {
+		if s != waiting && s != running {
+			n += c
+		}
+	}
+	return n
+}
+
+// view draws the progress line and the slot lines, within width × height.
+func (m *model) view() string {
+	var b strings.Builder
+	b.WriteString(m.progress())
+	b.WriteByte('\n')
+	rows := max(m.height-2, 1)
+	for i, s := range m.slots {
+		if i == rows-1 && len(m.slots) > rows {
+			idle := 0
+			for _, r := range m.slots[i:] {
+				if r.job == "" {
+					idle++
+				}
+			}
+			fmt.Fprintf(&b, "… %d more slots (%d idle)\n", len(m.slots)-i, idle)
+			break
+		}
+		b.WriteString(m.clip(m.slotLine(s)))
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// progress is the bar and counts: "[####----] 12/40 done · 1 failed · ...".
+func (m *model) progress() string {
+	total := len(m.state)
+	done := m.finished()
+	const width = 20
+	filled := 0
+	if total > 0 {
+		filled = done * width / total
+	}
+	var parts []string
+	parts = append(parts, fmt.Sprintf("%d/%d done", done, total))
+	for _, s := range []string{dispatch.EventFailed, dispatch.EventTimeout, dispatch.EventLost, dispatch.EventCancelled, dispatch.EventRejected, running, waiting} {
+		if n := m.counts[s]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, word(s)))
+		}
+	}
+	if elapsed := m.now().Sub(m.first); !m.first.IsZero() && done > 0 && elapsed > 0 {
+		rate := float64(done) / elapsed.Seconds()
+		parts = append(parts, rateString(rate))
+		if left := total - done; left > 0 {
+			eta := time.Duration(float64(left) / rate * float64(time.Second))
+			parts = append(parts, "ETA "+roundDuration(eta).String())
+		}
+	}
+	bar := "[" + strings.Repeat("#", filled) + strings.Repeat("-", width-filled) + "] "
+	return m.clip(bar + strings.Join(parts, " · "))
+}
+
+func (m *model) slotLine(s slot) string {
+	where := s.host + ":" + strconv.Itoa(s.gpu)
+	switch {
+	case s.job != "":
+		return fmt.Sprintf("%-12s job %-6s %7s  %s", where, s.job, roundDuration(m.now().Sub(s.since)), firstLine(s.cmd))
+	case m.down[s.host] != "":
+		return fmt.Sprintf("%-12s host down: %s", where, m.down[s.host])
+	case m.busy[gpuKey{s.host, s.gpu}] != "":
+		return fmt.Sprintf("%-12s set aside: %s", where, m.busy[gpuKey{s.host, s.gpu}])
+	}
+	return fmt.Sprintf("%-12s idle", where)
+}
+
+// clip cuts s to the terminal's width, so that no line wraps and the
+// redraw stays in place.
+func (m *model) clip(s string) string {
+	if m.width <= 1 || utf8.RuneCountInString(s) <= m.width {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:m.width-1]) + "…"
+}
+
+func word(s string) string {
+	if s == dispatch.EventTimeout {
+		return "timed out"
+	}
+	return s
+}
+
+func rateString(perSecond float64) string {
+	if perSecond >= 1 {
+		return fmt.Sprintf("%.1f jobs/s", perSecond)
+	}
+	return fmt.Sprintf("%.1f jobs/min", perSecond*60)
+}
+
+// roundDuration keeps tenths of a second under ten seconds, whole seconds
+// above.
+func roundDuration(d time.Duration) time.Duration {
+	if d < 10*time.Second {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
+func firstLine(cmd string) string {
+	if first, _, more := strings.Cut(cmd, "\n"); more {
+		return first + " ..."
+	}
+	return cmd
+}

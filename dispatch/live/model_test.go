@@ -1,0 +1,102 @@
+package live
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+func testModel(t *testing.T, now *time.Time) *model {
+	t.Helper()
+	inv := &inventory.Inventory{Hosts: []inventory.Host{
+		{Name: "n1", GPUs: []int{0, 1}, SlotsPerGPU: 1},
+		{Name: "n2", GPUs: []int{0}, SlotsPerGPU: 2},
+	}}
+	return newModel(inv, func() time.Time { return *now })
+}
+
+func TestModelView(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	now := t0
+	at := func(s int) *time.Time { tm := t0.Add(time.Duration(s) * time.Second); return &tm }
+	for _, tc := range []struct {
+		name   string
+		events []dispatch.Event
+		after  time.Duration
+		want   []string
+	}{
+		{
+			name:   "nothing yet",
+			events: nil,
+			want:   []string{"[--------------------] 0/0 done", "n1:0         idle", "n1:1         idle", "n2:0         idle", "n2:0         idle"},
+		},
+		{
+			name: "a 2-GPU job on one line per GPU, one of two slots of a GPU, a job waiting",
+			events: []dispatch.Event{
+				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"}, {Event: dispatch.EventQueued, Job: "3"},
+				{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []int{0, 1}, Command: "train --big", Start: at(0)},
+				{Event: dispatch.EventStarted, Job: "2", Host: "n2", GPUs: []int{0}, Command: "train\nmore", Start: at(30)},
+			},
+			after: 75 * time.Second,
+			want: []string{
+				"[--------------------] 0/3 done · 2 running · 1 waiting",
+				"n1:0         job 1        1m15s  train --big",
+				"n1:1         job 1        1m15s  train --big",
+				"n2:0         job 2          45s  train ...",
+				"n2:0         idle",
+			},
+		},
+		{
+			name: "a lost job queued again is waiting, not lost; a host down and a busy GPU say so",
+			events: []dispatch.Event{
+				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"},
+				{Event: dispatch.EventStarted, Job: "1", Host: "n2", GPUs: []int{0}, Command: "a", Start: at(0)},
+				{Event: dispatch.EventFinished, Job: "1", Host: "n2", GPUs: []int{0}},
+				{Event: dispatch.EventStarted, Job: "2", Host: "n2", GPUs: []int{0}, Command: "b", Start: at(1)},
+				{Event: dispatch.EventHostDown, Host: "n2", Error: "connection lost"},
+				{Event: dispatch.EventLost, Job: "2", Host: "n2", GPUs: []int{0}},
+				{Event: dispatch.EventRetried, Job: "2"},
+				{Event: dispatch.EventBusy, Job: "2", Host: "n1", GPUs: []int{1}, Error: "n1: GPU 1 is busy with other work: 900 MiB used"},
+			},
+			after: 10 * time.Second,
+			want: []string{
+				"[##########----------] 1/2 done · 1 waiting · 6.0 jobs/min · ETA 10s",
+				"n1:0         idle",
+				"n1:1         set aside: n1: GPU 1 is busy with other work: 900 MiB used",
+				"n2:0         host down: connection lost",
+				"n2:0         host down: connection lost",
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			now = t0
+			m := testModel(t, &now)
+			for _, e := range tc.events {
+				m.apply(e)
+			}
+			now = t0.Add(tc.after)
+			got := strings.Split(strings.TrimSuffix(m.view(), "\n"), "\n")
+			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
+				t.Errorf("view:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+// The view fits the terminal: long lines are cut, and when the slots do not
+// fit, the last line counts the rest.
+func TestModelFitsTerminal(t *testing.T) {
+	now := time.Now()
+	m := testModel(t, &now)
+	m.width, m.height = 30, 4
+	m.apply(dispatch.Event{Event: dispatch.EventQueued, Job: "1"})
+	m.apply(dispatch.Event{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []int{0}, Command: strings.Repeat("x", 100), Start: &now})
+	got := strings.Split(strings.TrimSuffix(m.view(), "\n"), "\n")
+	want := []string{"[--------------------] 0/1 do…", "n1:0         job 1           …", "… 3 more slots (3 idle)"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("view:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
