@@ -19,9 +19,13 @@ const (
 	// EventBusy names the GPU a job found busy (locked by another run, or
 	// with other people's work under SkipBusy) and the job, which waits.
 	EventBusy = "gpu_busy"
-	// EventWarning names a host and something wrong with it that does not
-	// stop its jobs.
+	// EventWarning says what is wrong (Error) with a host (Host) or with
+	// the run, without stopping its jobs: an inventory edit that does not
+	// load, a host without flock.
 	EventWarning = "warning"
+	// EventReloaded says how an edit of the inventory changed the run
+	// (Message).
+	EventReloaded = "inventory"
 )
 
 // Event is one line of journal.jsonl and of --json output.
@@ -54,6 +58,8 @@ type Event struct {
 	Stdout string     `json:"stdout,omitempty"`
 	Stderr string     `json:"stderr,omitempty"`
 	Error  string     `json:"error,omitempty"`
+	// Message says what happened, for events that are not about a job.
+	Message string `json:"message,omitempty"`
 }
 
 // Reporter is told every event as it happens (terminal lines, --json).

@@ -239,6 +239,23 @@ func (f *fakeExec) Reap(ctx context.Context, host, tag string) error {
 	return nil
 }
 
+// learn adds inv's hosts to those the fake knows (an inventory edit); hosts
+// it drops stay known, as their running jobs finish.
+func (f *fakeExec) learn(inv *inventory.Inventory) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	merged := *f.inv
+	merged.Hosts = append([]inventory.Host(nil), f.inv.Hosts...)
+	for _, h := range inv.Hosts {
+		if old := merged.HostNamed(h.Name); old != nil {
+			*old = h
+		} else {
+			merged.Hosts = append(merged.Hosts, h)
+		}
+	}
+	f.inv = &merged
+}
+
 func (f *fakeExec) capacity(host string, id int) int {
 	h := f.inv.HostNamed(host)
 	n := 0

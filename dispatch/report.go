@@ -80,7 +80,13 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 	case EventBusy:
 		line = fmt.Sprintf("job %s waits: %s; the GPU is tried again later, its other slots are used meanwhile", e.Job, e.Error)
 	case EventWarning:
-		line = fmt.Sprintf("warning: host %s: %s", e.Host, e.Error)
+		if e.Host != "" {
+			line = fmt.Sprintf("warning: host %s: %s", e.Host, e.Error)
+		} else {
+			line = "warning: " + e.Error
+		}
+	case EventReloaded:
+		line = "inventory reloaded: " + e.Message
 	default:
 		return "", false
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -16,7 +17,7 @@ import (
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
-// Executor runs a job's command on a named host of the inventory. hosts.Set
+// Executor runs a job's command on a named host of the inventory. hosts.Lab
 // is the real one; tests use fakes. Its methods have the contract of
 // hosts.Runner's, for the named host.
 type Executor interface {
@@ -78,6 +79,20 @@ type Options struct {
 	// Recheck is how long a GPU found busy or locked by another run is set
 	// aside before it is tried again (0: DefaultRecheck).
 	Recheck time.Duration
+	// Updates brings edits of the inventory while the run goes on (SPEC §4).
+	Updates <-chan Update
+}
+
+// Update is an edit of the inventory, for a run that is going on.
+type Update struct {
+	// Inventory is the new one, its hosts resolved (no AutoGPUs); the
+	// Executor can run jobs on every host it names.
+	Inventory *inventory.Inventory
+	// Down and LeftOut are as in Options, for the hosts the edit adds.
+	Down, LeftOut map[string]error
+	// Err is why the edited file does not load: the edit is reported and
+	// the run goes on as it was.
+	Err error
 }
 
 // DefaultHostDownTimeout is Options.HostDownTimeout's default (SPEC §8).
@@ -255,6 +270,8 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			r.rechecked(rc)
 		case ll := <-r.lockLost:
 			r.lockGone(ll)
+		case u := <-r.opts.Updates:
+			r.reload(u)
 		case <-drain:
 			drain = nil
 			r.stopping = true
@@ -493,6 +510,42 @@ func (r *run) reap(p placement, tag string) {
 	select {
 	case r.reaped <- p:
 	case <-r.bg.Done():
+	}
+}
+
+// reload applies an edit of the inventory: new hosts and GPUs get jobs,
+// dropped ones get no new job, and waiting jobs that can no longer run
+// anywhere (pinned to a dropped host or GPU) fail, saying why.
+func (r *run) reload(u Update) {
+	if u.Err != nil {
+		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "inventory edit ignored, the run goes on as it was: " + u.Err.Error()})
+		return
+	}
+	changes := r.sched.table.update(u.Inventory)
+	if r.opts.LeftOut == nil {
+		r.opts.LeftOut = map[string]error{}
+	}
+	for name, why := range u.LeftOut {
+		r.opts.LeftOut[name] = why
+		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: name, Error: "added to the inventory but left out: " + why.Error()})
+	}
+	for name, why := range u.Down {
+		if h := r.sched.table.byName[name]; h != nil {
+			r.hostDown(h, why)
+		}
+	}
+	if len(changes) > 0 {
+		r.record(Event{Time: time.Now(), Event: EventReloaded, Run: r.id, Message: strings.Join(changes, "; ")})
+	}
+	why := map[*queued]error{}
+	dropped := r.sched.dropIf(func(q *queued) bool {
+		why[q] = r.sched.table.check(q.job)
+		return why[q] != nil
+	})
+	for _, q := range dropped {
+		e := r.event(EventFailed, q.job, q.attempts)
+		e.Error = "the inventory changed: " + why[q].Error()
+		r.final(e)
 	}
 }
 

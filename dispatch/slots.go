@@ -57,6 +57,21 @@ type hostSlots struct {
 	// is set once it was found that its nvidia-smi cannot be asked.
 	noLocks error
 	noProbe bool
+	// removed is set once an edit of the inventory dropped the host: its
+	// GPUs have no slots, its running jobs finish.
+	removed bool
+}
+
+// live counts h's GPUs that have slots (an inventory edit may have taken
+// some away).
+func (h *hostSlots) live() int {
+	n := 0
+	for _, g := range h.gpus {
+		if g.cap > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // slotTable is every host:gpu slot of a run. It is owned by one goroutine.
@@ -71,36 +86,79 @@ type slotTable struct {
 
 func newSlotTable(inv *inventory.Inventory) *slotTable {
 	t := &slotTable{byName: map[string]*hostSlots{}}
+	t.update(inv)
+	return t
+}
+
+// update makes inv's hosts and GPUs the table's (SPEC §4): new hosts and
+// GPUs get slots, a host or GPU that inv drops keeps its running jobs but
+// gets no slot, and slots_per_gpu takes its new value. It returns what
+// changed, for people.
+func (t *slotTable) update(inv *inventory.Inventory) []string {
+	var changes []string
+	in := map[string]bool{}
 	for _, h := range inv.Hosts {
-		hs := &hostSlots{host: h, byID: map[int]*gpu{}}
+		in[h.Name] = true
+		hs := t.byName[h.Name]
+		switch {
+		case hs == nil:
+			hs = &hostSlots{byID: map[int]*gpu{}}
+			t.hosts = append(t.hosts, hs)
+			t.byName[h.Name] = hs
+			changes = append(changes, fmt.Sprintf("added host %s (GPUs %s)", h.Name, gpuList(h.GPUs)))
+		case hs.removed:
+			hs.removed = false
+			changes = append(changes, fmt.Sprintf("host %s is back (GPUs %s)", h.Name, gpuList(h.GPUs)))
+		}
+		before := hs.ids()
+		hs.host = h
+		caps := map[int]int{}
 		for _, id := range h.GPUs {
-			g := hs.byID[id]
-			if g == nil {
-				g = &gpu{host: hs, id: id}
+			caps[id] += h.SlotsPerGPU
+			if hs.byID[id] == nil {
+				g := &gpu{host: hs, id: id}
 				hs.byID[id] = g
 				hs.gpus = append(hs.gpus, g)
 			}
-			g.cap += h.SlotsPerGPU
-			t.freeSlots += h.SlotsPerGPU
 		}
-		t.hosts = append(t.hosts, hs)
-		t.byName[h.Name] = hs
+		for _, g := range hs.gpus {
+			g.cap = caps[g.id]
+		}
+		if after := hs.ids(); before != "" && after != before {
+			changes = append(changes, fmt.Sprintf("host %s GPUs %s → %s", h.Name, before, after))
+		}
 	}
-	return t
+	for _, hs := range t.hosts {
+		if !in[hs.host.Name] && !hs.removed {
+			hs.removed = true
+			for _, g := range hs.gpus {
+				g.cap = 0
+			}
+			changes = append(changes, fmt.Sprintf("removed host %s (its running jobs finish)", hs.host.Name))
+		}
+	}
+	t.freeSlots = 0
+	for _, hs := range t.hosts {
+		if !hs.down {
+			t.freeSlots += hs.free()
+		}
+	}
+	return changes
 }
 
 // check says why j can never run here, or nil.
 func (t *slotTable) check(j *Job) error {
 	if j.Host != "" {
 		h := t.byName[j.Host]
-		if h == nil {
+		switch {
+		case h == nil:
 			return fmt.Errorf("unknown host %q (hosts: %s)", j.Host, strings.Join(t.names(), ", "))
-		}
-		if j.GPU >= 0 && h.byID[j.GPU] == nil {
+		case h.removed:
+			return fmt.Errorf("host %s was removed from the inventory", j.Host)
+		case j.GPU >= 0 && (h.byID[j.GPU] == nil || h.byID[j.GPU].cap == 0):
 			return fmt.Errorf("host %s has no GPU %d (its GPUs: %s)", j.Host, j.GPU, h.ids())
-		}
-		if j.GPUs > len(h.gpus) {
-			return fmt.Errorf("gpus=%d: host %s has only %d GPUs", j.GPUs, j.Host, len(h.gpus))
+		case j.GPUs > h.live():
+			return fmt.Errorf("gpus=%d: host %s has only %d GPUs", j.GPUs, j.Host, h.live())
 		}
 		return nil
 	}
@@ -109,7 +167,7 @@ func (t *slotTable) check(j *Job) error {
 	}
 	most := 0
 	for _, h := range t.hosts {
-		most = max(most, len(h.gpus))
+		most = max(most, h.live())
 	}
 	if j.GPUs > most {
 		return fmt.Errorf("gpus=%d: no host has that many GPUs (the most is %d)", j.GPUs, most)
@@ -120,15 +178,20 @@ func (t *slotTable) check(j *Job) error {
 func (t *slotTable) names() []string {
 	var names []string
 	for _, h := range t.hosts {
-		names = append(names, h.host.Name)
+		if !h.removed {
+			names = append(names, h.host.Name)
+		}
 	}
 	return names
 }
 
+// ids lists h's GPUs that have slots.
 func (h *hostSlots) ids() string {
 	var ids []string
 	for _, g := range h.gpus {
-		ids = append(ids, strconv.Itoa(g.id))
+		if g.cap > 0 {
+			ids = append(ids, strconv.Itoa(g.id))
+		}
 	}
 	return strings.Join(ids, ",")
 }
@@ -174,7 +237,7 @@ func (t *slotTable) candidates(j *Job) []*hostSlots {
 func (t *slotTable) unrunnable(j *Job, timeout time.Duration) string {
 	var why []string
 	for _, h := range t.candidates(j) {
-		if len(h.gpus) < j.GPUs {
+		if h.removed || h.live() < j.GPUs {
 			continue // never a place for j
 		}
 		if !h.expired {
@@ -214,7 +277,7 @@ func (t *slotTable) setUp(h *hostSlots) {
 func (h *hostSlots) free() int {
 	n := 0
 	for _, g := range h.gpus {
-		n += g.cap - g.used
+		n += max(g.cap-g.used, 0)
 	}
 	return n
 }

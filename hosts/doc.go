@@ -43,5 +43,5 @@
 // the jobs it covers.
 //
 // This package never imports dispatch; dispatch reaches it through the
-// Executor interface it defines (Set implements it).
+// Executor interface it defines (Lab implements it).
 package hosts

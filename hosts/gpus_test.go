@@ -121,7 +121,7 @@ func TestProbeGPUsWithoutNvidiaSMI(t *testing.T) {
 
 func TestSetUnknownHost(t *testing.T) {
 	t.Parallel()
-	_, err := Set{}.Run(context.Background(), "nowhere", Command{Script: "true"}, io.Discard, io.Discard)
+	_, err := (&Lab{}).Run(context.Background(), "nowhere", Command{Script: "true"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "nowhere: not a host of this run") {
 		t.Fatalf("err = %v", err)
 	}

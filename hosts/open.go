@@ -52,17 +52,27 @@ type HostState struct {
 	LockErr error
 }
 
-// Lab is the hosts of a run, opened.
+// Lab is the hosts of a run, opened. It runs jobs on them (it implements
+// dispatch.Executor) and takes in hosts added to the inventory (Update).
 type Lab struct {
 	// Inventory holds the hosts of the run, with `gpus: auto` resolved: those
-	// that are up and those that are Retrying.
+	// that are up and those that are Retrying. Update replaces it; read it
+	// from the goroutine that calls Update.
 	Inventory *inventory.Inventory
-	// Runners runs jobs on them.
-	Runners Set
-	// States has one entry per inventory host, in inventory order.
+	// States has one entry per inventory host Open was given, in inventory
+	// order.
 	States []HostState
-	dialer *dialer
-	pools  []*pool
+	opts   Options
+	// cfg is the ssh_config, read once a remote host needs it.
+	cfg       *sshConfig
+	cfgLoaded bool
+	dialer    *dialer
+
+	mu sync.RWMutex
+	// runners holds every host that was ever in the run: a host removed from
+	// the inventory keeps its runner, so that its running jobs finish.
+	runners map[string]Runner
+	pools   []*pool
 }
 
 // Open connects to every host of inv at once. A host that refuses us (login,
@@ -70,8 +80,6 @@ type Lab struct {
 // state; one that cannot be reached stays in, Retrying. An error means
 // nothing could be tried (a broken ssh_config).
 func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error) {
-	// Only remote hosts need ssh_config: a local-only lab must run whatever
-	// the user's ~/.ssh/config holds.
 	if o.Keepalive <= 0 {
 		o.Keepalive = DefaultKeepalive
 	}
@@ -84,45 +92,114 @@ func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error
 	if o.LockDir == "" {
 		o.LockDir = DefaultLockDir
 	}
-	cfg := &sshConfig{}
-	for _, h := range inv.Hosts {
-		if !h.Local {
-			var err error
-			if cfg, err = loadSSHConfig(inv.SSHConfig); err != nil {
-				return nil, err
-			}
-			break
-		}
+	lab := &Lab{opts: o, cfg: &sshConfig{}, dialer: newDialer(o.ConnectTimeout, o.Keepalive), runners: map[string]Runner{}}
+	if err := lab.loadSSHConfig(inv); err != nil {
+		return nil, err
 	}
-	lab := &Lab{
-		States: make([]HostState, len(inv.Hosts)),
-		dialer: newDialer(o.ConnectTimeout, o.Keepalive),
-	}
-	runners := make([]Runner, len(inv.Hosts))
-	pools := make([]*pool, len(inv.Hosts))
-	var wg sync.WaitGroup
-	for i, h := range inv.Hosts {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lab.States[i], runners[i], pools[i] = open(ctx, inv, cfg, h, lab.dialer, o)
-		}()
-	}
-	wg.Wait()
+	lab.States = lab.openAll(ctx, inv, inv.Hosts)
 	usable := *inv
 	usable.Hosts = nil
-	lab.Runners = Set{}
-	for i, st := range lab.States {
-		if pools[i] != nil {
-			lab.pools = append(lab.pools, pools[i])
-		}
+	for _, st := range lab.States {
 		if st.Err == nil || st.Retrying {
 			usable.Hosts = append(usable.Hosts, st.Host)
-			lab.Runners[st.Host.Name] = runners[i]
 		}
 	}
 	lab.Inventory = &usable
 	return lab, nil
+}
+
+// loadSSHConfig reads inv's ssh_config once a remote host needs it: a
+// local-only lab must run whatever the user's ~/.ssh/config holds.
+func (l *Lab) loadSSHConfig(inv *inventory.Inventory) error {
+	if l.cfgLoaded {
+		return nil
+	}
+	for _, h := range inv.Hosts {
+		if !h.Local {
+			cfg, err := loadSSHConfig(inv.SSHConfig)
+			if err != nil {
+				return err
+			}
+			l.cfg, l.cfgLoaded = cfg, true
+			return nil
+		}
+	}
+	return nil
+}
+
+// openAll opens hosts at once and adds those that can be used to the lab.
+func (l *Lab) openAll(ctx context.Context, inv *inventory.Inventory, hs []inventory.Host) []HostState {
+	states := make([]HostState, len(hs))
+	runners := make([]Runner, len(hs))
+	pools := make([]*pool, len(hs))
+	var wg sync.WaitGroup
+	for i, h := range hs {
+		wg.Go(func() { states[i], runners[i], pools[i] = open(ctx, inv, l.cfg, h, l.dialer, l.opts) })
+	}
+	wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, st := range states {
+		if pools[i] != nil {
+			l.pools = append(l.pools, pools[i])
+		}
+		if st.Err == nil || st.Retrying {
+			l.runners[st.Host.Name] = runners[i]
+		}
+	}
+	return states
+}
+
+// Update makes inv the lab's inventory: hosts it adds are opened (at once)
+// and their states returned; hosts it keeps keep their connections and the
+// GPUs `gpus: auto` found, and take inv's GPU list and settings otherwise.
+// Hosts it drops keep their runners, so that their running jobs finish;
+// the run gives them no new job. Connection settings of a host already in
+// the run do not change.
+func (l *Lab) Update(ctx context.Context, inv *inventory.Inventory) (added []HostState, err error) {
+	if err := l.loadSSHConfig(inv); err != nil {
+		return nil, err
+	}
+	var fresh []inventory.Host
+	for _, h := range inv.Hosts {
+		if l.runner(h.Name) == nil {
+			fresh = append(fresh, h)
+		}
+	}
+	added = l.openAll(ctx, inv, fresh)
+	usable := *inv
+	usable.Hosts = nil
+	for _, h := range inv.Hosts {
+		if l.runner(h.Name) == nil {
+			continue // added and left out
+		}
+		if h.AutoGPUs {
+			h = l.resolved(h, added)
+		}
+		usable.Hosts = append(usable.Hosts, h)
+	}
+	l.Inventory = &usable
+	return added, nil
+}
+
+// resolved is h, an auto host, with the GPUs found when it was opened.
+func (l *Lab) resolved(h inventory.Host, added []HostState) inventory.Host {
+	for _, st := range added {
+		if st.Host.Name == h.Name {
+			return st.Host
+		}
+	}
+	if old := l.Inventory.HostNamed(h.Name); old != nil {
+		gpus := old.GPUs
+		h.GPUs, h.AutoGPUs = gpus, false
+		return h
+	}
+	for _, st := range l.States {
+		if st.Host.Name == h.Name {
+			return st.Host
+		}
+	}
+	return h
 }
 
 // open readies one host: a runner for it, its GPUs, or why not.
@@ -188,11 +265,15 @@ func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inven
 	return st, r, p
 }
 
-// Absent lists the hosts that are not up, and why: down ones are in the run
-// (Retrying) and may come back; left-out ones are not in it.
-func (l *Lab) Absent() (down, leftOut map[string]error) {
+// Absent lists the hosts Open found not up, and why: down ones are in the
+// run (Retrying) and may come back; left-out ones are not in it.
+func (l *Lab) Absent() (down, leftOut map[string]error) { return Absent(l.States) }
+
+// Absent lists the hosts of states that are not up, and why (see
+// Lab.Absent).
+func Absent(states []HostState) (down, leftOut map[string]error) {
 	down, leftOut = map[string]error{}, map[string]error{}
-	for _, st := range l.States {
+	for _, st := range states {
 		switch {
 		case st.Retrying:
 			down[st.Host.Name] = st.Err
@@ -205,8 +286,20 @@ func (l *Lab) Absent() (down, leftOut map[string]error) {
 
 // Close closes every connection.
 func (l *Lab) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for _, p := range l.pools {
 		p.close()
 	}
 	l.dialer.close()
 }
+
+// runner is host's runner, or nil.
+func (l *Lab) runner(host string) Runner {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.runners[host]
+}
+
+// Runner returns the runner of host, or nil when it is not in the run.
+func (l *Lab) Runner(host string) Runner { return l.runner(host) }

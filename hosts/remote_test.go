@@ -49,7 +49,7 @@ func runTrue(r Runner) error {
 func TestRemoteHostDownAndBack(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
 	lab := openLab(t, l)
-	r := lab.Runners["node1"]
+	r := lab.Runner("node1")
 	if err := runTrue(r); err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestRemoteHostDownAndBack(t *testing.T) {
 func TestRemoteReapWaitsForTaggedJob(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
 	lab := openLab(t, l)
-	r := lab.Runners["node1"]
+	r := lab.Runner("node1")
 	started := filepath.Join(l.Dir, "started")
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -152,7 +152,7 @@ func TestRemoteLockGPU(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 2})
 	lab := openLab(t, l)
 	ctx := context.Background()
-	n1, n2 := lab.Runners["node1"], lab.Runners["node2"]
+	n1, n2 := lab.Runner("node1"), lab.Runner("node2")
 	a, err := n1.LockGPU(ctx, 1, "runA")
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package inventory
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -44,7 +45,11 @@ func Load(path string) (*Inventory, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)
 	}
-	return Parse(path, data, format)
+	inv, err := Parse(path, data, format)
+	if inv != nil {
+		inv.Digest = sha256.Sum256(data)
+	}
+	return inv, err
 }
 
 func formatOf(path string) (string, error) {

@@ -1,9 +1,13 @@
 package inventory
 
+import "crypto/sha256"
+
 // Inventory is a validated lab description.
 type Inventory struct {
-	// File is where the inventory came from ("" when built from flags).
-	File string
+	// File is where the inventory came from ("" when built from flags), and
+	// Digest the SHA-256 of the bytes it was loaded from (Watch compares it).
+	File   string
+	Digest [sha256.Size]byte
 	// SSHConfig is the ssh_config file to consult; "none" disables it.
 	SSHConfig string
 	// KnownHosts overrides where host keys are checked; "" means ssh_config's

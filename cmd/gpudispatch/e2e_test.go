@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -72,19 +71,34 @@ func readFile(t *testing.T, path string) string {
 	return string(b)
 }
 
-func journal(t *testing.T, logDir string) []map[string]any {
+// wholeJournal reads the journal of a run that has ended, and fails t
+// unless it is whole lines (nothing torn, even by SIGKILL).
+func wholeJournal(t *testing.T, logDir string) []map[string]any {
 	t.Helper()
-	f, err := os.Open(filepath.Join(logDir, "journal.jsonl"))
+	b, err := os.ReadFile(filepath.Join(logDir, "journal.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		t.Fatalf("the journal ends in a torn line: %q", b[bytes.LastIndexByte(b, '\n')+1:])
+	}
+	return journal(t, logDir)
+}
+
+// journal reads the whole lines of a log dir's journal: a run may be
+// writing its last one.
+func journal(t *testing.T, logDir string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(logDir, "journal.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
 	var events []map[string]any
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
+	for _, line := range lines[:len(lines)-1] {
 		var e map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			t.Fatalf("journal line %q: %v", sc.Text(), err)
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("journal line %q: %v", line, err)
 		}
 		events = append(events, e)
 	}
@@ -583,8 +597,8 @@ func TestE2EKilledThenResume(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	time.Sleep(time.Second)                            // the orphaned wrappers notice and kill their jobs
-	journal(t, filepath.Join(dir, "gpudispatch-logs")) // fails on a torn line
+	time.Sleep(time.Second) // the orphaned wrappers notice and kill their jobs
+	wholeJournal(t, filepath.Join(dir, "gpudispatch-logs"))
 	os.Remove(filepath.Join(dir, "first-run"))
 
 	for i, j := 0, len(jobs)-1; i < j; i, j = i+1, j-1 {

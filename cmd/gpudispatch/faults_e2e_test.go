@@ -436,7 +436,7 @@ func TestSSHKilledThenResume(t *testing.T) {
 	if pids := leftovers(marker); len(pids) > 0 {
 		t.Fatalf("jobs of the killed run still running: %v", pids)
 	}
-	journal(t, filepath.Join(l.Dir, "logs")) // fails on a torn line
+	wholeJournal(t, filepath.Join(l.Dir, "logs"))
 	os.Remove(marker)
 	for i, j := 0, len(jobs)-1; i < j; i, j = i+1, j-1 {
 		jobs[i], jobs[j] = jobs[j], jobs[i]
@@ -487,7 +487,7 @@ exit $rc`
 	// Whether the journal could take the failures depends on the file
 	// system's blocks: either it records both jobs' ends, or the run says
 	// it stopped because the journal could not be written.
-	events := journal(t, dir) // fails on a torn line
+	events := wholeJournal(t, dir)
 	if count(events, "failed")+count(events, "cancelled") != 2 && !strings.Contains(errOut.String(), "stopped: journal") {
 		t.Errorf("the journal lost a job's end and the run did not say so:\n%s", errOut.String())
 	}

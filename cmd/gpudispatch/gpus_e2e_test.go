@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
@@ -126,5 +127,72 @@ func TestSSHSkipBusy(t *testing.T) {
 		if !strings.Contains(errOut.String(), want) {
 			t.Errorf("stderr does not say %q:\n%s", want, errOut)
 		}
+	}
+}
+
+// Editing the inventory during a run over SSH: a host added to the file
+// gets jobs within a few seconds, without a restart; an edit that does not
+// load is reported and the run goes on with the hosts it had.
+func TestSSHInventoryReload(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	inv := filepath.Join(l.Dir, "reload.yaml")
+	write := func(s string) {
+		t.Helper()
+		tmp := inv + ".tmp"
+		if err := os.WriteFile(tmp, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, inv); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := "ssh_config: " + l.SSHConfig + "\nhosts:\n  - {name: node1, gpus: auto}\n"
+	write(head)
+	logDir := filepath.Join(l.Dir, "logs")
+	cmd := labCmd(t, l, "", "-i", inv, "-o", "logs")
+	stdin, errOut := startCmd(t, cmd)
+	job := `sleep 0.2; echo "$GPUDISPATCH_JOB_ID $GPUDISPATCH_HOST" >> ` + filepath.Join(l.Dir, "ran") + "\n"
+	io.WriteString(stdin, strings.Repeat(job, 2))
+	waitJournal(t, logDir, func(ev []map[string]any) bool { return count(ev, "finished") == 2 })
+
+	edited := time.Now()
+	write(head + "  - {name: node2, gpus: auto}\n")
+	waitJournal(t, logDir, func(ev []map[string]any) bool { return count(ev, "inventory") == 1 })
+	t.Logf("the edit took effect after %v", time.Since(edited).Round(time.Millisecond))
+	io.WriteString(stdin, strings.Repeat(job, 6))
+	waitJournal(t, logDir, func(ev []map[string]any) bool { return count(ev, "finished") == 8 })
+
+	write("hosts: [ {name: node1\n")
+	waitJournal(t, logDir, func(ev []map[string]any) bool { return count(ev, "warning") == 1 })
+	io.WriteString(stdin, strings.Repeat(job, 4))
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	ran := strings.Split(strings.TrimSpace(readFile(t, filepath.Join(l.Dir, "ran"))), "\n")
+	onNode2 := 0
+	for _, line := range ran {
+		if strings.HasSuffix(line, " node2") {
+			onNode2++
+		}
+	}
+	if len(ran) != 12 || onNode2 == 0 {
+		t.Errorf("%d jobs ran, %d on the added node2; want 12, some there:\n%s", len(ran), onNode2, strings.Join(ran, "\n"))
+	}
+	for _, e := range wholeJournal(t, logDir) {
+		switch e["event"] {
+		case "inventory":
+			if e["message"] != "added host node2 (GPUs 0)" {
+				t.Errorf("reload event %v", e)
+			}
+		case "warning":
+			if msg := fmt.Sprint(e["error"]); !strings.Contains(msg, "inventory edit ignored, the run goes on as it was: ") || !strings.Contains(msg, "reload.yaml") {
+				t.Errorf("warning %v", e)
+			}
+		}
+	}
+	if !strings.Contains(errOut.String(), "inventory reloaded: added host node2 (GPUs 0)") {
+		t.Errorf("stderr does not say the inventory was reloaded:\n%s", errOut)
 	}
 }

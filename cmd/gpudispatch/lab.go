@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/gpudispatch/gpudispatch/dispatch"
 	"github.com/gpudispatch/gpudispatch/hosts"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
@@ -91,18 +92,54 @@ func loadInventory(o labOptions) (*inventory.Inventory, error) {
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
-	if o.hosts != nil {
-		var keep []inventory.Host
-		for _, name := range o.hosts {
-			h := inv.HostNamed(name)
-			if h == nil {
-				return nil, usageError("--hosts: %s is not a host of %s", name, path)
-			}
-			keep = append(keep, *h)
-		}
-		inv.Hosts = keep
+	if err := keepHosts(inv, o.hosts); err != nil {
+		return nil, usageError("%v", err)
 	}
 	return inv, nil
+}
+
+// keepHosts keeps only the hosts --hosts names, when it names some.
+func keepHosts(inv *inventory.Inventory, names []string) error {
+	if names == nil {
+		return nil
+	}
+	var keep []inventory.Host
+	for _, name := range names {
+		h := inv.HostNamed(name)
+		if h == nil {
+			return fmt.Errorf("--hosts: %s is not a host of %s", name, inv.File)
+		}
+		keep = append(keep, *h)
+	}
+	inv.Hosts = keep
+	return nil
+}
+
+// reloadInterval is how often the inventory file is looked at during a run:
+// an edit takes effect within about three of these (SPEC §4: 2 s).
+const reloadInterval = 400 * time.Millisecond
+
+// watchInventory sends the run each edit of its inventory file, with the
+// hosts it adds opened, until ctx ends.
+func watchInventory(ctx context.Context, o labOptions, lab *hosts.Lab, updates chan<- dispatch.Update) {
+	inventory.Watch(ctx, lab.Inventory.File, lab.Inventory.Digest, reloadInterval, func(inv *inventory.Inventory, err error) {
+		var u dispatch.Update
+		if err == nil {
+			err = keepHosts(inv, o.hosts)
+		}
+		if err == nil {
+			var added []hosts.HostState
+			if added, err = lab.Update(ctx, inv); err == nil {
+				u.Inventory = lab.Inventory
+				u.Down, u.LeftOut = hosts.Absent(added)
+			}
+		}
+		u.Err = err
+		select {
+		case updates <- u:
+		case <-ctx.Done():
+		}
+	})
 }
 
 // openHosts connects to every host and warns about the ones that cannot be

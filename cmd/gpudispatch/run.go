@@ -204,7 +204,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	defer lab.Close()
 	opts := dispatch.Options{
 		Inventory:       lab.Inventory,
-		Executor:        lab.Runners,
+		Executor:        lab,
 		LogDir:          o.logDir,
 		Resume:          o.resume,
 		Retries:         o.retries,
@@ -234,6 +234,11 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	}
 	if o.json {
 		opts.Reporters = append(opts.Reporters, dispatch.JSONReporter{W: s.out})
+	}
+	if inv.File != "" {
+		updates := make(chan dispatch.Update)
+		opts.Updates = updates
+		go watchInventory(ctx, o.labOptions, lab, updates)
 	}
 	drain := make(chan struct{})
 	opts.Drain = drain

@@ -94,6 +94,11 @@ func (m *model) apply(e dispatch.Event) {
 		for _, id := range e.GPUs {
 			k := gpuKey{e.Host, id}
 			delete(m.busy, k)
+			if m.byGPU[k] == nil || m.full(k) {
+				// A host or slot added to the inventory during the run.
+				m.byGPU[k] = append(m.byGPU[k], len(m.slots))
+				m.slots = append(m.slots, slot{host: e.Host, gpu: id})
+			}
 			for _, i := range m.byGPU[k] {
 				if m.slots[i].job == "" {
 					m.slots[i].job, m.slots[i].cmd, m.slots[i].since = e.Job, e.Command, start
@@ -120,6 +125,16 @@ func (m *model) apply(e dispatch.Event) {
 			m.busy[gpuKey{e.Host, id}] = e.Error
 		}
 	}
+}
+
+// full reports whether every slot line of GPU k has a job.
+func (m *model) full(k gpuKey) bool {
+	for _, i := range m.byGPU[k] {
+		if m.slots[i].job == "" {
+			return false
+		}
+	}
+	return true
 }
 
 // finished counts the jobs whose story has ended, well or not.
