@@ -678,6 +678,9 @@ func TestE2EStatus(t *testing.T) {
 	cmd, stdin, _ := startGPD(t, dir, "--gpus", "0,1", "-o", "logs")
 	io.WriteString(stdin, "echo ok\nexit 3\n[name=long] touch started; sleep 30\n@nowhere true\n")
 	waitForFile(t, filepath.Join(dir, "started"), func(string) bool { return true })
+	waitJournal(t, filepath.Join(dir, "logs"), func(ev []map[string]any) bool {
+		return count(ev, "finished") == 1 && count(ev, "failed") == 1 && count(ev, "rejected") == 1
+	})
 	r := gpd(t, dir, "", "status", "logs")
 	if r.code != 1 || !regexpMatch(`(?m)^long\s+running\s+localhost:\d\s+1\s+-\s+\S+\s+touch started; sleep 30\s+logs/long.out$`, r.stdout) {
 		t.Errorf("status while a job runs: exit %d\n%s%s", r.code, r.stdout, r.stderr)
