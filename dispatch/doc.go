@@ -68,6 +68,15 @@
 // left the GPU empty, and every lock is let go of before Run returns. A
 // lock lost with its holder is simply taken again by the next job there.
 //
+// # Inventory edits
+//
+// Options.Updates brings edits of the inventory (SPEC §4), applied by the
+// loop like any other event: the slot table gives added hosts and GPUs
+// slots and takes them from removed ones (capacity 0: their running jobs
+// finish and no new one starts), waiting jobs that fit nowhere any more
+// fail with the reason, and an edit that does not load only becomes a
+// warning.
+//
 // # Ending
 //
 // Run ends when the input has ended and no job waits or runs. A drain stops
