@@ -119,7 +119,7 @@ func (l *fakeLock) Release() {
 }
 
 func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string) (hosts.GPULock, error) {
-	if err := f.WaitUpNow(host); err != nil {
+	if err := f.upNow(host); err != nil {
 		return nil, err
 	}
 	slot := fmt.Sprintf("%s:%d", host, gpu)
@@ -139,8 +139,8 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string
 	return l, nil
 }
 
-// WaitUpNow fails with hosts.ErrHostDown while host is down.
-func (f *fakeExec) WaitUpNow(host string) error {
+// upNow fails with hosts.ErrHostDown while host is down, as a pool would.
+func (f *fakeExec) upNow(host string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down[host] != nil {
@@ -150,7 +150,7 @@ func (f *fakeExec) WaitUpNow(host string) error {
 }
 
 func (f *fakeExec) ProbeGPUs(ctx context.Context, host string) ([]hosts.GPU, error) {
-	if err := f.WaitUpNow(host); err != nil {
+	if err := f.upNow(host); err != nil {
 		return nil, err
 	}
 	f.mu.Lock()

@@ -238,7 +238,14 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	if inv.File != "" {
 		updates := make(chan dispatch.Update)
 		opts.Updates = updates
-		go watchInventory(ctx, o.labOptions, lab, updates)
+		watchCtx, stopWatching := context.WithCancel(ctx)
+		watching := make(chan struct{})
+		go func() {
+			defer close(watching)
+			watchInventory(watchCtx, o.labOptions, lab, updates)
+		}()
+		// Before the lab closes: a reload may be opening a host.
+		defer func() { stopWatching(); <-watching }()
 	}
 	drain := make(chan struct{})
 	opts.Drain = drain
