@@ -73,6 +73,8 @@ type Lab struct {
 	// the inventory keeps its runner, so that its running jobs finish.
 	runners map[string]Runner
 	pools   []*pool
+	// autoGPUs holds the GPUs found on the `gpus: auto` hosts.
+	autoGPUs map[string][]int
 }
 
 // Open connects to every host of inv at once. A host that refuses us (login,
@@ -92,19 +94,12 @@ func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error
 	if o.LockDir == "" {
 		o.LockDir = DefaultLockDir
 	}
-	lab := &Lab{opts: o, cfg: &sshConfig{}, dialer: newDialer(o.ConnectTimeout, o.Keepalive), runners: map[string]Runner{}}
-	if err := lab.loadSSHConfig(inv); err != nil {
+	lab := &Lab{opts: o, cfg: &sshConfig{}, dialer: newDialer(o.ConnectTimeout, o.Keepalive), runners: map[string]Runner{}, autoGPUs: map[string][]int{}}
+	states, err := lab.Update(ctx, inv)
+	if err != nil {
 		return nil, err
 	}
-	lab.States = lab.openAll(ctx, inv, inv.Hosts)
-	usable := *inv
-	usable.Hosts = nil
-	for _, st := range lab.States {
-		if st.Err == nil || st.Retrying {
-			usable.Hosts = append(usable.Hosts, st.Host)
-		}
-	}
-	lab.Inventory = &usable
+	lab.States = states
 	return lab, nil
 }
 
@@ -145,6 +140,9 @@ func (l *Lab) openAll(ctx context.Context, inv *inventory.Inventory, hs []invent
 		}
 		if st.Err == nil || st.Retrying {
 			l.runners[st.Host.Name] = runners[i]
+			if hs[i].AutoGPUs {
+				l.autoGPUs[st.Host.Name] = st.Host.GPUs
+			}
 		}
 	}
 	return states
@@ -174,7 +172,7 @@ func (l *Lab) Update(ctx context.Context, inv *inventory.Inventory) (added []Hos
 			continue // added and left out
 		}
 		if h.AutoGPUs {
-			h = l.resolved(h, added)
+			h = l.resolved(h)
 		}
 		usable.Hosts = append(usable.Hosts, h)
 	}
@@ -182,23 +180,12 @@ func (l *Lab) Update(ctx context.Context, inv *inventory.Inventory) (added []Hos
 	return added, nil
 }
 
-// resolved is h, an auto host, with the GPUs found when it was opened.
-func (l *Lab) resolved(h inventory.Host, added []HostState) inventory.Host {
-	for _, st := range added {
-		if st.Host.Name == h.Name {
-			return st.Host
-		}
-	}
-	if old := l.Inventory.HostNamed(h.Name); old != nil {
-		gpus := old.GPUs
-		h.GPUs, h.AutoGPUs = gpus, false
-		return h
-	}
-	for _, st := range l.States {
-		if st.Host.Name == h.Name {
-			return st.Host
-		}
-	}
+// resolved is h, an auto host, with the GPUs nvidia-smi listed when it was
+// opened.
+func (l *Lab) resolved(h inventory.Host) inventory.Host {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	h.GPUs, h.AutoGPUs = l.autoGPUs[h.Name], false
 	return h
 }
 
