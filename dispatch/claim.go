@@ -82,7 +82,7 @@ func (r *run) launch(ctx context.Context, a assignment) bool {
 		return true
 	}
 	for _, g := range a.p.gpus {
-		g.claiming = true
+		r.sched.table.setBlocked(g, func() { g.claiming = true })
 	}
 	go func() { r.claims <- r.settle(ctx, c) }()
 	return true
@@ -150,7 +150,7 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 	a := res.a
 	h := a.p.host
 	for _, g := range a.p.gpus {
-		g.claiming = false
+		r.sched.table.setBlocked(g, func() { g.claiming = false })
 	}
 	relock := false
 	for g, l := range res.locks {
@@ -198,7 +198,7 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 // setBusy sets g aside for Options.Recheck, and tells why the job q waits
 // (once for as long as the reason stays the same).
 func (r *run) setBusy(g *gpu, why string, q *queued) {
-	g.busy = why
+	r.sched.table.setBlocked(g, func() { g.busy = why })
 	g.busyEpoch++
 	if why != g.reported {
 		g.reported = why
@@ -222,8 +222,8 @@ type recheck struct {
 }
 
 func (r *run) rechecked(rc recheck) {
-	if rc.g.busyEpoch == rc.epoch {
-		rc.g.busy = ""
+	if g := rc.g; g.busyEpoch == rc.epoch {
+		r.sched.table.setBlocked(g, func() { g.busy = "" })
 	}
 }
 

@@ -39,12 +39,12 @@ func (s *scheduler) next() []assignment {
 	var out []assignment
 	hd := held{}
 	holding := false
-	kept := s.waiting[:0]
-	for i, q := range s.waiting {
+	kept, i := 0, 0 // s.waiting[:kept] are the jobs looked at that stay
+	for ; i < len(s.waiting); i++ {
 		if s.table.freeSlots-hd.total() <= 0 {
-			kept = append(kept, s.waiting[i:]...)
 			break
 		}
+		q := s.waiting[i]
 		if p, ok := s.table.place(q.job, hd); ok {
 			s.table.take(p)
 			out = append(out, assignment{q: q, p: p})
@@ -54,10 +54,16 @@ func (s *scheduler) next() []assignment {
 			s.table.hold(q.job, hd)
 			holding = true
 		}
-		kept = append(kept, q)
+		s.waiting[kept] = q
+		kept++
 	}
-	clear(s.waiting[len(kept):])
-	s.waiting = kept
+	// The jobs that started leave gaps among those looked at. Close them
+	// by moving the few kept ones right, next to the jobs the pass did not
+	// reach, rather than those (the whole queue) left: a pass costs what it
+	// looked at, not the length of the queue.
+	copy(s.waiting[i-kept:i], s.waiting[:kept])
+	clear(s.waiting[:i-kept])
+	s.waiting = s.waiting[i-kept:]
 	return out
 }
 

@@ -2,9 +2,13 @@ package dispatch
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
 // Every slot gets used, all of them at once, and none ever runs more jobs
@@ -161,5 +165,54 @@ func TestRejectsImpossibleJobs(t *testing.T) {
 	}
 	if !slices.Equal(msgs, want) {
 		t.Errorf("rejections:\n got %q\nwant %q", msgs, want)
+	}
+}
+
+// freeSlots stays exactly the number of slots a job could be given, through
+// any mix of starts, ends, hosts going down and up, GPUs set aside and
+// inventory edits.
+func TestFreeSlotsStaysExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	invs := []*inventory.Inventory{lab("a:0,1,1 b:0,1 c:3"), lab("a:0,1 b:0,1,2 d:0"), lab("b:0 c:3,4")}
+	table := newSlotTable(invs[0])
+	var running []placement
+	exact := func() int {
+		n := 0
+		for _, h := range table.hosts {
+			for _, g := range h.gpus {
+				if !h.down && g.open() {
+					n += max(g.cap-g.used, 0)
+				}
+			}
+		}
+		return n
+	}
+	for step := range 20000 {
+		h := table.hosts[rng.IntN(len(table.hosts))]
+		switch op := rng.IntN(6); {
+		case op == 0 || op == 1:
+			if p, ok := table.place(&Job{GPU: -1, GPUs: 1 + rng.IntN(2)}, held{}); ok {
+				table.take(p)
+				running = append(running, p)
+			}
+		case op == 2 && len(running) > 0:
+			i := rng.IntN(len(running))
+			table.release(running[i])
+			running = append(running[:i], running[i+1:]...)
+		case op == 3:
+			if h.down {
+				table.setUp(h)
+			} else {
+				table.setDown(h, "gone", time.Now())
+			}
+		case op == 4 && len(h.gpus) > 0:
+			g := h.gpus[rng.IntN(len(h.gpus))]
+			table.setBlocked(g, func() { g.claiming = !g.claiming })
+		case op == 5 && rng.IntN(20) == 0:
+			table.update(invs[rng.IntN(len(invs))])
+		}
+		if got, want := table.freeSlots, exact(); got != want {
+			t.Fatalf("step %d: freeSlots %d, want %d", step, got, want)
+		}
 	}
 }

@@ -79,8 +79,11 @@ type slotTable struct {
 	hosts  []*hostSlots
 	byName map[string]*hostSlots
 	tick   uint64
-	// freeSlots counts the slots of up hosts that no job uses, so that a
-	// pass over a long queue stops as soon as nothing is left to give.
+	// freeSlots counts the slots a job could be given now: free, on an up
+	// host, on a GPU that is open (not claiming, not set aside). A pass over
+	// a long queue stops as soon as nothing is left to give. Every change to
+	// a GPU's use, capacity or openness, or to a host's health, goes through
+	// contrib so that the count stays exact.
 	freeSlots int
 }
 
@@ -139,11 +142,33 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 	}
 	t.freeSlots = 0
 	for _, hs := range t.hosts {
-		if !hs.down {
-			t.freeSlots += hs.free()
-		}
+		t.freeSlots += t.hostContrib(hs)
 	}
 	return changes
+}
+
+// contrib is what g adds to freeSlots.
+func (t *slotTable) contrib(g *gpu) int {
+	if g.host.down || !g.open() {
+		return 0
+	}
+	return max(g.cap-g.used, 0)
+}
+
+// hostContrib is what h's GPUs add to freeSlots.
+func (t *slotTable) hostContrib(h *hostSlots) int {
+	n := 0
+	for _, g := range h.gpus {
+		n += t.contrib(g)
+	}
+	return n
+}
+
+// setBlocked runs f, which changes whether g is open (claiming, busy).
+func (t *slotTable) setBlocked(g *gpu, f func()) {
+	before := t.contrib(g)
+	f()
+	t.freeSlots += t.contrib(g) - before
 }
 
 // check says why j can never run here, or nil.
@@ -258,9 +283,9 @@ func (t *slotTable) setDown(h *hostSlots, why string, now time.Time) bool {
 	if h.down {
 		return false
 	}
+	t.freeSlots -= t.hostContrib(h)
 	h.down, h.since, h.why = true, now, why
 	h.episode++
-	t.freeSlots -= h.free()
 	return true
 }
 
@@ -270,17 +295,9 @@ func (t *slotTable) setUp(h *hostSlots) {
 		return
 	}
 	h.down, h.expired = false, false
-	t.freeSlots += h.free()
+	t.freeSlots += t.hostContrib(h)
 }
 
-// free counts h's slots no job uses.
-func (h *hostSlots) free() int {
-	n := 0
-	for _, g := range h.gpus {
-		n += max(g.cap-g.used, 0)
-	}
-	return n
-}
 
 // freeGPUs lists h's GPUs with a slot j may use, least loaded and least
 // recently used first.
@@ -358,19 +375,19 @@ func (hd held) total() int {
 // take marks p's slots used; p is on an up host.
 func (t *slotTable) take(p placement) {
 	t.tick++
-	t.freeSlots -= len(p.gpus)
 	for _, g := range p.gpus {
+		before := t.contrib(g)
 		g.used++
 		g.lastUsed = t.tick
+		t.freeSlots += t.contrib(g) - before
 	}
 }
 
 // release gives p's slots back.
 func (t *slotTable) release(p placement) {
-	if !p.host.down {
-		t.freeSlots += len(p.gpus)
-	}
 	for _, g := range p.gpus {
+		before := t.contrib(g)
 		g.used--
+		t.freeSlots += t.contrib(g) - before
 	}
 }
