@@ -298,7 +298,6 @@ func (t *slotTable) setUp(h *hostSlots) {
 	t.freeSlots += t.hostContrib(h)
 }
 
-
 // freeGPUs lists h's GPUs with a slot j may use, least loaded and least
 // recently used first.
 func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
