@@ -1,10 +1,16 @@
 package dispatch
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gpudispatch/gpudispatch/hosts"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -54,4 +60,124 @@ func BenchmarkSchedulerSteadyState(b *testing.B) {
 			})
 		}
 	}
+}
+
+// instantExec runs every job successfully as soon as gate is closed: what
+// is left to measure is the coordinator (parse, schedule, journal, logs).
+type instantExec struct{ gate chan struct{} }
+
+func (x instantExec) Run(context.Context, string, hosts.Command, io.Writer, io.Writer) (int, error) {
+	<-x.gate
+	return 0, nil
+}
+func (instantExec) WaitUp(context.Context, string) error       { return nil }
+func (instantExec) Reap(context.Context, string, string) error { return nil }
+func (instantExec) LockGPU(_ context.Context, host string, gpu int, _ string) (hosts.GPULock, error) {
+	return &fakeLock{locks: newFakeLocks(), slot: fmt.Sprintf("%s:%d", host, gpu), lost: make(chan struct{})}, nil
+}
+func (instantExec) ProbeGPUs(context.Context, string) ([]hosts.GPU, error) { return nil, nil }
+
+// queuedCounter closes full once n jobs are queued.
+type queuedCounter struct {
+	n    int
+	full chan struct{}
+}
+
+func (c *queuedCounter) Report(e Event) {
+	if e.Event == EventQueued {
+		if c.n--; c.n == 0 {
+			close(c.full)
+		}
+	}
+}
+
+// BenchmarkRunQueued reads N jobs of `true` into the whole coordinator on
+// 1,600 slots while the first 1,600 hold them (SPEC's scale target: 100,000
+// queued jobs, `seq` lines), then lets them all run. It reports the cost per
+// job and the process's peak RSS. The cost includes creating each job's two
+// log files: run it with TMPDIR on a tmpfs to see the coordinator alone.
+//
+//	TMPDIR=/dev/shm go test ./dispatch -run '^$' -bench RunQueued -benchtime 1x
+func BenchmarkRunQueued(b *testing.B) {
+	inv := bigLab(100, 16)
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+			var input strings.Builder
+			for i := range n {
+				fmt.Fprintf(&input, "echo %d\n", i)
+			}
+			b.ResetTimer()
+			for range b.N {
+				x := instantExec{gate: make(chan struct{})}
+				c := &queuedCounter{n: n, full: make(chan struct{})}
+				go func() { <-c.full; close(x.gate) }()
+				opts := Options{Inventory: inv, Executor: x, LogDir: b.TempDir(), Reporters: []Reporter{c}}
+				s, err := Run(context.Background(), opts, []Input{{R: strings.NewReader(input.String())}})
+				if err != nil || s.Counts[EventFinished] != n {
+					b.Fatalf("%v %+v", err, s.Counts)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N*n), "µs/job")
+			if mb, ok := peakRSSMB(); ok {
+				b.ReportMetric(mb, "peak-RSS-MB")
+			}
+		})
+	}
+}
+
+// peakRSSMB is this process's peak resident set (Linux's VmHWM).
+func peakRSSMB() (float64, bool) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if kb, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var n float64
+			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(kb), " kB"), &n)
+			return n / 1024, true
+		}
+	}
+	return 0, false
+}
+
+// BenchmarkResumeJournal reads a journal of 100,000 jobs' events (queued,
+// started, finished: 300,000 lines) as --resume does before the run starts
+// (SPEC's target: under 1 s).
+//
+//	go test ./dispatch -run '^$' -bench ResumeJournal -benchtime 3x
+func BenchmarkResumeJournal(b *testing.B) {
+	dir := b.TempDir()
+	j, err := openJournal(filepath.Join(dir, JournalName))
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	for i := range 100_000 {
+		text := fmt.Sprintf("python train.py --seed %d", i)
+		for _, kind := range []string{EventQueued, EventStarted, EventFinished} {
+			e := Event{Time: now, Event: kind, Run: "r", Job: fmt.Sprint(i + 1), Seq: i + 1, Source: fmt.Sprintf("jobs.txt:%d", i+1),
+				Text: text, Occurrence: 1, Command: text, Host: "node1", GPUs: []int{i % 8}, Attempt: 1,
+				Stdout: fmt.Sprintf("logs/%d.out", i+1), Stderr: fmt.Sprintf("logs/%d.err", i+1)}
+			if kind != EventQueued {
+				e.Start = &now
+			}
+			if kind == EventFinished {
+				code := 0
+				e.End, e.Exit = &now, &code
+			}
+			if err := j.append(e); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	j.close()
+	b.ResetTimer()
+	for range b.N {
+		done, err := succeeded(filepath.Join(dir, JournalName))
+		if err != nil || len(done) != 100_000 {
+			b.Fatalf("%d jobs done, %v", len(done), err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/resume")
 }
