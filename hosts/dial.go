@@ -11,17 +11,24 @@ import (
 )
 
 // dialer opens SSH connections for the hosts of one run. It is shared by
-// their pools: it limits new connections to one at a time per address, so
-// that sshd's MaxStartups (10:30:100) never drops one, keeps one client per
-// jump host, and serialises known_hosts appends.
+// their pools: it limits the handshakes under way to one address (several
+// ssh_config aliases may name one server) to startupsPerAddr, so that sshd's
+// MaxStartups (10:30:100: it starts dropping new connections beyond 10
+// unauthenticated ones) never drops one; it keeps one client per jump host,
+// and serialises known_hosts appends.
 type dialer struct {
 	connectTimeout time.Duration
 	keepalive      time.Duration
 
 	mu       sync.Mutex
-	starting map[string]chan struct{} // per address: a token to hold while dialing
+	starting map[string]chan struct{} // per address: tokens to hold while dialing
 	bastions map[string]*bastion
 }
+
+// startupsPerAddr is how many handshakes with one address may be under way
+// at once: under OpenSSH's default MaxStartups of 10, with room for the
+// lab's other users.
+const startupsPerAddr = 6
 
 type bastion struct {
 	client *ssh.Client
@@ -33,13 +40,13 @@ func newDialer(connectTimeout, keepalive time.Duration) *dialer {
 		starting: map[string]chan struct{}{}, bastions: map[string]*bastion{}}
 }
 
-// token returns addr's dial token, a channel of capacity one.
+// token returns addr's dial tokens, a channel of capacity startupsPerAddr.
 func (d *dialer) token(addr string) chan struct{} {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	tok, ok := d.starting[addr]
 	if !ok {
-		tok = make(chan struct{}, 1)
+		tok = make(chan struct{}, startupsPerAddr)
 		d.starting[addr] = tok
 	}
 	return tok

@@ -21,9 +21,9 @@
 // unless accepting new keys; changed: always refused) and keeps a pool of
 // connections per host. A pool hands out sessions, learns a connection's
 // MaxSessions from the server's refusal and then opens another connection;
-// the dialer shared by all pools makes one new connection at a time per
-// address, so sshd's MaxStartups never drops one, and keeps one client per
-// jump host. Every connection has an owner goroutine that sends keepalives
+// the dialer shared by all pools allows at most startupsPerAddr (6)
+// handshakes at once per address, so sshd's MaxStartups (10) never drops
+// one, and keeps one client per jump host. Every connection has an owner goroutine that sends keepalives
 // and closes it when the server stops answering; Lab.Close closes them all.
 //
 // Health: a host is up while one of its connections lives. When the last one

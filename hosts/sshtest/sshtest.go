@@ -331,6 +331,26 @@ func WaitGone(t testing.TB, pids []int, within time.Duration) {
 	}
 }
 
+// Aliases writes an ssh_config with n aliases, alias1..aliasN, spread over
+// the lab's hosts in turn (many inventory hosts, few servers), and returns
+// its path and the aliases.
+func (l *Lab) Aliases(n int) (string, []string) {
+	l.t.Helper()
+	var b strings.Builder
+	var names []string
+	for i := 1; i <= n; i++ {
+		h := l.Hosts[(i-1)%len(l.Hosts)]
+		name := "alias" + strconv.Itoa(i)
+		names = append(names, name)
+		fmt.Fprintf(&b, "Host %s\n  HostName 127.0.0.1\n  Port %d\n\n", name, h.Port)
+	}
+	fmt.Fprintf(&b, "Host alias*\n  User %s\n  IdentityFile %s\n  UserKnownHostsFile %s\n  StrictHostKeyChecking yes\n  IdentitiesOnly yes\n",
+		currentUser(), l.ClientKey, l.KnownHosts)
+	path := filepath.Join(l.Dir, "aliases_config")
+	must(l.t, os.WriteFile(path, []byte(b.String()), 0o644))
+	return path, names
+}
+
 // SetGPUs replaces what the host's nvidia-smi reports: lines of
 // "index, uuid, name, memory.total, memory.used, utilization.gpu".
 func (h *Host) SetGPUs(csv string) {
