@@ -15,7 +15,7 @@ import (
 )
 
 // openLab opens the hosts of a real-sshd lab with short supervision times.
-func openLab(t *testing.T, l *sshtest.Lab) *Lab {
+func openLab(t testing.TB, l *sshtest.Lab) *Lab {
 	t.Helper()
 	t.Setenv("SSH_AUTH_SOCK", "")
 	inv, err := inventory.Load(l.Inventory(""))
