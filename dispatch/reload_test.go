@@ -20,7 +20,8 @@ func TestReload(t *testing.T) {
 	dir := t.TempDir()
 	w, done := startRun(t, Options{Inventory: inv, Executor: f, LogDir: dir, Updates: updates})
 	io.WriteString(w, "sleep 1s\nsleep 1ms\n")
-	waitFor(t, func() bool { return countKind(readJournal(t, dir), EventStarted) == 1 })
+	// Job 1 runs (the fake has seen it start) before the edit.
+	waitFor(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.starts) == 1 })
 
 	bigger := lab("a:0 b:0,1")
 	f.learn(bigger)
@@ -78,7 +79,8 @@ func TestReloadGPUs(t *testing.T) {
 	dir := t.TempDir()
 	w, done := startRun(t, Options{Inventory: inv, Executor: f, LogDir: dir, Updates: updates})
 	io.WriteString(w, "@a:0 sleep 200ms\n")
-	waitFor(t, func() bool { return countKind(readJournal(t, dir), EventStarted) == 1 })
+	// Job 1 runs (the fake has seen it start) before the edit.
+	waitFor(t, func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.starts) == 1 })
 	more := lab("a:1,2")
 	f.learn(more)
 	updates <- Update{Inventory: more}
