@@ -53,7 +53,10 @@ func TestLockGPULocal(t *testing.T) {
 // the jobs' wrappers to kill their jobs), then dies and frees it.
 func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 	t.Parallel()
-	l := Local{Supervision: fast, LockDir: t.TempDir()}
+	// A linger of 2 s: the check right after must not race it on a loaded
+	// machine (a lock attempt starts a login shell).
+	sup := Supervision{Heartbeat: fast.Heartbeat, Grace: 2 * time.Second}
+	l := Local{Supervision: sup, LockDir: t.TempDir()}
 	ctx := context.Background()
 	a, err := l.LockGPU(ctx, 3, "runA")
 	if err != nil {
@@ -71,7 +74,7 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 		t.Fatal("the holder never gave up")
 	}
 	// 3 missed heartbeats, then the linger of grace + 2 heartbeats.
-	if waited, least := time.Since(start), 3*fast.Heartbeat+fast.Grace; waited < least {
+	if waited, least := time.Since(start), 3*sup.Heartbeat+sup.Grace; waited < least {
 		t.Errorf("the lock went after %v, before the jobs' wrappers give up (%v)", waited, least)
 	}
 	b, err := l.LockGPU(ctx, 3, "runB")
