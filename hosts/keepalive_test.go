@@ -3,6 +3,7 @@ package hosts
 import (
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -63,5 +64,35 @@ func TestKeepAliveClosesHungConnection(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("a hung connection was not closed")
+	}
+}
+
+// Opening a session on a connection that dies meanwhile returns, even when
+// x/crypto's own wait would not (the channel is never answered): here the
+// server never answers, and the connection is declared dead.
+func TestNewSessionGivesUpOnDeadConnection(t *testing.T) {
+	t.Parallel()
+	client, err := ssh.Dial("tcp", hungServer(t), &ssh.ClientConfig{
+		User: "x", HostKeyCallback: ssh.InsecureIgnoreHostKey(), // an in-process test server
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c := &conn{client: client, done: make(chan struct{})}
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.newSession()
+		got <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the open is under way, unanswered
+	close(c.done)
+	select {
+	case err := <-got:
+		if !errors.Is(err, errDiedOpening) {
+			t.Errorf("err = %v, want errDiedOpening", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("newSession still waits on a connection that is gone")
 	}
 }

@@ -54,6 +54,38 @@ type conn struct {
 	done   chan struct{}
 }
 
+// errDiedOpening is newSession's error when the connection died while a
+// session was being opened.
+var errDiedOpening = errors.New("connection lost while opening a session")
+
+// newSession opens a session on c. x/crypto's NewSession can wait forever
+// when the connection dies just as the session's channel is opened: the
+// mux drops its channels when its reader stops, and a channel registered
+// just after that is never answered nor dropped. So it gives up once the
+// connection is known to be gone (and closes a session that still comes).
+func (c *conn) newSession() (*ssh.Session, error) {
+	type opened struct {
+		s   *ssh.Session
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		s, err := c.client.NewSession()
+		ch <- opened{s, err}
+	}()
+	select {
+	case o := <-ch:
+		return o.s, o.err
+	case <-c.done:
+		go func() {
+			if o := <-ch; o.s != nil {
+				o.s.Close()
+			}
+		}()
+		return nil, errDiedOpening
+	}
+}
+
 func (c *conn) alive() bool {
 	select {
 	case <-c.done:
@@ -205,7 +237,7 @@ func (p *pool) session(ctx context.Context) (*ssh.Session, func(), error) {
 		}
 		if c := p.reserve(); c != nil {
 			p.mu.Unlock()
-			s, err := c.client.NewSession()
+			s, err := c.newSession()
 			if err == nil {
 				return s, func() { p.unreserve(c) }, nil
 			}
