@@ -17,7 +17,11 @@ const DefaultRecheck = 10 * time.Second
 // locks this run does not hold yet, and (SkipBusy) whether other people's
 // work is on GPUs where no job of this run is.
 type claim struct {
-	a     assignment
+	a assignment
+	// host is the job's host's name: settle runs off the loop, which owns
+	// the slot table (a reload rewrites hostSlots.host). A gpu's id never
+	// changes, so settle may read it.
+	host  string
 	lock  []*gpu
 	check []*gpu
 	// unlocked are the Lost channels of locks of these GPUs that this run
@@ -40,8 +44,8 @@ type claimResult struct {
 
 // needs says what must be settled before a can start.
 func (r *run) needs(a assignment) claim {
-	c := claim{a: a}
 	h := a.p.host
+	c := claim{a: a, host: h.host.Name}
 	for _, g := range a.p.gpus {
 		if g.lock != nil {
 			// A loss the loop has not heard of yet still counts.
@@ -91,7 +95,7 @@ func (r *run) launch(ctx context.Context, a assignment) bool {
 // settle takes the locks and asks nvidia-smi, off the loop.
 func (r *run) settle(ctx context.Context, c claim) claimResult {
 	res := claimResult{claim: c, locks: map[*gpu]hosts.GPULock{}, busy: map[*gpu]string{}}
-	host := c.a.p.host.host.Name
+	host := c.host
 	for _, ch := range c.unlocked {
 		select {
 		case <-ch:

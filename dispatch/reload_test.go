@@ -100,3 +100,27 @@ func TestReloadGPUs(t *testing.T) {
 		}
 	}
 }
+
+// An edit of the inventory while a lost job is being reaped and another is
+// being claimed: the goroutines that do that do not read the slot table
+// the loop rewrites (go test -race fails here otherwise).
+func TestReloadWhileReapingAndClaiming(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0 b:0")
+	f := newFakeExec(inv)
+	f.reapGate = make(chan struct{})
+	updates := make(chan Update)
+	dir := t.TempDir()
+	w, done := startRun(t, Options{Inventory: inv, Executor: f, LogDir: dir, Updates: updates, Retries: 1})
+	io.WriteString(w, "@a lose 1\n")
+	waitFor(t, func() bool { return countKind(readJournal(t, dir), EventRetried) == 1 })
+	io.WriteString(w, "@b sleep 1ms\n")
+	same := lab("a:0 b:0")
+	updates <- Update{Inventory: same}
+	close(f.reapGate)
+	w.Close()
+	if s := <-done; s.Counts[EventFinished] != 2 {
+		t.Errorf("summary %+v", s.Counts)
+	}
+	f.check(t)
+}

@@ -408,7 +408,7 @@ func (r *run) finish(res result) {
 	if lost {
 		// Its processes may still hold the GPUs: the slots stay taken until
 		// the host confirms they are gone.
-		go r.reap(p, r.tag(j, q.attempts))
+		go r.reap(p, p.host.host.Name, r.tag(j, q.attempts))
 	} else {
 		r.release(p)
 	}
@@ -502,9 +502,11 @@ func (r *run) hostExpired(x expiry) {
 }
 
 // reap releases p's slots once the Executor confirms that nothing of the
-// lost attempt tagged tag is left on its host.
-func (r *run) reap(p placement, tag string) {
-	if r.opts.Executor.Reap(r.bg, p.host.host.Name, tag) != nil {
+// lost attempt tagged tag is left on host. It runs on a goroutine of its
+// own, so it is given the host's name: the loop owns p's state (a reload
+// rewrites it).
+func (r *run) reap(p placement, host, tag string) {
+	if r.opts.Executor.Reap(r.bg, host, tag) != nil {
 		return
 	}
 	select {
