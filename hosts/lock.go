@@ -20,10 +20,17 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// lockScript holds a GPU's lock on the target machine; see lock.sh.
+// lockScript holds a GPU's lock on the target machine; see lock.sh. It is
+// sent after lockKeyScript, which defines the lock file's name.
 //
 //go:embed lock.sh
 var lockScript string
+
+// lockKeyScript defines lock_key, the lock file name of a GPU; see
+// lockkey.sh.
+//
+//go:embed lockkey.sh
+var lockKeyScript string
 
 // lockBootstrap reads lock.sh from stdin, like bootstrap does the wrapper.
 const lockBootstrap = `exec bash -c 'IFS= read -r -d "" w && eval "$w"' gpudispatch-lock`
@@ -151,7 +158,7 @@ func lockGPU(ctx context.Context, spawn func(string) (*proc, error), where strin
 	// Long enough for the jobs' wrappers, which stopped hearing the
 	// coordinator at about the same time, to kill their jobs.
 	linger := s.Grace + 2*s.Heartbeat
-	header := lockScript + "\x00" + strings.Join([]string{
+	header := lockKeyScript + lockScript + "\x00" + strings.Join([]string{
 		dir, strconv.Itoa(gpu), run, lockOwner(run),
 		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(linger.Seconds(), 'f', 3, 64),

@@ -21,9 +21,9 @@ IFS= read -r -d '' owner || exit 125
 IFS= read -r -d '' hb || exit 125
 IFS= read -r -d '' linger || exit 125
 command -v flock >/dev/null || exit 127
-uuid=$("${SHELL:-/bin/bash}" -lc 'nvidia-smi --query-gpu=index,uuid --format=csv,noheader' 2>/dev/null </dev/null |
-  awk -F', *' -v i="$gpu" '$1 == i { print $2; exit }')
-key=$(printf '%s' "${uuid:-index-$gpu}" | tr -c 'A-Za-z0-9._-' _)
+# lock_key comes from lockkey.sh, sent ahead of this script.
+uuids=$("${SHELL:-/bin/bash}" -lc 'nvidia-smi --query-gpu=index,uuid --format=csv,noheader' 2>/dev/null </dev/null)
+key=$(lock_key "$gpu" "$uuids")
 umask 0
 # The directory is shared by every user of the host: world-writable, sticky.
 if [ ! -d "$dir" ] && mkdir -p -- "$dir" 2>/dev/null; then

@@ -4,24 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"al.essio.dev/pkg/shellescape"
 )
-
-// lockKey is the lock file name lock.sh uses for g.
-func lockKey(g GPU) string {
-	key := g.UUID
-	if key == "" {
-		key = fmt.Sprintf("index-%d", g.Index)
-	}
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-' {
-			return r
-		}
-		return '_'
-	}, key)
-}
 
 // ProbeLocks fills in which gpudispatch run holds each GPU's lock in dir on
 // r's machine. It only tries a shared lock, and lets go of it at once, so it
@@ -30,17 +17,20 @@ func ProbeLocks(ctx context.Context, r Runner, dir string, gpus []GPU) error {
 	if len(gpus) == 0 {
 		return nil
 	}
-	var keys []string
+	var ids []string
 	for _, g := range gpus {
-		keys = append(keys, lockKey(g))
+		ids = append(ids, strconv.Itoa(g.Index))
 	}
-	script := `command -v flock >/dev/null || exit 0
+	// Prints "INDEX OWNER" for each locked GPU; lock_key names its file
+	// exactly as lock.sh does.
+	script := lockKeyScript + `command -v flock >/dev/null || exit 0
 d=` + shellescape.Quote(dir) + `
-for k in ` + strings.Join(keys, " ") + `; do
-  f=$d/$k
+uuids=$(nvidia-smi --query-gpu=index,uuid --format=csv,noheader 2>/dev/null)
+for i in ` + strings.Join(ids, " ") + `; do
+  f=$d/$(lock_key "$i" "$uuids")
   [ -e "$f" ] || continue
   exec 9<"$f" || continue
-  flock -n -s 9 || printf '%s %s\n' "$k" "$(head -n 1 "$f")"
+  flock -n -s 9 || printf '%s %s\n' "$i" "$(head -n 1 "$f")"
   exec 9<&-
 done`
 	var out, errOut bytes.Buffer
@@ -52,9 +42,9 @@ done`
 		return err
 	}
 	for _, line := range strings.Split(out.String(), "\n") {
-		key, owner, ok := strings.Cut(line, " ")
+		index, owner, ok := strings.Cut(line, " ")
 		for i := range gpus {
-			if ok && lockKey(gpus[i]) == key {
+			if ok && strconv.Itoa(gpus[i].Index) == index {
 				gpus[i].LockedBy = owner
 			}
 		}
