@@ -16,6 +16,9 @@ type Local struct {
 	Supervision Supervision
 	// LockDir is where GPU locks live ("": DefaultLockDir).
 	LockDir string
+	// Name is the inventory's name for this machine, for messages ("":
+	// "local").
+	Name string
 }
 
 // Run implements Runner.
@@ -49,7 +52,7 @@ func (l Local) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (in
 
 // LockGPU implements Runner.
 func (l Local) LockGPU(ctx context.Context, gpu int, run string) (GPULock, error) {
-	return lockGPU(ctx, spawnLocal, "local", gpu, run, first(l.LockDir, DefaultLockDir), l.Supervision)
+	return lockGPU(ctx, spawnLocal, first(l.Name, "local"), gpu, run, first(l.LockDir, DefaultLockDir), l.Supervision)
 }
 
 // WaitUp implements Runner: this machine is always up.

@@ -15,7 +15,7 @@ import (
 func TestLockGPULocal(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "locks")
-	l := Local{Supervision: fast, LockDir: dir}
+	l := Local{Supervision: fast, LockDir: dir, Name: "workstation"}
 	ctx := context.Background()
 	a, err := l.LockGPU(ctx, 0, "runA")
 	if err != nil {
@@ -28,8 +28,8 @@ func TestLockGPULocal(t *testing.T) {
 		t.Errorf("lock dir: %v %v, want world-writable and sticky", st.Mode(), err)
 	}
 	_, err = l.LockGPU(ctx, 0, "runB")
-	if !errors.Is(err, ErrGPULocked) || !strings.Contains(err.Error(), "run runA of ") {
-		t.Fatalf("second lock: %v, want ErrGPULocked naming runA", err)
+	if !errors.Is(err, ErrGPULocked) || !strings.HasPrefix(err.Error(), "workstation: GPU 0 (index-0) is locked by another gpudispatch run: run runA of ") {
+		t.Fatalf("second lock: %v, want ErrGPULocked naming the host and runA", err)
 	}
 	other, err := l.LockGPU(ctx, 1, "runB")
 	if err != nil {

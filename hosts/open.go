@@ -193,7 +193,7 @@ func (l *Lab) resolved(h inventory.Host) inventory.Host {
 func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inventory.Host, d *dialer, o Options) (HostState, Runner, *pool) {
 	st := HostState{Host: h, Addr: "local"}
 	sup := Supervision{Heartbeat: o.Keepalive, Grace: o.Grace}
-	var r Runner = Local{Supervision: sup, LockDir: o.LockDir}
+	var r Runner = Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name}
 	var p *pool
 	if !h.Local {
 		t, err := resolve(inv, cfg, h, o.AcceptNewHostKeys)
