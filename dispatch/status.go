@@ -48,8 +48,6 @@ func (s JobStatus) Succeeded() bool { return s.State == EventFinished }
 // and occurrence are.
 type Status struct {
 	Jobs []JobStatus
-	// Runs counts the runs that wrote to the journal.
-	Runs int
 }
 
 // ReadStatus reads the journal in logDir. It only reads, so it can be used
@@ -59,13 +57,11 @@ func ReadStatus(logDir string, now time.Time) (*Status, error) {
 	path := filepath.Join(logDir, JournalName)
 	st := &Status{}
 	index := map[jobKey]int{}
-	runs := map[string]bool{}
 	err := scanJournal(path, func(line []byte) error {
 		var e Event
 		if err := json.Unmarshal(line, &e); err != nil {
 			return err
 		}
-		runs[e.Run] = true
 		if e.Job == "" {
 			return nil // a host event
 		}
@@ -85,7 +81,6 @@ func ReadStatus(logDir string, now time.Time) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
-	st.Runs = len(runs)
 	for i := range st.Jobs {
 		j := &st.Jobs[i]
 		switch {
