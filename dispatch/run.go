@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -163,6 +164,8 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	if opts.Recheck <= 0 {
 		opts.Recheck = DefaultRecheck
 	}
+	// A reload adds to it: the caller's map stays as it was.
+	opts.LeftOut = maps.Clone(opts.LeftOut)
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
 	r := &run{
@@ -524,7 +527,7 @@ func (r *run) reload(u Update) {
 		return
 	}
 	changes := r.sched.table.update(u.Inventory)
-	if r.opts.LeftOut == nil {
+	if r.opts.LeftOut == nil && len(u.LeftOut) > 0 {
 		r.opts.LeftOut = map[string]error{}
 	}
 	for name, why := range u.LeftOut {
