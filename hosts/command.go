@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"bytes"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -13,14 +14,33 @@ import (
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
-// wrapperScript is run by bash on the target machine; see wrapper.sh.
+// shellScript is run by bash on the target machine; see shell.sh.
 //
-//go:embed wrapper.sh
-var wrapperScript string
+//go:embed shell.sh
+var shellScript string
+
+// shellCode is what is sent of shellScript.
+var shellCode = compact(shellScript)
+
+// compact drops a script's comment lines and blank lines. Bash reads a
+// script from a pipe a byte at a time, so each byte sent costs the machine a
+// system call, for every shell and lock started. (A line inside a quoted
+// string that looks like a comment would go too: our scripts have none.)
+func compact(script string) string {
+	var b strings.Builder
+	for line := range strings.Lines(script) {
+		if t := strings.TrimSpace(line); t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
 
 // bootstrap is the whole command line handed to the target machine: it reads
-// the wrapper itself from stdin, so nothing job-specific is ever quoted. The
-// tag, checked by header, stays in the wrapper's argv, where Reap looks for it.
+// the job shell itself from stdin, so nothing job-specific is ever quoted.
+// The tag, checked by the caller, stays in the shell's argv, where Reap
+// looks for it.
 func bootstrap(tag string) string {
 	const line = `exec bash -c 'IFS= read -r -d "" w && eval "$w"' gpudispatch-job`
 	if tag == "" {
@@ -71,35 +91,33 @@ const (
 // which no shell can receive.
 var ErrNUL = errors.New("contains a NUL byte")
 
-// header encodes c for the wrapper's stdin: the wrapper itself, then the
-// fields wrapper.sh reads, each terminated by NUL.
-func (c Command) header(s Supervision) ([]byte, error) {
-	fields := []string{
-		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64),
-		strconv.Itoa(int(math.Ceil(float64(s.Grace) / float64(50*time.Millisecond)))),
-		c.Workdir,
-		c.Setup,
-		c.Script,
-		strconv.Itoa(len(c.Env)),
-	}
-	fields = append(fields, c.Env...)
+// shellHeader starts a job shell: shell.sh itself, then the fields it
+// reads once, each terminated by NUL.
+func shellHeader(s Supervision) []byte {
+	return []byte(shellCode + "\x00" +
+		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64) + "\x00" +
+		strconv.Itoa(int(math.Ceil(float64(s.Grace)/float64(50*time.Millisecond)))) + "\x00")
+}
+
+// fields encodes c for a job shell's stdin, after the job's end mark: the
+// fields shell.sh reads for each job, each terminated by NUL.
+func (c Command) fields(mark string) ([]byte, error) {
 	if c.Tag != "" && !tagRE.MatchString(c.Tag) {
 		return nil, fmt.Errorf("tag %q: want letters, digits, '.', '_' and '-'", c.Tag)
-	}
-	var b strings.Builder
-	b.WriteString(wrapperScript)
-	b.WriteByte(0)
-	for i, f := range fields {
-		if strings.IndexByte(f, 0) >= 0 {
-			return nil, fmt.Errorf("wrapper field %d: %w", i, ErrNUL)
-		}
-		b.WriteString(f)
-		b.WriteByte(0)
 	}
 	for _, kv := range c.Env {
 		if name, _, ok := strings.Cut(kv, "="); !ok || !inventory.ValidEnvName(name) {
 			return nil, fmt.Errorf("environment entry %q: want NAME=value with a shell variable name", kv)
 		}
 	}
-	return []byte(b.String()), nil
+	fields := append([]string{mark, c.Workdir, c.Setup, c.Script, strconv.Itoa(len(c.Env))}, c.Env...)
+	var b bytes.Buffer
+	for i, f := range fields {
+		if strings.IndexByte(f, 0) >= 0 {
+			return nil, fmt.Errorf("job shell field %d: %w", i, ErrNUL)
+		}
+		b.WriteString(f)
+		b.WriteByte(0)
+	}
+	return b.Bytes(), nil
 }

@@ -72,7 +72,7 @@ func fakeNvidiaSMI(t *testing.T, csv string, apps ...string) []string {
 
 // envRunner runs through Local with extra environment.
 type envRunner struct {
-	Local
+	*Local
 	env []string
 }
 
@@ -84,7 +84,7 @@ func (r envRunner) Run(ctx context.Context, c Command, stdout, stderr io.Writer)
 func TestProbeGPUsThroughLoginShell(t *testing.T) {
 	t.Parallel()
 	env := fakeNvidiaSMI(t, "0, GPU-a, Fake GPU, 100, 1, 2\n1, GPU-b, Fake GPU, 100, 3, 4\n")
-	gpus, err := ProbeGPUs(context.Background(), envRunner{Local{Supervision: fast}, env})
+	gpus, err := ProbeGPUs(context.Background(), envRunner{local(t, fast), env})
 	if err != nil || len(gpus) != 2 || gpus[1].UUID != "GPU-b" || gpus[1].Utilization != 4 {
 		t.Fatalf("got %+v, %v", gpus, err)
 	}
@@ -96,7 +96,7 @@ func TestProbeGPUsBusy(t *testing.T) {
 	t.Parallel()
 	env := fakeNvidiaSMI(t, "0, GPU-a, Fake GPU, 100, 1, 2\n1, GPU-b, Fake GPU, 100, 30, 4\n2, GPU-c, Fake GPU, 100, 700, 0\n",
 		"GPU-b, 123, 30\n", "GPU-b, 124, [N/A]\n")
-	gpus, err := ProbeGPUs(context.Background(), envRunner{Local{Supervision: fast}, env})
+	gpus, err := ProbeGPUs(context.Background(), envRunner{local(t, fast), env})
 	if err != nil || len(gpus) != 3 {
 		t.Fatalf("got %+v, %v", gpus, err)
 	}
@@ -113,7 +113,7 @@ func TestProbeGPUsWithoutNvidiaSMI(t *testing.T) {
 		t.Skip("nvidia-smi is installed here")
 	}
 	home := t.TempDir()
-	_, err := ProbeGPUs(context.Background(), envRunner{Local{Supervision: fast}, []string{"HOME=" + home, "PATH=/nonexistent"}})
+	_, err := ProbeGPUs(context.Background(), envRunner{local(t, fast), []string{"HOME=" + home, "PATH=/nonexistent"}})
 	if !errors.Is(err, ErrNoNvidiaSMI) {
 		t.Fatalf("err = %v, want ErrNoNvidiaSMI", err)
 	}

@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -17,6 +18,13 @@ import (
 )
 
 var fast = Supervision{Heartbeat: 100 * time.Millisecond, Grace: 300 * time.Millisecond}
+
+// local is a Local whose job shells end with the test.
+func local(t *testing.T, sup Supervision) *Local {
+	l := &Local{Supervision: sup}
+	t.Cleanup(l.Close)
+	return l
+}
 
 // bashOutput is what bash itself prints for script: the reference for
 // "byte for byte".
@@ -59,7 +67,7 @@ func TestLocalRun(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			var out, errOut bytes.Buffer
-			code, err := Local{Supervision: fast}.Run(context.Background(), tt.cmd, &out, &errOut)
+			code, err := local(t, fast).Run(context.Background(), tt.cmd, &out, &errOut)
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
@@ -78,7 +86,7 @@ func TestLocalRun(t *testing.T) {
 
 func TestLocalRejectsNUL(t *testing.T) {
 	t.Parallel()
-	_, err := Local{Supervision: fast}.Run(context.Background(), Command{Script: "echo a\x00b"}, &bytes.Buffer{}, &bytes.Buffer{})
+	_, err := local(t, fast).Run(context.Background(), Command{Script: "echo a\x00b"}, &bytes.Buffer{}, &bytes.Buffer{})
 	if !errors.Is(err, ErrNUL) {
 		t.Fatalf("err = %v, want ErrNUL", err)
 	}
@@ -119,7 +127,7 @@ func TestLocalCancelKillsGroup(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			_, err := Local{Supervision: fast}.Run(ctx, Command{Script: script, Env: []string{"PIDS=" + pidFile}}, &bytes.Buffer{}, &bytes.Buffer{})
+			_, err := local(t, fast).Run(ctx, Command{Script: script, Env: []string{"PIDS=" + pidFile}}, &bytes.Buffer{}, &bytes.Buffer{})
 			done <- err
 		}()
 		pids := pidsFrom(t, pidFile, 2)
@@ -134,14 +142,15 @@ func TestLocalCancelKillsGroup(t *testing.T) {
 }
 
 // A job whose coordinator vanished without closing the pipe (stdin silent) is
-// killed after three missed heartbeats.
-func TestWrapperKillsOnSilence(t *testing.T) {
+// killed after three missed heartbeats, and its shell says so on stdout.
+func TestShellKillsOnSilence(t *testing.T) {
 	t.Parallel()
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	// A 3 s silence window: a loaded machine may take a while to start the
-	// login shell, and the wrapper rightly kills a job it hears nothing for.
+	// login shell, and the shell rightly kills a job it hears nothing for.
 	slow := Supervision{Heartbeat: time.Second, Grace: 300 * time.Millisecond}
-	header, err := Command{Script: "echo $$ > $PIDS; sleep 300", Env: []string{"PIDS=" + pidFile}}.header(slow)
+	mark := newMark()
+	fields, err := Command{Script: "echo $$ > $PIDS; sleep 300", Env: []string{"PIDS=" + pidFile}}.fields(mark)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,18 +160,30 @@ func TestWrapperKillsOnSilence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer stdin.Close()
-	if _, err := stdin.Write(header); err != nil {
+	defer func() {
+		stdin.Close()
+		cmd.Wait()
+	}()
+	if _, err := stdin.Write(append(shellHeader(slow), fields...)); err != nil {
 		t.Fatal(err)
 	}
 	pids := pidsFrom(t, pidFile, 1)
 	start := time.Now()
-	_ = cmd.Wait() // returns once the silence was noticed and the group killed
+	// The end of the job comes once the silence was noticed and the group
+	// killed: TERM, so 143.
+	end, err := bufio.NewReader(stdout).ReadString('\n')
+	if want := "\x00" + mark + " 143\n"; end != want || err != nil {
+		t.Errorf("shell wrote %q, %v; want %q", end, err, want)
+	}
 	if d := time.Since(start); d > 8*time.Second {
-		t.Errorf("wrapper took %v to notice silence", d)
+		t.Errorf("shell took %v to notice silence", d)
 	}
 	sshtest.WaitGone(t, pids, 0)
 }
@@ -188,7 +209,7 @@ func TestLocalStreamsWhileRunning(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = Local{Supervision: fast}.Run(context.Background(), Command{Script: "echo first; sleep 2; echo second"}, out, &bytes.Buffer{})
+		_, _ = local(t, fast).Run(context.Background(), Command{Script: "echo first; sleep 2; echo second"}, out, &bytes.Buffer{})
 	}()
 	select {
 	case <-out.got:

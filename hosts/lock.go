@@ -1,7 +1,6 @@
 package hosts
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	_ "embed"
@@ -32,6 +31,9 @@ var lockScript string
 //go:embed lockkey.sh
 var lockKeyScript string
 
+// lockCode is what is sent to hold a lock: lock.sh after lockkey.sh.
+var lockCode = compact(lockKeyScript + lockScript)
+
 // lockBootstrap reads lock.sh from stdin, like bootstrap does the wrapper.
 const lockBootstrap = `exec bash -c 'IFS= read -r -d "" w && eval "$w"' gpudispatch-lock`
 
@@ -60,48 +62,50 @@ type GPULock interface {
 
 // proc is a bash started on a machine, reading its script from stdin.
 type proc struct {
-	stdin  io.WriteCloser
-	stdout io.Reader
-	stderr *bytes.Buffer // read only once wait has returned
-	// wait returns once the process has exited; kill ends it at once.
+	stdin io.WriteCloser
+	// wait returns once the process has exited and its output was written;
+	// kill ends it at once.
 	wait func() error
 	kill func()
 }
 
-// spawnLocal starts bash here with line as its command.
-func spawnLocal(line string) (*proc, error) {
+// spawnLocal is the spawner of this machine. The process gets a group of
+// its own, which keeps a terminal's Ctrl-C away from jobs: the coordinator
+// decides whether to drain or kill.
+func spawnLocal(_ context.Context, line string, stdout, stderr io.Writer) (*proc, error) {
 	cmd := exec.Command("bash", "-c", line)
-	var errb bytes.Buffer
-	cmd.Stderr = &errb
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// If a job hands its output to a process that escaped its group, do not
+	// wait for that process forever once bash has exited.
+	cmd.WaitDelay = time.Second
 	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, fmt.Errorf("local: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, fmt.Errorf("local: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("local: start bash: %w", err)
 	}
-	return &proc{stdin: stdin, stdout: stdout, stderr: &errb, wait: cmd.Wait,
-		kill: func() { cmd.Process.Kill() }}, nil
+	wait := func() error {
+		if err := cmd.Wait(); !errors.Is(err, exec.ErrWaitDelay) {
+			return err
+		}
+		return nil
+	}
+	return &proc{stdin: stdin, wait: wait, kill: func() { cmd.Process.Kill() }}, nil
 }
 
-// spawn starts bash on r's host over the pool with line as its command.
-func (r *Remote) spawn(ctx context.Context, line string) (*proc, error) {
+// spawn is r's spawner: it starts bash on r's host over the pool.
+func (r *Remote) spawn(ctx context.Context, line string, stdout, stderr io.Writer) (*proc, error) {
 	s, release, err := r.pool.session(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", r.name, err)
 	}
-	p := &proc{stderr: &bytes.Buffer{}}
-	s.Stderr = p.stderr
-	if p.stdin, err = s.StdinPipe(); err == nil {
-		p.stdout, err = s.StdoutPipe()
-	}
+	s.Stdout, s.Stderr = stdout, stderr
+	stdin, err := s.StdinPipe()
 	if err == nil {
 		if err = s.Start(line); err != nil {
+			// The server did not run the command: nothing of it started.
 			err = fmt.Errorf("start: %w: %v", ErrHostDown, err)
 		}
 	}
@@ -110,13 +114,12 @@ func (r *Remote) spawn(ctx context.Context, line string) (*proc, error) {
 		release()
 		return nil, fmt.Errorf("%s: %w", r.name, err)
 	}
-	p.wait = func() error {
+	wait := func() error {
 		defer release()
 		defer s.Close()
 		return s.Wait()
 	}
-	p.kill = func() { s.Close() }
-	return p, nil
+	return &proc{stdin: stdin, wait: wait, kill: func() { s.Close() }}, nil
 }
 
 // exitStatus is the exit status in a local or remote wait's error.
@@ -147,60 +150,62 @@ func lockOwner(run string) string {
 
 // lockGPU starts lock.sh through spawn and waits for its answer. The lock
 // is then held by that process, kept alive by a heartbeat, until Release.
-func lockGPU(ctx context.Context, spawn func(string) (*proc, error), where string, gpu int, run, dir string, s Supervision) (GPULock, error) {
+func lockGPU(ctx context.Context, spawn spawner, where string, gpu int, run, dir string, s Supervision) (GPULock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: locking GPU %d: %w", where, gpu, context.Cause(ctx))
 	}
-	p, err := spawn(lockBootstrap)
+	out := &firstLine{got: make(chan struct{})}
+	var errb bytes.Buffer // read only once the holder has exited
+	p, err := spawn(ctx, lockBootstrap, out, &errb)
 	if err != nil {
 		return nil, err
 	}
-	// Long enough for the jobs' wrappers, which stopped hearing the
+	// Long enough for the jobs' shells, which stopped hearing the
 	// coordinator at about the same time, to kill their jobs.
 	linger := s.Grace + 2*s.Heartbeat
-	header := lockKeyScript + lockScript + "\x00" + strings.Join([]string{
+	header := lockCode + "\x00" + strings.Join([]string{
 		dir, strconv.Itoa(gpu), run, lockOwner(run),
 		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(linger.Seconds(), 'f', 3, 64),
 	}, "\x00") + "\x00"
-	answer := make(chan string, 1)
-	go func() {
-		if _, err := io.WriteString(p.stdin, header); err != nil {
-			answer <- ""
-			return
-		}
-		line, _ := bufio.NewReader(p.stdout).ReadString('\n')
-		answer <- strings.TrimSuffix(line, "\n")
-	}()
-	var line string
+	exited := make(chan error, 1)
+	go func() { exited <- p.wait() }()
+	go io.WriteString(p.stdin, header) // an error ends the holder; wait says why
+	var werr error
+	done := false
 	select {
-	case line = <-answer:
+	case <-out.got:
+	case werr = <-exited:
+		done = true
 	case <-ctx.Done():
 		p.kill()
-		p.wait()
+		<-exited
 		return nil, fmt.Errorf("%s: locking GPU %d: %w", where, gpu, context.Cause(ctx))
 	}
+	line := out.text()
 	verb, rest, _ := strings.Cut(line, " ")
 	if verb == "locked" {
 		l := &heldLock{key: rest, p: p, lost: make(chan struct{}), stop: make(chan struct{})}
 		go l.beat(s.Heartbeat)
-		go func() { p.wait(); close(l.lost) }()
+		go func() { <-exited; close(l.lost) }()
 		return l, nil
 	}
 	p.stdin.Close()
-	werr := p.wait()
-	code, exited := exitStatus(werr)
+	if !done {
+		werr = <-exited
+	}
+	code, ok := exitStatus(werr)
 	switch {
 	case verb == "busy":
 		key, owner, _ := strings.Cut(rest, " ")
 		return nil, fmt.Errorf("%s: GPU %d (%s) is %w: %s", where, gpu, key, ErrGPULocked, owner)
-	case exited && code == 127:
+	case ok && code == 127:
 		return nil, fmt.Errorf("%s: %w", where, ErrNoFlock)
-	case !exited:
+	case !ok:
 		// The connection went away before the lock was taken.
 		return nil, fmt.Errorf("%s: locking GPU %d: %w: %v", where, gpu, ErrHostDown, werr)
 	}
-	return nil, fmt.Errorf("%s: locking GPU %d in %s: exit status %d: %s", where, gpu, dir, code, strings.TrimSpace(p.stderr.String()))
+	return nil, fmt.Errorf("%s: locking GPU %d in %s: exit status %d: %s", where, gpu, dir, code, strings.TrimSpace(errb.String()))
 }
 
 // heldLock is a GPULock held by a lock.sh process.
@@ -247,4 +252,36 @@ func (l *heldLock) beat(interval time.Duration) {
 			}
 		}
 	}
+}
+
+// firstLine keeps the first line written to it, without its newline, and
+// drops the rest.
+type firstLine struct {
+	mu   sync.Mutex
+	line []byte
+	got  chan struct{} // closed once the line is complete
+	full bool
+}
+
+// Write implements io.Writer.
+func (w *firstLine) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.full {
+		return len(p), nil
+	}
+	if i := bytes.IndexByte(p, '\n'); i >= 0 {
+		w.line, w.full = append(w.line, p[:i]...), true
+		close(w.got)
+	} else {
+		w.line = append(w.line, p...)
+	}
+	return len(p), nil
+}
+
+// text is what came of the first line so far.
+func (w *firstLine) text() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.line)
 }

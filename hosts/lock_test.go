@@ -15,7 +15,7 @@ import (
 func TestLockGPULocal(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "locks")
-	l := Local{Supervision: fast, LockDir: dir, Name: "workstation"}
+	l := &Local{Supervision: fast, LockDir: dir, Name: "workstation"}
 	ctx := context.Background()
 	a, err := l.LockGPU(ctx, 0, "runA")
 	if err != nil {
@@ -56,7 +56,7 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 	// A linger of 2 s: the check right after must not race it on a loaded
 	// machine (a lock attempt starts a login shell).
 	sup := Supervision{Heartbeat: fast.Heartbeat, Grace: 2 * time.Second}
-	l := Local{Supervision: sup, LockDir: t.TempDir()}
+	l := &Local{Supervision: sup, LockDir: t.TempDir()}
 	ctx := context.Background()
 	a, err := l.LockGPU(ctx, 3, "runA")
 	if err != nil {
@@ -86,7 +86,7 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 
 func TestLockCancelled(t *testing.T) {
 	t.Parallel()
-	l := Local{Supervision: fast, LockDir: t.TempDir()}
+	l := &Local{Supervision: fast, LockDir: t.TempDir()}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := l.LockGPU(ctx, 0, "runA"); !errors.Is(err, context.Canceled) {
@@ -100,7 +100,7 @@ func TestLockCancelled(t *testing.T) {
 func TestLockTakenOverBySameRun(t *testing.T) {
 	t.Parallel()
 	slow := Supervision{Heartbeat: fast.Heartbeat, Grace: 20 * time.Second} // a long linger
-	l := Local{Supervision: slow, LockDir: t.TempDir()}
+	l := &Local{Supervision: slow, LockDir: t.TempDir()}
 	ctx := context.Background()
 	a, err := l.LockGPU(ctx, 0, "runA")
 	if err != nil {

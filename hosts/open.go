@@ -193,7 +193,7 @@ func (l *Lab) resolved(h inventory.Host) inventory.Host {
 func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inventory.Host, d *dialer, o Options) (HostState, Runner, *pool) {
 	st := HostState{Host: h, Addr: "local"}
 	sup := Supervision{Heartbeat: o.Keepalive, Grace: o.Grace}
-	var r Runner = Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name}
+	var r Runner = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name}
 	var p *pool
 	if !h.Local {
 		t, err := resolve(inv, cfg, h, o.AcceptNewHostKeys)
@@ -212,7 +212,7 @@ func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inven
 		}
 		// The pool keeps the agent connection: later connections sign with it.
 		p = newPool(t, sshCfg, d, closeAgent)
-		r = &Remote{name: h.Name, pool: p, supervision: sup, lockDir: o.LockDir}
+		r = newRemote(h.Name, p, sup, o.LockDir)
 		if st.ServerVersion, err = p.connect(ctx); err != nil {
 			st.Err = fmt.Errorf("connect %s: %w", t.Addr(), err)
 			// A host whose GPUs are still to be found cannot be given slots.
@@ -271,10 +271,15 @@ func Absent(states []HostState) (down, leftOut map[string]error) {
 	return down, leftOut
 }
 
-// Close closes every connection.
+// Close ends the job shells and closes every connection.
 func (l *Lab) Close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, r := range l.runners {
+		if c, ok := r.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
 	for _, p := range l.pools {
 		p.close()
 	}

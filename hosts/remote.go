@@ -11,59 +11,40 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// Remote runs jobs on a host over its pooled SSH connections, through the
-// same wrapper as Local.
+// Remote runs jobs on a host in job shells on its pooled SSH connections.
 type Remote struct {
 	name        string
 	pool        *pool
 	supervision Supervision
 	lockDir     string
+	shells      *shells
+}
+
+func newRemote(name string, p *pool, sup Supervision, lockDir string) *Remote {
+	r := &Remote{name: name, pool: p, supervision: sup, lockDir: lockDir}
+	r.shells = &shells{spawn: r.spawn, sup: sup}
+	return r
 }
 
 // Run implements Runner. A connection that dies while the job runs makes
-// the error wrap ErrConnectionLost: the wrapper on the host kills the job
-// when its heartbeats stop.
+// the error wrap ErrConnectionLost: the job's shell on the host kills the
+// job when its heartbeats stop.
 func (r *Remote) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (int, error) {
-	header, err := c.header(r.supervision)
-	if err != nil {
-		return -1, err
+	code, err := r.shells.run(ctx, c, stdout, stderr)
+	var lost errShellLost
+	if errors.As(err, &lost) {
+		return -1, fmt.Errorf("%s: %w: %v", r.name, ErrConnectionLost, lost.err)
 	}
-	s, release, err := r.pool.session(ctx)
-	if err != nil {
-		return -1, fmt.Errorf("%s: %w", r.name, err)
-	}
-	defer release()
-	defer s.Close()
-	stdin, err := s.StdinPipe()
-	if err != nil {
-		return -1, fmt.Errorf("%s: %w", r.name, err)
-	}
-	s.Stdout, s.Stderr = stdout, stderr
-	if err := s.Start(bootstrap(c.Tag)); err != nil {
-		// The server did not run the command: nothing of the job started.
-		return -1, fmt.Errorf("%s: start: %w: %v", r.name, ErrHostDown, err)
-	}
-	err = supervise(ctx, stdin, header, r.supervision, s.Wait)
-	var exit *ssh.ExitError
-	switch {
-	case err == nil:
-		return 0, nil
-	case errors.As(err, &exit):
-		if ctx.Err() != nil {
-			return exit.ExitStatus(), fmt.Errorf("job stopped: %w", context.Cause(ctx))
-		}
-		return exit.ExitStatus(), nil
-	case ctx.Err() != nil:
-		return -1, err
-	}
-	// No exit status: the connection went away (ExitMissingError, EOF).
-	return -1, fmt.Errorf("%s: %w: %v", r.name, ErrConnectionLost, err)
+	return code, err
 }
+
+// Close ends the idle job shells, and those of jobs still running once they
+// end. The connections stay.
+func (r *Remote) Close() { r.shells.close() }
 
 // LockGPU implements Runner.
 func (r *Remote) LockGPU(ctx context.Context, gpu int, run string) (GPULock, error) {
-	spawn := func(line string) (*proc, error) { return r.spawn(ctx, line) }
-	return lockGPU(ctx, spawn, r.name, gpu, run, r.lockDir, r.supervision)
+	return lockGPU(ctx, r.spawn, r.name, gpu, run, r.lockDir, r.supervision)
 }
 
 // WaitUp implements Runner.
@@ -71,11 +52,12 @@ func (r *Remote) WaitUp(ctx context.Context) error {
 	return r.pool.waitUp(ctx)
 }
 
-// Reap implements Runner: once the host answers, it looks for the job's
-// wrapper (which lives until the job's group is gone) every heartbeat
-// interval. The wrapper stops the job itself within three missed
+// Reap implements Runner: once the host answers, it looks for the shell
+// that ran the job (which lives until the job's group is gone) every
+// heartbeat interval. The shell stops the job itself within three missed
 // heartbeats and the grace period.
 func (r *Remote) Reap(ctx context.Context, tag string) error {
+	job, tag := tag, r.shells.shellOf(tag)
 	if !tagRE.MatchString(tag) {
 		return fmt.Errorf("reap: bad tag %q", tag)
 	}
@@ -85,6 +67,7 @@ func (r *Remote) Reap(ctx context.Context, tag string) error {
 		}
 		left, err := r.tagged(ctx, tag)
 		if err == nil && !left {
+			r.shells.forget(job)
 			return nil
 		}
 		select {
@@ -95,7 +78,7 @@ func (r *Remote) Reap(ctx context.Context, tag string) error {
 	}
 }
 
-// tagged reports whether a wrapper started with tag still runs on the host.
+// tagged reports whether a shell started with tag still runs on the host.
 func (r *Remote) tagged(ctx context.Context, tag string) (bool, error) {
 	s, release, err := r.pool.session(ctx)
 	if err != nil {

@@ -81,12 +81,16 @@ func TestRemoteHostDownAndBack(t *testing.T) {
 	}
 }
 
-// Reap finds a job by its tag on the host and returns only once it is gone;
-// a tag that is a prefix of a running one is not mistaken for it.
+// Reap finds a job by its tag on the host and returns only once it is gone,
+// also when it runs in a shell started for an earlier job; a tag that is a
+// prefix of a running one is not mistaken for it.
 func TestRemoteReapWaitsForTaggedJob(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
 	lab := openLab(t, l)
 	r := lab.Runner("node1")
+	if _, err := r.Run(context.Background(), Command{Script: "true", Tag: "20261121T1.5Z-0-1"}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
 	started := filepath.Join(l.Dir, "started")
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)

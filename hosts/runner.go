@@ -2,9 +2,7 @@ package hosts
 
 import (
 	"context"
-	"fmt"
 	"io"
-	"time"
 )
 
 // Runner runs commands on one machine.
@@ -30,48 +28,4 @@ type Runner interface {
 	// ErrNoFlock when the machine cannot lock, ErrHostDown when it cannot be
 	// reached.
 	LockGPU(ctx context.Context, gpu int, run string) (GPULock, error)
-}
-
-// supervise feeds the wrapper its header and heartbeats through stdin until
-// the job ends (wait returns) or ctx ends, in which case closing stdin makes the
-// wrapper kill the job's group; supervise then still waits for the wrapper, so
-// that a returned job is really gone.
-func supervise(ctx context.Context, stdin io.WriteCloser, header []byte, s Supervision, wait func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- wait() }()
-	stop := make(chan struct{})
-	beating := make(chan struct{})
-	go func() {
-		defer close(beating)
-		if _, err := stdin.Write(header); err != nil {
-			return // the wrapper is gone; wait reports why
-		}
-		t := time.NewTicker(s.Heartbeat)
-		defer t.Stop()
-		beat := []byte{'\n'}
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if _, err := stdin.Write(beat); err != nil {
-					return
-				}
-			}
-		}
-	}()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		stdin.Close()
-		err = <-done
-		if err == nil || isExit(err) {
-			err = fmt.Errorf("job stopped: %w", context.Cause(ctx))
-		}
-	}
-	close(stop)
-	stdin.Close()
-	<-beating
-	return err
 }
