@@ -92,7 +92,7 @@ func TestE2ELiveView(t *testing.T) {
 	})
 	for _, want := range []string{
 		`(?m)^job 1 failed on localhost:\d with exit status 3 after \S+: see logs/1.err$`,
-		`(?m)^\[#+-+\] 1/4 done · 1 failed · 3 running · \d+\.\d jobs/s · ETA \S+$`,
+		`(?m)^\[#+-+\] 1/4 done · 1 failed · 3 running · \d+\.\d jobs/(s|min) · ETA \S+$`,
 		`(?m)^localhost:0\s+job (alpha|beta|gamma)\s+\d\S*s\s+\S`,
 		`(?m)^localhost:1\s+job (alpha|beta|gamma)\s+\d\S*s\s+\S`,
 	} {
@@ -113,7 +113,8 @@ func TestE2ELiveView(t *testing.T) {
 	<-copied
 	after := scr.text()
 	for _, want := range []string{
-		`(?m)^\[#+\] 4/4 done · 1 failed · \d+\.\d jobs/s$`,
+		// The rate is per minute when the run took longer than a second a job.
+		`(?m)^\[#+\] 4/4 done · 1 failed · \d+\.\d jobs/(s|min)$`,
 		`(?m)^gpudispatch: 4 jobs: 3 succeeded, 1 failed$`,
 		`(?m)^localhost:0\s+idle$`,
 	} {
