@@ -100,7 +100,7 @@ func shellHeader(s Supervision) []byte {
 }
 
 // fields encodes c for a job shell's stdin, after the job's end mark: the
-// fields shell.sh reads for each job, each terminated by NUL.
+// fields shell.sh reads for each job, each an "f" record terminated by NUL.
 func (c Command) fields(mark string) ([]byte, error) {
 	if c.Tag != "" && !tagRE.MatchString(c.Tag) {
 		return nil, fmt.Errorf("tag %q: want letters, digits, '.', '_' and '-'", c.Tag)
@@ -116,6 +116,7 @@ func (c Command) fields(mark string) ([]byte, error) {
 		if strings.IndexByte(f, 0) >= 0 {
 			return nil, fmt.Errorf("job shell field %d: %w", i, ErrNUL)
 		}
+		b.WriteByte('f')
 		b.WriteString(f)
 		b.WriteByte(0)
 	}

@@ -279,7 +279,7 @@ func feed(w io.Writer, first []byte, interval time.Duration, stop <-chan struct{
 	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	beat := []byte{'\n'}
+	beat := []byte("h\x00")
 	for {
 		select {
 		case <-stop:

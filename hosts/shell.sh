@@ -2,9 +2,10 @@
 # coordinator sends, one after another. Everything arrives on stdin, so a job
 # line reaches the login shell byte for byte with no quoting at all.
 #
-# stdin: NUL-terminated fields — heartbeat timeout (seconds), grace (50 ms
-# ticks) — then per job: end mark, workdir, setup, script, env count N, then N
-# "NAME=value"; while the job runs, one byte per heartbeat.
+# stdin: NUL-terminated records — heartbeat timeout (seconds), grace (50 ms
+# ticks) — then "h" for each heartbeat, and for each job its fields, each with
+# an "f" before it: end mark, workdir, setup, script, env count N, then N
+# "NAME=value".
 #
 # Each job runs in a subshell of its own (its environment and workdir go with
 # it) and a process group of its own, with the shell's stdout and stderr. Once
@@ -13,11 +14,12 @@
 # stdout: the coordinator splits the streams there. The mark is new for each
 # job and never in a job's environment, so a job cannot end its own output.
 #
-# When stdin ends (cancel, coordinator gone) or stays silent for the heartbeat
-# timeout while a job runs, the job's group gets TERM, then KILL after the
-# grace. When the job exits, whatever it left in its group is reaped too, so a
-# finished job never leaves a process holding the GPU. The shell exits when
-# stdin ends; while a job runs it lives until the job's group is gone.
+# A watcher, forked once, reads stdin and hands the fields on. When stdin ends
+# (cancel, coordinator gone) or stays silent for the heartbeat timeout, it gives
+# the running job's group TERM, then KILL after the grace. When a job exits,
+# whatever it left in its group is reaped too, so a finished job never leaves a
+# process holding the GPU. The shell exits when stdin ends; while a job runs it
+# lives until the job's group is gone.
 IFS= read -r -d '' hb || exit 125
 IFS= read -r -d '' grace || exit 125
 # A zombie left for a slow init to reap is not alive: look at process states.
@@ -25,6 +27,7 @@ alive() {
   ps -A -o pgid= -o stat= 2>/dev/null |
     awk -v g="$pid" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
 }
+# reap stops the group of $pid: TERM, then KILL after the grace.
 reap() {
   kill -TERM -- -"$pid" 2>/dev/null || return 0
   i=0
@@ -37,12 +40,51 @@ reap() {
     i=$((i + 1))
   done
 }
-# fd 3 is the coordinator and fd 4 the jobs' stderr. The shell's own stderr is
+# stop reaps the running jobs: the shell's children that lead a group. It
+# fails once the shell is gone; a zombie is gone (a slow init may reap it late).
+stop() {
+  set -- $(ps -A -o pid= -o ppid= -o pgid= -o stat= 2>/dev/null | awk -v s="$$" '
+    $4 ~ /^Z/ { next }
+    $1 == s { up = 1 }
+    $2 == s && $1 == $3 { print $1 }
+    END { if (!up) print "gone" }')
+  for pid; do
+    [ "$pid" != gone ] || return 1
+    reap
+  done
+}
+watch() {
+  part=
+  while :; do
+    IFS= read -r -d '' -t "$hb" rec
+    rc=$?
+    if [ "$rc" -gt 128 ]; then
+      # Silence. What came of a record is kept for the rest of it.
+      part=$part$rec
+      stop
+      continue
+    fi
+    [ "$rc" -eq 0 ] || break
+    rec=$part$rec
+    part=
+    case $rec in
+      f*) printf '%s\0' "${rec#f}" ;;
+    esac
+  done
+  # stdin ended: no job may run on. One may be starting from fields already
+  # handed on, so stop until the shell, which sees the end once this watcher
+  # has closed its side, is gone.
+  exec >/dev/null
+  while stop; do
+    sleep 0.05
+  done
+}
+# fd 3 is the watcher and fd 4 the jobs' stderr. The shell's own stderr is
 # silenced so that bash's "Killed" job notices never land in a job's log.
-exec 3<&0 4>&2 2>/dev/null </dev/null
+exec 4>&2 2>/dev/null
+exec 3< <(watch)
+exec </dev/null
 while IFS= read -r -d '' -u 3 mark; do
-  # Heartbeats sent as the last job ended come first: marks are hex.
-  mark=${mark//$'\n'/}
   IFS= read -r -d '' -u 3 wd &&
     IFS= read -r -d '' -u 3 setup &&
     IFS= read -r -d '' -u 3 script &&
@@ -73,12 +115,8 @@ $script"
   ) 2>&4 4>&- 3<&- &
   pid=$!
   set +m
-  (while read -r -t "$hb" -u 3 _; do :; done; reap) >/dev/null 4>&- &
-  watcher=$!
   wait "$pid"
   rc=$?
-  kill "$watcher"
-  wait "$watcher"
   reap
   printf '\0%s' "$mark" >&4
   printf '\0%s %d\n' "$mark" "$rc"

@@ -6,10 +6,15 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
 // feedStream writes a job's output, then its end, to s in chunks of the
@@ -215,5 +220,40 @@ func TestShellNotReusedAfterCancel(t *testing.T) {
 	var out bytes.Buffer
 	if code, err := l.Run(context.Background(), Command{Script: "echo ok", Tag: "c-2-1"}, &out, io.Discard); code != 0 || err != nil || out.String() != "ok\n" {
 		t.Errorf("next job: %d, %v, %q", code, err, out.String())
+	}
+}
+
+// A job whose fields arrive just before stdin ends (the coordinator sent it
+// and was cancelled, or vanished) does not run on unwatched: the shell
+// stops it and exits.
+func TestShellStopsAJobSentAsStdinEnds(t *testing.T) {
+	t.Parallel()
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	// A long line takes the shell a while to read after the watcher has
+	// handed it on and seen the end: the job starts after that.
+	script := "# " + strings.Repeat("x", 100_000) + "\necho $$ > $PIDS; sleep 300"
+	fields, err := Command{Script: script, Env: []string{"PIDS=" + pidFile}}.fields(newMark())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "-c", bootstrap(""))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdin = bytes.NewReader(append(shellHeader(fast), fields...))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("the shell did not exit after stdin ended")
+	}
+	// The job may have been stopped before it wrote its pid.
+	if b, err := os.ReadFile(pidFile); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			sshtest.WaitGone(t, []int{pid}, 0)
+		}
 	}
 }
