@@ -58,7 +58,7 @@ func TestE2ELiveView(t *testing.T) {
 	}
 	cmd := exec.Command(binary, "--gpus", "0,1,1", "-o", "logs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), lockEnv(dir), "TERM=xterm")
+	cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir), "TERM=xterm")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, tty
 	stdin, err := cmd.StdinPipe()
