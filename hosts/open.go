@@ -72,7 +72,10 @@ type Lab struct {
 	// runners holds every host that was ever in the run: a host removed from
 	// the inventory keeps its runner, so that its running jobs finish.
 	runners map[string]Runner
-	pools   []*pool
+	// pools holds one pool per server: inventory hosts that resolve to the
+	// same target (aliases of one server) share it, so that fifty aliases of
+	// two servers cost two handshakes.
+	pools map[string]*sharedPool
 	// autoGPUs holds the GPUs found on the `gpus: auto` hosts.
 	autoGPUs map[string][]int
 }
@@ -94,7 +97,8 @@ func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error
 	if o.LockDir == "" {
 		o.LockDir = DefaultLockDir
 	}
-	lab := &Lab{opts: o, cfg: &sshConfig{}, dialer: newDialer(o.ConnectTimeout, o.Keepalive), runners: map[string]Runner{}, autoGPUs: map[string][]int{}}
+	lab := &Lab{opts: o, cfg: &sshConfig{}, dialer: newDialer(o.ConnectTimeout, o.Keepalive),
+		runners: map[string]Runner{}, pools: map[string]*sharedPool{}, autoGPUs: map[string][]int{}}
 	states, err := lab.Update(ctx, inv)
 	if err != nil {
 		return nil, err
@@ -126,18 +130,14 @@ func (l *Lab) loadSSHConfig(inv *inventory.Inventory) error {
 func (l *Lab) openAll(ctx context.Context, inv *inventory.Inventory, hs []inventory.Host) []HostState {
 	states := make([]HostState, len(hs))
 	runners := make([]Runner, len(hs))
-	pools := make([]*pool, len(hs))
 	var wg sync.WaitGroup
 	for i, h := range hs {
-		wg.Go(func() { states[i], runners[i], pools[i] = open(ctx, inv, l.cfg, h, l.dialer, l.opts) })
+		wg.Go(func() { states[i], runners[i] = l.open(ctx, inv, h) })
 	}
 	wg.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, st := range states {
-		if pools[i] != nil {
-			l.pools = append(l.pools, pools[i])
-		}
 		if st.Err == nil || st.Retrying {
 			l.runners[st.Host.Name] = runners[i]
 			if hs[i].AutoGPUs {
@@ -190,38 +190,39 @@ func (l *Lab) resolved(h inventory.Host) inventory.Host {
 }
 
 // open readies one host: a runner for it, its GPUs, or why not.
-func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inventory.Host, d *dialer, o Options) (HostState, Runner, *pool) {
+func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Host) (HostState, Runner) {
+	o := l.opts
 	st := HostState{Host: h, Addr: "local"}
 	sup := Supervision{Heartbeat: o.Keepalive, Grace: o.Grace}
 	var r Runner = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name}
-	var p *pool
+	// release lets go of the host's pool when the host is left out.
+	release := func() {}
 	if !h.Local {
-		t, err := resolve(inv, cfg, h, o.AcceptNewHostKeys)
+		t, err := resolve(inv, l.cfg, h, o.AcceptNewHostKeys)
 		st.Addr = t.User + "@" + t.Addr()
 		if t.Jump != nil {
 			st.Addr += " via " + t.Jump.Name
 		}
 		if err != nil {
 			st.Err = err
-			return st, nil, nil
+			return st, nil
 		}
-		sshCfg, closeAgent, err := d.clientConfig(t)
-		if err != nil {
+		sp, err := l.pool(ctx, t)
+		if sp == nil {
 			st.Err = err
-			return st, nil, nil
+			return st, nil
 		}
-		// The pool keeps the agent connection: later connections sign with it.
-		p = newPool(t, sshCfg, d, closeAgent)
-		r = newRemote(h.Name, p, sup, o.LockDir)
-		if st.ServerVersion, err = p.connect(ctx); err != nil {
-			st.Err = fmt.Errorf("connect %s: %w", t.Addr(), err)
+		release = func() { l.releasePool(t.key()) }
+		r = newRemote(h.Name, sp.p, sup, o.LockDir)
+		if st.ServerVersion, err = sp.version, sp.err; err != nil {
+			st.Err = err
 			// A host whose GPUs are still to be found cannot be given slots.
 			if refused(err) || h.AutoGPUs {
-				p.close()
-				return st, nil, nil
+				release()
+				return st, nil
 			}
 			st.Retrying = true
-			return st, r, p
+			return st, r
 		}
 	}
 	if h.AutoGPUs || o.ProbeGPUs {
@@ -237,10 +238,8 @@ func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inven
 				st.Err = fmt.Errorf("gpus: auto: nvidia-smi lists no GPU")
 			}
 			if st.Err != nil {
-				if p != nil {
-					p.close()
-				}
-				return st, nil, nil
+				release()
+				return st, nil
 			}
 			st.Host.GPUs = nil
 			for _, g := range st.GPUs {
@@ -249,7 +248,75 @@ func open(ctx context.Context, inv *inventory.Inventory, cfg *sshConfig, h inven
 			st.Host.AutoGPUs = false
 		}
 	}
-	return st, r, p
+	return st, r
+}
+
+// sharedPool is the pool of one server and how its first connection went.
+type sharedPool struct {
+	p       *pool
+	ready   chan struct{} // closed once the first connection attempt ended
+	version string        // the server's banner
+	err     error         // why the first attempt failed
+	users   int           // hosts of the lab that use it
+}
+
+// pool returns the pool of t's server, made and connected by the first
+// host to ask, with how its first connection went; nil (and why) when no
+// pool could be made for it.
+func (l *Lab) pool(ctx context.Context, t Target) (*sharedPool, error) {
+	key := t.key()
+	l.mu.Lock()
+	sp, ok := l.pools[key]
+	if !ok {
+		sp = &sharedPool{ready: make(chan struct{})}
+		l.pools[key] = sp
+	}
+	sp.users++
+	l.mu.Unlock()
+	if ok {
+		select {
+		case <-sp.ready:
+		case <-ctx.Done():
+			l.releasePool(key)
+			return nil, ctx.Err()
+		}
+		if sp.p == nil {
+			l.releasePool(key)
+			return nil, sp.err
+		}
+		return sp, nil
+	}
+	defer close(sp.ready)
+	sshCfg, closeAgent, err := l.dialer.clientConfig(t)
+	if err != nil {
+		sp.err = err
+		l.releasePool(key)
+		return nil, err
+	}
+	// The pool keeps the agent connection: later connections sign with it.
+	sp.p = newPool(t, sshCfg, l.dialer, closeAgent)
+	if sp.version, err = sp.p.connect(ctx); err != nil {
+		sp.err = fmt.Errorf("connect %s: %w", t.Addr(), err)
+	}
+	return sp, nil
+}
+
+// releasePool is a host letting go of the pool of key: the last one closes
+// it.
+func (l *Lab) releasePool(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sp := l.pools[key]
+	if sp == nil {
+		return
+	}
+	if sp.users--; sp.users > 0 {
+		return
+	}
+	delete(l.pools, key)
+	if sp.p != nil {
+		sp.p.close()
+	}
 }
 
 // Absent lists the hosts Open found not up, and why: down ones are in the
@@ -280,8 +347,10 @@ func (l *Lab) Close() {
 			c.Close()
 		}
 	}
-	for _, p := range l.pools {
-		p.close()
+	for _, sp := range l.pools {
+		if sp.p != nil {
+			sp.p.close()
+		}
 	}
 	l.dialer.close()
 }

@@ -38,6 +38,19 @@ type Target struct {
 	HashKnownHosts bool
 }
 
+// key is what makes two targets one server to a pool: all but the name.
+// Host keys are checked by address, so aliases of one server can share
+// its connections.
+func (t Target) key() string {
+	k := t
+	k.Name, k.Jump = "", nil
+	s := fmt.Sprintf("%#v", k)
+	if t.Jump != nil {
+		s += " via " + t.Jump.key()
+	}
+	return s
+}
+
 // Addr is host:port.
 func (t Target) Addr() string { return net.JoinHostPort(t.Hostname, strconv.Itoa(t.Port)) }
 

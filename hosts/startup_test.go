@@ -1,9 +1,12 @@
 package hosts
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,14 +46,36 @@ func openAliases(t testing.TB, inv *inventory.Inventory) (*Lab, time.Duration) {
 	return lab, took
 }
 
-// Fifty inventory hosts that are aliases of two servers with OpenSSH's
-// default MaxStartups (10:30:100) all connect: none is dropped.
+// Fifty inventory hosts that are aliases of two servers share the two
+// servers' pools: two handshakes, not fifty. A job on every alias at once
+// (25 sessions a server, over OpenSSH's MaxSessions of 10) runs.
 func TestOpenManyAliases(t *testing.T) {
 	t.Setenv("SSH_AUTH_SOCK", "")
 	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
 	cfg, names := l.Aliases(50)
 	lab, _ := openAliases(t, aliasInventory(t, cfg, names))
-	lab.Close()
+	defer lab.Close()
+	if len(lab.pools) != 2 {
+		t.Errorf("50 aliases of 2 servers have %d pools", len(lab.pools))
+	}
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Go(func() {
+			var out bytes.Buffer
+			code, err := lab.Run(context.Background(), name, Command{Script: "sleep 0.5; echo $FAKE_HOST"}, &out, io.Discard)
+			if code != 0 || err != nil || !strings.HasPrefix(out.String(), "node") {
+				t.Errorf("%s: %d, %v, %q", name, code, err, out.String())
+			}
+		})
+	}
+	wg.Wait()
+	for _, sp := range lab.pools {
+		sp.p.mu.Lock()
+		if n := len(sp.p.conns); n < 3 {
+			t.Errorf("%s: 25 sessions at once on %d connections", sp.p.target.Addr(), n)
+		}
+		sp.p.mu.Unlock()
+	}
 }
 
 // BenchmarkOpenManyAliases opens 50 aliases of 4 servers, and one host, in
