@@ -70,9 +70,9 @@ type Command struct {
 	Tag string
 }
 
-// Supervision sets how the wrapper watches over a job.
+// Supervision sets how a job shell watches over its job.
 type Supervision struct {
-	// Heartbeat is how often the coordinator proves it is alive; the wrapper
+	// Heartbeat is how often the coordinator proves it is alive; the shell
 	// kills the job after three missed beats.
 	Heartbeat time.Duration
 	// Grace is the time between TERM and KILL.

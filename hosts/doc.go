@@ -1,44 +1,62 @@
 // Package hosts runs one job's command on one machine: here (Local) or over
-// a pooled SSH connection (Remote). Both go through the same wrapper
-// (wrapper.sh), so a job behaves the same wherever it runs.
+// a pooled SSH connection (Remote). Both run jobs in the same job shells
+// (shell.sh), so a job behaves the same wherever it runs.
+//
+// Job shells: a job shell is a bash started once (over a pool session, or
+// locally) that runs the jobs it is sent one after another, so that a job
+// costs no SSH session, no sshd fork and no extra bash: only a fork and its
+// own login shell. A machine keeps its idle shells (shells); a job takes
+// one or starts one, and gives it back when the job ran to its end. Each
+// job's output is followed on stdout and on stderr by NUL and a random mark
+// new for that job, then its exit status on stdout; a stream splits there
+// (stream). A shell is not used again after a cancelled job, a failed
+// write, or bytes that came between jobs: a process that left its job's
+// group and still writes. Such a process can also write while the next job
+// runs in that shell, and its bytes then land in that job's log: a job that
+// starts a daemon should send the daemon's output elsewhere.
 //
 // Invariants:
 //   - The job line reaches the login shell ($SHELL -lc, bash if unset) byte for
-//     byte: it travels on the wrapper's stdin, never through a quoted command
+//     byte: it travels on the shell's stdin, never through a quoted command
 //     line; the command line itself is a constant (bootstrap) plus a tag of
 //     safe characters.
-//   - A job runs in a process group of its own. When its context ends, when the
-//     coordinator disappears (stdin closes) or when heartbeats stop, the wrapper
-//     sends the group TERM, then KILL after the grace period. When the job exits
-//     on its own, what it left in its group is reaped as well. No process of a
-//     finished Run call keeps holding a GPU.
-//   - Run returns only after the wrapper has exited (or, remotely, the
+//   - A job runs in a subshell of its own (its environment and workdir do not
+//     reach the next job) and a process group of its own. When its context
+//     ends, when the coordinator disappears (stdin closes) or when heartbeats
+//     stop, the shell's watcher sends the group TERM, then KILL after the grace
+//     period. When the job exits on its own, what it left in its group is
+//     reaped as well. No process of a finished Run call keeps holding a GPU.
+//   - Run returns only after the job's group is gone (or, remotely, the
 //     connection is gone, in which case the error wraps ErrConnectionLost and
-//     the wrapper cleans up on its own once heartbeats stop).
+//     the shell cleans up on its own once heartbeats stop).
 //
 // SSH: Open resolves each host (inventory entry, ssh_config, defaults,
 // OpenSSH defaults), checks host keys against known_hosts (unknown: refused
 // unless accepting new keys; changed: always refused) and keeps a pool of
 // connections per host. A pool hands out sessions, learns a connection's
-// MaxSessions from the server's refusal and then opens another connection;
-// the dialer shared by all pools allows at most startupsPerAddr (6)
-// handshakes at once per address, so sshd's MaxStartups (10) never drops
-// one, and keeps one client per jump host. Every connection has an owner goroutine that sends keepalives
-// and closes it when the server stops answering; Lab.Close closes them all.
+// MaxSessions from the server's refusal and then opens another connection.
+// Hosts that resolve to the same server but for their names (ssh_config
+// aliases) share one pool: host keys are checked by address. The dialer
+// shared by all pools allows at most startupsPerAddr (6) handshakes at once
+// per address, so sshd's MaxStartups (10) never drops one, and keeps one
+// client per jump host. Every connection has an owner goroutine that sends
+// keepalives and closes it when the server stops answering; Lab.Close
+// closes them all.
 //
 // Health: a host is up while one of its connections lives. When the last one
 // dies the pool redials at once, then with exponential backoff and jitter
 // (long after a refused login or host key, for sshd's PerSourcePenalties);
-// meanwhile Run fails at once with ErrHostDown and WaitUp blocks. Each job's
-// wrapper carries the job's tag in its argv and lives until the job's group
-// is gone, so Reap can tell on the host whether a lost job still runs.
+// meanwhile Run fails at once with ErrHostDown and WaitUp blocks. Each job
+// shell carries a tag in its argv (its first job's) and lives until its job's
+// group is gone, so Reap can tell on the host, by the tag of the shell that
+// ran it, whether a lost job still runs.
 //
 // GPU locks (SPEC §6): LockGPU starts lock.sh on the machine, over the pool
-// or locally, with the same bootstrap as the wrapper. It finds the GPU's UUID
+// or locally, with the same bootstrap as job shells. It finds the GPU's UUID
 // through the login shell's nvidia-smi and holds an exclusive flock on a file
 // named by it in a shared sticky directory for as long as the coordinator's
 // heartbeats arrive. Told "release", it lets go at once. When the heartbeats
-// stop, it keeps the lock for as long as the job wrappers take to kill their
+// stop, it keeps the lock for as long as the job shells take to kill their
 // jobs, then exits. The lock cannot outlive its holder, and never goes before
 // the jobs it covers.
 //

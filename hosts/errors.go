@@ -4,7 +4,7 @@ import "errors"
 
 // ErrConnectionLost is wrapped by Run's error when the machine stopped
 // answering while the job ran: the job's fate is unknown to the coordinator
-// (the wrapper kills it on its side; Reap says when it is gone) and it may
+// (its job shell kills it on its side; Reap says when it is gone) and it may
 // be run again elsewhere.
 var ErrConnectionLost = errors.New("connection lost")
 

@@ -34,7 +34,7 @@ var lockKeyScript string
 // lockCode is what is sent to hold a lock: lock.sh after lockkey.sh.
 var lockCode = compact(lockKeyScript + lockScript)
 
-// lockBootstrap reads lock.sh from stdin, like bootstrap does the wrapper.
+// lockBootstrap reads lock.sh from stdin, like bootstrap does the job shell.
 const lockBootstrap = `exec bash -c 'IFS= read -r -d "" w && eval "$w"' gpudispatch-lock`
 
 // DefaultLockDir is where GPU locks live on every machine (SPEC §6).

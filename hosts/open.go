@@ -14,9 +14,9 @@ type Options struct {
 	// ConnectTimeout bounds the TCP connect plus SSH handshake per host
 	// (0: DefaultConnectTimeout).
 	ConnectTimeout time.Duration
-	// Keepalive is how often connections are checked and jobs' wrappers
+	// Keepalive is how often connections are checked and job shells
 	// hear from the coordinator; a connection that does not answer within
-	// two more intervals is closed, and a wrapper that hears nothing for
+	// two more intervals is closed, and a job shell that hears nothing for
 	// three kills its job (0: DefaultKeepalive).
 	Keepalive time.Duration
 	// Grace is the time between TERM and KILL for a stopped job (0:
