@@ -24,7 +24,6 @@ type shell struct {
 	stdin io.WriteCloser
 	out   *stream // the shell's stdout
 	errs  *stream // the shell's stderr
-	kill  func()
 	// pending is what to send before the next job's fields: the shell's own
 	// start, until its first job.
 	pending []byte
@@ -48,7 +47,7 @@ func startShell(ctx context.Context, spawn spawner, tag string, s Supervision) (
 	if err != nil {
 		return nil, err
 	}
-	sh.stdin, sh.kill = p.stdin, p.kill
+	sh.stdin = p.stdin
 	go func() {
 		sh.err = p.wait()
 		close(sh.ended)
@@ -255,19 +254,14 @@ func (sh *shell) run(ctx context.Context, mark string, fields []byte, hb time.Du
 	if cancelled {
 		return code, false, fmt.Errorf("job stopped: %w", context.Cause(ctx))
 	}
-	if werr := firstErr(sh.out.writeErr(), sh.errs.writeErr()); werr != nil {
+	werr := sh.out.writeErr()
+	if werr == nil {
+		werr = sh.errs.writeErr()
+	}
+	if werr != nil {
 		return code, false, fmt.Errorf("writing the job's output: %w", werr)
 	}
 	return code, !sh.out.strayed() && !sh.errs.strayed(), nil
-}
-
-func firstErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // feed writes first to w, then a heartbeat every interval until stop is
