@@ -19,30 +19,16 @@ import (
 //go:embed shell.sh
 var shellScript string
 
-// shellCode is what is sent of shellScript.
-var shellCode = compact(shellScript)
-
-// compact drops a script's comment lines and blank lines. Bash reads a
-// script from a pipe a byte at a time, so each byte sent costs the machine a
-// system call, for every shell and lock started. (A line inside a quoted
-// string that looks like a comment would go too: our scripts have none.)
-func compact(script string) string {
-	var b strings.Builder
-	for line := range strings.Lines(script) {
-		if t := strings.TrimSpace(line); t == "" || strings.HasPrefix(t, "#") {
-			continue
-		}
-		b.WriteString(line)
-	}
-	return b.String()
-}
-
-// bootstrap is the whole command line handed to the target machine: it reads
-// the job shell itself from stdin, so nothing job-specific is ever quoted.
-// The tag, checked by the caller, stays in the shell's argv, where Reap
-// looks for it.
-func bootstrap(tag string) string {
-	const line = `exec bash -c 'IFS= read -r -d "" w && eval "$w"' gpudispatch-job`
+// bootstrap is the whole command line handed to the target machine: bash,
+// reading the script code from stdin, so that nothing job-specific is ever
+// quoted. name, and the tag when there is one (checked by the caller), stay
+// in the shell's argv, where Reap and a lock takeover look for them.
+//
+// read -N takes the script in one read(2) where read with a delimiter takes a
+// system call per byte: bash cannot read a pipe past a delimiter. In the C
+// locale -N counts bytes.
+func bootstrap(code, name, tag string) string {
+	line := `exec bash -c 'LC_ALL=C IFS= read -r -N ` + strconv.Itoa(len(code)) + ` w && eval "$w"' ` + name
 	if tag == "" {
 		return line
 	}
@@ -94,13 +80,16 @@ var ErrNUL = errors.New("contains a NUL byte")
 // shellHeader starts a job shell: shell.sh itself, then the fields it
 // reads once, each terminated by NUL.
 func shellHeader(s Supervision) []byte {
-	return []byte(shellCode + "\x00" +
+	return []byte(shellScript +
 		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64) + "\x00" +
 		strconv.Itoa(int(math.Ceil(float64(s.Grace)/float64(50*time.Millisecond)))) + "\x00")
 }
 
 // fields encodes c for a job shell's stdin, after the job's end mark: the
-// fields shell.sh reads for each job, each an "f" record terminated by NUL.
+// record "j" and the byte lengths of the fields, space-separated, then NUL,
+// then the fields one after another with nothing between them: end mark,
+// workdir, setup, script, then one per environment entry. The shell reads
+// each field with one system call.
 func (c Command) fields(mark string) ([]byte, error) {
 	if c.Tag != "" && !tagRE.MatchString(c.Tag) {
 		return nil, fmt.Errorf("tag %q: want letters, digits, '.', '_' and '-'", c.Tag)
@@ -110,15 +99,22 @@ func (c Command) fields(mark string) ([]byte, error) {
 			return nil, fmt.Errorf("environment entry %q: want NAME=value with a shell variable name", kv)
 		}
 	}
-	fields := append([]string{mark, c.Workdir, c.Setup, c.Script, strconv.Itoa(len(c.Env))}, c.Env...)
+	fields := append([]string{mark, c.Workdir, c.Setup, c.Script}, c.Env...)
 	var b bytes.Buffer
+	b.WriteByte('j')
 	for i, f := range fields {
+		// Bash variables cannot hold NUL: it would be dropped.
 		if strings.IndexByte(f, 0) >= 0 {
 			return nil, fmt.Errorf("job shell field %d: %w", i, ErrNUL)
 		}
-		b.WriteByte('f')
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(strconv.Itoa(len(f)))
+	}
+	b.WriteByte(0)
+	for _, f := range fields {
 		b.WriteString(f)
-		b.WriteByte(0)
 	}
 	return b.Bytes(), nil
 }

@@ -19,7 +19,8 @@
 //   - The job line reaches the login shell ($SHELL -lc, bash if unset) byte for
 //     byte: it travels on the shell's stdin, never through a quoted command
 //     line; the command line itself is a constant (bootstrap) plus a tag of
-//     safe characters.
+//     safe characters. Fields go with their byte lengths, so that bash reads
+//     each in one system call rather than one per byte (bash 4.1's read -N).
 //   - A job runs in a subshell of its own (its environment and workdir do not
 //     reach the next job) and a process group of its own. When its context
 //     ends, when the coordinator disappears (stdin closes) or when heartbeats

@@ -168,7 +168,7 @@ func TestShellKillsOnSilence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("bash", "-c", bootstrap(""))
+	cmd := exec.Command("bash", "-c", bootstrap(shellScript, "gpudispatch-job", ""))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

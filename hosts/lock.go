@@ -32,10 +32,7 @@ var lockScript string
 var lockKeyScript string
 
 // lockCode is what is sent to hold a lock: lock.sh after lockkey.sh.
-var lockCode = compact(lockKeyScript + lockScript)
-
-// lockBootstrap reads lock.sh from stdin, like bootstrap does the job shell.
-const lockBootstrap = `exec bash -c 'IFS= read -r -d "" w && eval "$w"' gpudispatch-lock`
+var lockCode = lockKeyScript + lockScript
 
 // DefaultLockDir is where GPU locks live on every machine (SPEC §6).
 const DefaultLockDir = "/tmp/gpudispatch-locks"
@@ -156,14 +153,14 @@ func lockGPU(ctx context.Context, spawn spawner, where string, gpu int, run, dir
 	}
 	out := &firstLine{got: make(chan struct{})}
 	var errb bytes.Buffer // read only once the holder has exited
-	p, err := spawn(ctx, lockBootstrap, out, &errb)
+	p, err := spawn(ctx, bootstrap(lockCode, "gpudispatch-lock", ""), out, &errb)
 	if err != nil {
 		return nil, err
 	}
 	// Long enough for the jobs' shells, which stopped hearing the
 	// coordinator at about the same time, to kill their jobs.
 	linger := s.Grace + 2*s.Heartbeat
-	header := lockCode + "\x00" + strings.Join([]string{
+	header := lockCode + strings.Join([]string{
 		dir, strconv.Itoa(gpu), run, lockOwner(run),
 		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(linger.Seconds(), 'f', 3, 64),

@@ -43,7 +43,7 @@ func startShell(ctx context.Context, spawn spawner, tag string, s Supervision) (
 		tag = "x" + newMark()[:16]
 	}
 	sh := &shell{tag: tag, out: &stream{}, errs: &stream{}, pending: shellHeader(s), ended: make(chan struct{})}
-	p, err := spawn(ctx, bootstrap(tag), sh.out, sh.errs)
+	p, err := spawn(ctx, bootstrap(shellScript, "gpudispatch-job", tag), sh.out, sh.errs)
 	if err != nil {
 		return nil, err
 	}

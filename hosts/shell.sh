@@ -3,9 +3,12 @@
 # line reaches the login shell byte for byte with no quoting at all.
 #
 # stdin: NUL-terminated records — heartbeat timeout (seconds), grace (50 ms
-# ticks) — then "h" for each heartbeat, and for each job its fields, each with
-# an "f" before it: end mark, workdir, setup, script, env count N, then N
-# "NAME=value".
+# ticks) — then "h" for each heartbeat, and for each job a record of "j" and
+# the byte lengths of its fields, space-separated, followed by the fields with
+# nothing between them: end mark, workdir, setup, script, then one
+# "NAME=value" per variable. Bash reads a pipe a byte per system call up to a
+# delimiter, but a known length in one call: the lengths keep a job's cost
+# on the machine down.
 #
 # Each job runs in a subshell of its own (its environment and workdir go with
 # it) and a process group of its own, with the shell's stdout and stderr. Once
@@ -14,7 +17,7 @@
 # stdout: the coordinator splits the streams there. The mark is new for each
 # job and never in a job's environment, so a job cannot end its own output.
 #
-# A watcher, forked once, reads stdin and hands the fields on. When stdin ends
+# A watcher, forked once, reads stdin and hands the jobs on. When stdin ends
 # (cancel, coordinator gone) or stays silent for the heartbeat timeout, it gives
 # the running job's group TERM, then KILL after the grace. When a job exits,
 # whatever it left in its group is reaped too, so a finished job never leaves a
@@ -22,6 +25,10 @@
 # lives until the job's group is gone.
 IFS= read -r -d '' hb || exit 125
 IFS= read -r -d '' grace || exit 125
+# read -N counts characters of the locale; in C, bytes. Jobs get back the
+# locale the shell started with.
+lc_set=${LC_ALL+1} lc_all=${LC_ALL-}
+LC_ALL=C
 # A zombie left for a slow init to reap is not alive: look at process states.
 alive() {
   ps -A -o pgid= -o stat= 2>/dev/null |
@@ -68,7 +75,13 @@ watch() {
     rec=$part$rec
     part=
     case $rec in
-      f*) printf '%s\0' "${rec#f}" ;;
+      j*)
+        # No job runs while its fields arrive: no timeout.
+        n=0
+        for len in ${rec#j}; do n=$((n + len)); done
+        IFS= read -r -N "$n" body || break
+        printf '%s\0%s' "$rec" "$body"
+        ;;
     esac
   done
   # stdin ended: no job may run on. One may be starting from fields already
@@ -84,16 +97,17 @@ watch() {
 exec 4>&2 2>/dev/null
 exec 3< <(watch)
 exec </dev/null
-while IFS= read -r -d '' -u 3 mark; do
-  IFS= read -r -d '' -u 3 wd &&
-    IFS= read -r -d '' -u 3 setup &&
-    IFS= read -r -d '' -u 3 script &&
-    IFS= read -r -d '' -u 3 n || exit 125
+while IFS= read -r -d '' -u 3 rec; do
+  set -- ${rec#j}
+  IFS= read -r -N "$1" -u 3 mark &&
+    IFS= read -r -N "$2" -u 3 wd &&
+    IFS= read -r -N "$3" -u 3 setup &&
+    IFS= read -r -N "$4" -u 3 script || exit 125
+  shift 4
   env=()
-  while [ "$n" -gt 0 ]; do
-    IFS= read -r -d '' -u 3 kv || exit 125
+  for len; do
+    IFS= read -r -N "$len" -u 3 kv || exit 125
     env+=("$kv")
-    n=$((n - 1))
   done
   if [ -n "$setup" ]; then
     script="{ $setup
@@ -103,6 +117,7 @@ $script"
   # Job control gives the job a process group of its own.
   set -m
   (
+    if [ -n "$lc_set" ]; then LC_ALL=$lc_all; else unset LC_ALL; fi
     for kv in "${env[@]}"; do export "$kv"; done
     case $wd in
       "~") wd=$HOME ;;

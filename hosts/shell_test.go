@@ -2,6 +2,7 @@ package hosts
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -160,6 +161,39 @@ func TestShellReuseKeepsJobsApart(t *testing.T) {
 	}
 }
 
+// TestShellFieldsInAnyLocale sends fields with multibyte characters to job
+// shells started in a UTF-8 locale and in none: the shell reads fields by
+// byte count, which holds only in its own C locale, and the job gets the
+// locale back.
+func TestShellFieldsInAnyLocale(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "dïr ☃")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "printf '%s|%s|%s|' \"$Z\" \"${LC_ALL-unset}\" ☃; pwd"
+	for _, lc := range []string{"", "C.UTF-8"} {
+		t.Run("LC_ALL="+lc, func(t *testing.T) {
+			if lc == "" {
+				t.Setenv("LC_ALL", "")
+				os.Unsetenv("LC_ALL")
+			} else {
+				t.Setenv("LC_ALL", lc)
+			}
+			l := local(t, fast)
+			want := "héllo wörld ☃|" + cmp.Or(lc, "unset") + "|☃|" + dir + "\n"
+			// Twice: the second job's fields follow the first's end on the
+			// same shell, so a miscount shows in either.
+			for i := range 2 {
+				var out, errs bytes.Buffer
+				code, err := l.Run(context.Background(), Command{Script: script, Env: []string{"Z=héllo wörld ☃"}, Workdir: dir}, &out, &errs)
+				if err != nil || code != 0 || out.String() != want {
+					t.Fatalf("job %d: code %d, err %v, out %q, stderr %q; want %q", i, code, err, out.String(), errs.String(), want)
+				}
+			}
+		})
+	}
+}
+
 // idleTags lists the tags of the idle shells.
 func (ss *shells) idleTags() []string {
 	ss.mu.Lock()
@@ -236,7 +270,7 @@ func TestShellStopsAJobSentAsStdinEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("bash", "-c", bootstrap(""))
+	cmd := exec.Command("bash", "-c", bootstrap(shellScript, "gpudispatch-job", ""))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stdin = bytes.NewReader(append(shellHeader(fast), fields...))
 	if err := cmd.Start(); err != nil {
