@@ -52,14 +52,19 @@
 // group is gone, so Reap can tell on the host, by the tag of the shell that
 // ran it, whether a lost job still runs.
 //
-// GPU locks (SPEC §6): LockGPU starts lock.sh on the machine, over the pool
-// or locally, with the same bootstrap as job shells. It finds the GPU's UUID
-// through the login shell's nvidia-smi and holds an exclusive flock on a file
-// named by it in a shared sticky directory for as long as the coordinator's
-// heartbeats arrive. Told "release", it lets go at once. When the heartbeats
-// stop, it keeps the lock for as long as the job shells take to kill their
-// jobs, then exits. The lock cannot outlive its holder, and never goes before
-// the jobs it covers.
+// GPU locks (SPEC §6): a machine's lockers start one lock.sh per run, over
+// the pool or locally, with the same bootstrap as job shells, when the run
+// asks for its first GPU there. It finds the GPUs' UUIDs through the login
+// shell's nvidia-smi once, and takes an exclusive flock on a file named by a
+// GPU's UUID in a shared sticky directory when told "lock N", answering on
+// its stdout; "release N" lets go at once. It holds its locks for as long as
+// the coordinator's heartbeats arrive, and exits when told, which the
+// coordinator does once it holds and is asked for nothing. When the
+// heartbeats stop, it keeps the locks for as long as the job shells take to
+// kill their jobs, then exits. A lock cannot outlive its holder, and never
+// goes before the jobs it covers. One holder per machine, not per GPU, costs
+// the machine one session, one bash and one nvidia-smi, and a flock(1) per
+// GPU.
 //
 // This package never imports dispatch; dispatch reaches it through the
 // Executor interface it defines (Lab implements it).

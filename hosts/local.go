@@ -20,6 +20,7 @@ type Local struct {
 
 	once   sync.Once
 	shells *shells
+	locks  *lockers
 }
 
 // Run implements Runner.
@@ -36,17 +37,30 @@ func (l *Local) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (i
 }
 
 func (l *Local) pool() *shells {
-	l.once.Do(func() { l.shells = &shells{spawn: spawnLocal, sup: l.Supervision} })
+	l.init()
 	return l.shells
 }
 
+func (l *Local) init() {
+	l.once.Do(func() {
+		l.shells = &shells{spawn: spawnLocal, sup: l.Supervision}
+		l.locks = &lockers{spawn: spawnLocal, where: first(l.Name, "local"), dir: first(l.LockDir, DefaultLockDir), sup: l.Supervision}
+	})
+}
+
 // Close ends the idle job shells, and those of jobs still running once they
-// end.
-func (l *Local) Close() { l.pool().close() }
+// end, and the GPU lock holders, which keep the locks still held for
+// as long as those jobs may take to die.
+func (l *Local) Close() {
+	l.init()
+	l.shells.close()
+	l.locks.close()
+}
 
 // LockGPU implements Runner.
 func (l *Local) LockGPU(ctx context.Context, gpu int, run string) (GPULock, error) {
-	return lockGPU(ctx, spawnLocal, first(l.Name, "local"), gpu, run, first(l.LockDir, DefaultLockDir), l.Supervision)
+	l.init()
+	return l.locks.lock(ctx, gpu, run)
 }
 
 // WaitUp implements Runner: this machine is always up.

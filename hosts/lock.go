@@ -31,7 +31,8 @@ var lockScript string
 //go:embed lockkey.sh
 var lockKeyScript string
 
-// lockCode is what is sent to hold a lock: lock.sh after lockkey.sh.
+// lockCode is what is sent to start a lock holder: lock.sh after
+// lockkey.sh.
 var lockCode = lockKeyScript + lockScript
 
 // DefaultLockDir is where GPU locks live on every machine (SPEC §6).
@@ -60,10 +61,8 @@ type GPULock interface {
 // proc is a bash started on a machine, reading its script from stdin.
 type proc struct {
 	stdin io.WriteCloser
-	// wait returns once the process has exited and its output was written;
-	// kill ends it at once.
+	// wait returns once the process has exited and its output was written.
 	wait func() error
-	kill func()
 }
 
 // spawnLocal is the spawner of this machine. The process gets a group of
@@ -89,7 +88,7 @@ func spawnLocal(_ context.Context, line string, stdout, stderr io.Writer) (*proc
 		}
 		return nil
 	}
-	return &proc{stdin: stdin, wait: wait, kill: func() { cmd.Process.Kill() }}, nil
+	return &proc{stdin: stdin, wait: wait}, nil
 }
 
 // spawn is r's spawner: it starts bash on r's host over the pool.
@@ -116,7 +115,7 @@ func (r *Remote) spawn(ctx context.Context, line string, stdout, stderr io.Write
 		defer s.Close()
 		return s.Wait()
 	}
-	return &proc{stdin: stdin, wait: wait, kill: func() { s.Close() }}, nil
+	return &proc{stdin: stdin, wait: wait}, nil
 }
 
 // exitStatus is the exit status in a local or remote wait's error.
@@ -145,74 +144,262 @@ func lockOwner(run string) string {
 	return fmt.Sprintf("run %s of %s@%s (pid %d)", run, who, host, os.Getpid())
 }
 
-// lockGPU starts lock.sh through spawn and waits for its answer. The lock
-// is then held by that process, kept alive by a heartbeat, until Release.
-func lockGPU(ctx context.Context, spawn spawner, where string, gpu int, run, dir string, s Supervision) (GPULock, error) {
+// lockers are a machine's lock holders: one lock.sh per run, started with
+// the run's first lock there and told to exit once it holds and is asked
+// for nothing. One holder for all of a machine's GPUs costs one session and
+// one nvidia-smi per machine, not per GPU.
+type lockers struct {
+	spawn spawner
+	where string // the machine, for messages
+	dir   string
+	sup   Supervision
+
+	// mu guards the holders and their requests, and orders what is written
+	// to a holder's stdin.
+	mu      sync.Mutex
+	holders map[string]*holder // by run
+}
+
+// holder is a lock.sh process and what it was asked.
+type holder struct {
+	ls   *lockers
+	run  string
+	p    *proc
+	errs bytes.Buffer // its stderr, read once it is dead
+	// dead is closed once the process has ended and all its output was
+	// handled; err is then why it ended.
+	dead chan struct{}
+	err  error
+	// hushed stops the heartbeats.
+	hushed   chan struct{}
+	hushOnce sync.Once
+
+	// Guarded by ls.mu:
+	asked   map[int]chan answer // GPUs asked for, and where the answer goes
+	held    map[int]*heldLock
+	retired bool // told to exit, or dead: it takes no more requests
+}
+
+// answer is a holder's answer to "lock N"; lock is set for "locked".
+type answer struct {
+	verb, rest string
+	lock       *heldLock
+}
+
+// lock takes GPU gpu for run, through the run's holder on the machine.
+func (ls *lockers) lock(ctx context.Context, gpu int, run string) (GPULock, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%s: locking GPU %d: %w", where, gpu, context.Cause(ctx))
+		return nil, fmt.Errorf("%s: locking GPU %d: %w", ls.where, gpu, context.Cause(ctx))
 	}
-	out := &firstLine{got: make(chan struct{})}
-	var errb bytes.Buffer // read only once the holder has exited
-	p, err := spawn(ctx, bootstrap(lockCode, "gpudispatch-lock", ""), out, &errb)
+	got := make(chan answer, 1)
+	ls.mu.Lock()
+	h, err := ls.holder(ctx, run)
+	if err == nil {
+		if _, dup := h.asked[gpu]; dup || h.held[gpu] != nil {
+			err = fmt.Errorf("%s: GPU %d: already locked or being locked by run %s", ls.where, gpu, run)
+		} else {
+			h.asked[gpu] = got
+			h.send("lock " + strconv.Itoa(gpu))
+		}
+	}
+	ls.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	// Long enough for the jobs' shells, which stopped hearing the
-	// coordinator at about the same time, to kill their jobs.
-	linger := s.Grace + 2*s.Heartbeat
-	header := lockCode + strings.Join([]string{
-		dir, strconv.Itoa(gpu), run, lockOwner(run),
-		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64),
-		strconv.FormatFloat(linger.Seconds(), 'f', 3, 64),
-	}, "\x00") + "\x00"
-	exited := make(chan error, 1)
-	go func() { exited <- p.wait() }()
-	go io.WriteString(p.stdin, header) // an error ends the holder; wait says why
-	var werr error
-	done := false
 	select {
-	case <-out.got:
-	case werr = <-exited:
-		done = true
+	case a := <-got:
+		return h.answered(gpu, a)
+	case <-h.dead:
+		return nil, h.deathErr(gpu)
 	case <-ctx.Done():
-		p.kill()
-		<-exited
-		return nil, fmt.Errorf("%s: locking GPU %d: %w", where, gpu, context.Cause(ctx))
+		ls.mu.Lock()
+		defer ls.mu.Unlock()
+		if _, waiting := h.asked[gpu]; waiting {
+			// Whatever the answer will be, let go of the GPU.
+			delete(h.asked, gpu)
+			h.send("release " + strconv.Itoa(gpu))
+		} else if a := <-got; a.lock != nil {
+			h.send("release " + strconv.Itoa(gpu))
+		}
+		h.idle()
+		return nil, fmt.Errorf("%s: locking GPU %d: %w", ls.where, gpu, context.Cause(ctx))
 	}
-	line := out.text()
-	verb, rest, _ := strings.Cut(line, " ")
-	if verb == "locked" {
-		l := &heldLock{key: rest, p: p, lost: make(chan struct{}), stop: make(chan struct{})}
-		go l.beat(s.Heartbeat)
-		go func() { <-exited; close(l.lost) }()
-		return l, nil
-	}
-	p.stdin.Close()
-	if !done {
-		werr = <-exited
-	}
-	code, ok := exitStatus(werr)
-	switch {
-	case verb == "busy":
-		key, owner, _ := strings.Cut(rest, " ")
-		return nil, fmt.Errorf("%s: GPU %d (%s) is %w: %s", where, gpu, key, ErrGPULocked, owner)
-	case ok && code == 127:
-		return nil, fmt.Errorf("%s: %w", where, ErrNoFlock)
-	case !ok:
-		// The connection went away before the lock was taken.
-		return nil, fmt.Errorf("%s: locking GPU %d: %w: %v", where, gpu, ErrHostDown, werr)
-	}
-	return nil, fmt.Errorf("%s: locking GPU %d in %s: exit status %d: %s", where, gpu, dir, code, strings.TrimSpace(errb.String()))
 }
 
-// heldLock is a GPULock held by a lock.sh process.
+// holder returns run's holder, starting one when there is none. ls.mu is
+// held.
+func (ls *lockers) holder(ctx context.Context, run string) (*holder, error) {
+	if h := ls.holders[run]; h != nil {
+		return h, nil
+	}
+	h := &holder{ls: ls, run: run, dead: make(chan struct{}), hushed: make(chan struct{}),
+		asked: map[int]chan answer{}, held: map[int]*heldLock{}}
+	p, err := ls.spawn(ctx, bootstrap(lockCode, "gpudispatch-lock", ""), &lines{each: h.line}, &h.errs)
+	if err != nil {
+		return nil, err
+	}
+	h.p = p
+	// Long enough for the jobs' shells, which stopped hearing the
+	// coordinator at about the same time, to kill their jobs.
+	linger := ls.sup.Grace + 2*ls.sup.Heartbeat
+	// A failed write ends the holder; its death says why.
+	io.WriteString(p.stdin, lockCode+strings.Join([]string{
+		ls.dir, run, lockOwner(run),
+		strconv.FormatFloat(3*ls.sup.Heartbeat.Seconds(), 'f', 3, 64),
+		strconv.FormatFloat(linger.Seconds(), 'f', 3, 64),
+	}, "\x00")+"\x00")
+	go func() {
+		err := p.wait()
+		ls.mu.Lock()
+		h.err = err
+		h.retired = true
+		if ls.holders[run] == h {
+			delete(ls.holders, run)
+		}
+		for _, l := range h.held {
+			close(l.lost)
+		}
+		h.held = nil
+		ls.mu.Unlock()
+		close(h.dead)
+	}()
+	go h.beat(ls.sup.Heartbeat)
+	if ls.holders == nil {
+		ls.holders = map[string]*holder{}
+	}
+	ls.holders[run] = h
+	return h, nil
+}
+
+// close ends every holder's stdin. One that still holds locks keeps them for
+// the linger, as when the coordinator goes away: jobs that were running
+// when their shells were closed may still be dying.
+func (ls *lockers) close() {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for run, h := range ls.holders {
+		h.retired = true
+		delete(ls.holders, run)
+		h.p.stdin.Close()
+		h.hush()
+	}
+}
+
+// send writes a line to the holder. ls.mu is held. An error means the
+// holder is gone, which its death reports.
+func (h *holder) send(line string) {
+	io.WriteString(h.p.stdin, line+"\n")
+}
+
+// line handles a line of the holder's stdout.
+func (h *holder) line(s string) {
+	verb, rest, _ := strings.Cut(s, " ")
+	n, rest, _ := strings.Cut(rest, " ")
+	gpu, err := strconv.Atoi(n)
+	if err != nil {
+		return
+	}
+	h.ls.mu.Lock()
+	defer h.ls.mu.Unlock()
+	switch verb {
+	case "released":
+		if l := h.held[gpu]; l != nil {
+			delete(h.held, gpu)
+			close(l.lost)
+		}
+	case "locked", "busy", "failed":
+		got, ok := h.asked[gpu]
+		if !ok {
+			return
+		}
+		delete(h.asked, gpu)
+		a := answer{verb: verb, rest: rest}
+		if verb == "locked" {
+			a.lock = &heldLock{h: h, gpu: gpu, key: rest, lost: make(chan struct{})}
+			h.held[gpu] = a.lock
+		}
+		got <- a
+	}
+	h.idle()
+}
+
+// idle retires the holder once it holds and is asked for nothing. ls.mu is
+// held.
+func (h *holder) idle() {
+	if !h.retired && len(h.asked) == 0 && len(h.held) == 0 {
+		h.retire()
+	}
+}
+
+// retire tells the holder to exit; a new request starts another. ls.mu is
+// held.
+func (h *holder) retire() {
+	if h.retired {
+		return
+	}
+	h.retired = true
+	if h.ls.holders[h.run] == h {
+		delete(h.ls.holders, h.run)
+	}
+	h.send("exit")
+	h.hush()
+}
+
+// hush stops the heartbeats.
+func (h *holder) hush() { h.hushOnce.Do(func() { close(h.hushed) }) }
+
+// answered turns the holder's answer about gpu into a lock or an error.
+func (h *holder) answered(gpu int, a answer) (GPULock, error) {
+	where := h.ls.where
+	switch a.verb {
+	case "locked":
+		return a.lock, nil
+	case "busy":
+		key, owner, _ := strings.Cut(a.rest, " ")
+		return nil, fmt.Errorf("%s: GPU %d (%s) is %w: %s", where, gpu, key, ErrGPULocked, owner)
+	}
+	return nil, fmt.Errorf("%s: locking GPU %d in %s: %s", where, gpu, h.ls.dir, a.rest)
+}
+
+// deathErr says why the holder died before answering about gpu.
+func (h *holder) deathErr(gpu int) error {
+	where := h.ls.where
+	code, ok := exitStatus(h.err)
+	switch {
+	case ok && code == 127:
+		return fmt.Errorf("%s: %w", where, ErrNoFlock)
+	case !ok:
+		// The connection went away before the lock was taken.
+		return fmt.Errorf("%s: locking GPU %d: %w: %v", where, gpu, ErrHostDown, h.err)
+	}
+	return fmt.Errorf("%s: locking GPU %d in %s: exit status %d: %s", where, gpu, h.ls.dir, code, strings.TrimSpace(h.errs.String()))
+}
+
+// beat tells the holder that the coordinator lives, every interval.
+func (h *holder) beat(interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.hushed:
+			return
+		case <-h.dead:
+			return
+		case <-t.C:
+			h.ls.mu.Lock()
+			h.send("")
+			h.ls.mu.Unlock()
+		}
+	}
+}
+
+// heldLock is a GPULock held by a holder.
 type heldLock struct {
+	h    *holder
+	gpu  int
 	key  string
-	p    *proc
-	lost chan struct{}
-	stop chan struct{}
+	lost chan struct{} // closed under ls.mu
 	once sync.Once
-	mu   sync.Mutex // serialises writes to the holder's stdin
 }
 
 func (l *heldLock) Key() string           { return l.key }
@@ -221,64 +408,33 @@ func (l *heldLock) Lost() <-chan struct{} { return l.lost }
 // Release implements GPULock.
 func (l *heldLock) Release() {
 	l.once.Do(func() {
-		close(l.stop)
-		l.mu.Lock()
-		io.WriteString(l.p.stdin, "release\n")
-		l.p.stdin.Close()
-		l.mu.Unlock()
+		l.h.ls.mu.Lock()
+		defer l.h.ls.mu.Unlock()
+		if l.h.held[l.gpu] == l {
+			l.h.send("release " + strconv.Itoa(l.gpu))
+		}
 	})
 	<-l.lost
 }
 
-// beat tells the holder that the coordinator lives, every interval.
-func (l *heldLock) beat(interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-l.lost:
-			return
-		case <-t.C:
-			l.mu.Lock()
-			_, err := io.WriteString(l.p.stdin, "\n")
-			l.mu.Unlock()
-			if err != nil {
-				return
-			}
-		}
-	}
-}
-
-// firstLine keeps the first line written to it, without its newline, and
-// drops the rest.
-type firstLine struct {
-	mu   sync.Mutex
-	line []byte
-	got  chan struct{} // closed once the line is complete
-	full bool
+// lines calls each for every complete line written to it, without its
+// newline. It has one writer.
+type lines struct {
+	each    func(string)
+	partial []byte
 }
 
 // Write implements io.Writer.
-func (w *firstLine) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.full {
-		return len(p), nil
+func (w *lines) Write(p []byte) (int, error) {
+	n := len(p)
+	for {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			break
+		}
+		w.each(string(append(w.partial, p[:i]...)))
+		w.partial, p = w.partial[:0], p[i+1:]
 	}
-	if i := bytes.IndexByte(p, '\n'); i >= 0 {
-		w.line, w.full = append(w.line, p[:i]...), true
-		close(w.got)
-	} else {
-		w.line = append(w.line, p...)
-	}
-	return len(p), nil
-}
-
-// text is what came of the first line so far.
-func (w *firstLine) text() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.line)
+	w.partial = append(w.partial, p...)
+	return n, nil
 }

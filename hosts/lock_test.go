@@ -3,11 +3,18 @@ package hosts
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"al.essio.dev/pkg/shellescape"
+
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
 // Two runs cannot hold one GPU; the second learns who holds it; the lock is
@@ -62,8 +69,7 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := a.(*heldLock)
-	close(held.stop) // the coordinator freezes: no more heartbeats
+	a.(*heldLock).h.hush() // the coordinator freezes: no more heartbeats
 	start := time.Now()
 	if _, err := l.LockGPU(ctx, 3, "runB"); !errors.Is(err, ErrGPULocked) {
 		t.Fatalf("right after: %v, want still locked", err)
@@ -94,38 +100,192 @@ func TestLockCancelled(t *testing.T) {
 	}
 }
 
-// The run whose coordinator lost its holder (a dropped connection) takes its
-// lingering lock over at once on its next attempt; another run still finds
-// it taken.
-func TestLockTakenOverBySameRun(t *testing.T) {
-	t.Parallel()
-	slow := Supervision{Heartbeat: fast.Heartbeat, Grace: 20 * time.Second} // a long linger
-	l := &Local{Supervision: slow, LockDir: t.TempDir()}
-	ctx := context.Background()
-	a, err := l.LockGPU(ctx, 0, "runA")
+// holderPID is the pid of the holder that lock file of dir names.
+func holderPID(t *testing.T, dir, key string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, key))
 	if err != nil {
 		t.Fatal(err)
 	}
-	close(a.(*heldLock).stop) // the connection is gone: no more heartbeats
-	time.Sleep(4 * slow.Heartbeat)
-	if _, err := l.LockGPU(ctx, 0, "runB"); !errors.Is(err, ErrGPULocked) {
+	lines := strings.Split(string(b), "\n")
+	pid, err := strconv.Atoi(lines[min(1, len(lines)-1)])
+	if err != nil {
+		t.Fatalf("lock file %s: %q: no holder pid", key, b)
+	}
+	return pid
+}
+
+// A run's locks on a machine, asked for at once, are held by one process,
+// which exits as soon as it holds nothing, not after the linger.
+func TestLockHolderPerRun(t *testing.T) {
+	t.Parallel()
+	slow := Supervision{Heartbeat: fast.Heartbeat, Grace: 20 * time.Second} // a long linger
+	dir := t.TempDir()
+	l := &Local{Supervision: slow, LockDir: dir}
+	locks := make([]GPULock, 4)
+	errs := make(chan error, len(locks))
+	for i := range locks {
+		go func() {
+			var err error
+			locks[i], err = l.LockGPU(context.Background(), i, "runA")
+			errs <- err
+		}()
+	}
+	for range locks {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	pid := holderPID(t, dir, "index-0")
+	for i, lk := range locks {
+		if p := holderPID(t, dir, lk.Key()); p != pid || lk.Key() != "index-"+strconv.Itoa(i) {
+			t.Errorf("GPU %d: lock %s held by %d, want index-%d held by %d", i, lk.Key(), p, i, pid)
+		}
+	}
+	for _, lk := range locks[:3] {
+		lk.Release()
+	}
+	if !sshtest.Running(pid) {
+		t.Fatal("the holder exited while it still held GPU 3")
+	}
+	locks[3].Release()
+	sshtest.WaitGone(t, []int{pid}, 5*time.Second)
+}
+
+// cutter wraps this machine's spawner: cut makes every process it started
+// look gone to the coordinator while it runs on, as a dropped connection
+// does.
+type cutter struct{ cut chan struct{} }
+
+func (c cutter) spawn(ctx context.Context, line string, stdout, stderr io.Writer) (*proc, error) {
+	p, err := spawnLocal(ctx, line, stdout, stderr)
+	if err != nil {
+		return nil, err
+	}
+	exited := make(chan error, 1)
+	go func(wait func() error) { exited <- wait() }(p.wait)
+	p.wait = func() error {
+		select {
+		case err := <-exited:
+			return err
+		case <-c.cut:
+			return errors.New("connection lost")
+		}
+	}
+	return p, nil
+}
+
+// The run whose coordinator lost its holder (a dropped connection) takes its
+// lingering locks over at once on its next attempt; another run still finds
+// them taken.
+func TestLockTakenOverBySameRun(t *testing.T) {
+	t.Parallel()
+	slow := Supervision{Heartbeat: fast.Heartbeat, Grace: 20 * time.Second} // a long linger
+	dir := t.TempDir()
+	c := cutter{make(chan struct{})}
+	ls := &lockers{spawn: c.spawn, where: "node", dir: dir, sup: slow}
+	ctx := context.Background()
+	var old []GPULock
+	for gpu := range 2 {
+		a, err := ls.lock(ctx, gpu, "runA")
+		if err != nil {
+			t.Fatal(err)
+		}
+		old = append(old, a)
+	}
+	pid := holderPID(t, dir, "index-0")
+	close(c.cut)
+	for _, a := range old {
+		select {
+		case <-a.Lost():
+		case <-time.After(5 * time.Second):
+			t.Fatal("a lock of a holder cut off is not lost")
+		}
+	}
+	time.Sleep(4 * slow.Heartbeat) // the holder stops hearing us: it lingers
+	if !sshtest.Running(pid) {
+		t.Fatal("the cut-off holder did not linger")
+	}
+	ls2 := &lockers{spawn: spawnLocal, where: "node", dir: dir, sup: slow}
+	if _, err := ls2.lock(ctx, 0, "runB"); !errors.Is(err, ErrGPULocked) {
 		t.Fatalf("another run while the old holder lingers: %v, want locked", err)
 	}
 	start := time.Now()
-	b, err := l.LockGPU(ctx, 0, "runA")
+	b, err := ls2.lock(ctx, 0, "runA")
 	if err != nil {
 		t.Fatalf("the same run again: %v", err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("the takeover took %v: it waited for the linger", took)
 	}
-	select {
-	case <-a.Lost():
-	case <-time.After(5 * time.Second):
-		t.Error("the lingering holder is still there")
+	sshtest.WaitGone(t, []int{pid}, 5*time.Second)
+	// The old holder's other lock went with it.
+	b1, err := ls2.lock(ctx, 1, "runA")
+	if err != nil {
+		t.Fatalf("GPU 1 after the takeover: %v", err)
 	}
-	if _, err := l.LockGPU(ctx, 0, "runB"); !errors.Is(err, ErrGPULocked) {
+	if _, err := ls2.lock(ctx, 0, "runB"); !errors.Is(err, ErrGPULocked) {
 		t.Errorf("another run after the takeover: %v, want locked", err)
 	}
 	b.Release()
+	b1.Release()
+}
+
+// spawnInstead is a spawner of this machine that runs script whatever it is
+// asked to run.
+func spawnInstead(script string) spawner {
+	return func(ctx context.Context, _ string, stdout, stderr io.Writer) (*proc, error) {
+		return spawnLocal(ctx, script, stdout, stderr)
+	}
+}
+
+// A lock asked for and given up before the answer is let go of, whatever
+// the answer: the holder is told to release it, and then, holding nothing,
+// to exit.
+func TestLockGivenUpBeforeTheAnswer(t *testing.T) {
+	t.Parallel()
+	got := filepath.Join(t.TempDir(), "stdin")
+	// A holder that never answers and writes down what it is told.
+	mute := `while IFS= read -r line; do printf '%s\n' "$line" >>` + shellescape.Quote(got) + `; [ "$line" = exit ] && exit; done`
+	ls := &lockers{spawn: spawnInstead(mute), where: "node", dir: t.TempDir(), sup: fast}
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := ls.lock(ctx, 2, "runA"); !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "node: locking GPU 2: ") {
+		t.Fatalf("lock: %v, want the deadline, naming the host and GPU", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(got)
+		// Heartbeats (empty lines) may come between.
+		told := strings.Join(strings.FieldsFunc(string(b), func(r rune) bool { return r == '\n' }), "\n")
+		if strings.HasSuffix(told, "lock 2\nrelease 2\nexit") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder was told %q, want lock 2, release 2, exit at the end", b[max(0, len(b)-200):])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A machine without flock(1) says so, for every GPU.
+func TestLockWithoutFlock(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bash, filepath.Join(bin, "bash")); err != nil {
+		t.Fatal(err)
+	}
+	noFlock := func(ctx context.Context, line string, stdout, stderr io.Writer) (*proc, error) {
+		return spawnLocal(ctx, "PATH="+shellescape.Quote(bin)+"; "+line, stdout, stderr)
+	}
+	ls := &lockers{spawn: noFlock, where: "node", dir: t.TempDir(), sup: fast}
+	for gpu := range 2 {
+		if _, err := ls.lock(context.Background(), gpu, "runA"); !errors.Is(err, ErrNoFlock) || !strings.HasPrefix(err.Error(), "node: ") {
+			t.Errorf("GPU %d: %v, want ErrNoFlock naming the host", gpu, err)
+		}
+	}
 }

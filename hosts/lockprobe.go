@@ -22,19 +22,20 @@ func ProbeLocks(ctx context.Context, r Runner, dir string, gpus []GPU) error {
 		ids = append(ids, strconv.Itoa(g.Index))
 	}
 	// Prints "INDEX OWNER" for each locked GPU; lock_key names its file
-	// exactly as lock.sh does.
+	// exactly as lock.sh does. lock_key is bash: the login shell may not be.
 	script := lockKeyScript + `command -v flock >/dev/null || exit 0
 d=` + shellescape.Quote(dir) + `
 uuids=$(nvidia-smi --query-gpu=index,uuid --format=csv,noheader 2>/dev/null)
 for i in ` + strings.Join(ids, " ") + `; do
-  f=$d/$(lock_key "$i" "$uuids")
+  lock_key "$i" "$uuids"
+  f=$d/$key
   [ -e "$f" ] || continue
   exec 9<"$f" || continue
   flock -n -s 9 || printf '%s %s\n' "$i" "$(head -n 1 "$f")"
   exec 9<&-
 done`
 	var out, errOut bytes.Buffer
-	code, err := r.Run(ctx, Command{Script: script}, &out, &errOut)
+	code, err := r.Run(ctx, Command{Script: "exec bash -c " + shellescape.Quote(script)}, &out, &errOut)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("looking at GPU locks in %s: exit status %d: %s", dir, code, strings.TrimSpace(errOut.String()))
 	}

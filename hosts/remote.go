@@ -16,13 +16,14 @@ type Remote struct {
 	name        string
 	pool        *pool
 	supervision Supervision
-	lockDir     string
 	shells      *shells
+	locks       *lockers
 }
 
 func newRemote(name string, p *pool, sup Supervision, lockDir string) *Remote {
-	r := &Remote{name: name, pool: p, supervision: sup, lockDir: lockDir}
+	r := &Remote{name: name, pool: p, supervision: sup}
 	r.shells = &shells{spawn: r.spawn, sup: sup}
+	r.locks = &lockers{spawn: r.spawn, where: name, dir: lockDir, sup: sup}
 	return r
 }
 
@@ -39,12 +40,16 @@ func (r *Remote) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (
 }
 
 // Close ends the idle job shells, and those of jobs still running once they
-// end. The connections stay.
-func (r *Remote) Close() { r.shells.close() }
+// end, and the GPU lock holders, which keep the locks still held for
+// as long as those jobs may take to die. The connections stay.
+func (r *Remote) Close() {
+	r.shells.close()
+	r.locks.close()
+}
 
 // LockGPU implements Runner.
 func (r *Remote) LockGPU(ctx context.Context, gpu int, run string) (GPULock, error) {
-	return lockGPU(ctx, r.spawn, r.name, gpu, run, r.lockDir, r.supervision)
+	return r.locks.lock(ctx, gpu, run)
 }
 
 // WaitUp implements Runner.
