@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,10 @@ import (
 //   - controlmaster-jobs/s, and ratio = gpd-jobs/s / controlmaster-jobs/s;
 //   - login-floor-jobs/s: `xargs -P16 bash -lc true` here, no SSH at all,
 //     with a lab host's home. Every gpudispatch job runs a login shell (SPEC
-//     §3), which `ssh host true` does not: this is the ceiling.
+//     §3), which `ssh host true` does not: this is the ceiling;
+//   - gpd-collisions: times two of gpudispatch's jobs ran on one GPU at once,
+//     from the journal (each job's start and end bracket its processes). It
+//     fails the benchmark unless 0.
 //
 // Run it with:
 //
@@ -67,6 +71,7 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 		b.Cleanup(func() { os.RemoveAll(dir) })
 		fast = dir
 	}
+	collisions := 0
 	dispatch := func(logs string) time.Duration {
 		cmd := exec.Command(binary, "-i", inv, "-o", logs, "-q")
 		cmd.Env = append(os.Environ(), "HOME="+l.Dir, "SSH_AUTH_SOCK=", lockEnv(l.Dir))
@@ -75,7 +80,9 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("gpudispatch: %v\n%s", err, out)
 		}
-		return time.Since(start)
+		took := time.Since(start)
+		collisions += overlaps(b, logs)
+		return took
 	}
 	var gpd, disk, cm, floor time.Duration
 	b.ResetTimer()
@@ -106,4 +113,36 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 	b.ReportMetric(rate(cm), "controlmaster-jobs/s")
 	b.ReportMetric(rate(floor), "login-floor-jobs/s")
 	b.ReportMetric(rate(gpd)/rate(cm), "ratio")
+	b.ReportMetric(float64(collisions), "gpd-collisions")
+	if collisions > 0 {
+		b.Errorf("%d times two jobs ran on one GPU at once", collisions)
+	}
+}
+
+// overlaps counts the pairs of jobs in logDir's journal whose runs on one
+// GPU overlap in time.
+func overlaps(t testing.TB, logDir string) int {
+	type run struct{ start, end time.Time }
+	byGPU := map[string][]run{}
+	for _, e := range journal(t, logDir) {
+		start, err1 := time.Parse(time.RFC3339Nano, fmt.Sprint(e["start"]))
+		end, err2 := time.Parse(time.RFC3339Nano, fmt.Sprint(e["end"]))
+		if e["event"] != "finished" || err1 != nil || err2 != nil {
+			continue
+		}
+		for _, g := range e["gpus"].([]any) {
+			key := fmt.Sprint(e["host"], ":", g)
+			byGPU[key] = append(byGPU[key], run{start, end})
+		}
+	}
+	n := 0
+	for _, runs := range byGPU {
+		slices.SortFunc(runs, func(a, b run) int { return a.start.Compare(b.start) })
+		for i := 1; i < len(runs); i++ {
+			if runs[i].start.Before(runs[i-1].end) {
+				n++
+			}
+		}
+	}
+	return n
 }

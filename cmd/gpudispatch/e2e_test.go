@@ -87,7 +87,7 @@ func wholeJournal(t *testing.T, logDir string) []map[string]any {
 
 // journal reads the whole lines of a log dir's journal: a run may be
 // writing its last one.
-func journal(t *testing.T, logDir string) []map[string]any {
+func journal(t testing.TB, logDir string) []map[string]any {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(logDir, "journal.jsonl"))
 	if err != nil {
