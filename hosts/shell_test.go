@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -263,10 +264,14 @@ func TestShellNotReusedAfterCancel(t *testing.T) {
 func TestShellStopsAJobSentAsStdinEnds(t *testing.T) {
 	t.Parallel()
 	pidFile := filepath.Join(t.TempDir(), "pids")
-	// A long line takes the shell a while to read after the watcher has
-	// handed it on and seen the end: the job starts after that.
-	script := "# " + strings.Repeat("x", 100_000) + "\necho $$ > $PIDS; sleep 300"
-	fields, err := Command{Script: script, Env: []string{"PIDS=" + pidFile}}.fields(newMark())
+	// Many variables take the shell a while to read (a read each) after
+	// the watcher has handed them on at once and seen the end: the job
+	// starts after that.
+	env := []string{"PIDS=" + pidFile}
+	for i := range 20_000 {
+		env = append(env, fmt.Sprintf("V%d=x", i))
+	}
+	fields, err := Command{Script: "echo $$ > $PIDS; sleep 300", Env: env}.fields(newMark())
 	if err != nil {
 		t.Fatal(err)
 	}
