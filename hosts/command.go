@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"strconv"
 	"strings"
@@ -82,7 +81,7 @@ var ErrNUL = errors.New("contains a NUL byte")
 func shellHeader(s Supervision) []byte {
 	return []byte(shellScript +
 		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64) + "\x00" +
-		strconv.Itoa(int(math.Ceil(float64(s.Grace)/float64(50*time.Millisecond)))) + "\x00")
+		strconv.FormatFloat(s.Grace.Seconds(), 'f', 3, 64) + "\x00")
 }
 
 // fields encodes c for a job shell's stdin, after the job's end mark: the

@@ -2,8 +2,8 @@
 # coordinator sends, one after another. Everything arrives on stdin, so a job
 # line reaches the login shell byte for byte with no quoting at all.
 #
-# stdin: NUL-terminated records — heartbeat timeout (seconds), grace (50 ms
-# ticks) — then "h" for each heartbeat, and for each job a record of "j" and
+# stdin: NUL-terminated records — heartbeat timeout (seconds), grace
+# (seconds) — then "h" for each heartbeat, and for each job a record of "j" and
 # the byte lengths of its fields, space-separated, followed by the fields with
 # nothing between them: end mark, workdir, setup, script, then one
 # "NAME=value" per variable. Bash reads a pipe a byte per system call up to a
@@ -34,18 +34,20 @@ alive() {
   ps -A -o pgid= -o stat= 2>/dev/null |
     awk -v g="$pid" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
 }
-# reap stops the group of $pid: TERM, then KILL after the grace.
+# reap stops the group of $pid: TERM, then KILL after the grace. The grace is
+# timed by a sleep of its own: the looking costs time on a loaded machine.
 reap() {
   kill -TERM -- -"$pid" 2>/dev/null || return 0
-  i=0
+  sleep "$grace" &
+  timer=$!
   while alive; do
-    if [ "$i" -ge "$grace" ]; then
+    if ! kill -0 "$timer" 2>/dev/null; then
       kill -KILL -- -"$pid" 2>/dev/null
       return 0
     fi
     sleep 0.05
-    i=$((i + 1))
   done
+  kill "$timer" 2>/dev/null
 }
 # stop reaps the running jobs: the shell's children that lead a group. It
 # fails once the shell is gone; a zombie is gone (a slow init may reap it late).
