@@ -227,7 +227,9 @@ func (ls *lockers) lock(ctx context.Context, gpu int, run string) (GPULock, erro
 }
 
 // holder returns run's holder, starting one when there is none. ls.mu is
-// held.
+// held, also while a holder starts (a session opens): the other requests of
+// the run wait for that holder, and a machine has other holders only for
+// other runs, which a coordinator does not make.
 func (ls *lockers) holder(ctx context.Context, run string) (*holder, error) {
 	if h := ls.holders[run]; h != nil {
 		return h, nil
