@@ -67,6 +67,8 @@ type Host struct {
 	hostKey string
 	cmd     *exec.Cmd
 	t       testing.TB
+	// frozen are the processes Freeze stopped, for Thaw.
+	frozen []int
 }
 
 // Require skips t when sshd is missing, or fails it when
@@ -231,17 +233,23 @@ func (h *Host) Stop() { stop(h.cmd) }
 // Freeze stops (SIGSTOP) the host's sshd processes and leaves its jobs
 // running, like a host whose network hangs: connections stay open and
 // nothing answers. Thaw lets them go on.
-func (h *Host) Freeze() { h.signalSSHD(syscall.SIGSTOP) }
-
-// Thaw undoes Freeze.
-func (h *Host) Thaw() { h.signalSSHD(syscall.SIGCONT) }
-
-func (h *Host) signalSSHD(sig syscall.Signal) {
+func (h *Host) Freeze() {
 	for _, pid := range descendants(h.cmd.Process.Pid) {
 		if comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm"); strings.TrimSpace(string(comm)) == "sshd" {
-			syscall.Kill(pid, sig)
+			syscall.Kill(pid, syscall.SIGSTOP)
+			h.frozen = append(h.frozen, pid)
 		}
 	}
+}
+
+// Thaw undoes Freeze: it continues the very processes Freeze stopped. One
+// that was in execve then is bash by now, and one whose parent has gone is
+// no longer below sshd: both would stay stopped for good otherwise.
+func (h *Host) Thaw() {
+	for _, pid := range h.frozen {
+		syscall.Kill(pid, syscall.SIGCONT)
+	}
+	h.frozen = nil
 }
 
 func stop(cmd *exec.Cmd) {
