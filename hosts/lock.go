@@ -19,8 +19,8 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// lockScript holds a GPU's lock on the target machine; see lock.sh. It is
-// sent after lockKeyScript, which defines the lock file's name.
+// lockScript holds a run's GPU locks on the target machine; see lock.sh. It
+// is sent after lockKeyScript, which defines the lock files' names.
 //
 //go:embed lock.sh
 var lockScript string
@@ -254,10 +254,7 @@ func (ls *lockers) holder(ctx context.Context, run string) (*holder, error) {
 		err := p.wait()
 		ls.mu.Lock()
 		h.err = err
-		h.retired = true
-		if ls.holders[run] == h {
-			delete(ls.holders, run)
-		}
+		h.detach()
 		for _, l := range h.held {
 			close(l.lost)
 		}
@@ -279,9 +276,8 @@ func (ls *lockers) holder(ctx context.Context, run string) (*holder, error) {
 func (ls *lockers) close() {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	for run, h := range ls.holders {
-		h.retired = true
-		delete(ls.holders, run)
+	for _, h := range ls.holders {
+		h.detach()
 		h.p.stdin.Close()
 		h.hush()
 	}
@@ -339,12 +335,18 @@ func (h *holder) retire() {
 	if h.retired {
 		return
 	}
+	h.detach()
+	h.send("exit")
+	h.hush()
+}
+
+// detach makes the holder take no more requests: the run's next request
+// starts another. ls.mu is held.
+func (h *holder) detach() {
 	h.retired = true
 	if h.ls.holders[h.run] == h {
 		delete(h.ls.holders, h.run)
 	}
-	h.send("exit")
-	h.hush()
 }
 
 // hush stops the heartbeats.

@@ -119,7 +119,8 @@ $script"
   # Job control gives the job a process group of its own.
   set -m
   (
-    if [ -n "$lc_set" ]; then LC_ALL=$lc_all; else unset LC_ALL; fi
+    # Unset before, LC_ALL=C is not exported: only a set one needs mending.
+    [ -z "$lc_set" ] || LC_ALL=$lc_all
     for kv in "${env[@]}"; do export "$kv"; done
     case $wd in
       "~") wd=$HOME ;;
