@@ -14,7 +14,7 @@ import (
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
-// bigLab is hosts × gpus single-slot GPUs (SPEC's scale: 100 × 16 = 1,600).
+// bigLab is hosts × gpus single-slot GPUs (the scale we promise: 100 × 16 = 1,600).
 func bigLab(hosts, gpus int) *inventory.Inventory {
 	var spec []string
 	for h := range hosts {
@@ -92,7 +92,7 @@ func (c *queuedCounter) Report(e Event) {
 }
 
 // BenchmarkRunQueued reads N jobs of `true` into the whole coordinator on
-// 1,600 slots while the first 1,600 hold them (SPEC's scale target: 100,000
+// 1,600 slots while the first 1,600 hold them (the scale target: 100,000
 // queued jobs, `seq` lines), then lets them all run. It reports the cost per
 // job and the process's peak RSS. The cost includes creating each job's two
 // log files: run it with TMPDIR on a tmpfs to see the coordinator alone.
@@ -143,7 +143,7 @@ func peakRSSMB() (float64, bool) {
 
 // BenchmarkResumeJournal reads a journal of 100,000 jobs' events (queued,
 // started, finished: 300,000 lines) as --resume does before the run starts
-// (SPEC's target: under 1 s).
+// (the target: under 1 s).
 //
 //	go test ./dispatch -run '^$' -bench ResumeJournal -benchtime 3x
 func BenchmarkResumeJournal(b *testing.B) {

@@ -1,6 +1,6 @@
 // Package dispatch is the run: it reads job lines as they arrive, places each
 // job on free host:gpu slots, runs it through an Executor, streams its output
-// into log files and records every step in journal.jsonl (SPEC §3, §7, §8).
+// into log files and records every step in journal.jsonl.
 //
 // # Ownership
 //
@@ -57,7 +57,7 @@
 //
 // Between being placed and being started, a job may have a claim to settle
 // (claim.go): the lock of each of its GPUs that this run does not hold yet
-// (SPEC §6, Executor.LockGPU), and under SkipBusy a look at nvidia-smi for
+// (Executor.LockGPU), and under SkipBusy a look at nvidia-smi for
 // each of its GPUs where no other job of this run is. The slots are taken
 // first and the GPUs are marked claiming, so the scheduler puts nothing
 // else on them meanwhile; the claim is settled by a goroutine and handed
@@ -70,7 +70,7 @@
 //
 // # Inventory edits
 //
-// Options.Updates brings edits of the inventory (SPEC §4), applied by the
+// Options.Updates brings edits of the inventory, applied by the
 // loop like any other event: the slot table gives added hosts and GPUs
 // slots and takes them from removed ones (capacity 0: their running jobs
 // finish and no new one starts), waiting jobs that fit nowhere any more

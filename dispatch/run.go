@@ -80,7 +80,7 @@ type Options struct {
 	// Recheck is how long a GPU found busy or locked by another run is set
 	// aside before it is tried again (0: DefaultRecheck).
 	Recheck time.Duration
-	// Updates brings edits of the inventory while the run goes on (SPEC §4).
+	// Updates brings edits of the inventory while the run goes on.
 	Updates <-chan Update
 }
 
@@ -96,7 +96,7 @@ type Update struct {
 	Err error
 }
 
-// DefaultHostDownTimeout is Options.HostDownTimeout's default (SPEC §8).
+// DefaultHostDownTimeout is Options.HostDownTimeout's default.
 const DefaultHostDownTimeout = 10 * time.Minute
 
 // errJobTimeout is the cause given to a job's context when its time is up.
@@ -624,7 +624,7 @@ func (s *Summary) add(e Event) {
 	}
 }
 
-// ExitCode is the exit status SPEC §2 gives this outcome: 130 interrupted,
+// ExitCode is the exit status of this outcome: 130 interrupted,
 // 1 when a job did not succeed or something could not be read or written,
 // else 0.
 func (s *Summary) ExitCode() int {

@@ -20,7 +20,7 @@ type gpu struct {
 	// lastUsed is when a job last started here (a scheduler tick): the least
 	// recently used GPU is picked first, which spreads jobs over all GPUs.
 	lastUsed uint64
-	// lock is this run's lock on the GPU (SPEC §6), held from its first job
+	// lock is this run's lock on the GPU, held from its first job
 	// here to its last; unlocked is the Lost channel of the lock it last let
 	// go of, so that a new lock waits for the old holder to be gone.
 	lock     hosts.GPULock
@@ -93,7 +93,7 @@ func newSlotTable(inv *inventory.Inventory) *slotTable {
 	return t
 }
 
-// update makes inv's hosts and GPUs the table's (SPEC §4): new hosts and
+// update makes inv's hosts and GPUs the table's: new hosts and
 // GPUs get slots, a host or GPU that inv drops keeps its running jobs but
 // gets no slot, and slots_per_gpu takes its new value. It returns what
 // changed, for people.

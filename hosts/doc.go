@@ -52,7 +52,7 @@
 // group is gone, so Reap can tell on the host, by the tag of the shell that
 // ran it, whether a lost job still runs.
 //
-// GPU locks (SPEC §6): a machine's lockers start one lock.sh per run, over
+// GPU locks: a machine's lockers start one lock.sh per run, over
 // the pool or locally, with the same bootstrap as job shells, when the run
 // asks for its first GPU there. It finds the GPUs' UUIDs through the login
 // shell's nvidia-smi once, and takes an exclusive flock on a file named by a

@@ -35,7 +35,7 @@ var lockKeyScript string
 // lockkey.sh.
 var lockCode = lockKeyScript + lockScript
 
-// DefaultLockDir is where GPU locks live on every machine (SPEC §6).
+// DefaultLockDir is where GPU locks live on every machine.
 const DefaultLockDir = "/tmp/gpudispatch-locks"
 
 var (

@@ -1,4 +1,4 @@
-# gpudispatch GPU lock holder (SPEC §6): one per machine and run, it holds the
+# gpudispatch GPU lock holder: one per machine and run, it holds the
 # locks of the run's GPUs there. Run by bash, after lockkey.sh.
 #
 # stdin: NUL-terminated fields — lock dir, run id, owner (one line), heartbeat

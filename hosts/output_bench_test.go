@@ -15,7 +15,7 @@ import (
 // BenchmarkOutputStream has one job write 1 GiB to stdout, streamed over
 // the pooled connection into a file, and puts it next to OpenSSH's own
 // client doing the same (`ssh host 'head -c 1G /dev/zero' > file`) in the
-// same run (SPEC's target: at least half its rate, memory constant):
+// same run (the target: at least half its rate, memory constant):
 //
 //	go test ./hosts -run '^$' -bench OutputStream -benchtime 2x
 func BenchmarkOutputStream(b *testing.B) {

@@ -172,7 +172,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *sshConfig, name string, entry, 
 	switch strings.ToLower(get("StrictHostKeyChecking")) {
 	case "accept-new", "no", "off":
 		// "no" would also accept changed keys in OpenSSH; gpudispatch never
-		// does (SPEC §5), so it means accept-new here.
+		// does, so it means accept-new here.
 		t.AcceptNew = true
 	}
 	t.AcceptNew = t.AcceptNew || acceptNew

@@ -23,7 +23,7 @@ type Runner interface {
 	// for ctx to end.
 	Reap(ctx context.Context, tag string) error
 	// LockGPU takes the lock that keeps other gpudispatch runs off GPU gpu
-	// of the machine (SPEC §6) for the run whose commands' tags start with
+	// of the machine for the run whose commands' tags start with
 	// run + "-". An error wraps ErrGPULocked when another run holds it,
 	// ErrNoFlock when the machine cannot lock, ErrHostDown when it cannot be
 	// reached.

@@ -115,8 +115,8 @@ func TestOpenDistinctTargetsOnOneServer(t *testing.T) {
 }
 
 // BenchmarkOpenManyAliases opens 50 aliases of 4 servers, and one host, in
-// the same run, and reports how many single-host opens the 50 took (SPEC's
-// target: about one handshake's time, not 50):
+// the same run, and reports how many single-host opens the 50 took (the target:
+// about one handshake's time, not 50):
 //
 //	go test ./hosts -run '^$' -bench OpenManyAliases -benchtime 5x
 func BenchmarkOpenManyAliases(b *testing.B) {

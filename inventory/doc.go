@@ -1,5 +1,5 @@
 // Package inventory loads and validates the description of a lab: its hosts,
-// their GPUs and how jobs run there (SPEC §4).
+// their GPUs and how jobs run there.
 //
 // A file is decoded into a small position-carrying tree first (YAML and JSON
 // through yaml.v3 nodes, TOML through go-toml/v2), then checked key by key, so

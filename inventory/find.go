@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 )
 
-// Find returns the first inventory file that exists among the places SPEC §2
-// searches when --inventory is not given: ./gpudispatch.yaml, then
+// Find returns the first inventory file that exists among the places searched
+// when --inventory is not given: ./gpudispatch.yaml, then
 // ~/.config/gpudispatch/inventory.yaml. ($GPUDISPATCH_INVENTORY is the
 // --inventory flag itself, read by the command line.) It returns "" when
 // there is none.

@@ -24,8 +24,8 @@ import (
 //   - gpd-disk-jobs/s, with the log dir beside the lab, on TMPDIR's disk;
 //   - controlmaster-jobs/s, and ratio = gpd-jobs/s / controlmaster-jobs/s;
 //   - login-floor-jobs/s: `xargs -P16 bash -lc true` here, no SSH at all,
-//     with a lab host's home. Every gpudispatch job runs a login shell (SPEC
-//     §3), which `ssh host true` does not: this is the ceiling;
+//     with a lab host's home. Every gpudispatch job runs a login shell,
+//     which `ssh host true` does not: this is the ceiling;
 //   - gpd-collisions: times two of gpudispatch's jobs ran on one GPU at once,
 //     from the journal (each job's start and end bracket its processes). It
 //     fails the benchmark unless 0.

@@ -21,7 +21,7 @@ import (
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
-// Fault-injection tests on the real-sshd lab (SPEC §8). Every job appends
+// Fault-injection tests on the real-sshd lab. Every job appends
 // its number to one effects file as its last act, so counting the numbers
 // there tells which jobs ran to the end, and how many times.
 

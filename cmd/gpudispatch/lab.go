@@ -116,7 +116,7 @@ func keepHosts(inv *inventory.Inventory, names []string) error {
 }
 
 // reloadInterval is how often the inventory file is looked at during a run:
-// an edit takes effect within about three of these (SPEC §4: 2 s).
+// an edit takes effect within about three of these (the promise: within 2 s).
 const reloadInterval = 400 * time.Millisecond
 
 // watchInventory sends the run each edit of its inventory file, with the

@@ -15,7 +15,7 @@ type streams struct {
 	out, err io.Writer
 }
 
-// Exit statuses (SPEC §2). This table is the only place they are decided.
+// Exit statuses. This table is the only place they are decided.
 const (
 	exitOK          = 0   // every job succeeded
 	exitFailed      = 1   // a job failed, timed out, was lost or was rejected

@@ -1,4 +1,4 @@
-// Package live is the terminal view of a run (SPEC §7): a progress bar with
+// Package live is the terminal view of a run: a progress bar with
 // counts, rate and ETA, and one line per slot with its job and how long it
 // has run, redrawn in place while the run goes on. Lines that must stay (a
 // failed job, a host that went down, a warning) are printed above the view,

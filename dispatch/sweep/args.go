@@ -16,7 +16,7 @@ type Args struct {
 	Help bool
 }
 
-// ParseArgs reads the arguments of `gpudispatch sweep` (SPEC §9, §10):
+// ParseArgs reads the arguments of `gpudispatch sweep`:
 //
 //	TEMPLATE -p NAME V... [-p NAME V...] [--samples N] [--seed S] [--ordered]
 //

@@ -1,5 +1,5 @@
 // Package sweep turns a command template and lists of parameter values into
-// job lines, one per configuration (SPEC §9): the full grid in random or
+// job lines, one per configuration: the full grid in random or
 // grid order, or N distinct configurations drawn uniformly.
 //
 // A configuration is a number below the grid's size, read in mixed radix
