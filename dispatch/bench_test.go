@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpudispatch/gpudispatch/hosts"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -66,16 +66,16 @@ func BenchmarkSchedulerSteadyState(b *testing.B) {
 // is left to measure is the coordinator (parse, schedule, journal, logs).
 type instantExec struct{ gate chan struct{} }
 
-func (x instantExec) Run(context.Context, string, hosts.Command, io.Writer, io.Writer) (int, error) {
+func (x instantExec) Run(context.Context, string, executor.Command, io.Writer, io.Writer) (int, error) {
 	<-x.gate
 	return 0, nil
 }
 func (instantExec) WaitUp(context.Context, string) error       { return nil }
 func (instantExec) Reap(context.Context, string, string) error { return nil }
-func (instantExec) LockGPU(_ context.Context, host string, gpu int, _ string) (hosts.GPULock, error) {
+func (instantExec) LockGPU(_ context.Context, host string, gpu int, _ string) (executor.GPULock, error) {
 	return &fakeLock{locks: newFakeLocks(), slot: fmt.Sprintf("%s:%d", host, gpu), lost: make(chan struct{})}, nil
 }
-func (instantExec) ProbeGPUs(context.Context, string) ([]hosts.GPU, error) { return nil, nil }
+func (instantExec) ProbeGPUs(context.Context, string) ([]executor.GPU, error) { return nil, nil }
 
 // queuedCounter closes full once n jobs are queued.
 type queuedCounter struct {

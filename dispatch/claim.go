@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpudispatch/gpudispatch/hosts"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // DefaultRecheck is Options.Recheck's default.
@@ -32,10 +32,10 @@ type claim struct {
 // claimResult is a claim settled by the claim goroutine.
 type claimResult struct {
 	claim
-	locks map[*gpu]hosts.GPULock
+	locks map[*gpu]executor.GPULock
 	// busy says why some GPUs cannot take the job now.
 	busy map[*gpu]string
-	// noLocks is set when the host cannot lock (hosts.ErrNoFlock), noProbe
+	// noLocks is set when the host cannot lock (executor.ErrNoLocks), noProbe
 	// when its nvidia-smi cannot be asked: the job goes on regardless.
 	noLocks, noProbe error
 	// err is set when the host could not be reached, or the run ended.
@@ -94,7 +94,7 @@ func (r *run) launch(ctx context.Context, a assignment) bool {
 
 // settle takes the locks and asks nvidia-smi, off the loop.
 func (r *run) settle(ctx context.Context, c claim) claimResult {
-	res := claimResult{claim: c, locks: map[*gpu]hosts.GPULock{}, busy: map[*gpu]string{}}
+	res := claimResult{claim: c, locks: map[*gpu]executor.GPULock{}, busy: map[*gpu]string{}}
 	host := c.host
 	for _, ch := range c.unlocked {
 		select {
@@ -109,7 +109,7 @@ func (r *run) settle(ctx context.Context, c claim) claimResult {
 		switch {
 		case err == nil:
 			res.locks[g] = l
-		case errors.Is(err, hosts.ErrNoFlock):
+		case errors.Is(err, executor.ErrNoLocks):
 			res.noLocks = err
 		case unreachable(err) || ctx.Err() != nil:
 			res.err = err
@@ -144,7 +144,7 @@ func (r *run) settle(ctx context.Context, c claim) claimResult {
 
 // unreachable reports whether err means the host could not be reached.
 func unreachable(err error) bool {
-	return errors.Is(err, hosts.ErrHostDown) || errors.Is(err, hosts.ErrConnectionLost)
+	return errors.Is(err, executor.ErrHostDown) || errors.Is(err, executor.ErrConnectionLost)
 }
 
 // claimed starts the job of a settled claim, or puts it back in the queue
@@ -234,10 +234,10 @@ func (r *run) rechecked(rc recheck) {
 // lostLock is a lock whose holder went away without being released.
 type lostLock struct {
 	g *gpu
-	l hosts.GPULock
+	l executor.GPULock
 }
 
-func (r *run) watchLock(g *gpu, l hosts.GPULock) {
+func (r *run) watchLock(g *gpu, l executor.GPULock) {
 	select {
 	case <-l.Lost():
 	case <-r.bg.Done():

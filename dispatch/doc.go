@@ -41,8 +41,8 @@
 //
 // # Hosts that go away
 //
-// A host is marked down when a job there is lost (hosts.ErrConnectionLost)
-// or could not start (hosts.ErrHostDown), or when it was unreachable at the
+// A host is marked down when a job there is lost (executor.ErrConnectionLost)
+// or could not start (executor.ErrHostDown), or when it was unreachable at the
 // start (Options.Down). A down host's slots are not given out; a goroutine
 // waits on the Executor's WaitUp and tells the loop when it is back. A job
 // that did not start goes back to the queue without using an attempt; a lost

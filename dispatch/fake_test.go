@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpudispatch/gpudispatch/hosts"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -27,7 +27,7 @@ import (
 //
 // A lost job keeps its slots (the fake counts it running) until Reap is
 // called for its tag, so a slot reused too early shows as overbooked. While a
-// host is down, Run fails with hosts.ErrHostDown and WaitUp blocks.
+// host is down, Run fails with executor.ErrHostDown and WaitUp blocks.
 //
 // GPU locks live in a fakeLocks that several fakes (several runs) may share;
 // a job that runs on a GPU whose lock its run does not hold is a violation.
@@ -46,10 +46,10 @@ type fakeExec struct {
 	starts     []start
 	attempts   map[string]int // command -> attempts so far
 	violations []string
-	down       map[string]chan struct{} // host -> closed when it is back
-	held       map[string][]string      // tag -> slots its lost job still holds
-	reaps      []string                 // tags reaped, in order
-	usage      map[string][]hosts.GPU   // host -> what ProbeGPUs says
+	down       map[string]chan struct{}  // host -> closed when it is back
+	held       map[string][]string       // tag -> slots its lost job still holds
+	reaps      []string                  // tags reaped, in order
+	usage      map[string][]executor.GPU // host -> what ProbeGPUs says
 	probes     int
 }
 
@@ -63,7 +63,7 @@ type fakeLocks struct {
 	// runs at once is a collision.
 	running    map[string]map[string]int
 	collisions int
-	// noFlock lists the hosts that cannot lock (hosts.ErrNoFlock).
+	// noFlock lists the hosts that cannot lock (executor.ErrNoLocks).
 	noFlock map[string]bool
 	handed  []*fakeLock // every lock taken, in order
 }
@@ -118,7 +118,7 @@ func (l *fakeLock) Release() {
 	})
 }
 
-func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string) (hosts.GPULock, error) {
+func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string) (executor.GPULock, error) {
 	if err := f.upNow(host); err != nil {
 		return nil, err
 	}
@@ -126,11 +126,11 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
 	if f.locks.noFlock[host] {
-		return nil, fmt.Errorf("%s: %w", host, hosts.ErrNoFlock)
+		return nil, fmt.Errorf("%s: %w", host, executor.ErrNoLocks)
 	}
 	if who := f.locks.holder[slot]; who != "" {
 		f.locks.denied++
-		return nil, fmt.Errorf("%s: GPU %d is %w: run %s", host, gpu, hosts.ErrGPULocked, who)
+		return nil, fmt.Errorf("%s: GPU %d is %w: run %s", host, gpu, executor.ErrGPULocked, who)
 	}
 	f.locks.holder[slot] = run
 	f.locks.taken++
@@ -139,17 +139,17 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string
 	return l, nil
 }
 
-// upNow fails with hosts.ErrHostDown while host is down, as a pool would.
+// upNow fails with executor.ErrHostDown while host is down, as a pool would.
 func (f *fakeExec) upNow(host string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.down[host] != nil {
-		return fmt.Errorf("%s: %w: connection refused", host, hosts.ErrHostDown)
+		return fmt.Errorf("%s: %w: connection refused", host, executor.ErrHostDown)
 	}
 	return nil
 }
 
-func (f *fakeExec) ProbeGPUs(ctx context.Context, host string) ([]hosts.GPU, error) {
+func (f *fakeExec) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, error) {
 	if err := f.upNow(host); err != nil {
 		return nil, err
 	}
@@ -157,11 +157,11 @@ func (f *fakeExec) ProbeGPUs(ctx context.Context, host string) ([]hosts.GPU, err
 	defer f.mu.Unlock()
 	f.probes++
 	if u, ok := f.usage[host]; ok {
-		return append([]hosts.GPU(nil), u...), nil
+		return append([]executor.GPU(nil), u...), nil
 	}
-	var free []hosts.GPU
+	var free []executor.GPU
 	for _, id := range f.inv.HostNamed(host).GPUs {
-		free = append(free, hosts.GPU{Index: id, MemoryTotalMB: 81920})
+		free = append(free, executor.GPU{Index: id, MemoryTotalMB: 81920})
 	}
 	return free, nil
 }
@@ -170,9 +170,9 @@ func (f *fakeExec) ProbeGPUs(ctx context.Context, host string) ([]hosts.GPU, err
 func (f *fakeExec) setUsage(host string, usedMB map[int]int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var gs []hosts.GPU
+	var gs []executor.GPU
 	for _, id := range f.inv.HostNamed(host).GPUs {
-		gs = append(gs, hosts.GPU{Index: id, MemoryTotalMB: 81920, MemoryUsedMB: usedMB[id]})
+		gs = append(gs, executor.GPU{Index: id, MemoryTotalMB: 81920, MemoryUsedMB: usedMB[id]})
 	}
 	f.usage[host] = gs
 }
@@ -186,7 +186,7 @@ type start struct {
 
 func newFakeExec(inv *inventory.Inventory) *fakeExec {
 	return &fakeExec{inv: inv, locks: newFakeLocks(), now: map[string]int{}, peak: map[string]int{}, attempts: map[string]int{},
-		down: map[string]chan struct{}{}, held: map[string][]string{}, usage: map[string][]hosts.GPU{}}
+		down: map[string]chan struct{}{}, held: map[string][]string{}, usage: map[string][]executor.GPU{}}
 }
 
 // setDown takes host down (true) or brings it back (false).
@@ -276,12 +276,12 @@ func envValue(env []string, name string) string {
 	return ""
 }
 
-func (f *fakeExec) Run(ctx context.Context, host string, c hosts.Command, stdout, stderr io.Writer) (int, error) {
+func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, stdout, stderr io.Writer) (int, error) {
 	gpus := envValue(c.Env, "CUDA_VISIBLE_DEVICES")
 	f.mu.Lock()
 	if f.down[host] != nil {
 		f.mu.Unlock()
-		return -1, fmt.Errorf("%s: %w: connection refused", host, hosts.ErrHostDown)
+		return -1, fmt.Errorf("%s: %w: connection refused", host, executor.ErrHostDown)
 	}
 	f.starts = append(f.starts, start{command: c.Script, host: host, gpus: gpus, env: c.Env})
 	f.attempts[c.Script]++
@@ -344,7 +344,7 @@ func (f *fakeExec) Run(ctx context.Context, host string, c hosts.Command, stdout
 		n, _ := strconv.Atoi(arg)
 		if attempt <= n {
 			lost = true
-			return -1, fmt.Errorf("%s: %w", host, hosts.ErrConnectionLost)
+			return -1, fmt.Errorf("%s: %w", host, executor.ErrConnectionLost)
 		}
 		time.Sleep(time.Millisecond)
 		return 0, nil
@@ -358,7 +358,7 @@ func (f *fakeExec) Run(ctx context.Context, host string, c hosts.Command, stdout
 		if attempt == 1 {
 			f.setDown(host, true)
 			lost = true
-			return -1, fmt.Errorf("%s: %w", host, hosts.ErrConnectionLost)
+			return -1, fmt.Errorf("%s: %w", host, executor.ErrConnectionLost)
 		}
 		time.Sleep(time.Millisecond)
 		return 0, nil

@@ -14,28 +14,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gpudispatch/gpudispatch/hosts"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
-
-// Executor runs a job's command on a named host of the inventory. hosts.Lab
-// is the real one; tests use fakes. Its methods have the contract of
-// hosts.Runner's, for the named host.
-type Executor interface {
-	// Run runs c. An error wrapping hosts.ErrHostDown means c did not start;
-	// one wrapping hosts.ErrConnectionLost means the host was lost while c
-	// ran, and c's slots stay taken until Reap returns.
-	Run(ctx context.Context, host string, c hosts.Command, stdout, stderr io.Writer) (exitCode int, err error)
-	// WaitUp returns once host can take jobs again.
-	WaitUp(ctx context.Context, host string) error
-	// Reap returns once nothing is left on host of the lost command tagged tag.
-	Reap(ctx context.Context, host, tag string) error
-	// LockGPU takes GPU gpu of host for the run named run, whose commands'
-	// tags start with run + "-" (see hosts.Runner).
-	LockGPU(ctx context.Context, host string, gpu int, run string) (hosts.GPULock, error)
-	// ProbeGPUs asks nvidia-smi on host what its GPUs hold now.
-	ProbeGPUs(ctx context.Context, host string) ([]hosts.GPU, error)
-}
 
 // Input is one source of job lines.
 type Input struct {
@@ -48,7 +29,8 @@ type Input struct {
 type Options struct {
 	// Inventory's hosts have their GPU lists resolved (no AutoGPUs).
 	Inventory *inventory.Inventory
-	Executor  Executor
+	// Executor runs the jobs; see package executor for its contract.
+	Executor executor.Executor
 	// LogDir receives the job logs and journal.jsonl.
 	LogDir string
 	// Resume skips jobs the journal records as finished.
@@ -360,7 +342,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 	start := time.Now()
 	e.Start = &start
 	r.record(e)
-	c := hosts.Command{
+	c := executor.Command{
 		Script:  j.Command,
 		Env:     jobEnv(h, j, a.p),
 		Workdir: h.Workdir,
@@ -396,15 +378,15 @@ func jobEnv(h inventory.Host, j *Job, p placement) []string {
 	)
 }
 
-// tag names one attempt of j on its host (hosts.Command.Tag).
+// tag names one attempt of j on its host (executor.Command.Tag).
 func (r *run) tag(j *Job, attempt int) string {
 	return fmt.Sprintf("%s-%d-%d", r.id, j.Seq, attempt)
 }
 
 func (r *run) finish(res result) {
 	q, j, p := res.a.q, res.a.q.job, res.a.p
-	lost := errors.Is(res.err, hosts.ErrConnectionLost)
-	notStarted := errors.Is(res.err, hosts.ErrHostDown)
+	lost := errors.Is(res.err, executor.ErrConnectionLost)
+	notStarted := errors.Is(res.err, executor.ErrHostDown)
 	if lost || notStarted {
 		r.hostDown(p.host, res.err)
 	}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpudispatch/gpudispatch/hosts"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -23,7 +23,7 @@ type gpu struct {
 	// lock is this run's lock on the GPU, held from its first job
 	// here to its last; unlocked is the Lost channel of the lock it last let
 	// go of, so that a new lock waits for the old holder to be gone.
-	lock     hosts.GPULock
+	lock     executor.GPULock
 	unlocked <-chan struct{}
 	// claiming is set while a job's locks or busy check for this GPU are
 	// under way; busy says why the GPU takes no job until its recheck;

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -34,26 +36,9 @@ func bootstrap(code, name, tag string) string {
 	return line + " " + tag
 }
 
-// tagRE is what a Command.Tag may hold: nothing a shell or grep treats
+// tagRE is what an executor.Command.Tag may hold: nothing a shell or grep treats
 // specially but '.'.
 var tagRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
-
-// Command is one job's command and the environment it runs in.
-type Command struct {
-	// Script is the job line, given verbatim to the login shell.
-	Script string
-	// Env holds NAME=value pairs exported before the shell starts.
-	Env []string
-	// Workdir is the directory the job starts in; "" means the home directory,
-	// and a leading "~/" is the remote home.
-	Workdir string
-	// Setup runs in the same shell before Script; if it fails, Script does not run.
-	Setup string
-	// Tag names this run of the command on its machine, so that Reap can
-	// tell whether anything of it is left: letters, digits, '.', '_' and
-	// '-', unique among the commands of a coordinator ("" for none).
-	Tag string
-}
 
 // Supervision sets how a job shell watches over its job.
 type Supervision struct {
@@ -89,7 +74,7 @@ func shellHeader(s Supervision) []byte {
 // then the fields one after another with nothing between them: end mark,
 // workdir, setup, script, then one per environment entry. The shell reads
 // each field with one system call.
-func (c Command) fields(mark string) ([]byte, error) {
+func fields(c executor.Command, mark string) ([]byte, error) {
 	if c.Tag != "" && !tagRE.MatchString(c.Tag) {
 		return nil, fmt.Errorf("tag %q: want letters, digits, '.', '_' and '-'", c.Tag)
 	}

@@ -28,7 +28,7 @@
 //     period. When the job exits on its own, what it left in its group is
 //     reaped as well. No process of a finished Run call keeps holding a GPU.
 //   - Run returns only after the job's group is gone (or, remotely, the
-//     connection is gone, in which case the error wraps ErrConnectionLost and
+//     connection is gone, in which case the error wraps executor.ErrConnectionLost and
 //     the shell cleans up on its own once heartbeats stop).
 //
 // SSH: Open resolves each host (inventory entry, ssh_config, defaults,
@@ -47,7 +47,7 @@
 // Health: a host is up while one of its connections lives. When the last one
 // dies the pool redials at once, then with exponential backoff and jitter
 // (long after a refused login or host key, for sshd's PerSourcePenalties);
-// meanwhile Run fails at once with ErrHostDown and WaitUp blocks. Each job
+// meanwhile Run fails at once with executor.ErrHostDown and WaitUp blocks. Each job
 // shell carries a tag in its argv (its first job's) and lives until its job's
 // group is gone, so Reap can tell on the host, by the tag of the shell that
 // ran it, whether a lost job still runs.
@@ -66,6 +66,7 @@
 // the machine one session, one bash and one nvidia-smi, and a flock(1) per
 // GPU.
 //
-// This package never imports dispatch; dispatch reaches it through the
-// Executor interface it defines (Lab implements it).
+// This package never imports dispatch: it implements the contract that
+// dispatch defines in package executor (Lab is an executor.Executor), and
+// the command line wires the two together.
 package hosts

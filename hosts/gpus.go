@@ -7,22 +7,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-)
 
-// GPU is what nvidia-smi reports about one GPU.
-type GPU struct {
-	Index         int    `json:"index"`
-	UUID          string `json:"uuid"`
-	Name          string `json:"name"`
-	MemoryTotalMB int    `json:"memory_total_mb"`
-	MemoryUsedMB  int    `json:"memory_used_mb"`
-	Utilization   int    `json:"utilization"` // percent
-	// Processes counts the compute processes nvidia-smi lists on the GPU.
-	Processes int `json:"processes"`
-	// LockedBy names the gpudispatch run that holds the GPU's lock, when
-	// one does and it was asked (gpudispatch hosts).
-	LockedBy string `json:"locked_by,omitempty"`
-}
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+)
 
 // ErrNoNvidiaSMI means the host has no nvidia-smi on the login shell's PATH.
 var ErrNoNvidiaSMI = errors.New("nvidia-smi not found")
@@ -37,9 +24,9 @@ const appsMark = "---"
 
 // ProbeGPUs asks nvidia-smi on r's machine for its GPUs, through the same
 // login shell as jobs so it sees the same PATH.
-func ProbeGPUs(ctx context.Context, r Runner) ([]GPU, error) {
+func ProbeGPUs(ctx context.Context, r Runner) ([]executor.GPU, error) {
 	var out, errOut bytes.Buffer
-	code, err := r.Run(ctx, Command{Script: gpuQuery}, &out, &errOut)
+	code, err := r.Run(ctx, executor.Command{Script: gpuQuery}, &out, &errOut)
 	switch {
 	case err != nil:
 		return nil, err
@@ -59,7 +46,7 @@ func ProbeGPUs(ctx context.Context, r Runner) ([]GPU, error) {
 
 // countProcesses adds up nvidia-smi's compute processes (gpu_uuid, pid,
 // used_memory lines) per GPU.
-func countProcesses(gpus []GPU, apps string) {
+func countProcesses(gpus []executor.GPU, apps string) {
 	for _, line := range strings.Split(apps, "\n") {
 		uuid, _, ok := strings.Cut(line, ",")
 		if !ok {
@@ -73,24 +60,10 @@ func countProcesses(gpus []GPU, apps string) {
 	}
 }
 
-// BusyWhy says why g counts as busy with other people's work (locked by a
-// gpudispatch run, more than memoryMB used, or compute processes), or "".
-func (g GPU) BusyWhy(memoryMB int) string {
-	switch {
-	case g.LockedBy != "":
-		return "locked by " + g.LockedBy
-	case g.Processes > 0:
-		return fmt.Sprintf("%d processes, %d MiB used", g.Processes, g.MemoryUsedMB)
-	case g.MemoryUsedMB > memoryMB:
-		return fmt.Sprintf("%d MiB used (more than %d)", g.MemoryUsedMB, memoryMB)
-	}
-	return ""
-}
-
 // parseGPUs reads nvidia-smi's CSV answer to gpuQuery. Fields it cannot
 // measure ("[N/A]", "[Not Supported]") read as 0.
-func parseGPUs(csv string) ([]GPU, error) {
-	var gpus []GPU
+func parseGPUs(csv string) ([]executor.GPU, error) {
+	var gpus []executor.GPU
 	for n, line := range strings.Split(strings.TrimSpace(csv), "\n") {
 		if strings.TrimSpace(line) == "" {
 			continue
@@ -106,7 +79,7 @@ func parseGPUs(csv string) ([]GPU, error) {
 		if err != nil || idx < 0 {
 			return nil, fmt.Errorf("nvidia-smi line %d: GPU index %q", n+1, f[0])
 		}
-		gpus = append(gpus, GPU{
+		gpus = append(gpus, executor.GPU{
 			Index: idx, UUID: f[1], Name: f[2],
 			MemoryTotalMB: number(f[3]), MemoryUsedMB: number(f[4]), Utilization: number(f[5]),
 		})

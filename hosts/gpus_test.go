@@ -9,19 +9,21 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 func TestParseGPUs(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name, csv string
-		want      []GPU
+		want      []executor.GPU
 		wantErr   string
 	}{
 		{name: "two GPUs", csv: "0, GPU-aaa, NVIDIA A100-SXM4-80GB, 81920, 1024, 37\n1, GPU-bbb, NVIDIA A100-SXM4-80GB, 81920, 0, 0\n",
-			want: []GPU{{0, "GPU-aaa", "NVIDIA A100-SXM4-80GB", 81920, 1024, 37, 0, ""}, {1, "GPU-bbb", "NVIDIA A100-SXM4-80GB", 81920, 0, 0, 0, ""}}},
+			want: []executor.GPU{{Index: 0, UUID: "GPU-aaa", Name: "NVIDIA A100-SXM4-80GB", MemoryTotalMB: 81920, MemoryUsedMB: 1024, Utilization: 37}, {Index: 1, UUID: "GPU-bbb", Name: "NVIDIA A100-SXM4-80GB", MemoryTotalMB: 81920, MemoryUsedMB: 0, Utilization: 0}}},
 		{name: "not supported fields", csv: "3, GPU-c, Tesla K80, 11441, [N/A], [Not Supported]\n",
-			want: []GPU{{3, "GPU-c", "Tesla K80", 11441, 0, 0, 0, ""}}},
+			want: []executor.GPU{{Index: 3, UUID: "GPU-c", Name: "Tesla K80", MemoryTotalMB: 11441, MemoryUsedMB: 0, Utilization: 0}}},
 		{name: "no GPUs", csv: "\n", want: nil},
 		{name: "short line", csv: "0, GPU-a\n", wantErr: "nvidia-smi line 1: want 6 fields"},
 		{name: "bad index", csv: "x, u, n, 1, 1, 1\n", wantErr: `nvidia-smi line 1: GPU index "x"`},
@@ -76,7 +78,7 @@ type envRunner struct {
 	env []string
 }
 
-func (r envRunner) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (int, error) {
+func (r envRunner) Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (int, error) {
 	c.Env = append(append([]string(nil), r.env...), c.Env...)
 	return r.Local.Run(ctx, c, stdout, stderr)
 }
@@ -121,7 +123,7 @@ func TestProbeGPUsWithoutNvidiaSMI(t *testing.T) {
 
 func TestSetUnknownHost(t *testing.T) {
 	t.Parallel()
-	_, err := (&Lab{}).Run(context.Background(), "nowhere", Command{Script: "true"}, io.Discard, io.Discard)
+	_, err := (&Lab{}).Run(context.Background(), "nowhere", executor.Command{Script: "true"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "nowhere: not a host of this run") {
 		t.Fatalf("err = %v", err)
 	}

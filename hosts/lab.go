@@ -4,13 +4,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
+// Lab is what dispatch runs jobs through.
+var _ executor.Executor = (*Lab)(nil)
+
 // The Lab runs each job on the Runner of the host it names: these methods
-// have the contract of Runner's, for that host (dispatch.Executor).
+// implement executor.Executor.
 
 // Run runs c on host.
-func (l *Lab) Run(ctx context.Context, host string, c Command, stdout, stderr io.Writer) (int, error) {
+func (l *Lab) Run(ctx context.Context, host string, c executor.Command, stdout, stderr io.Writer) (int, error) {
 	r, err := l.lookup(host)
 	if err != nil {
 		return -1, err
@@ -37,7 +42,7 @@ func (l *Lab) Reap(ctx context.Context, host, tag string) error {
 }
 
 // LockGPU takes GPU gpu of host for run.
-func (l *Lab) LockGPU(ctx context.Context, host string, gpu int, run string) (GPULock, error) {
+func (l *Lab) LockGPU(ctx context.Context, host string, gpu int, run string) (executor.GPULock, error) {
 	r, err := l.lookup(host)
 	if err != nil {
 		return nil, err
@@ -46,7 +51,7 @@ func (l *Lab) LockGPU(ctx context.Context, host string, gpu int, run string) (GP
 }
 
 // ProbeGPUs asks nvidia-smi on host what its GPUs hold now.
-func (l *Lab) ProbeGPUs(ctx context.Context, host string) ([]GPU, error) {
+func (l *Lab) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, error) {
 	r, err := l.lookup(host)
 	if err != nil {
 		return nil, err

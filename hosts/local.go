@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // Local runs jobs on this machine, in job shells like remote hosts. Its
@@ -24,7 +26,7 @@ type Local struct {
 }
 
 // Run implements Runner.
-func (l *Local) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (int, error) {
+func (l *Local) Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (int, error) {
 	code, err := l.pool().run(ctx, c, stdout, stderr)
 	var lost errShellLost
 	if errors.As(err, &lost) {
@@ -58,7 +60,7 @@ func (l *Local) Close() {
 }
 
 // LockGPU implements Runner.
-func (l *Local) LockGPU(ctx context.Context, gpu int, run string) (GPULock, error) {
+func (l *Local) LockGPU(ctx context.Context, gpu int, run string) (executor.GPULock, error) {
 	l.init()
 	return l.locks.lock(ctx, gpu, run)
 }

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
@@ -61,21 +63,21 @@ func TestLocalRun(t *testing.T) {
 	nasty := `echo "a'b" '$HOME' \\ ; printf '%s\n' "ü"`
 	tests := []struct {
 		name       string
-		cmd        Command
+		cmd        executor.Command
 		wantOut    string
 		wantErrOut string
 		wantCode   int
 	}{
-		{name: "nasty quoting", cmd: Command{Script: nasty}, wantOut: bashOutput(t, nasty)},
-		{name: "multi-line", cmd: Command{Script: "echo one \\\n  two\necho three"}, wantOut: "one two\nthree\n"},
-		{name: "exit code", cmd: Command{Script: "echo out; echo err >&2; exit 7"}, wantOut: "out\n", wantErrOut: "err\n", wantCode: 7},
-		{name: "killed by signal", cmd: Command{Script: "kill -9 $$"}, wantCode: 137},
-		{name: "env", cmd: Command{Script: `printf '%s|%s\n' "$CUDA_VISIBLE_DEVICES" "$X"`, Env: []string{"CUDA_VISIBLE_DEVICES=0,1", "X=a b'\"$c"}}, wantOut: "0,1|a b'\"$c\n"},
-		{name: "workdir with tilde", cmd: Command{Script: "pwd", Workdir: "~/proj", Env: []string{"HOME=" + home}}, wantOut: work + "\n"},
-		{name: "missing workdir", cmd: Command{Script: "echo never", Workdir: filepath.Join(home, "nope")}, wantCode: 126, wantErrOut: "gpudispatch: cannot enter workdir " + filepath.Join(home, "nope") + "\n"},
-		{name: "setup shares the shell", cmd: Command{Setup: "V=from-setup", Script: "echo $V"}, wantOut: "from-setup\n"},
-		{name: "failed setup stops the job", cmd: Command{Setup: "false", Script: "echo never"}, wantCode: 1},
-		{name: "stdin is empty", cmd: Command{Script: "cat; echo done"}, wantOut: "done\n"},
+		{name: "nasty quoting", cmd: executor.Command{Script: nasty}, wantOut: bashOutput(t, nasty)},
+		{name: "multi-line", cmd: executor.Command{Script: "echo one \\\n  two\necho three"}, wantOut: "one two\nthree\n"},
+		{name: "exit code", cmd: executor.Command{Script: "echo out; echo err >&2; exit 7"}, wantOut: "out\n", wantErrOut: "err\n", wantCode: 7},
+		{name: "killed by signal", cmd: executor.Command{Script: "kill -9 $$"}, wantCode: 137},
+		{name: "env", cmd: executor.Command{Script: `printf '%s|%s\n' "$CUDA_VISIBLE_DEVICES" "$X"`, Env: []string{"CUDA_VISIBLE_DEVICES=0,1", "X=a b'\"$c"}}, wantOut: "0,1|a b'\"$c\n"},
+		{name: "workdir with tilde", cmd: executor.Command{Script: "pwd", Workdir: "~/proj", Env: []string{"HOME=" + home}}, wantOut: work + "\n"},
+		{name: "missing workdir", cmd: executor.Command{Script: "echo never", Workdir: filepath.Join(home, "nope")}, wantCode: 126, wantErrOut: "gpudispatch: cannot enter workdir " + filepath.Join(home, "nope") + "\n"},
+		{name: "setup shares the shell", cmd: executor.Command{Setup: "V=from-setup", Script: "echo $V"}, wantOut: "from-setup\n"},
+		{name: "failed setup stops the job", cmd: executor.Command{Setup: "false", Script: "echo never"}, wantCode: 1},
+		{name: "stdin is empty", cmd: executor.Command{Script: "cat; echo done"}, wantOut: "done\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -100,7 +102,7 @@ func TestLocalRun(t *testing.T) {
 
 func TestLocalRejectsNUL(t *testing.T) {
 	t.Parallel()
-	_, err := local(t, fast).Run(context.Background(), Command{Script: "echo a\x00b"}, &bytes.Buffer{}, &bytes.Buffer{})
+	_, err := local(t, fast).Run(context.Background(), executor.Command{Script: "echo a\x00b"}, &bytes.Buffer{}, &bytes.Buffer{})
 	if !errors.Is(err, ErrNUL) {
 		t.Fatalf("err = %v, want ErrNUL", err)
 	}
@@ -141,7 +143,7 @@ func TestLocalCancelKillsGroup(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() {
-			_, err := local(t, fast).Run(ctx, Command{Script: script, Env: []string{"PIDS=" + pidFile}}, &bytes.Buffer{}, &bytes.Buffer{})
+			_, err := local(t, fast).Run(ctx, executor.Command{Script: script, Env: []string{"PIDS=" + pidFile}}, &bytes.Buffer{}, &bytes.Buffer{})
 			done <- err
 		}()
 		pids := pidsFrom(t, pidFile, 2)
@@ -164,7 +166,7 @@ func TestShellKillsOnSilence(t *testing.T) {
 	// login shell, and the shell rightly kills a job it hears nothing for.
 	slow := Supervision{Heartbeat: time.Second, Grace: 300 * time.Millisecond}
 	mark := newMark()
-	fields, err := Command{Script: "echo $$ > $PIDS; sleep 300", Env: []string{"PIDS=" + pidFile}}.fields(mark)
+	body, err := fields(executor.Command{Script: "echo $$ > $PIDS; sleep 300", Env: []string{"PIDS=" + pidFile}}, mark)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +187,7 @@ func TestShellKillsOnSilence(t *testing.T) {
 		stdin.Close()
 		cmd.Wait()
 	}()
-	if _, err := stdin.Write(append(shellHeader(slow), fields...)); err != nil {
+	if _, err := stdin.Write(append(shellHeader(slow), body...)); err != nil {
 		t.Fatal(err)
 	}
 	pids := pidsFrom(t, pidFile, 1)
@@ -223,7 +225,7 @@ func TestLocalStreamsWhileRunning(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = local(t, fast).Run(context.Background(), Command{Script: "echo first; sleep 2; echo second"}, out, &bytes.Buffer{})
+		_, _ = local(t, fast).Run(context.Background(), executor.Command{Script: "echo first; sleep 2; echo second"}, out, &bytes.Buffer{})
 	}()
 	select {
 	case <-out.got:

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"golang.org/x/crypto/ssh"
 )
 
@@ -37,26 +39,6 @@ var lockCode = lockKeyScript + lockScript
 
 // DefaultLockDir is where GPU locks live on every machine.
 const DefaultLockDir = "/tmp/gpudispatch-locks"
-
-var (
-	// ErrGPULocked means another gpudispatch run holds the GPU's lock.
-	ErrGPULocked = errors.New("locked by another gpudispatch run")
-	// ErrNoFlock means the machine has no flock(1) (util-linux), so its GPUs
-	// cannot be locked.
-	ErrNoFlock = errors.New("flock(1) not found (install util-linux): other gpudispatch runs may share its GPUs")
-)
-
-// GPULock is a run's hold on one GPU of a machine: while it is held, other
-// gpudispatch runs, whoever started them, put no job on that GPU.
-type GPULock interface {
-	// Key is the lock file's name: the GPU's UUID, or index-N.
-	Key() string
-	// Lost is closed once the lock is no longer held: after Release, or
-	// when the process holding it on the machine is gone (connection lost).
-	Lost() <-chan struct{}
-	// Release lets go of the lock and returns once it is free.
-	Release()
-}
 
 // proc is a bash started on a machine, reading its script from stdin.
 type proc struct {
@@ -102,7 +84,7 @@ func (r *Remote) spawn(ctx context.Context, line string, stdout, stderr io.Write
 	if err == nil {
 		if err = s.Start(line); err != nil {
 			// The server did not run the command: nothing of it started.
-			err = fmt.Errorf("start: %w: %v", ErrHostDown, err)
+			err = fmt.Errorf("start: %w: %v", executor.ErrHostDown, err)
 		}
 	}
 	if err != nil {
@@ -187,7 +169,7 @@ type answer struct {
 }
 
 // lock takes GPU gpu for run, through the run's holder on the machine.
-func (ls *lockers) lock(ctx context.Context, gpu int, run string) (GPULock, error) {
+func (ls *lockers) lock(ctx context.Context, gpu int, run string) (executor.GPULock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: locking GPU %d: %w", ls.where, gpu, context.Cause(ctx))
 	}
@@ -353,14 +335,14 @@ func (h *holder) detach() {
 func (h *holder) hush() { h.hushOnce.Do(func() { close(h.hushed) }) }
 
 // answered turns the holder's answer about gpu into a lock or an error.
-func (h *holder) answered(gpu int, a answer) (GPULock, error) {
+func (h *holder) answered(gpu int, a answer) (executor.GPULock, error) {
 	where := h.ls.where
 	switch a.verb {
 	case "locked":
 		return a.lock, nil
 	case "busy":
 		key, owner, _ := strings.Cut(a.rest, " ")
-		return nil, fmt.Errorf("%s: GPU %d (%s) is %w: %s", where, gpu, key, ErrGPULocked, owner)
+		return nil, fmt.Errorf("%s: GPU %d (%s) is %w: %s", where, gpu, key, executor.ErrGPULocked, owner)
 	}
 	return nil, fmt.Errorf("%s: locking GPU %d in %s: %s", where, gpu, h.ls.dir, a.rest)
 }
@@ -371,10 +353,10 @@ func (h *holder) deathErr(gpu int) error {
 	code, ok := exitStatus(h.err)
 	switch {
 	case ok && code == 127:
-		return fmt.Errorf("%s: %w", where, ErrNoFlock)
+		return fmt.Errorf("%s: flock(1) not found (install util-linux): %w", where, executor.ErrNoLocks)
 	case !ok:
 		// The connection went away before the lock was taken.
-		return fmt.Errorf("%s: locking GPU %d: %w: %v", where, gpu, ErrHostDown, h.err)
+		return fmt.Errorf("%s: locking GPU %d: %w: %v", where, gpu, executor.ErrHostDown, h.err)
 	}
 	return fmt.Errorf("%s: locking GPU %d in %s: exit status %d: %s", where, gpu, h.ls.dir, code, strings.TrimSpace(h.errs.String()))
 }

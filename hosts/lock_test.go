@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"al.essio.dev/pkg/shellescape"
 
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
@@ -35,8 +37,8 @@ func TestLockGPULocal(t *testing.T) {
 		t.Errorf("lock dir: %v %v, want world-writable and sticky", st.Mode(), err)
 	}
 	_, err = l.LockGPU(ctx, 0, "runB")
-	if !errors.Is(err, ErrGPULocked) || !strings.HasPrefix(err.Error(), "workstation: GPU 0 (index-0) is locked by another gpudispatch run: run runA of ") {
-		t.Fatalf("second lock: %v, want ErrGPULocked naming the host and runA", err)
+	if !errors.Is(err, executor.ErrGPULocked) || !strings.HasPrefix(err.Error(), "workstation: GPU 0 (index-0) is locked by another gpudispatch run: run runA of ") {
+		t.Fatalf("second lock: %v, want executor.ErrGPULocked naming the host and runA", err)
 	}
 	other, err := l.LockGPU(ctx, 1, "runB")
 	if err != nil {
@@ -71,7 +73,7 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 	}
 	a.(*heldLock).h.hush() // the coordinator freezes: no more heartbeats
 	start := time.Now()
-	if _, err := l.LockGPU(ctx, 3, "runB"); !errors.Is(err, ErrGPULocked) {
+	if _, err := l.LockGPU(ctx, 3, "runB"); !errors.Is(err, executor.ErrGPULocked) {
 		t.Fatalf("right after: %v, want still locked", err)
 	}
 	select {
@@ -122,7 +124,7 @@ func TestLockHolderPerRun(t *testing.T) {
 	slow := Supervision{Heartbeat: fast.Heartbeat, Grace: 20 * time.Second} // a long linger
 	dir := t.TempDir()
 	l := &Local{Supervision: slow, LockDir: dir}
-	locks := make([]GPULock, 4)
+	locks := make([]executor.GPULock, 4)
 	errs := make(chan error, len(locks))
 	for i := range locks {
 		go func() {
@@ -185,7 +187,7 @@ func TestLockTakenOverBySameRun(t *testing.T) {
 	c := cutter{make(chan struct{})}
 	ls := &lockers{spawn: c.spawn, where: "node", dir: dir, sup: slow}
 	ctx := context.Background()
-	var old []GPULock
+	var old []executor.GPULock
 	for gpu := range 2 {
 		a, err := ls.lock(ctx, gpu, "runA")
 		if err != nil {
@@ -207,7 +209,7 @@ func TestLockTakenOverBySameRun(t *testing.T) {
 		t.Fatal("the cut-off holder did not linger")
 	}
 	ls2 := &lockers{spawn: spawnLocal, where: "node", dir: dir, sup: slow}
-	if _, err := ls2.lock(ctx, 0, "runB"); !errors.Is(err, ErrGPULocked) {
+	if _, err := ls2.lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
 		t.Fatalf("another run while the old holder lingers: %v, want locked", err)
 	}
 	start := time.Now()
@@ -224,7 +226,7 @@ func TestLockTakenOverBySameRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("GPU 1 after the takeover: %v", err)
 	}
-	if _, err := ls2.lock(ctx, 0, "runB"); !errors.Is(err, ErrGPULocked) {
+	if _, err := ls2.lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
 		t.Errorf("another run after the takeover: %v, want locked", err)
 	}
 	b.Release()
@@ -284,8 +286,8 @@ func TestLockWithoutFlock(t *testing.T) {
 	}
 	ls := &lockers{spawn: noFlock, where: "node", dir: t.TempDir(), sup: fast}
 	for gpu := range 2 {
-		if _, err := ls.lock(context.Background(), gpu, "runA"); !errors.Is(err, ErrNoFlock) || !strings.HasPrefix(err.Error(), "node: ") {
-			t.Errorf("GPU %d: %v, want ErrNoFlock naming the host", gpu, err)
+		if _, err := ls.lock(context.Background(), gpu, "runA"); !errors.Is(err, executor.ErrNoLocks) || !strings.HasPrefix(err.Error(), "node: ") {
+			t.Errorf("GPU %d: %v, want executor.ErrNoLocks naming the host", gpu, err)
 		}
 	}
 }

@@ -7,13 +7,15 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"al.essio.dev/pkg/shellescape"
 )
 
 // ProbeLocks fills in which gpudispatch run holds each GPU's lock in dir on
 // r's machine. It only tries a shared lock, and lets go of it at once, so it
 // never stands in a run's way for longer than that.
-func ProbeLocks(ctx context.Context, r Runner, dir string, gpus []GPU) error {
+func ProbeLocks(ctx context.Context, r Runner, dir string, gpus []executor.GPU) error {
 	if len(gpus) == 0 {
 		return nil
 	}
@@ -35,7 +37,7 @@ for i in ` + strings.Join(ids, " ") + `; do
   exec 9<&-
 done`
 	var out, errOut bytes.Buffer
-	code, err := r.Run(ctx, Command{Script: "exec bash -c " + shellescape.Quote(script)}, &out, &errOut)
+	code, err := r.Run(ctx, executor.Command{Script: "exec bash -c " + shellescape.Quote(script)}, &out, &errOut)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("looking at GPU locks in %s: exit status %d: %s", dir, code, strings.TrimSpace(errOut.String()))
 	}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -46,14 +48,14 @@ type HostState struct {
 	ServerVersion string
 	// GPUs is what nvidia-smi reported (nil when it was not asked or failed);
 	// GPUErr is why it failed.
-	GPUs   []GPU
+	GPUs   []executor.GPU
 	GPUErr error
 	// LockErr is why the GPUs' locks could not be looked at (ProbeGPUs).
 	LockErr error
 }
 
 // Lab is the hosts of a run, opened. It runs jobs on them (it implements
-// dispatch.Executor) and takes in hosts added to the inventory (Update).
+// executor.Executor) and takes in hosts added to the inventory (Update).
 type Lab struct {
 	// Inventory holds the hosts of the run, with `gpus: auto` resolved: those
 	// that are up and those that are Retrying. Update replaces it; read it

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
@@ -37,7 +39,7 @@ func BenchmarkOutputStream(b *testing.B) {
 			b.Fatal(err)
 		}
 		start := time.Now()
-		code, err := r.Run(context.Background(), Command{Script: script}, out, os.Stderr)
+		code, err := r.Run(context.Background(), executor.Command{Script: script}, out, os.Stderr)
 		ours += time.Since(start)
 		out.Close()
 		if err != nil || code != 0 {

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"golang.org/x/crypto/ssh"
 )
 
@@ -267,7 +269,7 @@ func (p *pool) session(ctx context.Context) (*ssh.Session, func(), error) {
 		case p.down != nil:
 			err := p.down
 			p.mu.Unlock()
-			return nil, nil, fmt.Errorf("%w: %v", ErrHostDown, err)
+			return nil, nil, fmt.Errorf("%w: %v", executor.ErrHostDown, err)
 		default:
 			p.dialing = true
 			p.mu.Unlock()

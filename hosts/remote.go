@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"golang.org/x/crypto/ssh"
 )
 
@@ -30,11 +32,11 @@ func newRemote(name string, p *pool, sup Supervision, lockDir string) *Remote {
 // Run implements Runner. A connection that dies while the job runs makes
 // the error wrap ErrConnectionLost: the job's shell on the host kills the
 // job when its heartbeats stop.
-func (r *Remote) Run(ctx context.Context, c Command, stdout, stderr io.Writer) (int, error) {
+func (r *Remote) Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (int, error) {
 	code, err := r.shells.run(ctx, c, stdout, stderr)
 	var lost errShellLost
 	if errors.As(err, &lost) {
-		return -1, fmt.Errorf("%s: %w: %v", r.name, ErrConnectionLost, lost.err)
+		return -1, fmt.Errorf("%s: %w: %v", r.name, executor.ErrConnectionLost, lost.err)
 	}
 	return code, err
 }
@@ -48,7 +50,7 @@ func (r *Remote) Close() {
 }
 
 // LockGPU implements Runner.
-func (r *Remote) LockGPU(ctx context.Context, gpu int, run string) (GPULock, error) {
+func (r *Remote) LockGPU(ctx context.Context, gpu int, run string) (executor.GPULock, error) {
 	return r.locks.lock(ctx, gpu, run)
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
@@ -36,7 +38,7 @@ func openLab(t testing.TB, l *sshtest.Lab) *Lab {
 }
 
 func runTrue(r Runner) error {
-	code, err := r.Run(context.Background(), Command{Script: "true"}, io.Discard, io.Discard)
+	code, err := r.Run(context.Background(), executor.Command{Script: "true"}, io.Discard, io.Discard)
 	if err == nil && code != 0 {
 		err = errors.New("exit status not 0")
 	}
@@ -57,7 +59,7 @@ func TestRemoteHostDownAndBack(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		err := runTrue(r)
-		if errors.Is(err, ErrHostDown) {
+		if errors.Is(err, executor.ErrHostDown) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -88,14 +90,14 @@ func TestRemoteReapWaitsForTaggedJob(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
 	lab := openLab(t, l)
 	r := lab.Runner("node1")
-	if _, err := r.Run(context.Background(), Command{Script: "true", Tag: "20261121T1.5Z-0-1"}, io.Discard, io.Discard); err != nil {
+	if _, err := r.Run(context.Background(), executor.Command{Script: "true", Tag: "20261121T1.5Z-0-1"}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	started := filepath.Join(l.Dir, "started")
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.Run(ctx, Command{Script: "echo > " + started + "; sleep 30", Tag: "20261121T1.5Z-1-1"}, io.Discard, io.Discard)
+		_, err := r.Run(ctx, executor.Command{Script: "echo > " + started + "; sleep 30", Tag: "20261121T1.5Z-1-1"}, io.Discard, io.Discard)
 		done <- err
 	}()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -168,7 +170,7 @@ func TestRemoteLockGPU(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node2's GPU 1: %v", err)
 	}
-	if _, err := n1.LockGPU(ctx, 1, "runB"); !errors.Is(err, ErrGPULocked) || !strings.Contains(err.Error(), "run runA") {
+	if _, err := n1.LockGPU(ctx, 1, "runB"); !errors.Is(err, executor.ErrGPULocked) || !strings.Contains(err.Error(), "run runA") {
 		t.Fatalf("runB on node1:1: %v, want locked by runA", err)
 	}
 	a.Release()

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // shell is a job shell (shell.sh) on a machine: it runs the jobs it is given
@@ -85,9 +87,9 @@ type shells struct {
 // run runs c in an idle shell of the machine, or in a new one, and returns
 // its exit status (see shell.run). While c runs, and after its shell was
 // lost until forget, shellOf(c.Tag) is the tag of that shell.
-func (ss *shells) run(ctx context.Context, c Command, stdout, stderr io.Writer) (code int, err error) {
+func (ss *shells) run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (code int, err error) {
 	mark := newMark()
-	fields, err := c.fields(mark)
+	fields, err := fields(c, mark)
 	if err != nil {
 		return -1, err
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
@@ -136,14 +138,14 @@ func TestShellReuseKeepsJobsApart(t *testing.T) {
 	}
 	ctx := context.Background()
 	steps := []struct {
-		cmd      Command
+		cmd      executor.Command
 		wantOut  string
 		wantCode int
 	}{
-		{Command{Script: "echo $X; pwd; Y=set; cd /; exit 3", Env: []string{"X=one"}, Workdir: home}, "one\n" + home + "\n", 3},
-		{Command{Script: `echo "[$X][$Y]"; pwd`, Env: []string{"HOME=" + home}}, "[][]\n" + here + "\n", 0},
-		{Command{Script: "printf 'no newline'; kill -9 $$"}, "no newline", 137},
-		{Command{Script: "head -c 100000 /dev/zero; echo"}, strings.Repeat("\x00", 100000) + "\n", 0},
+		{executor.Command{Script: "echo $X; pwd; Y=set; cd /; exit 3", Env: []string{"X=one"}, Workdir: home}, "one\n" + home + "\n", 3},
+		{executor.Command{Script: `echo "[$X][$Y]"; pwd`, Env: []string{"HOME=" + home}}, "[][]\n" + here + "\n", 0},
+		{executor.Command{Script: "printf 'no newline'; kill -9 $$"}, "no newline", 137},
+		{executor.Command{Script: "head -c 100000 /dev/zero; echo"}, strings.Repeat("\x00", 100000) + "\n", 0},
 	}
 	var shells []string
 	for i, st := range steps {
@@ -186,7 +188,7 @@ func TestShellFieldsInAnyLocale(t *testing.T) {
 			// same shell, so a miscount shows in either.
 			for i := range 2 {
 				var out, errs bytes.Buffer
-				code, err := l.Run(context.Background(), Command{Script: script, Env: []string{"Z=héllo wörld ☃"}, Workdir: dir}, &out, &errs)
+				code, err := l.Run(context.Background(), executor.Command{Script: script, Env: []string{"Z=héllo wörld ☃"}, Workdir: dir}, &out, &errs)
 				if err != nil || code != 0 || out.String() != want {
 					t.Fatalf("job %d: code %d, err %v, out %q, stderr %q; want %q", i, code, err, out.String(), errs.String(), want)
 				}
@@ -215,7 +217,7 @@ func TestShellRetiredAfterStrayOutput(t *testing.T) {
 	ctx := context.Background()
 	wrote := filepath.Join(t.TempDir(), "wrote")
 	escape := "setsid bash -c 'sleep 0.3; echo late; echo late >&2; touch " + wrote + "' & sleep 0.1"
-	if _, err := l.Run(ctx, Command{Script: escape, Tag: "t-1-1"}, io.Discard, io.Discard); err != nil {
+	if _, err := l.Run(ctx, executor.Command{Script: escape, Tag: "t-1-1"}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -228,7 +230,7 @@ func TestShellRetiredAfterStrayOutput(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond) // for its bytes to reach the stream
 	var out, errOut bytes.Buffer
-	if _, err := l.Run(ctx, Command{Script: "echo next; sleep 0.5", Tag: "t-2-1"}, &out, &errOut); err != nil {
+	if _, err := l.Run(ctx, executor.Command{Script: "echo next; sleep 0.5", Tag: "t-2-1"}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
 	if out.String() != "next\n" || errOut.Len() != 0 {
@@ -246,14 +248,14 @@ func TestShellNotReusedAfterCancel(t *testing.T) {
 	l := local(t, fast)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if _, err := l.Run(ctx, Command{Script: "sleep 30", Tag: "c-1-1"}, io.Discard, io.Discard); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := l.Run(ctx, executor.Command{Script: "sleep 30", Tag: "c-1-1"}, io.Discard, io.Discard); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want deadline exceeded", err)
 	}
 	if tags := l.pool().idleTags(); len(tags) != 0 {
 		t.Errorf("idle shells after a cancelled job: %v", tags)
 	}
 	var out bytes.Buffer
-	if code, err := l.Run(context.Background(), Command{Script: "echo ok", Tag: "c-2-1"}, &out, io.Discard); code != 0 || err != nil || out.String() != "ok\n" {
+	if code, err := l.Run(context.Background(), executor.Command{Script: "echo ok", Tag: "c-2-1"}, &out, io.Discard); code != 0 || err != nil || out.String() != "ok\n" {
 		t.Errorf("next job: %d, %v, %q", code, err, out.String())
 	}
 }
@@ -271,13 +273,13 @@ func TestShellStopsAJobSentAsStdinEnds(t *testing.T) {
 	for i := range 20_000 {
 		env = append(env, fmt.Sprintf("V%d=x", i))
 	}
-	fields, err := Command{Script: "echo $$ > $PIDS; sleep 300", Env: env}.fields(newMark())
+	body, err := fields(executor.Command{Script: "echo $$ > $PIDS; sleep 300", Env: env}, newMark())
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command("bash", "-c", bootstrap(shellScript, "gpudispatch-job", ""))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdin = bytes.NewReader(append(shellHeader(fast), fields...))
+	cmd.Stdin = bytes.NewReader(append(shellHeader(fast), body...))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
@@ -64,7 +66,7 @@ func TestOpenManyAliases(t *testing.T) {
 	for _, name := range names {
 		wg.Go(func() {
 			var out bytes.Buffer
-			code, err := lab.Run(context.Background(), name, Command{Script: "sleep 2; echo $FAKE_HOST"}, &out, io.Discard)
+			code, err := lab.Run(context.Background(), name, executor.Command{Script: "sleep 2; echo $FAKE_HOST"}, &out, io.Discard)
 			if code != 0 || err != nil || !strings.HasPrefix(out.String(), "node") {
 				t.Errorf("%s: %d, %v, %q", name, code, err, out.String())
 			}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -84,7 +86,7 @@ type hostJSON struct {
 
 // gpuJSON is one GPU of a host in `gpudispatch hosts --json`.
 type gpuJSON struct {
-	GPU
+	executor.GPU
 	Slots int `json:"slots"`
 	// Busy says why the GPU counts as busy with other people's work; "" when
 	// it is free.

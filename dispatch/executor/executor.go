@@ -1,0 +1,62 @@
+package executor
+
+import (
+	"context"
+	"io"
+)
+
+// Executor runs jobs on the hosts of an inventory, each named by its
+// inventory name.
+type Executor interface {
+	// Run runs c on host and streams its stdout and stderr to the writers
+	// as the bytes arrive. It returns the exit code once the job and its
+	// process group are gone. err is non-nil when the job could not be
+	// started (it wraps ErrHostDown when the host cannot be reached), was
+	// stopped because ctx ended (it wraps context.Cause(ctx)), or its host
+	// was lost while it ran (it wraps ErrConnectionLost).
+	Run(ctx context.Context, host string, c Command, stdout, stderr io.Writer) (exitCode int, err error)
+	// WaitUp returns once host can take jobs: at once when it can, else
+	// when it is reachable again, or when ctx ends.
+	WaitUp(ctx context.Context, host string) error
+	// Reap returns once nothing is left on host of the command tagged tag,
+	// whose Run ended with ErrConnectionLost: until then its GPUs may still
+	// be in use. It waits for the host to be reachable, or for ctx to end.
+	Reap(ctx context.Context, host, tag string) error
+	// LockGPU takes the lock that keeps other gpudispatch runs off GPU gpu
+	// of host, for the run whose commands' tags start with run + "-". An
+	// error wraps ErrGPULocked when another run holds it, ErrNoLocks when
+	// the host cannot lock, ErrHostDown when it cannot be reached.
+	LockGPU(ctx context.Context, host string, gpu int, run string) (GPULock, error)
+	// ProbeGPUs asks host what its GPUs hold now (nvidia-smi).
+	ProbeGPUs(ctx context.Context, host string) ([]GPU, error)
+}
+
+// Command is one job's command and the environment it runs in.
+type Command struct {
+	// Script is the job line, given verbatim to the login shell.
+	Script string
+	// Env holds NAME=value pairs exported before the shell starts.
+	Env []string
+	// Workdir is the directory the job starts in; "" means the home
+	// directory, and a leading "~/" is the host's home.
+	Workdir string
+	// Setup runs in the same shell before Script; if it fails, Script does
+	// not run.
+	Setup string
+	// Tag names this run of the command on its host, so that Reap can tell
+	// whether anything of it is left: letters, digits, '.', '_' and '-',
+	// unique among the commands of a coordinator ("" for none).
+	Tag string
+}
+
+// GPULock is a run's hold on one GPU of a host: while it is held, other
+// gpudispatch runs, whoever started them, put no job on that GPU.
+type GPULock interface {
+	// Key is the lock's name on the host: the GPU's UUID, or index-N.
+	Key() string
+	// Lost is closed once the lock is no longer held: after Release, or
+	// when the process holding it on the host is gone (connection lost).
+	Lost() <-chan struct{}
+	// Release lets go of the lock and returns once it is free.
+	Release()
+}
