@@ -3,66 +3,306 @@ package hosts
 import (
 	"context"
 	"fmt"
-	"io"
+	"sync"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/gpulock"
+	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
+	"github.com/gpudispatch/gpudispatch/hosts/sshpool"
+
+	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
-// Lab is what dispatch runs jobs through.
-var _ executor.Executor = (*Lab)(nil)
-
-// The Lab runs each job on the Runner of the host it names: these methods
-// implement executor.Executor.
-
-// Run runs c on host.
-func (l *Lab) Run(ctx context.Context, host string, c executor.Command, stdout, stderr io.Writer) (int, error) {
-	r, err := l.lookup(host)
-	if err != nil {
-		return -1, err
-	}
-	return r.Run(ctx, c, stdout, stderr)
+// Options configure how hosts are reached.
+type Options struct {
+	// ConnectTimeout bounds the TCP connect plus SSH handshake per host
+	// (0: DefaultConnectTimeout).
+	ConnectTimeout time.Duration
+	// Keepalive is how often connections are checked and job shells
+	// hear from the coordinator; a connection that does not answer within
+	// two more intervals is closed, and a job shell that hears nothing for
+	// three kills its job (0: DefaultKeepalive).
+	Keepalive time.Duration
+	// Grace is the time between TERM and KILL for a stopped job (0:
+	// DefaultGrace).
+	Grace time.Duration
+	// AcceptNewHostKeys records unknown host keys (--accept-new-host-keys).
+	AcceptNewHostKeys bool
+	// ProbeGPUs asks every host's nvidia-smi, not only `gpus: auto` ones,
+	// and which runs hold their GPUs' locks.
+	ProbeGPUs bool
+	// LockDir is where GPU locks live on every host ("": gpulock.DefaultDir).
+	LockDir string
 }
 
-// WaitUp returns once host can take jobs again.
-func (l *Lab) WaitUp(ctx context.Context, host string) error {
-	r, err := l.lookup(host)
-	if err != nil {
-		return err
-	}
-	return r.WaitUp(ctx)
+// Defaults for Options: a dead host or coordinator is noticed within about
+// 30 s, and a job gets 10 s to exit after TERM.
+const (
+	DefaultKeepalive      = 10 * time.Second
+	DefaultGrace          = 10 * time.Second
+	DefaultConnectTimeout = 10 * time.Second
+)
+
+// HostState is what opening a host found.
+type HostState struct {
+	Host inventory.Host
+	// Addr is user@host:port for SSH hosts, "local" for local ones.
+	Addr string
+	// Err is why the host cannot be used now, or nil.
+	Err error
+	// Retrying is set when Err is a failure to reach the host that may mend
+	// (refused or timed-out connection, not a refused login or host key): the
+	// host stays in the run, down, and its pool keeps trying to connect.
+	Retrying bool
+	// ServerVersion is the SSH server's banner.
+	ServerVersion string
+	// GPUs is what nvidia-smi reported (nil when it was not asked or failed);
+	// GPUErr is why it failed.
+	GPUs   []executor.GPU
+	GPUErr error
+	// LockErr is why the GPUs' locks could not be looked at (ProbeGPUs).
+	LockErr error
 }
 
-// Reap returns once nothing is left on host of the lost job tagged tag.
-func (l *Lab) Reap(ctx context.Context, host, tag string) error {
-	r, err := l.lookup(host)
-	if err != nil {
-		return err
-	}
-	return r.Reap(ctx, tag)
+// Lab is the hosts of a run, opened. It runs jobs on them (it implements
+// executor.Executor) and takes in hosts added to the inventory (Update).
+type Lab struct {
+	// Inventory holds the hosts of the run, with `gpus: auto` resolved: those
+	// that are up and those that are Retrying. Update replaces it; read it
+	// from the goroutine that calls Update.
+	Inventory *inventory.Inventory
+	// States has one entry per inventory host Open was given, in inventory
+	// order.
+	States []HostState
+	opts   Options
+	// cfg is the ssh_config, read once a remote host needs it.
+	cfg       *sshpool.Config
+	cfgLoaded bool
+	pools     *sshpool.Pools
+
+	mu sync.RWMutex
+	// runners holds every host that was ever in the run: a host removed from
+	// the inventory keeps its runner, so that its running jobs finish.
+	runners map[string]Runner
+	// autoGPUs holds the GPUs found on the `gpus: auto` hosts.
+	autoGPUs map[string][]int
 }
 
-// LockGPU takes GPU gpu of host for run.
-func (l *Lab) LockGPU(ctx context.Context, host string, gpu int, run string) (executor.GPULock, error) {
-	r, err := l.lookup(host)
+// Open connects to every host of inv at once. A host that refuses us (login,
+// host key) or whose GPUs cannot be found is left out with the reason in its
+// state; one that cannot be reached stays in, Retrying. An error means
+// nothing could be tried (a broken ssh_config).
+func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error) {
+	if o.Keepalive <= 0 {
+		o.Keepalive = DefaultKeepalive
+	}
+	if o.Grace <= 0 {
+		o.Grace = DefaultGrace
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.LockDir == "" {
+		o.LockDir = gpulock.DefaultDir
+	}
+	lab := &Lab{opts: o, cfg: &sshpool.Config{}, pools: sshpool.NewPools(o.ConnectTimeout, o.Keepalive),
+		runners: map[string]Runner{}, autoGPUs: map[string][]int{}}
+	states, err := lab.Update(ctx, inv)
 	if err != nil {
 		return nil, err
 	}
-	return r.LockGPU(ctx, gpu, run)
+	lab.States = states
+	return lab, nil
 }
 
-// ProbeGPUs asks nvidia-smi on host what its GPUs hold now.
-func (l *Lab) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, error) {
-	r, err := l.lookup(host)
-	if err != nil {
+// loadSSHConfig reads inv's ssh_config once a remote host needs it: a
+// local-only lab must run whatever the user's ~/.ssh/config holds.
+func (l *Lab) loadSSHConfig(inv *inventory.Inventory) error {
+	if l.cfgLoaded {
+		return nil
+	}
+	for _, h := range inv.Hosts {
+		if !h.Local {
+			cfg, err := sshpool.LoadConfig(inv.SSHConfig)
+			if err != nil {
+				return err
+			}
+			l.cfg, l.cfgLoaded = cfg, true
+			return nil
+		}
+	}
+	return nil
+}
+
+// openAll opens hosts at once and adds those that can be used to the lab.
+func (l *Lab) openAll(ctx context.Context, inv *inventory.Inventory, hs []inventory.Host) []HostState {
+	states := make([]HostState, len(hs))
+	runners := make([]Runner, len(hs))
+	var wg sync.WaitGroup
+	for i, h := range hs {
+		wg.Go(func() { states[i], runners[i] = l.open(ctx, inv, h) })
+	}
+	wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, st := range states {
+		if st.Err == nil || st.Retrying {
+			l.runners[st.Host.Name] = runners[i]
+			if hs[i].AutoGPUs {
+				l.autoGPUs[st.Host.Name] = st.Host.GPUs
+			}
+		}
+	}
+	return states
+}
+
+// Update makes inv the lab's inventory: hosts it adds are opened (at once)
+// and their states returned; hosts it keeps keep their connections and the
+// GPUs `gpus: auto` found, and take inv's GPU list and settings otherwise.
+// Hosts it drops keep their runners, so that their running jobs finish;
+// the run gives them no new job. Connection settings of a host already in
+// the run do not change.
+func (l *Lab) Update(ctx context.Context, inv *inventory.Inventory) (added []HostState, err error) {
+	if err := l.loadSSHConfig(inv); err != nil {
 		return nil, err
 	}
-	return ProbeGPUs(ctx, r)
+	var fresh []inventory.Host
+	for _, h := range inv.Hosts {
+		if l.runner(h.Name) == nil {
+			fresh = append(fresh, h)
+		}
+	}
+	added = l.openAll(ctx, inv, fresh)
+	usable := *inv
+	usable.Hosts = nil
+	for _, h := range inv.Hosts {
+		if l.runner(h.Name) == nil {
+			continue // added and left out
+		}
+		if h.AutoGPUs {
+			h = l.resolved(h)
+		}
+		usable.Hosts = append(usable.Hosts, h)
+	}
+	l.Inventory = &usable
+	return added, nil
 }
 
-func (l *Lab) lookup(host string) (Runner, error) {
-	r := l.runner(host)
-	if r == nil {
-		return nil, fmt.Errorf("%s: not a host of this run", host)
-	}
-	return r, nil
+// resolved is h, an auto host, with the GPUs nvidia-smi listed when it was
+// opened.
+func (l *Lab) resolved(h inventory.Host) inventory.Host {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	h.GPUs, h.AutoGPUs = l.autoGPUs[h.Name], false
+	return h
 }
+
+// open readies one host: a runner for it, its GPUs, or why not.
+func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Host) (HostState, Runner) {
+	o := l.opts
+	st := HostState{Host: h, Addr: "local"}
+	sup := jobshell.Supervision{Heartbeat: o.Keepalive, Grace: o.Grace}
+	var r Runner = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name}
+	// release lets go of the host's pool when the host is left out.
+	release := func() {}
+	if h.Local {
+		if err := spawn.LocalSupported(); err != nil {
+			st.Err = err
+			return st, nil
+		}
+	} else {
+		t, err := sshpool.Resolve(inv, l.cfg, h, o.AcceptNewHostKeys)
+		st.Addr = t.User + "@" + t.Addr()
+		if t.Jump != nil {
+			st.Addr += " via " + t.Jump.Name
+		}
+		if err != nil {
+			st.Err = err
+			return st, nil
+		}
+		p, version, err := l.pools.Acquire(ctx, t)
+		if p == nil {
+			st.Err = err
+			return st, nil
+		}
+		release = func() { l.pools.Release(t) }
+		r = newRemote(h.Name, p, sup, o.LockDir)
+		if st.ServerVersion = version; err != nil {
+			st.Err = err
+			// A host whose GPUs are still to be found cannot be given slots.
+			if sshpool.Refused(err) || h.AutoGPUs {
+				release()
+				return st, nil
+			}
+			st.Retrying = true
+			return st, r
+		}
+	}
+	if h.AutoGPUs || o.ProbeGPUs {
+		st.GPUs, st.GPUErr = ProbeGPUs(ctx, r)
+		if o.ProbeGPUs && st.GPUErr == nil {
+			st.LockErr = ProbeLocks(ctx, r, o.LockDir, st.GPUs)
+		}
+		if h.AutoGPUs {
+			switch {
+			case st.GPUErr != nil:
+				st.Err = fmt.Errorf("gpus: auto: %w", st.GPUErr)
+			case len(st.GPUs) == 0:
+				st.Err = fmt.Errorf("gpus: auto: nvidia-smi lists no GPU")
+			}
+			if st.Err != nil {
+				release()
+				return st, nil
+			}
+			st.Host.GPUs = nil
+			for _, g := range st.GPUs {
+				st.Host.GPUs = append(st.Host.GPUs, g.Index)
+			}
+			st.Host.AutoGPUs = false
+		}
+	}
+	return st, r
+}
+
+// Absent lists the hosts Open found not up, and why: down ones are in the
+// run (Retrying) and may come back; left-out ones are not in it.
+func (l *Lab) Absent() (down, leftOut map[string]error) { return Absent(l.States) }
+
+// Absent lists the hosts of states that are not up, and why (see
+// Lab.Absent).
+func Absent(states []HostState) (down, leftOut map[string]error) {
+	down, leftOut = map[string]error{}, map[string]error{}
+	for _, st := range states {
+		switch {
+		case st.Retrying:
+			down[st.Host.Name] = st.Err
+		case st.Err != nil:
+			leftOut[st.Host.Name] = st.Err
+		}
+	}
+	return down, leftOut
+}
+
+// Close ends the job shells and closes every connection.
+func (l *Lab) Close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.runners {
+		if c, ok := r.(interface{ Close() }); ok {
+			c.Close()
+		}
+	}
+	l.pools.Close()
+}
+
+// runner is host's runner, or nil.
+func (l *Lab) runner(host string) Runner {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.runners[host]
+}
+
+// Runner returns the runner of host, or nil when it is not in the run.
+func (l *Lab) Runner(host string) Runner { return l.runner(host) }

@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,45 +9,46 @@ import (
 	"sync"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/gpulock"
+	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
 // Local runs jobs on this machine, in job shells like remote hosts. Its
 // zero value is ready; Close ends its idle shells.
 type Local struct {
-	Supervision Supervision
-	// LockDir is where GPU locks live ("": DefaultLockDir).
+	Supervision jobshell.Supervision
+	// LockDir is where GPU locks live ("": gpulock.DefaultDir).
 	LockDir string
 	// Name is the inventory's name for this machine, for messages ("":
 	// "local").
 	Name string
 
 	once   sync.Once
-	shells *shells
-	locks  *lockers
+	shells *jobshell.Shells
+	locks  *gpulock.Lockers
 }
 
 // Run implements Runner.
 func (l *Local) Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (int, error) {
-	code, err := l.pool().run(ctx, c, stdout, stderr)
-	var lost errShellLost
+	l.init()
+	code, err := l.shells.Run(ctx, c, stdout, stderr)
+	var lost jobshell.LostError
 	if errors.As(err, &lost) {
-		l.pool().forget(c.Tag)
+		l.shells.Forget(c.Tag)
 		// Someone killed the shell. Its job's watcher, which is not in the
 		// job's group, kills the job now that the shell's stdin is closed.
-		return -1, fmt.Errorf("%s: %w", first(l.Name, "local"), lost)
+		return -1, fmt.Errorf("%s: %w", l.name(), lost)
 	}
 	return code, err
 }
 
-func (l *Local) pool() *shells {
-	l.init()
-	return l.shells
-}
+func (l *Local) name() string { return cmp.Or(l.Name, "local") }
 
 func (l *Local) init() {
 	l.once.Do(func() {
-		l.shells = &shells{spawn: spawnLocal, sup: l.Supervision}
-		l.locks = &lockers{spawn: spawnLocal, where: first(l.Name, "local"), dir: first(l.LockDir, DefaultLockDir), sup: l.Supervision}
+		l.shells = jobshell.New(spawn.Local, l.Supervision)
+		l.locks = newLockers(spawn.Local, l.name(), l.LockDir, l.Supervision)
 	})
 }
 
@@ -55,14 +57,14 @@ func (l *Local) init() {
 // as long as those jobs may take to die.
 func (l *Local) Close() {
 	l.init()
-	l.shells.close()
-	l.locks.close()
+	l.shells.Close()
+	l.locks.Close()
 }
 
 // LockGPU implements Runner.
 func (l *Local) LockGPU(ctx context.Context, gpu int, run string) (executor.GPULock, error) {
 	l.init()
-	return l.locks.lock(ctx, gpu, run)
+	return l.locks.Lock(ctx, gpu, run)
 }
 
 // WaitUp implements Runner: this machine is always up.
@@ -71,3 +73,10 @@ func (*Local) WaitUp(context.Context) error { return nil }
 // Reap implements Runner: a local Run returns only once its job is gone,
 // so nothing is ever left to wait for.
 func (*Local) Reap(context.Context, string) error { return nil }
+
+// newLockers are the GPU lock holders of a machine whose job shells are
+// supervised by sup: a holder whose coordinator went silent keeps its locks
+// for as long as those shells take to notice and kill their jobs.
+func newLockers(start spawn.Func, where, dir string, sup jobshell.Supervision) *gpulock.Lockers {
+	return gpulock.New(start, where, cmp.Or(dir, gpulock.DefaultDir), sup.Heartbeat, sup.Grace+2*sup.Heartbeat)
+}

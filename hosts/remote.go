@@ -5,38 +5,39 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
-
-	"golang.org/x/crypto/ssh"
+	"github.com/gpudispatch/gpudispatch/hosts/gpulock"
+	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
+	"github.com/gpudispatch/gpudispatch/hosts/sshpool"
 )
 
 // Remote runs jobs on a host in job shells on its pooled SSH connections.
 type Remote struct {
 	name        string
-	pool        *pool
-	supervision Supervision
-	shells      *shells
-	locks       *lockers
+	pool        *sshpool.Pool
+	supervision jobshell.Supervision
+	shells      *jobshell.Shells
+	locks       *gpulock.Lockers
 }
 
-func newRemote(name string, p *pool, sup Supervision, lockDir string) *Remote {
+func newRemote(name string, p *sshpool.Pool, sup jobshell.Supervision, lockDir string) *Remote {
 	r := &Remote{name: name, pool: p, supervision: sup}
-	r.shells = &shells{spawn: r.spawn, sup: sup}
-	r.locks = &lockers{spawn: r.spawn, where: name, dir: lockDir, sup: sup}
+	r.shells = jobshell.New(r.spawn, sup)
+	r.locks = newLockers(r.spawn, name, lockDir, sup)
 	return r
 }
 
 // Run implements Runner. A connection that dies while the job runs makes
-// the error wrap ErrConnectionLost: the job's shell on the host kills the
-// job when its heartbeats stop.
+// the error wrap executor.ErrConnectionLost: the job's shell on the host
+// kills the job when its heartbeats stop.
 func (r *Remote) Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (int, error) {
-	code, err := r.shells.run(ctx, c, stdout, stderr)
-	var lost errShellLost
+	code, err := r.shells.Run(ctx, c, stdout, stderr)
+	var lost jobshell.LostError
 	if errors.As(err, &lost) {
-		return -1, fmt.Errorf("%s: %w: %v", r.name, executor.ErrConnectionLost, lost.err)
+		return -1, fmt.Errorf("%s: %w: %v", r.name, executor.ErrConnectionLost, lost.Err)
 	}
 	return code, err
 }
@@ -45,18 +46,18 @@ func (r *Remote) Run(ctx context.Context, c executor.Command, stdout, stderr io.
 // end, and the GPU lock holders, which keep the locks still held for
 // as long as those jobs may take to die. The connections stay.
 func (r *Remote) Close() {
-	r.shells.close()
-	r.locks.close()
+	r.shells.Close()
+	r.locks.Close()
 }
 
 // LockGPU implements Runner.
 func (r *Remote) LockGPU(ctx context.Context, gpu int, run string) (executor.GPULock, error) {
-	return r.locks.lock(ctx, gpu, run)
+	return r.locks.Lock(ctx, gpu, run)
 }
 
 // WaitUp implements Runner.
 func (r *Remote) WaitUp(ctx context.Context) error {
-	return r.pool.waitUp(ctx)
+	return r.pool.WaitUp(ctx)
 }
 
 // Reap implements Runner: once the host answers, it looks for the shell
@@ -64,17 +65,17 @@ func (r *Remote) WaitUp(ctx context.Context) error {
 // heartbeat interval. The shell stops the job itself within three missed
 // heartbeats and the grace period.
 func (r *Remote) Reap(ctx context.Context, tag string) error {
-	job, tag := tag, r.shells.shellOf(tag)
-	if !tagRE.MatchString(tag) {
+	job, tag := tag, r.shells.ShellOf(tag)
+	if !jobshell.ValidTag(tag) {
 		return fmt.Errorf("reap: bad tag %q", tag)
 	}
 	for {
-		if err := r.pool.waitUp(ctx); err != nil {
+		if err := r.pool.WaitUp(ctx); err != nil {
 			return err
 		}
 		left, err := r.tagged(ctx, tag)
 		if err == nil && !left {
-			r.shells.forget(job)
+			r.shells.Forget(job)
 			return nil
 		}
 		select {
@@ -87,7 +88,7 @@ func (r *Remote) Reap(ctx context.Context, tag string) error {
 
 // tagged reports whether a shell started with tag still runs on the host.
 func (r *Remote) tagged(ctx context.Context, tag string) (bool, error) {
-	s, release, err := r.pool.session(ctx)
+	s, release, err := r.pool.Session(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -95,15 +96,40 @@ func (r *Remote) tagged(ctx context.Context, tag string) (bool, error) {
 	defer s.Close()
 	stop := context.AfterFunc(ctx, func() { s.Close() })
 	defer stop()
-	// "[ ]" keeps this command's own argv from matching the pattern.
-	pattern := "gpudispatch-job[ ]" + strings.ReplaceAll(tag, ".", "[.]") + "$"
-	err = s.Run("ps -eo args= | grep -q -e '" + pattern + "'")
-	var exit *ssh.ExitError
+	err = s.Run("ps -eo args= | grep -q -e '" + jobshell.TagPattern(tag) + "'")
+	code, exited := spawn.ExitStatus(err)
 	switch {
-	case err == nil:
+	case exited && code == 0:
 		return true, nil
-	case errors.As(err, &exit) && exit.ExitStatus() == 1:
+	case exited && code == 1:
 		return false, nil
 	}
 	return false, fmt.Errorf("%s: looking for job %s: %w", r.name, tag, err)
+}
+
+// spawn is r's spawner: it starts bash on r's host over the pool.
+func (r *Remote) spawn(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+	s, release, err := r.pool.Session(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.name, err)
+	}
+	s.Stdout, s.Stderr = stdout, stderr
+	stdin, err := s.StdinPipe()
+	if err == nil {
+		if err = s.Start(line); err != nil {
+			// The server did not run the command: nothing of it started.
+			err = fmt.Errorf("start: %w: %v", executor.ErrHostDown, err)
+		}
+	}
+	if err != nil {
+		s.Close()
+		release()
+		return nil, fmt.Errorf("%s: %w", r.name, err)
+	}
+	wait := func() error {
+		defer release()
+		defer s.Close()
+		return s.Wait()
+	}
+	return &spawn.Proc{Stdin: stdin, Wait: wait}, nil
 }

@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,9 +27,9 @@ func WriteTable(w io.Writer, states []HostState, busyMB int) error {
 		if st.Err != nil {
 			state = "down: " + st.Err.Error()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", st.Host.Name, st.Addr, state, first(st.ServerVersion, "-"), gpuList(st), slots(st))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", st.Host.Name, st.Addr, state, cmp.Or(st.ServerVersion, "-"), gpuList(st), slots(st))
 		for _, g := range st.GPUs {
-			busy := first(g.BusyWhy(busyMB), "free")
+			busy := cmp.Or(g.BusyWhy(busyMB), "free")
 			fmt.Fprintf(tw, "\t  gpu %d\t%s\t%d/%d MiB, %d%%\t%s\t%d slots\t%s\n", g.Index, g.Name, g.MemoryUsedMB, g.MemoryTotalMB, g.Utilization, g.UUID, gpuSlots(st.Host, g.Index), busy)
 		}
 		if st.GPUErr != nil && st.Err == nil {

@@ -9,6 +9,8 @@
 // Tests that need sshd call Start; when sshd is not installed they are
 // skipped, unless GPUDISPATCH_REQUIRE_SSHD is set (CI sets it), in which case
 // they fail.
+//go:build unix
+
 package sshtest
 
 import (

@@ -1,4 +1,4 @@
-package hosts
+package sshpool
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"golang.org/x/crypto/ssh"
 )
 
-// pool holds the connections to one host, hands out sessions on them and
+// Pool holds the connections to one host, hands out sessions on them and
 // knows whether the host can be reached.
 //
 // When a server refuses another session (OpenSSH's MaxSessions, 10 by
@@ -27,7 +27,7 @@ import (
 // the pool redials with exponential backoff and jitter until it succeeds or
 // is closed. After a refused login or host key the wait is long, so that a
 // lab's sshd never locks us out (OpenSSH's PerSourcePenalties).
-type pool struct {
+type Pool struct {
 	target Target
 	cfg    *ssh.ClientConfig
 	dialer *dialer
@@ -100,20 +100,20 @@ func (c *conn) alive() bool {
 // errPoolClosed is returned once the run has closed its connections.
 var errPoolClosed = errors.New("connection pool closed")
 
-func newPool(t Target, cfg *ssh.ClientConfig, d *dialer, closeAgent func()) *pool {
+func newPool(t Target, cfg *ssh.ClientConfig, d *dialer, closeAgent func()) *Pool {
 	bg, cancel := context.WithCancel(context.Background())
-	return &pool{target: t, cfg: cfg, dialer: d, closeAgent: closeAgent,
+	return &Pool{target: t, cfg: cfg, dialer: d, closeAgent: closeAgent,
 		bg: bg, cancel: cancel, changed: make(chan struct{})}
 }
 
 // notify wakes everyone waiting on a change. p.mu is held.
-func (p *pool) notify() {
+func (p *Pool) notify() {
 	close(p.changed)
 	p.changed = make(chan struct{})
 }
 
 // add starts watching a new connection. p.mu is held.
-func (p *pool) add(client *ssh.Client) {
+func (p *Pool) add(client *ssh.Client) {
 	c := &conn{client: client, done: make(chan struct{})}
 	go func() {
 		client.Wait()
@@ -130,7 +130,7 @@ func (p *pool) add(client *ssh.Client) {
 }
 
 // live drops dead connections and reports whether one is left. p.mu is held.
-func (p *pool) live() bool {
+func (p *Pool) live() bool {
 	kept := p.conns[:0]
 	for _, c := range p.conns {
 		if c.alive() {
@@ -143,7 +143,7 @@ func (p *pool) live() bool {
 }
 
 // redial starts a connection attempt of the pool's own. p.mu is held.
-func (p *pool) redial() {
+func (p *Pool) redial() {
 	p.dialing = true
 	go p.dial(p.bg)
 }
@@ -151,7 +151,7 @@ func (p *pool) redial() {
 // dial makes one connection attempt and returns its client; p.dialing was
 // set by the caller. A failure marks the host down and schedules the next
 // attempt, unless it came from ctx ending.
-func (p *pool) dial(ctx context.Context) (*ssh.Client, error) {
+func (p *Pool) dial(ctx context.Context) (*ssh.Client, error) {
 	client, err := p.dialer.connect(ctx, p.target, p.cfg)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -199,15 +199,15 @@ func retryAfter(n int, err error) time.Duration {
 	if n < 6 {
 		d = min(retryFirst<<(n-1), retryMax)
 	}
-	if refused(err) {
+	if Refused(err) {
 		d = retryRefused
 	}
 	return time.Duration(float64(d) * (0.5 + rand.Float64()))
 }
 
-// refused reports a failure that trying again soon will not mend: the
+// Refused reports a failure that trying again soon will not mend: the
 // server rejected our keys, or its host key is unknown or changed.
-func refused(err error) bool {
+func Refused(err error) bool {
 	return errors.Is(err, ErrHostKeyChanged) || errors.Is(err, ErrHostKeyUnknown) ||
 		err != nil && strings.Contains(err.Error(), "unable to authenticate")
 }
@@ -215,7 +215,7 @@ func refused(err error) bool {
 // connect makes the first connection, to learn early whether the host is
 // reachable; it returns the server's version string. On failure the pool
 // keeps trying in the background until it is closed.
-func (p *pool) connect(ctx context.Context) (string, error) {
+func (p *Pool) connect(ctx context.Context) (string, error) {
 	p.mu.Lock()
 	p.dialing = true
 	p.mu.Unlock()
@@ -226,11 +226,11 @@ func (p *pool) connect(ctx context.Context) (string, error) {
 	return string(client.ServerVersion()), nil
 }
 
-// session opens a session on a connection with room, opening a new
+// Session opens a session on a connection with room, opening a new
 // connection when none has. release must be called once the session ends.
 // While the host is down it fails at once with an error wrapping
 // ErrHostDown.
-func (p *pool) session(ctx context.Context) (*ssh.Session, func(), error) {
+func (p *Pool) Session(ctx context.Context) (*ssh.Session, func(), error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -282,7 +282,7 @@ func (p *pool) session(ctx context.Context) (*ssh.Session, func(), error) {
 
 // reserve picks a live connection with room and counts a session on it;
 // nil means there is none. p.mu is held.
-func (p *pool) reserve() *conn {
+func (p *Pool) reserve() *conn {
 	p.live()
 	for _, c := range p.conns {
 		if c.limit == 0 || c.open < c.limit {
@@ -293,16 +293,16 @@ func (p *pool) reserve() *conn {
 	return nil
 }
 
-func (p *pool) unreserve(c *conn) {
+func (p *Pool) unreserve(c *conn) {
 	p.mu.Lock()
 	c.open--
 	p.notify()
 	p.mu.Unlock()
 }
 
-// waitUp returns once the host has a live connection, dialing when nothing
+// WaitUp returns once the host has a live connection, dialing when nothing
 // else is, or when ctx ends or the pool is closed.
-func (p *pool) waitUp(ctx context.Context) error {
+func (p *Pool) WaitUp(ctx context.Context) error {
 	for {
 		p.mu.Lock()
 		switch {
@@ -325,8 +325,8 @@ func (p *pool) waitUp(ctx context.Context) error {
 	}
 }
 
-// close closes every connection and stops redialing; sessions end.
-func (p *pool) close() {
+// Close closes every connection and stops redialing; sessions end.
+func (p *Pool) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true

@@ -1,10 +1,13 @@
-package hosts
+package jobshell
 
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +18,7 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
-
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
@@ -35,11 +38,11 @@ func TestMain(m *testing.M) {
 
 var fast = Supervision{Heartbeat: 100 * time.Millisecond, Grace: 300 * time.Millisecond}
 
-// local is a Local whose job shells end with the test.
-func local(t *testing.T, sup Supervision) *Local {
-	l := &Local{Supervision: sup}
-	t.Cleanup(l.Close)
-	return l
+// local is this machine's job shells, ended with the test.
+func local(t *testing.T, sup Supervision) *Shells {
+	ss := New(spawn.Local, sup)
+	t.Cleanup(ss.Close)
+	return ss
 }
 
 // bashOutput is what bash itself prints for script: the reference for
@@ -53,7 +56,7 @@ func bashOutput(t *testing.T, script string) string {
 	return string(out)
 }
 
-func TestLocalRun(t *testing.T) {
+func TestRun(t *testing.T) {
 	t.Parallel()
 	home := t.TempDir()
 	work := filepath.Join(home, "proj")
@@ -100,7 +103,7 @@ func TestLocalRun(t *testing.T) {
 	}
 }
 
-func TestLocalRejectsNUL(t *testing.T) {
+func TestRejectsNUL(t *testing.T) {
 	t.Parallel()
 	_, err := local(t, fast).Run(context.Background(), executor.Command{Script: "echo a\x00b"}, &bytes.Buffer{}, &bytes.Buffer{})
 	if !errors.Is(err, ErrNUL) {
@@ -133,7 +136,7 @@ func pidsFrom(t *testing.T, file string, n int) []int {
 
 // A cancelled job's whole group goes, including children that ignore TERM and
 // children in the background.
-func TestLocalCancelKillsGroup(t *testing.T) {
+func TestCancelKillsGroup(t *testing.T) {
 	t.Parallel()
 	for _, script := range []string{
 		`sleep 300 & echo $! >> $PIDS; echo $$ >> $PIDS; wait`,
@@ -159,7 +162,7 @@ func TestLocalCancelKillsGroup(t *testing.T) {
 
 // A job whose coordinator vanished without closing the pipe (stdin silent) is
 // killed after three missed heartbeats, and its shell says so on stdout.
-func TestShellKillsOnSilence(t *testing.T) {
+func TestKillsOnSilence(t *testing.T) {
 	t.Parallel()
 	pidFile := filepath.Join(t.TempDir(), "pids")
 	// A 3 s silence window: a loaded machine may take a while to start the
@@ -170,7 +173,7 @@ func TestShellKillsOnSilence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("bash", "-c", bootstrap(shellScript, "gpudispatch-job", ""))
+	cmd := exec.Command("bash", "-c", spawn.Bootstrap(script, ProcessName))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -187,7 +190,7 @@ func TestShellKillsOnSilence(t *testing.T) {
 		stdin.Close()
 		cmd.Wait()
 	}()
-	if _, err := stdin.Write(append(shellHeader(slow), body...)); err != nil {
+	if _, err := stdin.Write(append(header(slow), body...)); err != nil {
 		t.Fatal(err)
 	}
 	pids := pidsFrom(t, pidFile, 1)
@@ -219,7 +222,7 @@ func (w *firstWrite) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func TestLocalStreamsWhileRunning(t *testing.T) {
+func TestStreamsWhileRunning(t *testing.T) {
 	t.Parallel()
 	out := &firstWrite{got: make(chan struct{})}
 	done := make(chan struct{})
@@ -233,4 +236,178 @@ func TestLocalStreamsWhileRunning(t *testing.T) {
 		t.Fatal("first line arrived only after the job ended")
 	}
 	<-done
+}
+
+// One shell runs job after job: nothing of a job's environment, workdir
+// or variables reaches the next, and each gets exactly its own output and
+// exit status.
+func TestShellReuseKeepsJobsApart(t *testing.T) {
+	t.Parallel()
+	l := local(t, fast)
+	home := t.TempDir()
+	here, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	steps := []struct {
+		cmd      executor.Command
+		wantOut  string
+		wantCode int
+	}{
+		{executor.Command{Script: "echo $X; pwd; Y=set; cd /; exit 3", Env: []string{"X=one"}, Workdir: home}, "one\n" + home + "\n", 3},
+		{executor.Command{Script: `echo "[$X][$Y]"; pwd`, Env: []string{"HOME=" + home}}, "[][]\n" + here + "\n", 0},
+		{executor.Command{Script: "printf 'no newline'; kill -9 $$"}, "no newline", 137},
+		{executor.Command{Script: "head -c 100000 /dev/zero; echo"}, strings.Repeat("\x00", 100000) + "\n", 0},
+	}
+	var shells []string
+	for i, st := range steps {
+		var out bytes.Buffer
+		code, err := l.Run(ctx, st.cmd, &out, io.Discard)
+		if err != nil || code != st.wantCode || out.String() != st.wantOut {
+			t.Fatalf("job %d: code %d, err %v, out %q; want %d, %q", i, code, err, out.String(), st.wantCode, st.wantOut)
+		}
+		shells = append(shells, l.idleTags()...)
+	}
+	for _, tag := range shells {
+		if tag != shells[0] {
+			t.Errorf("jobs ran in shells %v, want one shell", shells)
+			break
+		}
+	}
+}
+
+// TestShellFieldsInAnyLocale sends fields with multibyte characters to job
+// shells started in a UTF-8 locale and in none: the shell reads fields by
+// byte count, which holds only in its own C locale, and the job gets the
+// locale back.
+func TestShellFieldsInAnyLocale(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "dïr ☃")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "printf '%s|%s|%s|' \"$Z\" \"${LC_ALL-unset}\" ☃; pwd"
+	for _, lc := range []string{"", "C.UTF-8"} {
+		t.Run("LC_ALL="+lc, func(t *testing.T) {
+			if lc == "" {
+				t.Setenv("LC_ALL", "")
+				os.Unsetenv("LC_ALL")
+			} else {
+				t.Setenv("LC_ALL", lc)
+			}
+			l := local(t, fast)
+			want := "héllo wörld ☃|" + cmp.Or(lc, "unset") + "|☃|" + dir + "\n"
+			// Twice: the second job's fields follow the first's end on the
+			// same shell, so a miscount shows in either.
+			for i := range 2 {
+				var out, errs bytes.Buffer
+				code, err := l.Run(context.Background(), executor.Command{Script: script, Env: []string{"Z=héllo wörld ☃"}, Workdir: dir}, &out, &errs)
+				if err != nil || code != 0 || out.String() != want {
+					t.Fatalf("job %d: code %d, err %v, out %q, stderr %q; want %q", i, code, err, out.String(), errs.String(), want)
+				}
+			}
+		})
+	}
+}
+
+// idleTags lists the tags of the idle shells.
+func (ss *Shells) idleTags() []string {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	var tags []string
+	for _, sh := range ss.idle {
+		tags = append(tags, sh.tag)
+	}
+	return tags
+}
+
+// A process that left its job's group and writes after the job ended
+// makes the shell unfit: the next job runs in a new shell and gets none of
+// it.
+func TestShellRetiredAfterStrayOutput(t *testing.T) {
+	t.Parallel()
+	l := local(t, fast)
+	ctx := context.Background()
+	wrote := filepath.Join(t.TempDir(), "wrote")
+	escape := "setsid bash -c 'sleep 0.3; echo late; echo late >&2; touch " + wrote + "' & sleep 0.1"
+	if _, err := l.Run(ctx, executor.Command{Script: escape, Tag: "t-1-1"}, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(wrote); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the escaped process never wrote")
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // for its bytes to reach the stream
+	var out, errOut bytes.Buffer
+	if _, err := l.Run(ctx, executor.Command{Script: "echo next; sleep 0.5", Tag: "t-2-1"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "next\n" || errOut.Len() != 0 {
+		t.Errorf("next job got %q and %q", out.String(), errOut.String())
+	}
+	if tags := l.idleTags(); len(tags) != 1 || tags[0] != "t-2-1" {
+		t.Errorf("idle shells %v, want the one started for the next job", tags)
+	}
+}
+
+// A cancelled job's shell is not used again, and the next job gets a new
+// one.
+func TestShellNotReusedAfterCancel(t *testing.T) {
+	t.Parallel()
+	l := local(t, fast)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := l.Run(ctx, executor.Command{Script: "sleep 30", Tag: "c-1-1"}, io.Discard, io.Discard); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want deadline exceeded", err)
+	}
+	if tags := l.idleTags(); len(tags) != 0 {
+		t.Errorf("idle shells after a cancelled job: %v", tags)
+	}
+	var out bytes.Buffer
+	if code, err := l.Run(context.Background(), executor.Command{Script: "echo ok", Tag: "c-2-1"}, &out, io.Discard); code != 0 || err != nil || out.String() != "ok\n" {
+		t.Errorf("next job: %d, %v, %q", code, err, out.String())
+	}
+}
+
+// A job whose fields arrive just before stdin ends (the coordinator sent it
+// and was cancelled, or vanished) does not run on unwatched: the shell
+// stops it and exits.
+func TestShellStopsAJobSentAsStdinEnds(t *testing.T) {
+	t.Parallel()
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	// Many variables take the shell a while to read (a read each) after
+	// the watcher has handed them on at once and seen the end: the job
+	// starts after that.
+	env := []string{"PIDS=" + pidFile}
+	for i := range 20_000 {
+		env = append(env, fmt.Sprintf("V%d=x", i))
+	}
+	body, err := fields(executor.Command{Script: "echo $$ > $PIDS; sleep 300", Env: env}, newMark())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", "-c", spawn.Bootstrap(script, ProcessName))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Stdin = bytes.NewReader(append(header(fast), body...))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		cmd.Process.Kill()
+		t.Fatal("the shell did not exit after stdin ended")
+	}
+	// The job may have been stopped before it wrote its pid.
+	if b, err := os.ReadFile(pidFile); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
+			sshtest.WaitGone(t, []int{pid}, 0)
+		}
+	}
 }

@@ -1,18 +1,14 @@
-package hosts
+package sshpool
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 	"github.com/gpudispatch/gpudispatch/inventory"
@@ -34,20 +30,48 @@ func aliasInventory(t testing.TB, sshConfig string, names []string) *inventory.I
 	return inv
 }
 
-func openAliases(t testing.TB, inv *inventory.Inventory) (*Lab, time.Duration) {
+// openAliases acquires the pool of every host of inv at once, as a run's
+// start does, and returns them by host name, and how long that took.
+func openAliases(t testing.TB, inv *inventory.Inventory) (*Pools, map[string]*Pool, time.Duration) {
 	t.Helper()
-	start := time.Now()
-	lab, err := Open(context.Background(), inv, Options{ConnectTimeout: 20 * time.Second})
-	took := time.Since(start)
+	cfg, err := LoadConfig(inv.SSHConfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, st := range lab.States {
-		if st.Err != nil {
-			t.Errorf("%s: %v", st.Host.Name, st.Err)
-		}
+	ps := NewPools(20*time.Second, 10*time.Second)
+	pools := make([]*Pool, len(inv.Hosts))
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, h := range inv.Hosts {
+		wg.Go(func() {
+			target, err := Resolve(inv, cfg, h, false)
+			if err == nil {
+				pools[i], _, err = ps.Acquire(context.Background(), target)
+			}
+			if err != nil {
+				t.Errorf("%s: %v", h.Name, err)
+			}
+		})
 	}
-	return lab, took
+	wg.Wait()
+	took := time.Since(start)
+	byName := map[string]*Pool{}
+	for i, h := range inv.Hosts {
+		byName[h.Name] = pools[i]
+	}
+	return ps, byName, took
+}
+
+// run runs script on a session of p and returns its stdout.
+func run(p *Pool, script string) (string, error) {
+	s, release, err := p.Session(context.Background())
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	defer s.Close()
+	out, err := s.Output(script)
+	return string(out), err
 }
 
 // Fifty inventory hosts that are aliases of two servers share the two
@@ -57,23 +81,22 @@ func TestOpenManyAliases(t *testing.T) {
 	t.Setenv("SSH_AUTH_SOCK", "")
 	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
 	cfg, names := l.Aliases(50)
-	lab, _ := openAliases(t, aliasInventory(t, cfg, names))
-	defer lab.Close()
-	if len(lab.pools) != 2 {
-		t.Errorf("50 aliases of 2 servers have %d pools", len(lab.pools))
+	ps, pools, _ := openAliases(t, aliasInventory(t, cfg, names))
+	defer ps.Close()
+	if len(ps.pools) != 2 {
+		t.Errorf("50 aliases of 2 servers have %d pools", len(ps.pools))
 	}
 	var wg sync.WaitGroup
 	for _, name := range names {
 		wg.Go(func() {
-			var out bytes.Buffer
-			code, err := lab.Run(context.Background(), name, executor.Command{Script: "sleep 2; echo $FAKE_HOST"}, &out, io.Discard)
-			if code != 0 || err != nil || !strings.HasPrefix(out.String(), "node") {
-				t.Errorf("%s: %d, %v, %q", name, code, err, out.String())
+			out, err := run(pools[name], "sleep 2; echo $FAKE_HOST")
+			if err != nil || !strings.HasPrefix(out, "node") {
+				t.Errorf("%s: %v, %q", name, err, out)
 			}
 		})
 	}
 	wg.Wait()
-	for _, sp := range lab.pools {
+	for _, sp := range ps.pools {
 		sp.p.mu.Lock()
 		if n := len(sp.p.conns); n < 3 {
 			t.Errorf("%s: 25 sessions at once on %d connections", sp.p.target.Addr(), n)
@@ -109,10 +132,10 @@ func TestOpenDistinctTargetsOnOneServer(t *testing.T) {
 	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	lab, _ := openAliases(t, aliasInventory(t, path, names))
-	defer lab.Close()
-	if len(lab.pools) != len(names) {
-		t.Errorf("%d hosts with distinct known_hosts have %d pools, want one each", len(names), len(lab.pools))
+	ps, _, _ := openAliases(t, aliasInventory(t, path, names))
+	defer ps.Close()
+	if len(ps.pools) != len(names) {
+		t.Errorf("%d hosts with distinct known_hosts have %d pools, want one each", len(names), len(ps.pools))
 	}
 }
 
@@ -120,7 +143,7 @@ func TestOpenDistinctTargetsOnOneServer(t *testing.T) {
 // the same run, and reports how many single-host opens the 50 took (the target:
 // about one handshake's time, not 50):
 //
-//	go test ./hosts -run '^$' -bench OpenManyAliases -benchtime 5x
+//	go test ./hosts/sshpool -run '^$' -bench OpenManyAliases -benchtime 5x
 func BenchmarkOpenManyAliases(b *testing.B) {
 	b.Setenv("SSH_AUTH_SOCK", "")
 	l := sshtest.Start(b, sshtest.Options{Hosts: 4, GPUs: 1})
@@ -128,11 +151,11 @@ func BenchmarkOpenManyAliases(b *testing.B) {
 	many, one := aliasInventory(b, cfg, names), aliasInventory(b, cfg, names[:1])
 	var tMany, tOne time.Duration
 	for range b.N {
-		lab, took := openAliases(b, many)
-		lab.Close()
+		ps, _, took := openAliases(b, many)
+		ps.Close()
 		tMany += took
-		lab, took = openAliases(b, one)
-		lab.Close()
+		ps, _, took = openAliases(b, one)
+		ps.Close()
 		tOne += took
 	}
 	b.ReportMetric(float64(tMany.Milliseconds())/float64(b.N), "ms/50-hosts")

@@ -1,4 +1,4 @@
-package hosts
+package sshpool
 
 import (
 	"context"

@@ -1,7 +1,6 @@
-package hosts
+package jobshell
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
 // shell is a job shell (shell.sh) on a machine: it runs the jobs it is given
@@ -35,23 +35,19 @@ type shell struct {
 	err   error
 }
 
-// spawner starts bash on a machine with line as its command, writing its
-// stdout and stderr to the writers as they arrive.
-type spawner func(ctx context.Context, line string, stdout, stderr io.Writer) (*proc, error)
-
 // startShell starts a job shell through spawn, for the job tagged tag.
-func startShell(ctx context.Context, spawn spawner, tag string, s Supervision) (*shell, error) {
+func startShell(ctx context.Context, start spawn.Func, tag string, s Supervision) (*shell, error) {
 	if tag == "" {
 		tag = "x" + newMark()[:16]
 	}
-	sh := &shell{tag: tag, out: &stream{}, errs: &stream{}, pending: shellHeader(s), ended: make(chan struct{})}
-	p, err := spawn(ctx, bootstrap(shellScript, "gpudispatch-job", tag), sh.out, sh.errs)
+	sh := &shell{tag: tag, out: &stream{}, errs: &stream{}, pending: header(s), ended: make(chan struct{})}
+	p, err := start(ctx, spawn.Bootstrap(script, ProcessName, tag), sh.out, sh.errs)
 	if err != nil {
 		return nil, err
 	}
-	sh.stdin = p.stdin
+	sh.stdin = p.Stdin
 	go func() {
-		sh.err = p.wait()
+		sh.err = p.Wait()
 		close(sh.ended)
 	}()
 	return sh, nil
@@ -71,9 +67,9 @@ func (sh *shell) gone() bool {
 // gone.
 func (sh *shell) close() { sh.stdin.Close() }
 
-// shells keeps a machine's idle job shells, and starts new ones.
-type shells struct {
-	spawn spawner
+// Shells keeps a machine's idle job shells, and starts new ones.
+type Shells struct {
+	spawn spawn.Func
 	sup   Supervision
 
 	mu     sync.Mutex
@@ -84,10 +80,16 @@ type shells struct {
 	jobs map[string]string
 }
 
-// run runs c in an idle shell of the machine, or in a new one, and returns
+// New returns the job shells of the machine that start runs bash on.
+func New(start spawn.Func, s Supervision) *Shells {
+	return &Shells{spawn: start, sup: s}
+}
+
+// Run runs c in an idle shell of the machine, or in a new one, and returns
 // its exit status (see shell.run). While c runs, and after its shell was
-// lost until forget, shellOf(c.Tag) is the tag of that shell.
-func (ss *shells) run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (code int, err error) {
+// lost until Forget, ShellOf(c.Tag) is the tag of that shell. An error of
+// type LostError means the shell ended before the job did.
+func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (code int, err error) {
 	mark := newMark()
 	fields, err := fields(c, mark)
 	if err != nil {
@@ -101,8 +103,8 @@ func (ss *shells) run(ctx context.Context, c executor.Command, stdout, stderr io
 	}
 	ss.note(c.Tag, sh.tag)
 	code, reuse, err := sh.run(ctx, mark, fields, ss.sup.Heartbeat, stdout, stderr)
-	if !errors.As(err, new(errShellLost)) {
-		ss.forget(c.Tag)
+	if !errors.As(err, new(LostError)) {
+		ss.Forget(c.Tag)
 	}
 	if reuse {
 		ss.put(sh)
@@ -113,7 +115,7 @@ func (ss *shells) run(ctx context.Context, c executor.Command, stdout, stderr io
 }
 
 // note records that the job tagged job runs in the shell tagged sh.
-func (ss *shells) note(job, sh string) {
+func (ss *Shells) note(job, sh string) {
 	if job == "" {
 		return
 	}
@@ -125,16 +127,16 @@ func (ss *shells) note(job, sh string) {
 	ss.jobs[job] = sh
 }
 
-// forget drops what note recorded of job.
-func (ss *shells) forget(job string) {
+// Forget drops what was recorded of job: once it ended, or was reaped.
+func (ss *Shells) Forget(job string) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	delete(ss.jobs, job)
 }
 
-// shellOf is the tag of the shell that runs job, or ran it when it was
+// ShellOf is the tag of the shell that runs job, or ran it when it was
 // lost; job itself when there is none.
-func (ss *shells) shellOf(job string) string {
+func (ss *Shells) ShellOf(job string) string {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if sh, ok := ss.jobs[job]; ok {
@@ -144,7 +146,7 @@ func (ss *shells) shellOf(job string) string {
 }
 
 // take returns an idle shell fit for a job, or nil.
-func (ss *shells) take() *shell {
+func (ss *Shells) take() *shell {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for len(ss.idle) > 0 {
@@ -159,7 +161,7 @@ func (ss *shells) take() *shell {
 }
 
 // put keeps sh for another job.
-func (ss *shells) put(sh *shell) {
+func (ss *Shells) put(sh *shell) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	if ss.closed {
@@ -169,8 +171,8 @@ func (ss *shells) put(sh *shell) {
 	ss.idle = append(ss.idle, sh)
 }
 
-// close ends the idle shells and those that become idle from now on.
-func (ss *shells) close() {
+// Close ends the idle shells and those that become idle from now on.
+func (ss *Shells) Close() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.closed = true
@@ -188,22 +190,24 @@ func newMark() string {
 	return hex.EncodeToString(b[:])
 }
 
-// errShellLost says the shell's process ended before the job's end mark came.
-type errShellLost struct{ err error }
+// LostError says the shell's process ended before the job's end mark came:
+// someone killed it, or (remote) its connection is gone. Err is how the
+// process ended.
+type LostError struct{ Err error }
 
-func (e errShellLost) Error() string {
-	if e.err == nil {
+func (e LostError) Error() string {
+	if e.Err == nil {
 		return "job shell ended before its job"
 	}
-	return "job shell ended before its job: " + e.err.Error()
+	return "job shell ended before its job: " + e.Err.Error()
 }
 
-// run runs the job whose fields (Command.fields) start with mark, streaming
+// run runs the job whose fields (see fields) start with mark, streaming
 // its output to stdout and stderr, and returns its exit status. reuse says
 // whether the shell may run another job: the job ran to its end, nothing
 // but the job's output came out, and the output was written. When ctx ends
 // the job is killed (the shell's stdin closes) and run still waits for it to
-// be gone. An error of type errShellLost means the shell ended first.
+// be gone. An error of type LostError means the shell ended first.
 func (sh *shell) run(ctx context.Context, mark string, fields []byte, hb time.Duration, stdout, stderr io.Writer) (code int, reuse bool, err error) {
 	outEnd := sh.out.start(stdout, mark, true)
 	errEnd := sh.errs.start(stderr, mark, false)
@@ -245,7 +249,7 @@ func (sh *shell) run(ctx context.Context, mark string, fields []byte, hb time.Du
 				if cancelled {
 					return -1, false, fmt.Errorf("job stopped: %w", context.Cause(ctx))
 				}
-				return -1, false, errShellLost{sh.err}
+				return -1, false, LostError{sh.err}
 			}
 		}
 	}
@@ -286,141 +290,4 @@ func feed(w io.Writer, first []byte, interval time.Duration, stop <-chan struct{
 			}
 		}
 	}
-}
-
-// stream is one of a shell's output streams. It passes a job's bytes to the
-// job's writer up to the job's end mark (NUL, then the mark), and notices
-// bytes that come between jobs: something that left a job's process group
-// still writing, which makes the shell unfit for another job.
-type stream struct {
-	mu         sync.Mutex
-	state      int       // between, body or status
-	w          io.Writer // the job's
-	mark       []byte    // NUL and the job's mark
-	wantStatus bool      // a status line follows the mark
-	held       []byte    // the end of what came, which may begin the mark
-	status     []byte
-	end        chan string
-	werr       error // the first error writing to w
-	stray      bool  // bytes came between jobs
-}
-
-// The states of a stream.
-const (
-	between = iota // no job: any byte is stray
-	body           // the job's bytes, up to the mark
-	status         // after the mark, up to a newline
-)
-
-// start directs the stream to w until mark. The returned channel gets what
-// follows the mark up to a newline when wantStatus is set (the exit status),
-// or "" right after the mark.
-func (s *stream) start(w io.Writer, mark string, wantStatus bool) <-chan string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.state, s.w, s.mark, s.wantStatus = body, w, append([]byte{0}, mark...), wantStatus
-	s.held, s.status, s.werr = s.held[:0], s.status[:0], nil
-	s.end = make(chan string, 1)
-	return s.end
-}
-
-// Write implements io.Writer for the shell's process.
-func (s *stream) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := len(p)
-	for len(p) > 0 {
-		switch s.state {
-		case between:
-			s.stray = true
-			return n, nil
-		case status:
-			i := bytes.IndexByte(p, '\n')
-			if i < 0 {
-				s.status = append(s.status, p...)
-				return n, nil
-			}
-			s.status = append(s.status, p[:i]...)
-			s.finish(string(s.status))
-			p = p[i+1:]
-		default:
-			p = s.scan(p)
-		}
-	}
-	return n, nil
-}
-
-// scan passes p to the job up to the mark and returns what follows the mark
-// (nothing when it is not complete yet). s.mu is held.
-func (s *stream) scan(p []byte) []byte {
-	data := p
-	if len(s.held) > 0 {
-		data = append(s.held, p...)
-	}
-	if i := bytes.Index(data, s.mark); i >= 0 {
-		s.pass(data[:i])
-		rest := data[i+len(s.mark):]
-		if s.wantStatus {
-			s.state = status
-		} else {
-			s.finish("")
-		}
-		return rest
-	}
-	k := partialMark(data, s.mark)
-	s.pass(data[:len(data)-k])
-	s.held = append(s.held[:0], data[len(data)-k:]...)
-	return nil
-}
-
-// partialMark is the length of the longest end of data that begins mark
-// (whose first byte is NUL), shorter than mark.
-func partialMark(data, mark []byte) int {
-	for j := max(0, len(data)-len(mark)+1); j < len(data); j++ {
-		if data[j] == 0 && bytes.HasPrefix(mark, data[j:]) {
-			return len(data) - j
-		}
-	}
-	return 0
-}
-
-// finish ends the job on this stream. s.mu is held.
-func (s *stream) finish(tail string) {
-	s.state, s.w, s.held = between, nil, s.held[:0]
-	s.end <- tail
-}
-
-// pass writes b to the job's writer, keeping the first error.
-func (s *stream) pass(b []byte) {
-	if len(b) == 0 || s.werr != nil {
-		return
-	}
-	if _, err := s.w.Write(b); err != nil {
-		s.werr = err
-	}
-}
-
-// abort gives the job what was held back, when the shell ended before the
-// mark.
-func (s *stream) abort() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state == body {
-		s.pass(s.held)
-	}
-	s.state, s.w, s.held = between, nil, nil
-}
-
-// writeErr is the first error writing the job's output.
-func (s *stream) writeErr() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.werr
-}
-
-// strayed reports whether bytes came between jobs.
-func (s *stream) strayed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.stray
 }

@@ -1,24 +1,20 @@
-package hosts
+package gpulock
 
 import (
 	"bytes"
 	"context"
 	_ "embed"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/user"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
-
-	"golang.org/x/crypto/ssh"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
 // lockScript holds a run's GPU locks on the target machine; see lock.sh. It
@@ -37,83 +33,12 @@ var lockKeyScript string
 // lockkey.sh.
 var lockCode = lockKeyScript + lockScript
 
-// DefaultLockDir is where GPU locks live on every machine.
-const DefaultLockDir = "/tmp/gpudispatch-locks"
+// DefaultDir is where GPU locks live on every machine.
+const DefaultDir = "/tmp/gpudispatch-locks"
 
-// proc is a bash started on a machine, reading its script from stdin.
-type proc struct {
-	stdin io.WriteCloser
-	// wait returns once the process has exited and its output was written.
-	wait func() error
-}
-
-// spawnLocal is the spawner of this machine. The process gets a group of
-// its own, which keeps a terminal's Ctrl-C away from jobs: the coordinator
-// decides whether to drain or kill.
-func spawnLocal(_ context.Context, line string, stdout, stderr io.Writer) (*proc, error) {
-	cmd := exec.Command("bash", "-c", line)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// If a job hands its output to a process that escaped its group, do not
-	// wait for that process forever once bash has exited.
-	cmd.WaitDelay = time.Second
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, fmt.Errorf("local: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("local: start bash: %w", err)
-	}
-	wait := func() error {
-		if err := cmd.Wait(); !errors.Is(err, exec.ErrWaitDelay) {
-			return err
-		}
-		return nil
-	}
-	return &proc{stdin: stdin, wait: wait}, nil
-}
-
-// spawn is r's spawner: it starts bash on r's host over the pool.
-func (r *Remote) spawn(ctx context.Context, line string, stdout, stderr io.Writer) (*proc, error) {
-	s, release, err := r.pool.session(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", r.name, err)
-	}
-	s.Stdout, s.Stderr = stdout, stderr
-	stdin, err := s.StdinPipe()
-	if err == nil {
-		if err = s.Start(line); err != nil {
-			// The server did not run the command: nothing of it started.
-			err = fmt.Errorf("start: %w: %v", executor.ErrHostDown, err)
-		}
-	}
-	if err != nil {
-		s.Close()
-		release()
-		return nil, fmt.Errorf("%s: %w", r.name, err)
-	}
-	wait := func() error {
-		defer release()
-		defer s.Close()
-		return s.Wait()
-	}
-	return &proc{stdin: stdin, wait: wait}, nil
-}
-
-// exitStatus is the exit status in a local or remote wait's error.
-func exitStatus(err error) (int, bool) {
-	var local *exec.ExitError
-	var remote *ssh.ExitError
-	switch {
-	case err == nil:
-		return 0, true
-	case errors.As(err, &local):
-		return local.ExitCode(), true
-	case errors.As(err, &remote):
-		return remote.ExitStatus(), true
-	}
-	return 0, false
-}
+// ProcessName is a lock holder's $0, by which a holder of the same run
+// knows it (lock.sh).
+const ProcessName = "gpudispatch-lock"
 
 // lockOwner is what a lock file says about its holder: the run, and who
 // started it where.
@@ -126,15 +51,18 @@ func lockOwner(run string) string {
 	return fmt.Sprintf("run %s of %s@%s (pid %d)", run, who, host, os.Getpid())
 }
 
-// lockers are a machine's lock holders: one lock.sh per run, started with
+// Lockers are a machine's lock holders: one lock.sh per run, started with
 // the run's first lock there and told to exit once it holds and is asked
 // for nothing. One holder for all of a machine's GPUs costs one session and
 // one nvidia-smi per machine, not per GPU.
-type lockers struct {
-	spawn spawner
+type Lockers struct {
+	spawn spawn.Func
 	where string // the machine, for messages
 	dir   string
-	sup   Supervision
+	// heartbeat is how often the coordinator tells a holder it lives; a
+	// holder that hears nothing for three keeps its locks for linger, then
+	// exits.
+	heartbeat, linger time.Duration
 
 	// mu guards the holders and their requests, and orders what is written
 	// to a holder's stdin.
@@ -144,9 +72,9 @@ type lockers struct {
 
 // holder is a lock.sh process and what it was asked.
 type holder struct {
-	ls   *lockers
+	ls   *Lockers
 	run  string
-	p    *proc
+	p    *spawn.Proc
 	errs bytes.Buffer // its stderr, read once it is dead
 	// dead is closed once the process has ended and all its output was
 	// handled; err is then why it ended.
@@ -168,8 +96,17 @@ type answer struct {
 	lock       *heldLock
 }
 
-// lock takes GPU gpu for run, through the run's holder on the machine.
-func (ls *lockers) lock(ctx context.Context, gpu int, run string) (executor.GPULock, error) {
+// New returns the lock holders of the machine that start runs bash on,
+// named where in messages, with their lock files in dir.
+func New(start spawn.Func, where, dir string, heartbeat, linger time.Duration) *Lockers {
+	return &Lockers{spawn: start, where: where, dir: dir, heartbeat: heartbeat, linger: linger}
+}
+
+// Lock takes GPU gpu for run, through the run's holder on the machine. An
+// error wraps executor.ErrGPULocked when another run holds it,
+// executor.ErrNoLocks when the machine has no flock(1), executor.ErrHostDown
+// when the machine could not be reached.
+func (ls *Lockers) Lock(ctx context.Context, gpu int, run string) (executor.GPULock, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: locking GPU %d: %w", ls.where, gpu, context.Cause(ctx))
 	}
@@ -212,28 +149,25 @@ func (ls *lockers) lock(ctx context.Context, gpu int, run string) (executor.GPUL
 // held, also while a holder starts (a session opens): the other requests of
 // the run wait for that holder, and a machine has other holders only for
 // other runs, which a coordinator does not make.
-func (ls *lockers) holder(ctx context.Context, run string) (*holder, error) {
+func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 	if h := ls.holders[run]; h != nil {
 		return h, nil
 	}
 	h := &holder{ls: ls, run: run, dead: make(chan struct{}), hushed: make(chan struct{}),
 		asked: map[int]chan answer{}, held: map[int]*heldLock{}}
-	p, err := ls.spawn(ctx, bootstrap(lockCode, "gpudispatch-lock", ""), &lines{each: h.line}, &h.errs)
+	p, err := ls.spawn(ctx, spawn.Bootstrap(lockCode, ProcessName), &lines{each: h.line}, &h.errs)
 	if err != nil {
 		return nil, err
 	}
 	h.p = p
-	// Long enough for the jobs' shells, which stopped hearing the
-	// coordinator at about the same time, to kill their jobs.
-	linger := ls.sup.Grace + 2*ls.sup.Heartbeat
 	// A failed write ends the holder; its death says why.
-	io.WriteString(p.stdin, lockCode+strings.Join([]string{
+	io.WriteString(p.Stdin, lockCode+strings.Join([]string{
 		ls.dir, run, lockOwner(run),
-		strconv.FormatFloat(3*ls.sup.Heartbeat.Seconds(), 'f', 3, 64),
-		strconv.FormatFloat(linger.Seconds(), 'f', 3, 64),
+		strconv.FormatFloat(3*ls.heartbeat.Seconds(), 'f', 3, 64),
+		strconv.FormatFloat(ls.linger.Seconds(), 'f', 3, 64),
 	}, "\x00")+"\x00")
 	go func() {
-		err := p.wait()
+		err := p.Wait()
 		ls.mu.Lock()
 		h.err = err
 		h.detach()
@@ -244,7 +178,7 @@ func (ls *lockers) holder(ctx context.Context, run string) (*holder, error) {
 		ls.mu.Unlock()
 		close(h.dead)
 	}()
-	go h.beat(ls.sup.Heartbeat)
+	go h.beat(ls.heartbeat)
 	if ls.holders == nil {
 		ls.holders = map[string]*holder{}
 	}
@@ -252,15 +186,15 @@ func (ls *lockers) holder(ctx context.Context, run string) (*holder, error) {
 	return h, nil
 }
 
-// close ends every holder's stdin. One that still holds locks keeps them for
+// Close ends every holder's stdin. One that still holds locks keeps them for
 // the linger, as when the coordinator goes away: jobs that were running
 // when their shells were closed may still be dying.
-func (ls *lockers) close() {
+func (ls *Lockers) Close() {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	for _, h := range ls.holders {
 		h.detach()
-		h.p.stdin.Close()
+		h.p.Stdin.Close()
 		h.hush()
 	}
 }
@@ -268,7 +202,7 @@ func (ls *lockers) close() {
 // send writes a line to the holder. ls.mu is held. An error means the
 // holder is gone, which its death reports.
 func (h *holder) send(line string) {
-	io.WriteString(h.p.stdin, line+"\n")
+	io.WriteString(h.p.Stdin, line+"\n")
 }
 
 // line handles a line of the holder's stdout.
@@ -350,7 +284,7 @@ func (h *holder) answered(gpu int, a answer) (executor.GPULock, error) {
 // deathErr says why the holder died before answering about gpu.
 func (h *holder) deathErr(gpu int) error {
 	where := h.ls.where
-	code, ok := exitStatus(h.err)
+	code, ok := spawn.ExitStatus(h.err)
 	switch {
 	case ok && code == 127:
 		return fmt.Errorf("%s: flock(1) not found (install util-linux): %w", where, executor.ErrNoLocks)

@@ -1,4 +1,4 @@
-package hosts
+package jobshell
 
 import (
 	"bytes"
@@ -11,34 +11,31 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
-
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
-// shellScript is run by bash on the target machine; see shell.sh.
+// script is run by bash on the target machine; see shell.sh.
 //
 //go:embed shell.sh
-var shellScript string
+var script string
 
-// bootstrap is the whole command line handed to the target machine: bash,
-// reading the script code from stdin, so that nothing job-specific is ever
-// quoted. name, and the tag when there is one (checked by the caller), stay
-// in the shell's argv, where Reap and a lock takeover look for them.
-//
-// read -N takes the script in one read(2) where read with a delimiter takes a
-// system call per byte: bash cannot read a pipe past a delimiter. In the C
-// locale -N counts bytes.
-func bootstrap(code, name, tag string) string {
-	line := `exec bash -c 'LC_ALL=C IFS= read -r -N ` + strconv.Itoa(len(code)) + ` w && eval "$w"' ` + name
-	if tag == "" {
-		return line
-	}
-	return line + " " + tag
-}
+// ProcessName is a job shell's $0: with the shell's tag after it, ps shows
+// which shells live on a machine (TagPattern).
+const ProcessName = "gpudispatch-job"
 
-// tagRE is what an executor.Command.Tag may hold: nothing a shell or grep treats
-// specially but '.'.
+// tagRE is what an executor.Command.Tag may hold: nothing a shell or grep
+// treats specially but '.'.
 var tagRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// ValidTag reports whether tag may name a shell: letters, digits, '.', '_'
+// and '-'.
+func ValidTag(tag string) bool { return tagRE.MatchString(tag) }
+
+// TagPattern is a grep -e pattern that matches the argv (ps -o args) of the
+// job shell tagged tag, and not the argv of the grep that looks for it.
+func TagPattern(tag string) string {
+	return ProcessName + "[ ]" + strings.ReplaceAll(tag, ".", "[.]") + "$"
+}
 
 // Supervision sets how a job shell watches over its job.
 type Supervision struct {
@@ -49,22 +46,14 @@ type Supervision struct {
 	Grace time.Duration
 }
 
-// Defaults for Options: a dead host or coordinator is noticed within about
-// 30 s, and a job gets 10 s to exit after TERM.
-const (
-	DefaultKeepalive      = 10 * time.Second
-	DefaultGrace          = 10 * time.Second
-	DefaultConnectTimeout = 10 * time.Second
-)
-
 // ErrNUL is returned for a command or environment value with a NUL byte,
 // which no shell can receive.
 var ErrNUL = errors.New("contains a NUL byte")
 
-// shellHeader starts a job shell: shell.sh itself, then the fields it
-// reads once, each terminated by NUL.
-func shellHeader(s Supervision) []byte {
-	return []byte(shellScript +
+// header starts a job shell: shell.sh itself, then the fields it reads
+// once, each terminated by NUL.
+func header(s Supervision) []byte {
+	return []byte(script +
 		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64) + "\x00" +
 		strconv.FormatFloat(s.Grace.Seconds(), 'f', 3, 64) + "\x00")
 }
@@ -75,7 +64,7 @@ func shellHeader(s Supervision) []byte {
 // workdir, setup, script, then one per environment entry. The shell reads
 // each field with one system call.
 func fields(c executor.Command, mark string) ([]byte, error) {
-	if c.Tag != "" && !tagRE.MatchString(c.Tag) {
+	if c.Tag != "" && !ValidTag(c.Tag) {
 		return nil, fmt.Errorf("tag %q: want letters, digits, '.', '_' and '-'", c.Tag)
 	}
 	for _, kv := range c.Env {

@@ -1,4 +1,4 @@
-package hosts
+package gpulock
 
 import (
 	"context"
@@ -16,17 +16,44 @@ import (
 
 	"al.essio.dev/pkg/shellescape"
 
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
+
+// TestMain gives lock holders a HOME of their own: the login shell they ask
+// nvidia-smi through must not run the developer's profile.
+func TestMain(m *testing.M) {
+	home, err := os.MkdirTemp("", "gpulock-test-home")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("HOME", home)
+	code := m.Run()
+	os.RemoveAll(home)
+	os.Exit(code)
+}
+
+// Heartbeats every 100 ms, and a linger of 300 ms after they stop.
+const (
+	heartbeat = 100 * time.Millisecond
+	linger    = 300 * time.Millisecond
+)
+
+// local is this machine's lock holders, named where, locking in dir.
+func local(t *testing.T, where, dir string, linger time.Duration) *Lockers {
+	ls := New(spawn.Local, where, dir, heartbeat, linger)
+	t.Cleanup(ls.Close)
+	return ls
+}
 
 // Two runs cannot hold one GPU; the second learns who holds it; the lock is
 // free again once released, and other GPUs are not affected.
 func TestLockGPULocal(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "locks")
-	l := &Local{Supervision: fast, LockDir: dir, Name: "workstation"}
+	l := local(t, "workstation", dir, linger)
 	ctx := context.Background()
-	a, err := l.LockGPU(ctx, 0, "runA")
+	a, err := l.Lock(ctx, 0, "runA")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,11 +63,11 @@ func TestLockGPULocal(t *testing.T) {
 	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o777 || st.Mode()&os.ModeSticky == 0 {
 		t.Errorf("lock dir: %v %v, want world-writable and sticky", st.Mode(), err)
 	}
-	_, err = l.LockGPU(ctx, 0, "runB")
+	_, err = l.Lock(ctx, 0, "runB")
 	if !errors.Is(err, executor.ErrGPULocked) || !strings.HasPrefix(err.Error(), "workstation: GPU 0 (index-0) is locked by another gpudispatch run: run runA of ") {
 		t.Fatalf("second lock: %v, want executor.ErrGPULocked naming the host and runA", err)
 	}
-	other, err := l.LockGPU(ctx, 1, "runB")
+	other, err := l.Lock(ctx, 1, "runB")
 	if err != nil {
 		t.Fatalf("another GPU: %v", err)
 	}
@@ -51,7 +78,7 @@ func TestLockGPULocal(t *testing.T) {
 	default:
 		t.Error("Lost not closed after Release")
 	}
-	b, err := l.LockGPU(ctx, 0, "runB")
+	b, err := l.Lock(ctx, 0, "runB")
 	if err != nil {
 		t.Fatalf("after release: %v", err)
 	}
@@ -64,16 +91,16 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 	t.Parallel()
 	// A linger of 2 s: the check right after must not race it on a loaded
 	// machine (a lock attempt starts a login shell).
-	sup := Supervision{Heartbeat: fast.Heartbeat, Grace: 2 * time.Second}
-	l := &Local{Supervision: sup, LockDir: t.TempDir()}
+	const long = 2 * time.Second
+	l := local(t, "local", t.TempDir(), long)
 	ctx := context.Background()
-	a, err := l.LockGPU(ctx, 3, "runA")
+	a, err := l.Lock(ctx, 3, "runA")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.(*heldLock).h.hush() // the coordinator freezes: no more heartbeats
 	start := time.Now()
-	if _, err := l.LockGPU(ctx, 3, "runB"); !errors.Is(err, executor.ErrGPULocked) {
+	if _, err := l.Lock(ctx, 3, "runB"); !errors.Is(err, executor.ErrGPULocked) {
 		t.Fatalf("right after: %v, want still locked", err)
 	}
 	select {
@@ -81,11 +108,11 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the holder never gave up")
 	}
-	// 3 missed heartbeats, then the linger of grace + 2 heartbeats.
-	if waited, least := time.Since(start), 3*sup.Heartbeat+sup.Grace; waited < least {
-		t.Errorf("the lock went after %v, before the jobs' wrappers give up (%v)", waited, least)
+	// At least 2 missed heartbeats after the last one sent, then the linger.
+	if waited, least := time.Since(start), 2*heartbeat+long; waited < least {
+		t.Errorf("the lock went after %v, before the linger ended (%v)", waited, least)
 	}
-	b, err := l.LockGPU(ctx, 3, "runB")
+	b, err := l.Lock(ctx, 3, "runB")
 	if err != nil {
 		t.Fatalf("after the holder died: %v", err)
 	}
@@ -94,10 +121,10 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 
 func TestLockCancelled(t *testing.T) {
 	t.Parallel()
-	l := &Local{Supervision: fast, LockDir: t.TempDir()}
+	l := local(t, "local", t.TempDir(), linger)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := l.LockGPU(ctx, 0, "runA"); !errors.Is(err, context.Canceled) {
+	if _, err := l.Lock(ctx, 0, "runA"); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: %v", err)
 	}
 }
@@ -121,15 +148,14 @@ func holderPID(t *testing.T, dir, key string) int {
 // which exits as soon as it holds nothing, not after the linger.
 func TestLockHolderPerRun(t *testing.T) {
 	t.Parallel()
-	slow := Supervision{Heartbeat: fast.Heartbeat, Grace: 20 * time.Second} // a long linger
 	dir := t.TempDir()
-	l := &Local{Supervision: slow, LockDir: dir}
+	l := local(t, "local", dir, 20*time.Second) // a long linger
 	locks := make([]executor.GPULock, 4)
 	errs := make(chan error, len(locks))
 	for i := range locks {
 		go func() {
 			var err error
-			locks[i], err = l.LockGPU(context.Background(), i, "runA")
+			locks[i], err = l.Lock(context.Background(), i, "runA")
 			errs <- err
 		}()
 	}
@@ -159,14 +185,14 @@ func TestLockHolderPerRun(t *testing.T) {
 // does.
 type cutter struct{ cut chan struct{} }
 
-func (c cutter) spawn(ctx context.Context, line string, stdout, stderr io.Writer) (*proc, error) {
-	p, err := spawnLocal(ctx, line, stdout, stderr)
+func (c cutter) spawn(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+	p, err := spawn.Local(ctx, line, stdout, stderr)
 	if err != nil {
 		return nil, err
 	}
 	exited := make(chan error, 1)
-	go func(wait func() error) { exited <- wait() }(p.wait)
-	p.wait = func() error {
+	go func(wait func() error) { exited <- wait() }(p.Wait)
+	p.Wait = func() error {
 		select {
 		case err := <-exited:
 			return err
@@ -182,14 +208,14 @@ func (c cutter) spawn(ctx context.Context, line string, stdout, stderr io.Writer
 // them taken.
 func TestLockTakenOverBySameRun(t *testing.T) {
 	t.Parallel()
-	slow := Supervision{Heartbeat: fast.Heartbeat, Grace: 20 * time.Second} // a long linger
+	const long = 20 * time.Second
 	dir := t.TempDir()
 	c := cutter{make(chan struct{})}
-	ls := &lockers{spawn: c.spawn, where: "node", dir: dir, sup: slow}
+	ls := New(c.spawn, "node", dir, heartbeat, long)
 	ctx := context.Background()
 	var old []executor.GPULock
 	for gpu := range 2 {
-		a, err := ls.lock(ctx, gpu, "runA")
+		a, err := ls.Lock(ctx, gpu, "runA")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,16 +230,16 @@ func TestLockTakenOverBySameRun(t *testing.T) {
 			t.Fatal("a lock of a holder cut off is not lost")
 		}
 	}
-	time.Sleep(4 * slow.Heartbeat) // the holder stops hearing us: it lingers
+	time.Sleep(4 * heartbeat) // the holder stops hearing us: it lingers
 	if !sshtest.Running(pid) {
 		t.Fatal("the cut-off holder did not linger")
 	}
-	ls2 := &lockers{spawn: spawnLocal, where: "node", dir: dir, sup: slow}
-	if _, err := ls2.lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
+	ls2 := local(t, "node", dir, long)
+	if _, err := ls2.Lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
 		t.Fatalf("another run while the old holder lingers: %v, want locked", err)
 	}
 	start := time.Now()
-	b, err := ls2.lock(ctx, 0, "runA")
+	b, err := ls2.Lock(ctx, 0, "runA")
 	if err != nil {
 		t.Fatalf("the same run again: %v", err)
 	}
@@ -222,11 +248,11 @@ func TestLockTakenOverBySameRun(t *testing.T) {
 	}
 	sshtest.WaitGone(t, []int{pid}, 5*time.Second)
 	// The old holder's other lock went with it.
-	b1, err := ls2.lock(ctx, 1, "runA")
+	b1, err := ls2.Lock(ctx, 1, "runA")
 	if err != nil {
 		t.Fatalf("GPU 1 after the takeover: %v", err)
 	}
-	if _, err := ls2.lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
+	if _, err := ls2.Lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
 		t.Errorf("another run after the takeover: %v, want locked", err)
 	}
 	b.Release()
@@ -235,9 +261,9 @@ func TestLockTakenOverBySameRun(t *testing.T) {
 
 // spawnInstead is a spawner of this machine that runs script whatever it is
 // asked to run.
-func spawnInstead(script string) spawner {
-	return func(ctx context.Context, _ string, stdout, stderr io.Writer) (*proc, error) {
-		return spawnLocal(ctx, script, stdout, stderr)
+func spawnInstead(script string) spawn.Func {
+	return func(ctx context.Context, _ string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, script, stdout, stderr)
 	}
 }
 
@@ -249,10 +275,10 @@ func TestLockGivenUpBeforeTheAnswer(t *testing.T) {
 	got := filepath.Join(t.TempDir(), "stdin")
 	// A holder that never answers and writes down what it is told.
 	mute := `while IFS= read -r line; do printf '%s\n' "$line" >>` + shellescape.Quote(got) + `; [ "$line" = exit ] && exit; done`
-	ls := &lockers{spawn: spawnInstead(mute), where: "node", dir: t.TempDir(), sup: fast}
+	ls := New(spawnInstead(mute), "node", t.TempDir(), heartbeat, linger)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	if _, err := ls.lock(ctx, 2, "runA"); !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "node: locking GPU 2: ") {
+	if _, err := ls.Lock(ctx, 2, "runA"); !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "node: locking GPU 2: ") {
 		t.Fatalf("lock: %v, want the deadline, naming the host and GPU", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -281,12 +307,12 @@ func TestLockWithoutFlock(t *testing.T) {
 	if err := os.Symlink(bash, filepath.Join(bin, "bash")); err != nil {
 		t.Fatal(err)
 	}
-	noFlock := func(ctx context.Context, line string, stdout, stderr io.Writer) (*proc, error) {
-		return spawnLocal(ctx, "PATH="+shellescape.Quote(bin)+"; "+line, stdout, stderr)
+	noFlock := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, "PATH="+shellescape.Quote(bin)+"; "+line, stdout, stderr)
 	}
-	ls := &lockers{spawn: noFlock, where: "node", dir: t.TempDir(), sup: fast}
+	ls := New(noFlock, "node", t.TempDir(), heartbeat, linger)
 	for gpu := range 2 {
-		if _, err := ls.lock(context.Background(), gpu, "runA"); !errors.Is(err, executor.ErrNoLocks) || !strings.HasPrefix(err.Error(), "node: ") {
+		if _, err := ls.Lock(context.Background(), gpu, "runA"); !errors.Is(err, executor.ErrNoLocks) || !strings.HasPrefix(err.Error(), "node: ") {
 			t.Errorf("GPU %d: %v, want executor.ErrNoLocks naming the host", gpu, err)
 		}
 	}

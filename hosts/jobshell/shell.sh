@@ -52,6 +52,7 @@ reap() {
 # stop reaps the running jobs: the shell's children that lead a group. It
 # fails once the shell is gone; a zombie is gone (a slow init may reap it late).
 stop() {
+  # shellcheck disable=SC2046 # the pids are meant to be split into words
   set -- $(ps -A -o pid= -o ppid= -o pgid= -o stat= 2>/dev/null | awk -v s="$$" '
     $4 ~ /^Z/ { next }
     $1 == s { up = 1 }
@@ -100,6 +101,7 @@ exec 4>&2 2>/dev/null
 exec 3< <(watch)
 exec </dev/null
 while IFS= read -r -d '' -u 3 rec; do
+  # shellcheck disable=SC2086 # the lengths are meant to be split into words
   set -- ${rec#j}
   IFS= read -r -N "$1" -u 3 mark &&
     IFS= read -r -N "$2" -u 3 wd &&
@@ -121,7 +123,9 @@ $script"
   (
     # Unset before, LC_ALL=C is not exported: only a set one needs mending.
     [ -z "$lc_set" ] || LC_ALL=$lc_all
+    # shellcheck disable=SC2163 # each entry is NAME=value
     for kv in "${env[@]}"; do export "$kv"; done
+    # shellcheck disable=SC2088 # a literal ~ from the inventory means $HOME
     case $wd in
       "~") wd=$HOME ;;
       "~/"*) wd=$HOME/${wd#"~/"} ;;

@@ -16,6 +16,7 @@
 # exits, and the locks die with it. A holder of the same run that finds such a
 # lingering holder (its run lost the connection and came back) takes the
 # lock over: the jobs it covers are the run's own.
+# shellcheck disable=SC2154 # $key is set by lock_key, from lockkey.sh sent first
 IFS= read -r -d '' dir || exit 125
 IFS= read -r -d '' run || exit 125
 IFS= read -r -d '' owner || exit 125
@@ -43,7 +44,8 @@ take() {
     taken=
     case $who in
       "run $run "*)
-        if ps -o args= -p "$holder" 2>/dev/null | grep -q '^bash -c .* gpudispatch-lock$'; then
+        # $0 is the holders' process name (gpulock.ProcessName).
+        if ps -o args= -p "$holder" 2>/dev/null | grep -q -e "^bash -c .* $0\$"; then
           kill "$holder" 2>/dev/null
           flock -w 10 -x "$fd" && taken=1
         fi

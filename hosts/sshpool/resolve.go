@@ -1,6 +1,7 @@
-package hosts
+package sshpool
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -38,15 +39,15 @@ type Target struct {
 	HashKnownHosts bool
 }
 
-// key is what makes two targets one server to a pool: all but the name.
+// Key is what makes two targets one server to a pool: all but the name.
 // Host keys are checked by address, so aliases of one server can share
 // its connections.
-func (t Target) key() string {
+func (t Target) Key() string {
 	k := t
 	k.Name, k.Jump = "", nil
 	s := fmt.Sprintf("%#v", k)
 	if t.Jump != nil {
-		s += " via " + t.Jump.key()
+		s += " via " + t.Jump.Key()
 	}
 	return s
 }
@@ -54,17 +55,17 @@ func (t Target) key() string {
 // Addr is host:port.
 func (t Target) Addr() string { return net.JoinHostPort(t.Hostname, strconv.Itoa(t.Port)) }
 
-// sshConfig is a parsed ssh_config file, or nil when there is none.
-type sshConfig struct {
+// Config is a parsed ssh_config file, or nil when there is none.
+type Config struct {
 	path string
 	cfg  *ssh_config.Config
 }
 
-// loadSSHConfig reads the inventory's ssh_config: "none" disables it, ""
+// LoadConfig reads the inventory's ssh_config: "none" disables it, ""
 // means ~/.ssh/config, which may be missing.
-func loadSSHConfig(path string) (*sshConfig, error) {
+func LoadConfig(path string) (*Config, error) {
 	if path == "none" {
-		return &sshConfig{}, nil
+		return &Config{}, nil
 	}
 	explicit := path != ""
 	if !explicit {
@@ -73,7 +74,7 @@ func loadSSHConfig(path string) (*sshConfig, error) {
 	path = expandTilde(path)
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) && !explicit {
-		return &sshConfig{}, nil
+		return &Config{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("ssh_config: %w", err)
@@ -83,10 +84,10 @@ func loadSSHConfig(path string) (*sshConfig, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ssh_config %s: %w (only Host and Match all/host are understood; set ssh_config: none in the inventory to skip it)", path, err)
 	}
-	return &sshConfig{path: path, cfg: cfg}, nil
+	return &Config{path: path, cfg: cfg}, nil
 }
 
-func (c *sshConfig) get(alias, key string) (string, error) {
+func (c *Config) get(alias, key string) (string, error) {
 	if c.cfg == nil {
 		return "", nil
 	}
@@ -97,7 +98,7 @@ func (c *sshConfig) get(alias, key string) (string, error) {
 	return v, nil
 }
 
-func (c *sshConfig) getAll(alias, key string) ([]string, error) {
+func (c *Config) getAll(alias, key string) ([]string, error) {
 	if c.cfg == nil {
 		return nil, nil
 	}
@@ -108,14 +109,14 @@ func (c *sshConfig) getAll(alias, key string) ([]string, error) {
 	return v, nil
 }
 
-// resolve works out how to reach h: its inventory entry first, then
+// Resolve works out how to reach h: its inventory entry first, then
 // ssh_config for its name, then the inventory's defaults, then OpenSSH's.
 // acceptNew is --accept-new-host-keys.
-func resolve(inv *inventory.Inventory, cfg *sshConfig, h inventory.Host, acceptNew bool) (Target, error) {
+func Resolve(inv *inventory.Inventory, cfg *Config, h inventory.Host, acceptNew bool) (Target, error) {
 	return resolveAlias(inv, cfg, h.Name, h.Connection, inv.Defaults, acceptNew, 0)
 }
 
-func resolveAlias(inv *inventory.Inventory, cfg *sshConfig, name string, entry, defaults inventory.Connection, acceptNew bool, depth int) (Target, error) {
+func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, defaults inventory.Connection, acceptNew bool, depth int) (Target, error) {
 	t := Target{Name: name}
 	var errs []error
 	get := func(key string) string {
@@ -123,7 +124,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *sshConfig, name string, entry, 
 		errs = append(errs, err)
 		return v
 	}
-	t.Hostname = first(entry.Hostname, expandTokens(get("HostName"), name, "", ""), name)
+	t.Hostname = cmp.Or(entry.Hostname, expandTokens(get("HostName"), name, "", ""), name)
 	port := get("Port")
 	t.Port = entry.Port
 	if t.Port == 0 && port != "" {
@@ -139,7 +140,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *sshConfig, name string, entry, 
 	if t.Port == 0 {
 		t.Port = 22
 	}
-	t.User = first(entry.User, get("User"), defaults.User, localUser())
+	t.User = cmp.Or(entry.User, get("User"), defaults.User, localUser())
 
 	ids := []string{entry.IdentityFile}
 	if entry.IdentityFile == "" {
@@ -178,7 +179,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *sshConfig, name string, entry, 
 	t.AcceptNew = t.AcceptNew || acceptNew
 	t.HashKnownHosts = strings.EqualFold(get("HashKnownHosts"), "yes")
 
-	jump := first(entry.ProxyJump, get("ProxyJump"), defaults.ProxyJump)
+	jump := cmp.Or(entry.ProxyJump, get("ProxyJump"), defaults.ProxyJump)
 	if err := errors.Join(errs...); err != nil {
 		return t, err
 	}
@@ -201,7 +202,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *sshConfig, name string, entry, 
 // resolveJump resolves a ProxyJump value, [user@]host[:port]. A bastion that
 // is an inventory host uses its entry; any other is resolved through
 // ssh_config alone (the inventory's defaults are for job hosts).
-func resolveJump(inv *inventory.Inventory, cfg *sshConfig, spec string, acceptNew bool) (Target, error) {
+func resolveJump(inv *inventory.Inventory, cfg *Config, spec string, acceptNew bool) (Target, error) {
 	var entry inventory.Connection
 	if u, rest, ok := strings.Cut(spec, "@"); ok {
 		entry.User, spec = u, rest
@@ -215,7 +216,7 @@ func resolveJump(inv *inventory.Inventory, cfg *sshConfig, spec string, acceptNe
 	}
 	if h := inv.HostNamed(spec); h != nil {
 		entry.Hostname, entry.IdentityFile = h.Hostname, h.IdentityFile
-		entry.User = first(entry.User, h.User)
+		entry.User = cmp.Or(entry.User, h.User)
 		if entry.Port == 0 {
 			entry.Port = h.Port
 		}
@@ -251,13 +252,4 @@ func localUser() string {
 		return u.Username
 	}
 	return os.Getenv("USER")
-}
-
-func first(vals ...string) string {
-	for _, v := range vals {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
 }

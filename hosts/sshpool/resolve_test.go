@@ -1,4 +1,4 @@
-package hosts
+package sshpool
 
 import (
 	"os"
@@ -41,7 +41,7 @@ Host *.lab
 Host bastion
   HostName 192.0.2.1
 `)
-	cfg, err := loadSSHConfig(cfgPath)
+	cfg, err := LoadConfig(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ Host bastion
 	}
 
 	// %h in HostName, and a ProxyJump with user and port.
-	got, err := resolve(inv, cfg, inventory.Host{Name: "gpu3.lab"}, false)
+	got, err := Resolve(inv, cfg, inventory.Host{Name: "gpu3.lab"}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ Host bastion
 	}
 	// The inventory's known_hosts wins over ssh_config's.
 	inv.KnownHosts = "/my/known"
-	got, _ = resolve(inv, cfg, inventory.Host{Name: "node1"}, false)
+	got, _ = Resolve(inv, cfg, inventory.Host{Name: "node1"}, false)
 	if !reflect.DeepEqual(got.KnownHosts, []string{"/my/known"}) {
 		t.Errorf("known_hosts: %v", got.KnownHosts)
 	}
@@ -90,46 +90,25 @@ Host bastion
 
 func TestSSHConfigErrors(t *testing.T) {
 	t.Parallel()
-	if _, err := loadSSHConfig("/nonexistent/config"); err == nil || !strings.Contains(err.Error(), "/nonexistent/config") {
+	if _, err := LoadConfig("/nonexistent/config"); err == nil || !strings.Contains(err.Error(), "/nonexistent/config") {
 		t.Errorf("missing explicit config: %v", err)
 	}
 	bad := writeConfig(t, "Match user alice\n  Port 2\n")
-	if _, err := loadSSHConfig(bad); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "ssh_config: none") {
+	if _, err := LoadConfig(bad); err == nil || !strings.Contains(err.Error(), bad) || !strings.Contains(err.Error(), "ssh_config: none") {
 		t.Errorf("unsupported Match: %v", err)
 	}
-	c, err := loadSSHConfig("none")
+	c, err := LoadConfig("none")
 	if err != nil || c.cfg != nil {
 		t.Errorf("none: %v %v", c, err)
 	}
 	port := writeConfig(t, "Host x\n  Port http\n")
-	c, _ = loadSSHConfig(port)
-	if _, err := resolve(&inventory.Inventory{}, c, inventory.Host{Name: "x"}, false); err == nil || !strings.Contains(err.Error(), `Port "http"`) {
+	c, _ = LoadConfig(port)
+	if _, err := Resolve(&inventory.Inventory{}, c, inventory.Host{Name: "x"}, false); err == nil || !strings.Contains(err.Error(), `Port "http"`) {
 		t.Errorf("bad port: %v", err)
 	}
 	chain := writeConfig(t, "Host x\n  ProxyJump a,b\n")
-	c, _ = loadSSHConfig(chain)
-	if _, err := resolve(&inventory.Inventory{}, c, inventory.Host{Name: "x"}, false); err == nil || !strings.Contains(err.Error(), "only one jump host") {
+	c, _ = LoadConfig(chain)
+	if _, err := Resolve(&inventory.Inventory{}, c, inventory.Host{Name: "x"}, false); err == nil || !strings.Contains(err.Error(), "only one jump host") {
 		t.Errorf("jump chain: %v", err)
-	}
-}
-
-// A lab of local hosts runs whatever ~/.ssh/config holds, even a file this
-// package cannot parse.
-func TestOpenLocalIgnoresSSHConfig(t *testing.T) {
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	os.MkdirAll(filepath.Join(home, ".ssh"), 0o700)
-	os.WriteFile(filepath.Join(home, ".ssh", "config"), []byte("Match exec \"true\"\n  User x\n"), 0o600)
-	lab, err := Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "here", Local: true, GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lab.Close()
-	if len(lab.Inventory.Hosts) != 1 {
-		t.Fatalf("states %+v", lab.States)
-	}
-	_, err = Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "remote", GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace})
-	if err == nil || !strings.Contains(err.Error(), filepath.Join(home, ".ssh", "config")) {
-		t.Errorf("a remote host with a broken ssh_config: err = %v", err)
 	}
 }

@@ -1,0 +1,68 @@
+package hosts
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+)
+
+// Lab is what dispatch runs jobs through.
+var _ executor.Executor = (*Lab)(nil)
+
+// The Lab runs each job on the Runner of the host it names: these methods
+// implement executor.Executor.
+
+// Run runs c on host.
+func (l *Lab) Run(ctx context.Context, host string, c executor.Command, stdout, stderr io.Writer) (int, error) {
+	r, err := l.lookup(host)
+	if err != nil {
+		return -1, err
+	}
+	return r.Run(ctx, c, stdout, stderr)
+}
+
+// WaitUp returns once host can take jobs again.
+func (l *Lab) WaitUp(ctx context.Context, host string) error {
+	r, err := l.lookup(host)
+	if err != nil {
+		return err
+	}
+	return r.WaitUp(ctx)
+}
+
+// Reap returns once nothing is left on host of the lost job tagged tag.
+func (l *Lab) Reap(ctx context.Context, host, tag string) error {
+	r, err := l.lookup(host)
+	if err != nil {
+		return err
+	}
+	return r.Reap(ctx, tag)
+}
+
+// LockGPU takes GPU gpu of host for run.
+func (l *Lab) LockGPU(ctx context.Context, host string, gpu int, run string) (executor.GPULock, error) {
+	r, err := l.lookup(host)
+	if err != nil {
+		return nil, err
+	}
+	return r.LockGPU(ctx, gpu, run)
+}
+
+// ProbeGPUs asks nvidia-smi on host what its GPUs hold now.
+func (l *Lab) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, error) {
+	r, err := l.lookup(host)
+	if err != nil {
+		return nil, err
+	}
+	return ProbeGPUs(ctx, r)
+}
+
+func (l *Lab) lookup(host string) (Runner, error) {
+	r := l.runner(host)
+	if r == nil {
+		return nil, fmt.Errorf("%s: not a host of this run", host)
+	}
+	return r, nil
+}

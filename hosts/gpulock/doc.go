@@ -1,0 +1,26 @@
+// Package gpulock keeps other gpudispatch runs, whoever started them, off
+// the GPUs a run uses on a machine.
+//
+// A machine's Lockers start one lock holder (lock.sh) per run, over an SSH
+// session or locally (package spawn), when the run asks for its first GPU
+// there. The holder finds the GPUs' UUIDs through the login shell's
+// nvidia-smi once, and takes an exclusive flock on a file named by a GPU's
+// UUID (else index-N) in a shared sticky directory when told "lock N",
+// answering on its stdout; "release N" lets go at once. One holder per
+// machine, not per GPU, costs the machine one session, one bash and one
+// nvidia-smi, and a flock(1) per GPU.
+//
+// # Invariants
+//
+//   - A lock cannot outlive its holder: it is a flock on an open file.
+//   - A holder keeps its locks for as long as the coordinator's heartbeats
+//     arrive, and exits when told, which the coordinator does once it holds
+//     and is asked for nothing. When the heartbeats stop, it keeps the
+//     locks for the linger (as long as the job shells take to kill their
+//     jobs), then exits: a lock never goes before the jobs it covers.
+//   - A holder of the same run that finds such a lingering holder (its run
+//     lost the connection and came back) takes its locks over at once.
+//   - lockkey.sh names a GPU's lock file for both the holder and the probe
+//     of `gpudispatch hosts` (ProbeScript), which only tries a shared lock
+//     and never stands in a run's way.
+package gpulock

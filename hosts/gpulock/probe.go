@@ -1,0 +1,40 @@
+package gpulock
+
+import (
+	_ "embed"
+	"strconv"
+	"strings"
+
+	"al.essio.dev/pkg/shellescape"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+)
+
+// probeScript looks at GPU locks without taking them; see probe.sh. It is
+// sent after lockKeyScript, which names the lock files as lock.sh does.
+//
+//go:embed probe.sh
+var probeScript string
+
+// ProbeScript is a command for a machine's login shell that prints, for
+// each of gpus whose lock in dir a gpudispatch run holds, "INDEX OWNER".
+// lock_key is bash, and the login shell may not be: the command runs bash.
+func ProbeScript(dir string, gpus []executor.GPU) string {
+	args := []string{shellescape.Quote(dir)}
+	for _, g := range gpus {
+		args = append(args, strconv.Itoa(g.Index))
+	}
+	return "exec bash -c " + shellescape.Quote(lockKeyScript+probeScript) + " gpudispatch-lockprobe " + strings.Join(args, " ")
+}
+
+// ReadProbe fills in LockedBy of gpus from what ProbeScript printed.
+func ReadProbe(out string, gpus []executor.GPU) {
+	for _, line := range strings.Split(out, "\n") {
+		index, owner, ok := strings.Cut(line, " ")
+		for i := range gpus {
+			if ok && strconv.Itoa(gpus[i].Index) == index {
+				gpus[i].LockedBy = owner
+			}
+		}
+	}
+}

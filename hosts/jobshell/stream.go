@@ -1,0 +1,144 @@
+package jobshell
+
+import (
+	"bytes"
+	"io"
+	"sync"
+)
+
+// stream is one of a shell's output streams. It passes a job's bytes to the
+// job's writer up to the job's end mark (NUL, then the mark), and notices
+// bytes that come between jobs: something that left a job's process group
+// still writing, which makes the shell unfit for another job.
+type stream struct {
+	mu         sync.Mutex
+	state      int       // between, body or status
+	w          io.Writer // the job's
+	mark       []byte    // NUL and the job's mark
+	wantStatus bool      // a status line follows the mark
+	held       []byte    // the end of what came, which may begin the mark
+	status     []byte
+	end        chan string
+	werr       error // the first error writing to w
+	stray      bool  // bytes came between jobs
+}
+
+// The states of a stream.
+const (
+	between = iota // no job: any byte is stray
+	body           // the job's bytes, up to the mark
+	status         // after the mark, up to a newline
+)
+
+// start directs the stream to w until mark. The returned channel gets what
+// follows the mark up to a newline when wantStatus is set (the exit status),
+// or "" right after the mark.
+func (s *stream) start(w io.Writer, mark string, wantStatus bool) <-chan string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state, s.w, s.mark, s.wantStatus = body, w, append([]byte{0}, mark...), wantStatus
+	s.held, s.status, s.werr = s.held[:0], s.status[:0], nil
+	s.end = make(chan string, 1)
+	return s.end
+}
+
+// Write implements io.Writer for the shell's process.
+func (s *stream) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := len(p)
+	for len(p) > 0 {
+		switch s.state {
+		case between:
+			s.stray = true
+			return n, nil
+		case status:
+			i := bytes.IndexByte(p, '\n')
+			if i < 0 {
+				s.status = append(s.status, p...)
+				return n, nil
+			}
+			s.status = append(s.status, p[:i]...)
+			s.finish(string(s.status))
+			p = p[i+1:]
+		default:
+			p = s.scan(p)
+		}
+	}
+	return n, nil
+}
+
+// scan passes p to the job up to the mark and returns what follows the mark
+// (nothing when it is not complete yet). s.mu is held.
+func (s *stream) scan(p []byte) []byte {
+	data := p
+	if len(s.held) > 0 {
+		data = append(s.held, p...)
+	}
+	if i := bytes.Index(data, s.mark); i >= 0 {
+		s.pass(data[:i])
+		rest := data[i+len(s.mark):]
+		if s.wantStatus {
+			s.state = status
+		} else {
+			s.finish("")
+		}
+		return rest
+	}
+	k := partialMark(data, s.mark)
+	s.pass(data[:len(data)-k])
+	s.held = append(s.held[:0], data[len(data)-k:]...)
+	return nil
+}
+
+// partialMark is the length of the longest end of data that begins mark
+// (whose first byte is NUL), shorter than mark.
+func partialMark(data, mark []byte) int {
+	for j := max(0, len(data)-len(mark)+1); j < len(data); j++ {
+		if data[j] == 0 && bytes.HasPrefix(mark, data[j:]) {
+			return len(data) - j
+		}
+	}
+	return 0
+}
+
+// finish ends the job on this stream. s.mu is held.
+func (s *stream) finish(tail string) {
+	s.state, s.w, s.held = between, nil, s.held[:0]
+	s.end <- tail
+}
+
+// pass writes b to the job's writer, keeping the first error.
+func (s *stream) pass(b []byte) {
+	if len(b) == 0 || s.werr != nil {
+		return
+	}
+	if _, err := s.w.Write(b); err != nil {
+		s.werr = err
+	}
+}
+
+// abort gives the job what was held back, when the shell ended before the
+// mark.
+func (s *stream) abort() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == body {
+		s.pass(s.held)
+	}
+	s.state, s.w, s.held = between, nil, nil
+}
+
+// writeErr is the first error writing the job's output.
+func (s *stream) writeErr() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.werr
+}
+
+// strayed reports whether bytes came between jobs.
+func (s *stream) strayed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stray
+}

@@ -1,0 +1,31 @@
+package hosts
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// A lab of local hosts runs whatever ~/.ssh/config holds, even a file this
+// package cannot parse.
+func TestOpenLocalIgnoresSSHConfig(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	os.MkdirAll(filepath.Join(home, ".ssh"), 0o700)
+	os.WriteFile(filepath.Join(home, ".ssh", "config"), []byte("Match exec \"true\"\n  User x\n"), 0o600)
+	lab, err := Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "here", Local: true, GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lab.Close()
+	if len(lab.Inventory.Hosts) != 1 {
+		t.Fatalf("states %+v", lab.States)
+	}
+	_, err = Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "remote", GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace})
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(home, ".ssh", "config")) {
+		t.Errorf("a remote host with a broken ssh_config: err = %v", err)
+	}
+}
