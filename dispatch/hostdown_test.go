@@ -38,7 +38,7 @@ func TestHostDownTimeout(t *testing.T) {
 	if got := f.startsOn("b"); !slices.Equal(got, []string{"die"}) {
 		t.Errorf("started on b: %v, want only the job that took it down", got)
 	}
-	if s.Counts[EventFinished] != 20 || s.Counts[EventFailed] != 2 || s.ExitCode() != 1 {
+	if s.Counts[EventFinished] != 20 || s.Counts[EventFailed] != 2 || s.Succeeded() {
 		t.Fatalf("summary %+v", s)
 	}
 	for _, e := range s.Unsuccessful {
@@ -74,7 +74,7 @@ func TestHostComesBack(t *testing.T) {
 	w.Close()
 	s := <-done
 	f.check(t)
-	if s.Counts[EventFinished] != 14 || s.ExitCode() != 0 {
+	if s.Counts[EventFinished] != 14 || !s.Succeeded() {
 		t.Fatalf("summary %+v", s)
 	}
 	if got := kinds(readJournal(t, dir), ""); !slices.Equal(got, []string{EventHostDown, EventHostUp}) {
@@ -126,7 +126,7 @@ func TestNotStartedUsesNoAttempt(t *testing.T) {
 	waitFor(t, func() bool { return len(kinds(readJournal(t, dir), "2")) >= 3 }) // queued, started, lost
 	f.setDown("b", false)
 	s := <-done
-	if s.Counts[EventFinished] != 3 || s.ExitCode() != 0 {
+	if s.Counts[EventFinished] != 3 || !s.Succeeded() {
 		t.Fatalf("summary %+v", s)
 	}
 	var downs, lost int
@@ -164,7 +164,7 @@ func TestDownWhenLocking(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{Inventory: inv, Executor: f, LogDir: dir, Retries: 0}
 	_, s := runJobsWith(t, f, opts, "sleep 1ms\nsleep 1ms\nsleep 1ms\n")
-	if s.Counts[EventFinished] != 3 || s.ExitCode() != 0 {
+	if s.Counts[EventFinished] != 3 || !s.Succeeded() {
 		t.Fatalf("summary %+v", s)
 	}
 	events := readJournal(t, dir)

@@ -50,7 +50,7 @@ func Plan(opts Options, inputs []Input, w io.Writer) (*Summary, error) {
 		sched.add(&queued{job: j})
 		for {
 			for _, a := range sched.next() {
-				fmt.Fprintf(w, "job %s would run on %s: %s\n", a.q.job.ID(), a.p, oneLine(a.q.job.Command))
+				fmt.Fprintf(w, "job %s would run on %s: %s\n", a.q.job.ID(), a.p, OneLine(a.q.job.Command))
 				summary.add(Event{Event: EventFinished})
 				running = append(running, a.p)
 			}

@@ -37,12 +37,12 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 		if !t.Verbose {
 			return "", false
 		}
-		line = fmt.Sprintf("job %s queued (%s): %s", e.Job, e.Source, oneLine(e.Command))
+		line = fmt.Sprintf("job %s queued (%s): %s", e.Job, e.Source, OneLine(e.Command))
 	case EventStarted:
 		if t.Quiet {
 			return "", false
 		}
-		line = fmt.Sprintf("job %s started on %s: %s", e.Job, where, oneLine(e.Command))
+		line = fmt.Sprintf("job %s started on %s: %s", e.Job, where, OneLine(e.Command))
 		if e.Attempt > 1 {
 			line += fmt.Sprintf(" (attempt %d)", e.Attempt)
 		}
@@ -100,14 +100,6 @@ func elapsed(e Event) time.Duration {
 	return e.End.Sub(*e.Start).Round(time.Millisecond)
 }
 
-// oneLine shortens a multi-line command to its first line.
-func oneLine(cmd string) string {
-	if first, _, more := strings.Cut(cmd, "\n"); more {
-		return first + " ..."
-	}
-	return cmd
-}
-
 // gpuList writes GPU ids as CUDA_VISIBLE_DEVICES does: "0,1".
 func gpuList(ids []int) string {
 	s := make([]string, len(ids))
@@ -142,7 +134,7 @@ func (s *Summary) Write(w io.Writer) {
 	sort.Slice(kinds, func(a, b int) bool { return outcomeOrder(kinds[a]) < outcomeOrder(kinds[b]) })
 	parts := make([]string, 0, len(kinds)+1)
 	for _, k := range kinds {
-		parts = append(parts, fmt.Sprintf("%d %s", s.Counts[k], outcomeWord(k)))
+		parts = append(parts, fmt.Sprintf("%d %s", s.Counts[k], StateWord(k)))
 	}
 	if s.Skipped > 0 {
 		parts = append(parts, fmt.Sprintf("%d skipped (succeeded before)", s.Skipped))
@@ -157,16 +149,16 @@ func (s *Summary) Write(w io.Writer) {
 		case e.Event == EventCancelled && e.Host == "":
 			continue // listed by count; they never ran
 		case e.Stderr != "":
-			how := outcomeWord(e.Event)
+			how := StateWord(e.Event)
 			if e.Exit != nil && e.Event == EventFailed {
 				how += fmt.Sprintf(" with exit status %d", *e.Exit)
 			}
-			fmt.Fprintf(w, "  job %s %s (%s): %s\n    logs: %s %s\n", e.Job, how, e.Source, oneLine(e.Command), e.Stdout, e.Stderr)
+			fmt.Fprintf(w, "  job %s %s (%s): %s\n    logs: %s %s\n", e.Job, how, e.Source, OneLine(e.Command), e.Stdout, e.Stderr)
 			if e.Error != "" && (e.Event == EventFailed || e.Event == EventLost) {
 				fmt.Fprintf(w, "    %s\n", e.Error)
 			}
 		default:
-			fmt.Fprintf(w, "  job %s %s (%s): %s\n", e.Job, outcomeWord(e.Event), e.Source, e.Error)
+			fmt.Fprintf(w, "  job %s %s (%s): %s\n", e.Job, StateWord(e.Event), e.Source, e.Error)
 		}
 	}
 	for _, msg := range s.InputErrors {
@@ -175,25 +167,4 @@ func (s *Summary) Write(w io.Writer) {
 	if s.JournalError != "" {
 		fmt.Fprintf(w, "  stopped: %s\n", s.JournalError)
 	}
-}
-
-var outcomes = []string{EventFinished, EventFailed, EventTimeout, EventLost, EventCancelled, EventRejected}
-
-func outcomeOrder(k string) int {
-	for i, o := range outcomes {
-		if o == k {
-			return i
-		}
-	}
-	return len(outcomes)
-}
-
-func outcomeWord(k string) string {
-	switch k {
-	case EventFinished:
-		return "succeeded"
-	case EventTimeout:
-		return "timed out"
-	}
-	return k
 }

@@ -606,15 +606,8 @@ func (s *Summary) add(e Event) {
 	}
 }
 
-// ExitCode is the exit status of this outcome: 130 interrupted,
-// 1 when a job did not succeed or something could not be read or written,
-// else 0.
-func (s *Summary) ExitCode() int {
-	switch {
-	case s.Interrupted:
-		return 130
-	case len(s.Unsuccessful) > 0 || len(s.InputErrors) > 0 || s.JournalError != "":
-		return 1
-	}
-	return 0
+// Succeeded reports whether every job succeeded and everything could be
+// read and written.
+func (s *Summary) Succeeded() bool {
+	return len(s.Unsuccessful) == 0 && len(s.InputErrors) == 0 && s.JournalError == ""
 }

@@ -70,8 +70,8 @@ func TestJournalRecordsEveryStep(t *testing.T) {
 			}
 		}
 	}
-	if s.ExitCode() != 1 {
-		t.Errorf("exit code %d, want 1", s.ExitCode())
+	if s.Succeeded() {
+		t.Errorf("the run succeeded: %+v", s)
 	}
 }
 
@@ -121,7 +121,7 @@ func TestLostJobsAreRetriedThenGiveUp(t *testing.T) {
 	if got := kinds(events, "2"); !slices.Equal(got, want) {
 		t.Errorf("job 2: %v, want %v", got, want)
 	}
-	if s.Counts[EventLost] != 1 || s.Counts[EventFinished] != 1 || s.ExitCode() != 1 {
+	if s.Counts[EventLost] != 1 || s.Counts[EventFinished] != 1 || s.Succeeded() {
 		t.Errorf("summary %+v", s)
 	}
 }
@@ -133,7 +133,7 @@ func TestTimeout(t *testing.T) {
 	if got := kinds(readJournal(t, dir), "1"); !slices.Equal(got, []string{EventQueued, EventStarted, EventTimeout}) {
 		t.Errorf("job 1: %v", got)
 	}
-	if s.Counts[EventTimeout] != 1 || s.ExitCode() != 1 {
+	if s.Counts[EventTimeout] != 1 || s.Succeeded() {
 		t.Errorf("summary %+v", s)
 	}
 }
@@ -186,7 +186,7 @@ func TestStreamingAndDrain(t *testing.T) {
 	close(drain)
 	s := <-done
 	w.Close()
-	if s.Counts[EventFinished] != 1 || s.Counts[EventCancelled] != 1 || s.ExitCode() != 130 {
+	if s.Counts[EventFinished] != 1 || s.Counts[EventCancelled] != 1 || !s.Interrupted {
 		t.Errorf("summary %+v", s)
 	}
 	if got := kinds(readJournal(t, dir), "2"); !slices.Equal(got, []string{EventQueued, EventCancelled}) {
@@ -212,7 +212,7 @@ func TestCancelStopsRunningJobs(t *testing.T) {
 	cancel()
 	s := <-done
 	w.Close()
-	if s.Counts[EventCancelled] != 3 || s.ExitCode() != 130 || f.running() != 0 {
+	if s.Counts[EventCancelled] != 3 || !s.Interrupted || f.running() != 0 {
 		t.Errorf("summary %+v, still running %d", s, f.running())
 	}
 }

@@ -8,14 +8,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode/utf8"
-)
-
-// Job states in a status report: the kinds of final event, plus these two
-// for jobs whose story has not ended.
-const (
-	StateWaiting = "waiting" // queued, or queued again after a lost host
-	StateRunning = "running"
 )
 
 // JobStatus is where one job stands according to a journal.
@@ -62,8 +54,8 @@ func ReadStatus(logDir string, now time.Time) (*Status, error) {
 		if err := json.Unmarshal(line, &e); err != nil {
 			return err
 		}
-		if e.Job == "" {
-			return nil // a host event
+		if e.JobState() == "" {
+			return nil // a host event, or one that moves no job
 		}
 		if e.TextBytes != nil {
 			e.Text = string(e.TextBytes)
@@ -101,15 +93,13 @@ func (s *JobStatus) apply(e Event) {
 	}
 	s.Job, s.Source, s.Command = e.Job, e.Source, e.Command
 	s.Attempts = max(s.Attempts, e.Attempt)
-	switch e.Event {
-	case EventQueued, EventRetried:
-		s.State = StateWaiting
+	s.State = e.JobState()
+	switch s.State {
+	case StateWaiting:
 		return
-	case EventStarted:
-		s.State = StateRunning
+	case StateRunning:
 		s.Exit, s.End, s.Error = nil, nil, ""
 	default:
-		s.State = e.Event
 		s.Exit, s.End, s.Error = e.Exit, e.End, e.Error
 	}
 	if e.Host != "" {
@@ -146,7 +136,7 @@ func (st *Status) WriteTable(w io.Writer, jobs []JobStatus) error {
 			exit = fmt.Sprint(*j.Exit)
 		}
 		if j.Seconds > 0 {
-			took = roundDuration(time.Duration(j.Seconds * float64(time.Second))).String()
+			took = RoundDuration(time.Duration(j.Seconds * float64(time.Second))).String()
 		}
 		// The log to look at: stdout while it runs or once it succeeded,
 		// stderr when it failed.
@@ -157,7 +147,7 @@ func (st *Status) WriteTable(w io.Writer, jobs []JobStatus) error {
 		if log == "" {
 			log = j.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", j.Job, stateWord(j.State), where, j.Attempts, exit, took, clip(oneLine(j.Command), 50), log)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", j.Job, StateWord(j.State), where, j.Attempts, exit, took, Clip(OneLine(j.Command), 50), log)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -169,11 +159,11 @@ func (st *Status) WriteTable(w io.Writer, jobs []JobStatus) error {
 // Totals is one line: "12 jobs: 9 succeeded, 1 failed, 2 running".
 func (st *Status) Totals() string {
 	c := st.Counts()
-	order := append([]string{EventFinished, StateRunning, StateWaiting}, outcomes[1:]...)
+	order := append([]string{EventFinished, StateRunning, StateWaiting}, Outcomes[1:]...)
 	var parts []string
 	for _, k := range order {
 		if c[k] > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", c[k], stateWord(k)))
+			parts = append(parts, fmt.Sprintf("%d %s", c[k], StateWord(k)))
 		}
 	}
 	if len(parts) == 0 {
@@ -195,7 +185,7 @@ func (st *Status) WriteJSON(w io.Writer, jobs []JobStatus) error {
 
 // Unsuccessful reports whether the job's story ended without success.
 func (s JobStatus) Unsuccessful() bool {
-	return s.State != EventFinished && s.State != StateRunning && s.State != StateWaiting
+	return Ended(s.State) && s.State != EventFinished
 }
 
 // Unsuccessful lists the jobs whose story ended without success.
@@ -207,29 +197,4 @@ func (st *Status) Unsuccessful() []JobStatus {
 		}
 	}
 	return out
-}
-
-// roundDuration keeps a tenth of a second under a minute, whole seconds
-// above.
-func roundDuration(d time.Duration) time.Duration {
-	if d < time.Minute {
-		return d.Round(100 * time.Millisecond)
-	}
-	return d.Round(time.Second)
-}
-
-func stateWord(k string) string {
-	if k == StateWaiting || k == StateRunning {
-		return k
-	}
-	return outcomeWord(k)
-}
-
-// clip shortens s to at most n runes, marking the cut.
-func clip(s string, n int) string {
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
 }

@@ -258,7 +258,7 @@ func waitForFile(t *testing.T, path string, want func(string) bool) string {
 	return ""
 }
 
-func exitCode(err error) int {
+func statusOf(err error) int {
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode()
 	}
@@ -299,7 +299,7 @@ func TestE2EDrainOnFirstSignal(t *testing.T) {
 	waitForFile(t, filepath.Join(dir, "started"), func(string) bool { return true })
 	cmd.Process.Signal(syscall.SIGINT)
 	err := cmd.Wait()
-	if exitCode(err) != 130 {
+	if statusOf(err) != 130 {
 		t.Fatalf("exit %v, want 130\n%s", err, errOut)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "done")); err != nil {
@@ -329,7 +329,7 @@ func TestE2ECancelOnSecondSignal(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	cmd.Process.Signal(syscall.SIGINT)
 	err := cmd.Wait()
-	if exitCode(err) != 130 {
+	if statusOf(err) != 130 {
 		t.Fatalf("exit %v, want 130\n%s", err, errOut)
 	}
 	for _, p := range strings.Fields(pidText) {
@@ -481,7 +481,7 @@ func TestE2EUsageErrors(t *testing.T) {
 		}
 		cmd.Stdin = strings.NewReader("echo hi\n")
 		out, err := cmd.CombinedOutput()
-		if exitCode(err) != 2 || !strings.Contains(string(out), tt.wantErr) {
+		if statusOf(err) != 2 || !strings.Contains(string(out), tt.wantErr) {
 			t.Errorf("%v: exit %v, output %q; want exit 2 and %q", tt.args, err, out, tt.wantErr)
 		}
 	}

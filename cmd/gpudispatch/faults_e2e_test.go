@@ -476,7 +476,7 @@ exit $rc`
 	var errOut strings.Builder
 	cmd.Stderr = &errOut
 	err := cmd.Run()
-	if code := exitCode(err); code != 1 {
+	if code := statusOf(err); code != 1 {
 		t.Fatalf("exit %d, want 1\n%s", code, errOut.String())
 	}
 	for _, want := range []string{"job 1 failed on localhost:0: its output could not be saved", "no space left on device"} {

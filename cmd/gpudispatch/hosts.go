@@ -18,11 +18,7 @@ its name, memory, utilisation, slots, and whether it is busy with other
 people's work (another gpudispatch run's lock, compute processes, more than
 the inventory's busy_memory_mb used).
 
-Exit status:
-  0    every host is up
-  1    some host is down
-  2    the inventory is bad
-`,
+` + exitHelp(func(c exitCode) string { return c.hosts }),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o, err := readLabOptions(v)

@@ -107,7 +107,7 @@ func TestE2ELiveView(t *testing.T) {
 		t.Errorf("job output reached the terminal:\n%s", during)
 	}
 	stdin.Close()
-	if err := cmd.Wait(); exitCode(err) != 1 {
+	if err := cmd.Wait(); statusOf(err) != 1 {
 		t.Errorf("exit %v, want 1", err)
 	}
 	<-copied

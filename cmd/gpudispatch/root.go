@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/gpudispatch/gpudispatch/dispatch"
 )
 
 // streams are the command's standard files; tests replace them.
@@ -15,20 +18,54 @@ type streams struct {
 	out, err io.Writer
 }
 
-// Exit statuses. This table is the only place they are decided.
+// Exit statuses. exitCodes below says what each means for each command;
+// these constants and exitFor are the only places they are decided.
 const (
-	exitOK          = 0   // every job succeeded
-	exitFailed      = 1   // a job failed, timed out, was lost or was rejected
-	exitUsage       = 2   // usage or configuration error before any job ran
-	exitInterrupted = 130 // interrupted (Ctrl-C, SIGTERM), even after a clean drain
+	exitOK          = 0
+	exitFailed      = 1
+	exitUsage       = 2
+	exitInterrupted = 130
 )
 
-const exitHelp = `Exit status:
-  0    every job succeeded
-  1    at least one job failed, timed out, was lost or was rejected
-  2    usage or configuration error before any job ran
-  130  interrupted (SIGINT/SIGTERM), also after a drain that let running jobs finish
-`
+// exitCode is one exit status and what it means for run, status and
+// hosts ("" where a command does not use it).
+type exitCode struct {
+	code               int
+	run, status, hosts string
+}
+
+// exitCodes is the one table of exit statuses: every command's help is
+// written from it, and the README's table is tested against it.
+var exitCodes = []exitCode{
+	{exitOK, "every job succeeded", "every job succeeded", "every host is up"},
+	{exitFailed, "at least one job failed, timed out, was lost or was rejected", "some job did not succeed (or has not yet)", "some host is down"},
+	{exitUsage, "usage or configuration error before any job ran", "no journal there, or a usage error", "the inventory is bad, or a usage error"},
+	{exitInterrupted, "interrupted (SIGINT/SIGTERM), also after a drain that let running jobs finish", "", ""},
+}
+
+// exitHelp is the "Exit status:" part of a command's help: meaning picks
+// the command's column of exitCodes.
+func exitHelp(meaning func(exitCode) string) string {
+	var b strings.Builder
+	b.WriteString("Exit status:\n")
+	for _, c := range exitCodes {
+		if m := meaning(c); m != "" {
+			fmt.Fprintf(&b, "  %-4d %s\n", c.code, m)
+		}
+	}
+	return b.String()
+}
+
+// exitFor is the exit status of a run that ended with s.
+func exitFor(s *dispatch.Summary) int {
+	switch {
+	case s.Interrupted:
+		return exitInterrupted
+	case !s.Succeeded():
+		return exitFailed
+	}
+	return exitOK
+}
 
 // exitError carries an exit status through cobra.
 type exitError struct {

@@ -49,7 +49,7 @@ Job lines: "cmd", "@HOST cmd", "@HOST:GPU cmd", or "[host=H gpu=G gpus=N name=NA
 A job starts as soon as its line arrives and a slot is free. Every flag can
 also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
 
-` + exitHelp,
+` + exitHelp(func(c exitCode) string { return c.run }),
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o, err := readRunOptions(cmd, v, args)
@@ -220,7 +220,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		if err != nil {
 			return usageError("%v", err)
 		}
-		return exitWith(summary.ExitCode())
+		return exitWith(exitFor(summary))
 	}
 	// On a terminal, the live view; elsewhere a line per start and end.
 	messages := s.err
@@ -259,7 +259,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		return usageError("%v", err)
 	}
 	summary.Write(s.err)
-	return exitWith(summary.ExitCode())
+	return exitWith(exitFor(summary))
 }
 
 func exitWith(code int) error {

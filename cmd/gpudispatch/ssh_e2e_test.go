@@ -41,7 +41,7 @@ func labRun(t *testing.T, l *sshtest.Lab, stdin string, args ...string) result {
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
-	return result{code: exitCode(err), stdout: out.String(), stderr: errOut.String()}
+	return result{code: statusOf(err), stdout: out.String(), stderr: errOut.String()}
 }
 
 type span struct {
@@ -250,7 +250,7 @@ func TestSSHCancelLeavesNoRemoteProcess(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGINT)
 	time.Sleep(100 * time.Millisecond)
 	cmd.Process.Signal(syscall.SIGINT)
-	if err := cmd.Wait(); exitCode(err) != 130 {
+	if err := cmd.Wait(); statusOf(err) != 130 {
 		t.Fatalf("exit %v, want 130\n%s", err, errOut)
 	}
 	sshtest.WaitGone(t, pids, 0)

@@ -20,11 +20,7 @@ id, state, host:gpu, attempts, exit status, duration, command and log, then the
 totals. It only reads, so it works while the run is going on. A job run again
 by --resume shows its latest run.
 
-Exit status:
-  0    every job succeeded
-  1    some job did not succeed (or has not yet)
-  2    no journal there
-`,
+` + exitHelp(func(c exitCode) string { return c.status }),
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			dir := "gpudispatch-logs"

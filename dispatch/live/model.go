@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
 	"github.com/gpudispatch/gpudispatch/inventory"
@@ -32,9 +31,8 @@ type model struct {
 	now   func() time.Time
 	slots []slot
 	byGPU map[gpuKey][]int // slot lines of each GPU
-	// state is each job's latest state; counts counts jobs by state.
-	state  map[string]string
-	counts map[string]int
+	// jobs counts the jobs by state.
+	jobs dispatch.Tally
 	// first is when the first job started: the rate counts from there.
 	first time.Time
 	// down and busy hold the notes shown on idle lines of a host that is
@@ -44,15 +42,9 @@ type model struct {
 	width, height int
 }
 
-// States of a job in the counts.
-const (
-	waiting = "waiting"
-	running = "running"
-)
-
 func newModel(inv *inventory.Inventory, now func() time.Time) *model {
 	m := &model{
-		now: now, byGPU: map[gpuKey][]int{}, state: map[string]string{}, counts: map[string]int{},
+		now: now, byGPU: map[gpuKey][]int{},
 		down: map[string]string{}, busy: map[gpuKey]string{},
 		width: 100, height: 30,
 	}
@@ -68,22 +60,11 @@ func newModel(inv *inventory.Inventory, now func() time.Time) *model {
 	return m
 }
 
-// set moves job to state s.
-func (m *model) set(job, s string) {
-	if old, ok := m.state[job]; ok {
-		m.counts[old]--
-	}
-	m.state[job] = s
-	m.counts[s]++
-}
-
 // apply updates the model with e.
 func (m *model) apply(e dispatch.Event) {
-	switch e.Event {
-	case dispatch.EventQueued, dispatch.EventRetried:
-		m.set(e.Job, waiting)
-	case dispatch.EventStarted:
-		m.set(e.Job, running)
+	m.jobs.Apply(e)
+	switch {
+	case e.Event == dispatch.EventStarted:
 		if m.first.IsZero() {
 			m.first = m.now()
 		}
@@ -106,9 +87,7 @@ func (m *model) apply(e dispatch.Event) {
 				}
 			}
 		}
-	case dispatch.EventFinished, dispatch.EventFailed, dispatch.EventTimeout, dispatch.EventLost,
-		dispatch.EventCancelled, dispatch.EventRejected:
-		m.set(e.Job, e.Event)
+	case dispatch.Ended(e.JobState()):
 		for _, id := range e.GPUs {
 			for _, i := range m.byGPU[gpuKey{e.Host, id}] {
 				if m.slots[i].job == e.Job {
@@ -116,11 +95,11 @@ func (m *model) apply(e dispatch.Event) {
 				}
 			}
 		}
-	case dispatch.EventHostDown:
+	case e.Event == dispatch.EventHostDown:
 		m.down[e.Host] = e.Error
-	case dispatch.EventHostUp:
+	case e.Event == dispatch.EventHostUp:
 		delete(m.down, e.Host)
-	case dispatch.EventBusy:
+	case e.Event == dispatch.EventBusy:
 		for _, id := range e.GPUs {
 			m.busy[gpuKey{e.Host, id}] = e.Error
 		}
@@ -135,17 +114,6 @@ func (m *model) full(k gpuKey) bool {
 		}
 	}
 	return true
-}
-
-// finished counts the jobs whose story has ended, well or not.
-func (m *model) finished() int {
-	n := 0
-	for s, c := range m.counts {
-		if s != waiting && s != running {
-			n += c
-		}
-	}
-	return n
 }
 
 // view draws the progress line and the slot lines, within width × height.
@@ -173,8 +141,8 @@ func (m *model) view() string {
 
 // progress is the bar and counts: "[####----] 12/40 done · 1 failed · ...".
 func (m *model) progress() string {
-	total := len(m.state)
-	done := m.finished()
+	total := m.jobs.Jobs()
+	done := m.jobs.Ended()
 	const width = 20
 	filled := 0
 	if total > 0 {
@@ -182,9 +150,9 @@ func (m *model) progress() string {
 	}
 	var parts []string
 	parts = append(parts, fmt.Sprintf("%d/%d done", done, total))
-	for _, s := range []string{dispatch.EventFailed, dispatch.EventTimeout, dispatch.EventLost, dispatch.EventCancelled, dispatch.EventRejected, running, waiting} {
-		if n := m.counts[s]; n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n, word(s)))
+	for _, s := range append(dispatch.Outcomes[1:], dispatch.StateRunning, dispatch.StateWaiting) {
+		if n := m.jobs.Count(s); n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, dispatch.StateWord(s)))
 		}
 	}
 	if elapsed := m.now().Sub(m.first); !m.first.IsZero() && done > 0 && elapsed > 0 {
@@ -192,7 +160,7 @@ func (m *model) progress() string {
 		parts = append(parts, rateString(rate))
 		if left := total - done; left > 0 {
 			eta := time.Duration(float64(left) / rate * float64(time.Second))
-			parts = append(parts, "ETA "+roundDuration(eta).String())
+			parts = append(parts, "ETA "+dispatch.RoundDuration(eta).String())
 		}
 	}
 	bar := "[" + strings.Repeat("#", filled) + strings.Repeat("-", width-filled) + "] "
@@ -203,7 +171,7 @@ func (m *model) slotLine(s slot) string {
 	where := s.host + ":" + strconv.Itoa(s.gpu)
 	switch {
 	case s.job != "":
-		return fmt.Sprintf("%-12s job %-6s %7s  %s", where, s.job, roundDuration(m.now().Sub(s.since)), firstLine(s.cmd))
+		return fmt.Sprintf("%-12s job %-6s %7s  %s", where, s.job, dispatch.RoundDuration(m.now().Sub(s.since)), dispatch.OneLine(s.cmd))
 	case m.down[s.host] != "":
 		return fmt.Sprintf("%-12s host down: %s", where, m.down[s.host])
 	case m.busy[gpuKey{s.host, s.gpu}] != "":
@@ -215,18 +183,10 @@ func (m *model) slotLine(s slot) string {
 // clip cuts s to the terminal's width, so that no line wraps and the
 // redraw stays in place.
 func (m *model) clip(s string) string {
-	if m.width <= 1 || utf8.RuneCountInString(s) <= m.width {
+	if m.width <= 1 {
 		return s
 	}
-	r := []rune(s)
-	return string(r[:m.width-1]) + "…"
-}
-
-func word(s string) string {
-	if s == dispatch.EventTimeout {
-		return "timed out"
-	}
-	return s
+	return dispatch.Clip(s, m.width)
 }
 
 func rateString(perSecond float64) string {
@@ -234,20 +194,4 @@ func rateString(perSecond float64) string {
 		return fmt.Sprintf("%.1f jobs/s", perSecond)
 	}
 	return fmt.Sprintf("%.1f jobs/min", perSecond*60)
-}
-
-// roundDuration keeps tenths of a second under ten seconds, whole seconds
-// above.
-func roundDuration(d time.Duration) time.Duration {
-	if d < 10*time.Second {
-		return d.Round(100 * time.Millisecond)
-	}
-	return d.Round(time.Second)
-}
-
-func firstLine(cmd string) string {
-	if first, _, more := strings.Cut(cmd, "\n"); more {
-		return first + " ..."
-	}
-	return cmd
 }

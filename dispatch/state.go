@@ -1,0 +1,92 @@
+package dispatch
+
+import "slices"
+
+// Job states: the outcomes (the kinds of event that end a job's story),
+// plus these two for jobs whose story has not ended.
+const (
+	StateWaiting = "waiting" // queued, or queued again after a lost host
+	StateRunning = "running"
+)
+
+// Outcomes are the kinds of event that end a job's story, in the order in
+// which summaries list them. A lost job's story goes on when it is retried.
+var Outcomes = []string{EventFinished, EventFailed, EventTimeout, EventLost, EventCancelled, EventRejected}
+
+// JobState is the state e puts its job in: StateWaiting, StateRunning or an
+// outcome; "" for an event that does not move a job (host events, a busy
+// GPU, warnings). This is the one place that says how the event stream
+// becomes job states: the summary, status, the live view and the web page
+// all read it.
+func (e Event) JobState() string {
+	switch {
+	case e.Job == "":
+		return ""
+	case e.Event == EventQueued || e.Event == EventRetried:
+		return StateWaiting
+	case e.Event == EventStarted:
+		return StateRunning
+	case slices.Contains(Outcomes, e.Event):
+		return e.Event
+	}
+	return ""
+}
+
+// Ended reports whether state is an outcome: the job's story has ended,
+// well or not.
+func Ended(state string) bool { return state != StateWaiting && state != StateRunning && state != "" }
+
+// StateWord is how people are told a state: "succeeded", "timed out",
+// else the state itself.
+func StateWord(state string) string {
+	switch state {
+	case EventFinished:
+		return "succeeded"
+	case EventTimeout:
+		return "timed out"
+	}
+	return state
+}
+
+// outcomeOrder is where state comes in Outcomes (after all of them when it
+// is not one).
+func outcomeOrder(state string) int {
+	if i := slices.Index(Outcomes, state); i >= 0 {
+		return i
+	}
+	return len(Outcomes)
+}
+
+// Tally counts a run's jobs by state as their events arrive. Its zero value
+// is ready.
+type Tally struct {
+	state  map[string]string // by job id
+	counts map[string]int
+}
+
+// Apply moves e's job to the state e puts it in.
+func (t *Tally) Apply(e Event) {
+	s := e.JobState()
+	if s == "" {
+		return
+	}
+	if t.state == nil {
+		t.state, t.counts = map[string]string{}, map[string]int{}
+	}
+	if old, ok := t.state[e.Job]; ok {
+		t.counts[old]--
+	}
+	t.state[e.Job] = s
+	t.counts[s]++
+}
+
+// Count is how many jobs are in state.
+func (t *Tally) Count(state string) int { return t.counts[state] }
+
+// Jobs is how many jobs the events named.
+func (t *Tally) Jobs() int { return len(t.state) }
+
+// Ended is how many jobs' stories have ended, well or not.
+func (t *Tally) Ended() int {
+	return len(t.state) - t.counts[StateWaiting] - t.counts[StateRunning]
+}

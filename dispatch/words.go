@@ -1,0 +1,33 @@
+package dispatch
+
+import (
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// OneLine shortens a multi-line command to its first line and " ...".
+func OneLine(cmd string) string {
+	if first, _, more := strings.Cut(cmd, "\n"); more {
+		return first + " ..."
+	}
+	return cmd
+}
+
+// RoundDuration keeps a tenth of a second under a minute, whole seconds
+// above: how long jobs ran or will run, for people.
+func RoundDuration(d time.Duration) time.Duration {
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
+// Clip shortens s to at most n runes, marking the cut with "…".
+func Clip(s string, n int) string {
+	if n < 1 || utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
