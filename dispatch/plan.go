@@ -1,65 +1,72 @@
 package dispatch
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
+	"time"
 )
 
-// Plan prints where each job would run and runs nothing (--dry-run). It uses
-// the scheduler of a real run and pretends that, when every slot is taken,
-// the job that started first ends first. Nothing is written to the log dir.
+// Plan prints where each job would run and runs nothing (--dry-run). It
+// admits and places jobs with the code of a real run (left-out and down
+// hosts, jobs that can never run, Resume), and pretends that, when every
+// slot is taken, the job that started first ends first. Jobs that only
+// down hosts could run are said to wait for them. Nothing is written to the
+// log dir.
 func Plan(opts Options, inputs []Input, w io.Writer) (*Summary, error) {
-	done := map[jobKey]bool{}
-	if opts.Resume {
-		var err error
-		if done, err = succeeded(filepath.Join(opts.LogDir, JournalName)); err != nil {
-			return nil, &SetupError{fmt.Errorf("--resume: %w", err)}
+	r, err := prepare(opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range r.sched.table.hosts {
+		if why := opts.Down[h.host.Name]; why != nil {
+			r.sched.table.setDown(h, why.Error(), time.Now())
 		}
 	}
-	sched := &scheduler{table: newSlotTable(opts.Inventory)}
-	summary := newSummary()
 	jobs := make(chan parsed)
 	stop := make(chan struct{})
 	defer close(stop)
 	go read(inputs, jobs, stop)
 	var running []placement
 	for p := range jobs {
-		var le *LineError
-		switch {
-		case errors.As(p.err, &le):
-			fmt.Fprintf(w, "%s: job %s rejected: %s\n", le.Job.Where(), le.Job.ID(), le.Err)
-			summary.add(Event{Event: EventRejected, Job: le.Job.ID(), Seq: le.Job.Seq, Source: le.Job.Where(), Error: le.Err.Error()})
+		j, kind, why := r.verdict(p)
+		switch kind {
+		case EventRejected, EventFailed:
+			verb := "rejected"
+			if kind == EventFailed {
+				verb = "would fail"
+			}
+			fmt.Fprintf(w, "%s: job %s %s: %s\n", j.Where(), j.ID(), verb, why)
+			e := r.event(kind, j, 0)
+			e.Error = why.Error()
+			r.summary.add(e)
 			continue
-		case p.err != nil:
-			summary.InputErrors = append(summary.InputErrors, p.err.Error())
-			continue
-		}
-		j := p.job
-		if err := sched.table.check(j); err != nil {
-			fmt.Fprintf(w, "%s: job %s rejected: %s\n", j.Where(), j.ID(), err)
-			summary.add(Event{Event: EventRejected, Job: j.ID(), Seq: j.Seq, Source: j.Where(), Error: err.Error()})
-			continue
-		}
-		if done[jobKey{j.Text, j.Occurrence}] {
+		case skipped:
 			fmt.Fprintf(w, "job %s skipped: it succeeded before\n", j.ID())
-			summary.Skipped++
+			r.summary.Skipped++
+			continue
+		case "":
 			continue
 		}
-		sched.add(&queued{job: j})
+		r.sched.add(&queued{job: j})
 		for {
-			for _, a := range sched.next() {
+			for _, a := range r.sched.next() {
 				fmt.Fprintf(w, "job %s would run on %s: %s\n", a.q.job.ID(), a.p, OneLine(a.q.job.Command))
-				summary.add(Event{Event: EventFinished})
+				r.summary.add(r.event(EventFinished, a.q.job, 1))
 				running = append(running, a.p)
 			}
-			if len(sched.waiting) == 0 {
+			if len(r.sched.waiting) == 0 {
 				break
 			}
-			sched.table.release(running[0])
+			if len(running) == 0 {
+				// Only hosts that are down now could run what waits.
+				for _, q := range r.sched.drop() {
+					fmt.Fprintf(w, "job %s would wait: %s\n", q.job.ID(), r.sched.table.downFor(q.job))
+				}
+				break
+			}
+			r.sched.table.release(running[0])
 			running = running[1:]
 		}
 	}
-	return summary, nil
+	return r.summary, nil
 }

@@ -139,40 +139,21 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
 		return nil, &SetupError{fmt.Errorf("log dir: %w", err)}
 	}
-	path := filepath.Join(opts.LogDir, JournalName)
-	if opts.HostDownTimeout <= 0 {
-		opts.HostDownTimeout = DefaultHostDownTimeout
+	r, err := prepare(opts)
+	if err != nil {
+		return nil, err
 	}
-	if opts.Recheck <= 0 {
-		opts.Recheck = DefaultRecheck
-	}
-	// A reload adds to it: the caller's map stays as it was.
-	opts.LeftOut = maps.Clone(opts.LeftOut)
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
-	r := &run{
-		opts:     opts,
-		id:       time.Now().UTC().Format("20060102T150405.000000Z"),
-		done:     map[jobKey]bool{},
-		sched:    &scheduler{table: newSlotTable(opts.Inventory)},
-		results:  make(chan result),
-		summary:  newSummary(),
-		bg:       bg,
-		ups:      make(chan *hostSlots),
-		expired:  make(chan expiry),
-		reaped:   make(chan placement),
-		claims:   make(chan claimResult),
-		rechecks: make(chan recheck),
-		lockLost: make(chan lostLock),
-	}
-	if opts.Resume {
-		done, err := succeeded(path)
-		if err != nil {
-			return nil, &SetupError{fmt.Errorf("--resume: %w", err)}
-		}
-		r.done = done
-	}
-	j, err := openJournal(path)
+	r.results = make(chan result)
+	r.bg = bg
+	r.ups = make(chan *hostSlots)
+	r.expired = make(chan expiry)
+	r.reaped = make(chan placement)
+	r.claims = make(chan claimResult)
+	r.rechecks = make(chan recheck)
+	r.lockLost = make(chan lostLock)
+	j, err := openJournal(filepath.Join(opts.LogDir, JournalName))
 	if err != nil {
 		return nil, &SetupError{err}
 	}
@@ -186,6 +167,35 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	r.loop(ctx, inputs)
 	r.unlockAll()
 	return r.summary, nil
+}
+
+// prepare readies what Run and Plan share: the options' defaults, the slot
+// table, and with Resume the jobs that succeeded before; so a dry run admits
+// and places jobs exactly as a run does.
+func prepare(opts Options) (*run, error) {
+	if opts.HostDownTimeout <= 0 {
+		opts.HostDownTimeout = DefaultHostDownTimeout
+	}
+	if opts.Recheck <= 0 {
+		opts.Recheck = DefaultRecheck
+	}
+	// A reload adds to it: the caller's map stays as it was.
+	opts.LeftOut = maps.Clone(opts.LeftOut)
+	r := &run{
+		opts:    opts,
+		id:      time.Now().UTC().Format("20060102T150405.000000Z"),
+		done:    map[jobKey]bool{},
+		sched:   &scheduler{table: newSlotTable(opts.Inventory)},
+		summary: newSummary(),
+	}
+	if opts.Resume {
+		done, err := succeeded(filepath.Join(opts.LogDir, JournalName))
+		if err != nil {
+			return nil, &SetupError{fmt.Errorf("--resume: %w", err)}
+		}
+		r.done = done
+	}
+	return r, nil
 }
 
 // parsed is what the reader hands the loop: a job, or why a line was rejected.
@@ -289,42 +299,52 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 	}
 }
 
-// admit queues a parsed job, or records why it was rejected or skipped.
-func (r *run) admit(p parsed) {
+// skipped is the verdict on a job that succeeded in an earlier run.
+const skipped = "skipped"
+
+// verdict says what becomes of a job as it arrives: EventQueued;
+// EventRejected or EventFailed and why; skipped (Resume); or "" when its
+// input could not be read (then the summary says so).
+func (r *run) verdict(p parsed) (j *Job, kind string, why error) {
 	var le *LineError
 	switch {
 	case errors.As(p.err, &le):
-		e := r.event(EventRejected, le.Job, 0)
-		e.Error = le.Err.Error()
-		r.final(e)
-		return
+		return le.Job, EventRejected, le.Err
 	case p.err != nil:
 		r.summary.InputErrors = append(r.summary.InputErrors, p.err.Error())
-		return
+		return nil, "", nil
 	}
-	j := p.job
+	j = p.job
 	err := r.sched.table.check(j)
 	if why := r.opts.LeftOut[j.Host]; j.Host != "" && why != nil {
 		err = fmt.Errorf("host %s is left out of this run: %w", j.Host, why)
 	}
-	if err != nil {
-		e := r.event(EventRejected, j, 0)
-		e.Error = err.Error()
-		r.final(e)
-		return
-	}
-	if r.done[jobKey{j.Text, j.Occurrence}] {
-		r.summary.Skipped++
-		return
+	switch {
+	case err != nil:
+		return j, EventRejected, err
+	case r.done[jobKey{j.Text, j.Occurrence}]:
+		return j, skipped, nil
 	}
 	if why := r.sched.table.unrunnable(j, r.opts.HostDownTimeout); why != "" {
-		e := r.event(EventFailed, j, 0)
-		e.Error = why
-		r.final(e)
-		return
+		return j, EventFailed, errors.New(why)
 	}
-	r.record(r.event(EventQueued, j, 0))
-	r.sched.add(&queued{job: j})
+	return j, EventQueued, nil
+}
+
+// admit queues a parsed job, or records why it was rejected or skipped.
+func (r *run) admit(p parsed) {
+	j, kind, why := r.verdict(p)
+	switch kind {
+	case EventRejected, EventFailed:
+		e := r.event(kind, j, 0)
+		e.Error = why.Error()
+		r.final(e)
+	case skipped:
+		r.summary.Skipped++
+	case EventQueued:
+		r.record(r.event(EventQueued, j, 0))
+		r.sched.add(&queued{job: j})
+	}
 }
 
 func (r *run) start(ctx context.Context, a assignment) {

@@ -390,3 +390,14 @@ func (t *slotTable) release(p placement) {
 		t.freeSlots += t.contrib(g) - before
 	}
 }
+
+// downFor says which of the hosts j may run on are down, and why.
+func (t *slotTable) downFor(j *Job) string {
+	var why []string
+	for _, h := range t.candidates(j) {
+		if h.down {
+			why = append(why, fmt.Sprintf("host %s is down (%s)", h.host.Name, h.why))
+		}
+	}
+	return strings.Join(why, "; ")
+}
