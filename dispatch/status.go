@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 )
 
 // JobStatus is where one job stands according to a journal.
@@ -123,10 +125,11 @@ func (st *Status) Counts() map[string]int {
 }
 
 // WriteTable prints a line per job (id, state, host:gpu, attempts, exit,
-// duration, command, stdout log), then the totals.
-func (st *Status) WriteTable(w io.Writer, jobs []JobStatus) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tSTATE\tWHERE\tTRIES\tEXIT\tTIME\tCOMMAND\tLOG")
+// duration, command, log), then the totals. With width 0 every value is
+// printed whole, for a pipe or a file (a script or grep sees every
+// command); with a terminal's width, commands are cut so that lines fit.
+func (st *Status) WriteTable(w io.Writer, jobs []JobStatus, width int) error {
+	rows := [][]string{{"JOB", "STATE", "WHERE", "TRIES", "EXIT", "TIME", "COMMAND", "LOG"}}
 	for _, j := range jobs {
 		where, exit, took := "-", "-", "-"
 		if j.Host != "" {
@@ -147,13 +150,47 @@ func (st *Status) WriteTable(w io.Writer, jobs []JobStatus) error {
 		if log == "" {
 			log = j.Error
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", j.Job, StateWord(j.State), where, j.Attempts, exit, took, Clip(OneLine(j.Command), 50), log)
+		cmd := strings.ReplaceAll(j.Command, "\n", " ") // whole, on one line
+		if width > 0 {
+			cmd = OneLine(j.Command)
+		}
+		rows = append(rows, []string{j.Job, StateWord(j.State), where, strconv.Itoa(j.Attempts), exit, took, cmd, log})
+	}
+	if width > 0 {
+		fitCommands(rows, width)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	_, err := fmt.Fprintln(w, st.Totals())
 	return err
+}
+
+// commandColumn is where WriteTable's rows hold the command.
+const commandColumn = 6
+
+// fitCommands cuts the commands of rows so that a row, laid out with two
+// spaces between columns, fits in width; a command keeps at least 20
+// characters, and the other columns stay whole.
+func fitCommands(rows [][]string, width int) {
+	widths := make([]int, len(rows[0]))
+	for _, r := range rows {
+		for i, v := range r {
+			widths[i] = max(widths[i], utf8.RuneCountInString(v))
+		}
+	}
+	total := 0
+	for _, w := range widths {
+		total += w + 2
+	}
+	room := max(20, width-(total-widths[commandColumn]))
+	for _, r := range rows[1:] {
+		r[commandColumn] = Clip(r[commandColumn], room)
+	}
 }
 
 // Totals is one line: "12 jobs: 9 succeeded, 1 failed, 2 running".

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -106,31 +107,34 @@ func TestStatus(t *testing.T) {
 	}
 }
 
+// The table prints every value whole for a pipe, and on a terminal cuts
+// only the commands, so that lines fit its width.
 func TestStatusTable(t *testing.T) {
 	t0 := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 	t1 := t0.Add(90 * time.Second)
 	exit := 3
+	long := "python train.py --lr 0.001 --batch-size 64 --optimizer adam --epochs 300 --data /scratch/imagenet"
 	dir := writeJournal(t, []Event{
 		{Run: "r", Event: EventFailed, Job: "7", Text: "python train.py", Command: "python train.py", Attempt: 1,
 			Host: "node1", GPUs: []int{0, 1}, Start: &t0, End: &t1, Exit: &exit, Stdout: "logs/7.out", Stderr: "logs/7.err"},
-		{Run: "r", Event: EventStarted, Job: "8", Text: "sleep 1", Command: "sleep 1", Attempt: 1,
+		{Run: "r", Event: EventStarted, Job: "8", Text: long, Command: long, Attempt: 1,
 			Host: "node2", GPUs: []int{3}, Start: &t0, Stdout: "logs/8.out", Stderr: "logs/8.err"},
+		{Run: "r", Event: EventQueued, Job: "9", Text: "echo one \\\nand two", Command: "echo one \\\nand two"},
 	}, "")
 	st, err := ReadStatus(dir, t0.Add(2500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer
-	if err := st.WriteTable(&b, st.Jobs); err != nil {
-		t.Fatal(err)
+	for _, width := range []int{0, 80} {
+		fmt.Fprintf(&b, "--- width %d\n", width)
+		if err := st.WriteTable(&b, st.Jobs, width); err != nil {
+			t.Fatal(err)
+		}
 	}
-	want := `JOB  STATE    WHERE      TRIES  EXIT  TIME   COMMAND          LOG
-7    failed   node1:0,1  1      3     1m30s  python train.py  logs/7.err
-8    running  node2:3    1      -     2.5s   sleep 1          logs/8.out
-2 jobs: 1 running, 1 failed
-`
-	if b.String() != want {
-		t.Errorf("table:\n%s\nwant:\n%s", b.String(), want)
+	golden(t, "status.golden", b.String())
+	if !strings.Contains(b.String(), long) {
+		t.Error("the whole table cut the long command")
 	}
 	if f := st.Unsuccessful(); len(f) != 1 || f[0].Job != "7" {
 		t.Errorf("unsuccessful: %+v", f)

@@ -1,13 +1,24 @@
 package main
 
 import (
+	"context"
+
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
 	"github.com/gpudispatch/gpudispatch/hosts"
 )
 
-func newHostsCommand(s streams) *cobra.Command {
+// hostsOptions are hosts's flags after viper merged GPUDISPATCH_* into them.
+type hostsOptions struct {
+	labOptions
+	json bool
+}
+
+func newHostsCommand(s streams, runF func(context.Context, streams, hostsOptions) error) *cobra.Command {
+	if runF == nil {
+		runF = runHosts
+	}
 	v := viper.New()
 	cmd := &cobra.Command{
 		Use:   "hosts [flags]",
@@ -21,34 +32,11 @@ the inventory's busy_memory_mb used).
 ` + exitHelp(func(c exitCode) string { return c.hosts }),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o, err := readLabOptions(v)
+			lab, err := readLabOptions(v)
 			if err != nil {
 				return err
 			}
-			inv, err := loadInventory(o)
-			if err != nil {
-				return err
-			}
-			opts := hostOptions(o)
-			opts.ProbeGPUs = true
-			lab, err := hosts.Open(cmd.Context(), inv, opts)
-			if err != nil {
-				return usageError("%v", err)
-			}
-			defer lab.Close()
-			write := hosts.WriteTable
-			if v.GetBool("json") {
-				write = hosts.WriteJSON
-			}
-			if err := write(s.out, lab.States, inv.BusyMemoryMB); err != nil {
-				return err
-			}
-			for _, st := range lab.States {
-				if st.Err != nil {
-					return &exitError{code: exitFailed}
-				}
-			}
-			return nil
+			return runF(cmd.Context(), s, hostsOptions{labOptions: lab, json: v.GetBool("json")})
 		},
 	}
 	f := cmd.Flags()
@@ -58,4 +46,31 @@ the inventory's busy_memory_mb used).
 	bindEnv(v, f)
 	completeHosts(cmd, v)
 	return cmd
+}
+
+func runHosts(ctx context.Context, s streams, o hostsOptions) error {
+	inv, err := loadInventory(o.labOptions)
+	if err != nil {
+		return err
+	}
+	opts := hostOptions(o.labOptions)
+	opts.ProbeGPUs = true
+	lab, err := hosts.Open(ctx, inv, opts)
+	if err != nil {
+		return usageError("%v", err)
+	}
+	defer lab.Close()
+	write := hosts.WriteTable
+	if o.json {
+		write = hosts.WriteJSON
+	}
+	if err := write(s.out, lab.States, inv.BusyMemoryMB); err != nil {
+		return err
+	}
+	for _, st := range lab.States {
+		if st.Err != nil {
+			return &exitError{code: exitFailed}
+		}
+	}
+	return nil
 }

@@ -39,16 +39,6 @@ func addLabFlags(f *pflag.FlagSet) {
 	f.String("lock-dir", gpulock.DefaultDir, "where GPU locks live on every host; every run that must not share GPUs must use the same one")
 }
 
-// bindEnv lets every flag be set as GPUDISPATCH_<FLAG> too.
-func bindEnv(v *viper.Viper, f *pflag.FlagSet) {
-	v.SetEnvPrefix("GPUDISPATCH")
-	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
-	v.AutomaticEnv()
-	if err := v.BindPFlags(f); err != nil {
-		panic(err) // only on a programming error: the flags were just defined
-	}
-}
-
 func readLabOptions(v *viper.Viper) (labOptions, error) {
 	o := labOptions{
 		inventory: v.GetString("inventory"),

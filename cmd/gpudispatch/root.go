@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/spf13/viper"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
 )
@@ -106,11 +108,11 @@ func execute(args []string, s streams) int {
 // newRootCommand is "run" with the other commands under it, so that
 // "gpudispatch --inventory lab.yaml < cmds.txt" runs jobs.
 func newRootCommand(s streams) *cobra.Command {
-	root := newRunCommand(s)
+	root := newRunCommand(s, nil)
 	root.Use = "gpudispatch [flags] [JOBFILE ...]"
 	root.SilenceErrors = true
 	root.SilenceUsage = true
-	root.AddCommand(newRunCommand(s), newSweepCommand(s), newHostsCommand(s), newStatusCommand(s), newVersionCommand(s))
+	root.AddCommand(newRunCommand(s, nil), newSweepCommand(s), newHostsCommand(s, nil), newStatusCommand(s, nil), newVersionCommand(s))
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)
@@ -127,4 +129,14 @@ func isTerminal(stream any) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// bindEnv lets every flag be set as GPUDISPATCH_<FLAG> too.
+func bindEnv(v *viper.Viper, f *pflag.FlagSet) {
+	v.SetEnvPrefix("GPUDISPATCH")
+	v.SetEnvKeyReplacer(strings.NewReplacer("-", "_"))
+	v.AutomaticEnv()
+	if err := v.BindPFlags(f); err != nil {
+		panic(err) // only on a programming error: the flags were just defined
+	}
 }

@@ -38,7 +38,10 @@ type runOptions struct {
 	files    []string
 }
 
-func newRunCommand(s streams) *cobra.Command {
+func newRunCommand(s streams, runF func(context.Context, streams, runOptions) error) *cobra.Command {
+	if runF == nil {
+		runF = runRun
+	}
 	v := viper.New()
 	cmd := &cobra.Command{
 		Use:   "run [flags] [JOBFILE ...]",
@@ -56,7 +59,7 @@ also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
 			if err != nil {
 				return err
 			}
-			return runRun(cmd.Context(), s, o)
+			return runF(cmd.Context(), s, o)
 		},
 	}
 	f := cmd.Flags()

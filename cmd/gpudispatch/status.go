@@ -1,59 +1,95 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+	"golang.org/x/term"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
 )
 
-func newStatusCommand(s streams) *cobra.Command {
-	var failed, asJSON bool
+// statusOptions are status's flags after viper merged GPUDISPATCH_* into
+// them.
+type statusOptions struct {
+	logDir       string
+	failed, json bool
+}
+
+func newStatusCommand(s streams, runF func(context.Context, streams, statusOptions) error) *cobra.Command {
+	if runF == nil {
+		runF = runStatus
+	}
+	v := viper.New()
 	cmd := &cobra.Command{
 		Use:   "status [LOGDIR]",
 		Short: "Summarise a run from the journal in its log dir (default gpudispatch-logs)",
-		Long: `Print a line per job of the journal in LOGDIR (default gpudispatch-logs): its
-id, state, host:gpu, attempts, exit status, duration, command and log, then the
-totals. It only reads, so it works while the run is going on. A job run again
-by --resume shows its latest run.
+		Long: `Print a line per job of the journal in LOGDIR (or -o; default gpudispatch-logs):
+its id, state, host:gpu, attempts, exit status, duration, command and log,
+then the totals. It only reads, so it works while the run is going on. A job
+run again by --resume shows its latest run. On a terminal the commands are
+cut to fit its width; piped or redirected, every value is printed whole.
 
 ` + exitHelp(func(c exitCode) string { return c.status }),
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(_ *cobra.Command, args []string) error {
-			dir := "gpudispatch-logs"
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o := statusOptions{logDir: v.GetString("log-dir"), failed: v.GetBool("failed"), json: v.GetBool("json")}
 			if len(args) == 1 {
-				dir = args[0]
+				o.logDir = args[0]
 			}
-			st, err := dispatch.ReadStatus(dir, time.Now())
-			if errors.Is(err, os.ErrNotExist) {
-				return usageError("no journal in %s: give the log dir of a run (its -o)", dir)
-			}
-			if err != nil {
-				return usageError("%v", err)
-			}
-			jobs := st.Jobs
-			if failed {
-				jobs = st.Unsuccessful()
-			}
-			write := st.WriteTable
-			if asJSON {
-				write = st.WriteJSON
-			}
-			if err := write(s.out, jobs); err != nil {
-				return err
-			}
-			for _, j := range st.Jobs {
-				if !j.Succeeded() {
-					return &exitError{code: exitFailed}
-				}
-			}
-			return nil
+			return runF(cmd.Context(), s, o)
 		},
 	}
-	cmd.Flags().BoolVar(&failed, "failed", false, "list only the jobs that ended without success")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per job")
+	f := cmd.Flags()
+	f.StringP("log-dir", "o", "gpudispatch-logs", "the log dir of the run")
+	f.Bool("failed", false, "list only the jobs that ended without success")
+	f.Bool("json", false, "one JSON object per job")
+	bindEnv(v, f)
 	return cmd
+}
+
+func runStatus(_ context.Context, s streams, o statusOptions) error {
+	st, err := dispatch.ReadStatus(o.logDir, time.Now())
+	if errors.Is(err, os.ErrNotExist) {
+		return usageError("no journal in %s: give the log dir of a run (its -o)", o.logDir)
+	}
+	if err != nil {
+		return usageError("%v", err)
+	}
+	jobs := st.Jobs
+	if o.failed {
+		jobs = st.Unsuccessful()
+	}
+	if o.json {
+		err = st.WriteJSON(s.out, jobs)
+	} else {
+		err = st.WriteTable(s.out, jobs, terminalWidth(s.out))
+	}
+	if err != nil {
+		return err
+	}
+	for _, j := range st.Jobs {
+		if !j.Succeeded() {
+			return &exitError{code: exitFailed}
+		}
+	}
+	return nil
+}
+
+// terminalWidth is the width of the terminal w writes to, or 0 when w is
+// not a terminal (a pipe, a file).
+func terminalWidth(w any) int {
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return 0
+	}
+	width, _, err := term.GetSize(int(f.Fd()))
+	if err != nil {
+		return 0
+	}
+	return width
 }

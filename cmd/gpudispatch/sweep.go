@@ -2,6 +2,9 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -25,6 +28,10 @@ Options:
   --ordered                        grid order: the last -p varies fastest
   --sampling-mode grid|shuffled_grid   simple_hypersearch's spelling of --ordered / the default
   --                               every word after it is a value of the last -p
+
+GPUDISPATCH_SAMPLES, GPUDISPATCH_SEED, GPUDISPATCH_ORDERED and
+GPUDISPATCH_SAMPLING_MODE set the options of the same names; the command
+line wins.
 `
 
 func newSweepCommand(s streams) *cobra.Command {
@@ -35,26 +42,47 @@ func newSweepCommand(s streams) *cobra.Command {
 		// -p takes several values, which pflag cannot express: the sweep
 		// package parses its own arguments.
 		DisableFlagParsing: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			a, err := sweep.ParseArgs(args)
-			if err != nil {
-				return usageError("sweep: %v", err)
-			}
-			if a.Help {
-				fmt.Fprint(s.out, sweepHelp)
-				return nil
-			}
-			tpl, unused, err := sweep.Compile(a.Template, a.Params)
-			if err != nil {
-				return usageError("sweep: %v", err)
-			}
-			for _, name := range unused {
-				fmt.Fprintf(s.err, "gpudispatch: sweep: warning: {%s} is not in the template: each command repeats once per value of -p %s\n", name, name)
-			}
-			if err := tpl.Write(s.out, a.Options); err != nil {
-				return &exitError{code: exitFailed, err: fmt.Errorf("sweep: %w", err)}
-			}
-			return nil
+		RunE: func(_ *cobra.Command, args []string) error {
+			return runSweep(s, append(sweepEnv(os.Getenv), args...))
 		},
 	}
+}
+
+// sweepEnv turns GPUDISPATCH_SAMPLES, _SEED, _ORDERED and _SAMPLING_MODE
+// into the options they stand for, to be put before the command line's,
+// which win. -p has no variable: its values are words.
+func sweepEnv(getenv func(string) string) []string {
+	var args []string
+	for _, name := range []string{"samples", "seed", "sampling-mode"} {
+		if v := getenv("GPUDISPATCH_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); v != "" {
+			args = append(args, "--"+name+"="+v)
+		}
+	}
+	if ordered, _ := strconv.ParseBool(getenv("GPUDISPATCH_ORDERED")); ordered {
+		args = append(args, "--ordered")
+	}
+	return args
+}
+
+// runSweep prints the configurations args ask for.
+func runSweep(s streams, args []string) error {
+	a, err := sweep.ParseArgs(args)
+	if err != nil {
+		return usageError("sweep: %v", err)
+	}
+	if a.Help {
+		fmt.Fprint(s.out, sweepHelp)
+		return nil
+	}
+	tpl, unused, err := sweep.Compile(a.Template, a.Params)
+	if err != nil {
+		return usageError("sweep: %v", err)
+	}
+	for _, name := range unused {
+		fmt.Fprintf(s.err, "gpudispatch: sweep: warning: {%s} is not in the template: each command repeats once per value of -p %s\n", name, name)
+	}
+	if err := tpl.Write(s.out, a.Options); err != nil {
+		return &exitError{code: exitFailed, err: fmt.Errorf("sweep: %w", err)}
+	}
+	return nil
 }
