@@ -45,7 +45,7 @@ func startShell(ctx context.Context, start spawn.Func, tag string, s Supervision
 	if err != nil {
 		return nil, err
 	}
-	sh.stdin = p.Stdin
+	sh.stdin = &serialized{w: p.Stdin}
 	go func() {
 		sh.err = p.Wait()
 		close(sh.ended)
@@ -290,4 +290,24 @@ func feed(w io.Writer, first []byte, interval time.Duration, stop <-chan struct{
 			}
 		}
 	}
+}
+
+// serialized lets one goroutine close a stdin that another writes to: an
+// SSH session's stdin may not be closed during a write (x/crypto's
+// CloseWrite and Write race on the channel's state).
+type serialized struct {
+	mu sync.Mutex
+	w  io.WriteCloser
+}
+
+func (s *serialized) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func (s *serialized) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Close()
 }
