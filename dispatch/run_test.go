@@ -2,9 +2,7 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,25 +12,6 @@ import (
 	"testing"
 	"time"
 )
-
-// readJournal reads the journal's whole lines; it may be called while a
-// run writes to it.
-func readJournal(t *testing.T, dir string) []Event {
-	t.Helper()
-	var events []Event
-	err := scanJournal(filepath.Join(dir, JournalName), func(line []byte) error {
-		var e Event
-		if err := json.Unmarshal(line, &e); err != nil {
-			return fmt.Errorf("%q: %w", line, err)
-		}
-		events = append(events, e)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return events
-}
 
 func kinds(events []Event, job string) []string {
 	var out []string
@@ -254,24 +233,6 @@ func TestRunLeavesNoGoroutine(t *testing.T) {
 		runJobs(t, lab("a:0,1 b:0"), repeat("sleep 1ms", 20)+"lose 1\n[timeout=10ms] hang\n", nil)
 	}
 	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
-}
-
-func TestJournalCutsTornTail(t *testing.T) {
-	t.Parallel()
-	path := filepath.Join(t.TempDir(), JournalName)
-	os.WriteFile(path, []byte(`{"event":"finished","text":"a","occurrence":1}`+"\n"+`{"event":"fini`), 0o644)
-	j, err := openJournal(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := j.append(Event{Event: EventQueued}); err != nil {
-		t.Fatal(err)
-	}
-	j.close()
-	done, err := succeeded(path)
-	if err != nil || !done[jobKey{"a", 1}] {
-		t.Fatalf("succeeded = %v, %v", done, err)
-	}
 }
 
 // Resume recognises jobs whose lines JSON cannot spell as they are: invalid

@@ -2,33 +2,11 @@ package dispatch
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
-
-// writeJournal writes events as journal lines, then tail as it is.
-func writeJournal(t *testing.T, events []Event, tail string) string {
-	t.Helper()
-	dir := t.TempDir()
-	var b bytes.Buffer
-	for _, e := range events {
-		line, err := json.Marshal(e)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(append(line, '\n'))
-	}
-	b.WriteString(tail)
-	if err := os.WriteFile(filepath.Join(dir, JournalName), b.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
 
 func TestStatus(t *testing.T) {
 	t0 := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
@@ -138,25 +116,5 @@ func TestStatusTable(t *testing.T) {
 	}
 	if f := st.Unsuccessful(); len(f) != 1 || f[0].Job != "7" {
 		t.Errorf("unsuccessful: %+v", f)
-	}
-}
-
-func TestStatusBadJournal(t *testing.T) {
-	dir := writeJournal(t, nil, "{\"event\":\"queued\"}\nnot json\n")
-	if _, err := ReadStatus(dir, time.Now()); err == nil || !strings.Contains(err.Error(), "journal.jsonl:2") {
-		t.Errorf("a bad line: %v, want its file and line", err)
-	}
-	if _, err := ReadStatus(t.TempDir(), time.Now()); !os.IsNotExist(err) {
-		t.Errorf("no journal: %v, want not-exist", err)
-	}
-}
-
-// --resume reads past a finished event torn by a crash instead of failing.
-func TestResumeIgnoresTornTail(t *testing.T) {
-	dir := writeJournal(t, []Event{{Run: "r", Event: EventFinished, Job: "1", Text: "a", Occurrence: 1}},
-		`{"time":"x","event":"finished","run":"r","job":"2","text":"b`)
-	done, err := succeeded(filepath.Join(dir, JournalName))
-	if err != nil || !done[jobKey{"a", 1}] || len(done) != 1 {
-		t.Errorf("succeeded = %v, %v; want only a", done, err)
 	}
 }

@@ -1,11 +1,14 @@
 package hosts
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -27,5 +30,13 @@ func TestOpenLocalIgnoresSSHConfig(t *testing.T) {
 	_, err = Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "remote", GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace})
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(home, ".ssh", "config")) {
 		t.Errorf("a remote host with a broken ssh_config: err = %v", err)
+	}
+}
+
+func TestSetUnknownHost(t *testing.T) {
+	t.Parallel()
+	_, err := (&Lab{}).Run(context.Background(), "nowhere", executor.Command{Script: "true"}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "nowhere: not a host of this run") {
+		t.Fatalf("err = %v", err)
 	}
 }

@@ -5,24 +5,18 @@ import (
 	"errors"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
-// fakeNvidiaSMI puts an nvidia-smi printing csv (and apps for
-// --query-compute-apps) on the login shell's PATH of a home directory, as a
-// user's ~/.bash_profile would, and returns the env that selects that home.
+// fakeNvidiaSMI installs the fake nvidia-smi in a home of its own and
+// returns the env that selects that home.
 func fakeNvidiaSMI(t *testing.T, csv string, apps ...string) []string {
-	t.Helper()
 	home := t.TempDir()
-	bin := filepath.Join(home, "bin")
-	os.Mkdir(bin, 0o755)
-	script := "#!/bin/sh\ncase $1 in\n--query-compute-apps=*) cat <<'X'\n" + strings.Join(apps, "") + "X\n;;\n*) cat <<'X'\n" + csv + "X\n;;\nesac\n"
-	os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(script), 0o755)
-	os.WriteFile(filepath.Join(home, ".bash_profile"), []byte("PATH="+bin+":$PATH\n"), 0o644)
+	sshtest.NvidiaSMI(t, home, csv, strings.Join(apps, ""))
 	return []string{"HOME=" + home}
 }
 
@@ -72,13 +66,5 @@ func TestProbeGPUsWithoutNvidiaSMI(t *testing.T) {
 	_, err := ProbeGPUs(context.Background(), envRunner{local(t, fast), []string{"HOME=" + home, "PATH=/nonexistent"}})
 	if !errors.Is(err, ErrNoNvidiaSMI) {
 		t.Fatalf("err = %v, want ErrNoNvidiaSMI", err)
-	}
-}
-
-func TestSetUnknownHost(t *testing.T) {
-	t.Parallel()
-	_, err := (&Lab{}).Run(context.Background(), "nowhere", executor.Command{Script: "true"}, io.Discard, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "nowhere: not a host of this run") {
-		t.Fatalf("err = %v", err)
 	}
 }

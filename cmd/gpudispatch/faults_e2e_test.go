@@ -101,33 +101,6 @@ func running(events []map[string]any, host string) []string {
 	return out
 }
 
-// logJournalOnFailure prints the run's journal at the end of a failed test:
-// timing faults are hard to read from counts alone.
-func logJournalOnFailure(t *testing.T, logDir string) {
-	t.Cleanup(func() {
-		if t.Failed() {
-			b, _ := os.ReadFile(filepath.Join(logDir, "journal.jsonl"))
-			t.Logf("journal:\n%s", b)
-		}
-	})
-}
-
-// waitJournal waits until the journal in logDir satisfies ok.
-func waitJournal(t *testing.T, logDir string, ok func([]map[string]any) bool) []map[string]any {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(filepath.Join(logDir, "journal.jsonl")); err == nil {
-			if events := journal(t, logDir); ok(events) {
-				return events
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatal("the journal never showed what was expected")
-	return nil
-}
-
 // hostTimeline checks that no job started on host between its host_down and
 // the host_up that follows, and returns how many times it went down.
 func hostTimeline(t *testing.T, events []map[string]any, host string) (downs int) {

@@ -122,15 +122,11 @@ func Start(t testing.TB, o Options) *Lab {
 	for k := 1; k <= o.Hosts; k++ {
 		h := &Host{Name: "node" + strconv.Itoa(k), Dir: filepath.Join(dir, "node"+strconv.Itoa(k)), t: t}
 		h.Home = filepath.Join(h.Dir, "home")
-		must(t, os.MkdirAll(filepath.Join(h.Home, "bin"), 0o755))
+		must(t, os.MkdirAll(h.Home, 0o755))
 		h.hostKey = filepath.Join(h.Dir, "ssh_host_ed25519_key")
 		h.Key = writeKey(t, h.hostKey)
 		h.Port = ports.take(t)
-		h.SetGPUs(fakeGPUs(o.GPUs, l.id+"-"+h.Name))
-		must(t, os.WriteFile(filepath.Join(h.Home, "bin", "nvidia-smi"), []byte(fakeNvidiaSMI), 0o755))
-		// Debian's /etc/profile resets PATH in a login shell; a user's own
-		// profile is where PATH additions live, so put the fake there.
-		must(t, os.WriteFile(filepath.Join(h.Home, ".bash_profile"), []byte("PATH=$HOME/bin:$PATH\n"), 0o644))
+		NvidiaSMI(t, h.Home, fakeGPUs(o.GPUs, l.id+"-"+h.Name), "")
 		h.config = filepath.Join(h.Dir, "sshd_config")
 		// sshd honours only the first SetEnv line: every variable goes on it.
 		cfg := fmt.Sprintf(`Port %d
@@ -361,14 +357,29 @@ func (l *Lab) Aliases(n int) (string, []string) {
 	return path, names
 }
 
-// SetGPUs replaces what the host's nvidia-smi reports: lines of
-// "index, uuid, name, memory.total, memory.used, utilization.gpu".
+// NvidiaSMI installs the fake nvidia-smi in the home directory home, for
+// the hosts of a lab and for any test of a local machine: ~/bin/nvidia-smi,
+// put on the login shell's PATH by ~/.bash_profile (Debian's /etc/profile
+// resets PATH; a user's own profile is where additions live). It reports
+// gpus (lines of "index, uuid, name, memory.total, memory.used,
+// utilization.gpu") and apps (compute processes: lines of "gpu_uuid, pid,
+// used_memory"), which SetGPUs and SetApps change later.
+func NvidiaSMI(t testing.TB, home, gpus, apps string) {
+	t.Helper()
+	must(t, os.MkdirAll(filepath.Join(home, "bin"), 0o755))
+	must(t, os.WriteFile(filepath.Join(home, "bin", "nvidia-smi"), []byte(fakeNvidiaSMI), 0o755))
+	must(t, os.WriteFile(filepath.Join(home, ".bash_profile"), []byte("PATH=$HOME/bin:$PATH\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(home, "gpus.csv"), []byte(gpus), 0o644))
+	must(t, os.WriteFile(filepath.Join(home, "apps.csv"), []byte(apps), 0o644))
+}
+
+// SetGPUs replaces what the host's nvidia-smi reports (see NvidiaSMI).
 func (h *Host) SetGPUs(csv string) {
 	must(h.t, os.WriteFile(filepath.Join(h.Home, "gpus.csv"), []byte(csv), 0o644))
 }
 
-// SetApps replaces the compute processes the host's nvidia-smi reports:
-// lines of "gpu_uuid, pid, used_memory".
+// SetApps replaces the compute processes the host's nvidia-smi reports
+// (see NvidiaSMI).
 func (h *Host) SetApps(csv string) {
 	must(h.t, os.WriteFile(filepath.Join(h.Home, "apps.csv"), []byte(csv), 0o644))
 }
