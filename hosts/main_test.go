@@ -6,21 +6,11 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
-// TestMain gives local jobs a HOME of their own: a login shell must not
-// run the developer's profile, which may be slow or hold locks that a
-// killed job leaves behind (pyenv's rehash does).
-func TestMain(m *testing.M) {
-	home, err := os.MkdirTemp("", "hosts-test-home")
-	if err != nil {
-		panic(err)
-	}
-	os.Setenv("HOME", home)
-	code := m.Run()
-	os.RemoveAll(home)
-	os.Exit(code)
-}
+// TestMain gives local jobs and lock holders a HOME of their own.
+func TestMain(m *testing.M) { os.Exit(sshtest.RunWithOwnHome(m)) }
 
 var fast = jobshell.Supervision{Heartbeat: 100 * time.Millisecond, Grace: 300 * time.Millisecond}
 

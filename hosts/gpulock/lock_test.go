@@ -20,18 +20,8 @@ import (
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
-// TestMain gives lock holders a HOME of their own: the login shell they ask
-// nvidia-smi through must not run the developer's profile.
-func TestMain(m *testing.M) {
-	home, err := os.MkdirTemp("", "gpulock-test-home")
-	if err != nil {
-		panic(err)
-	}
-	os.Setenv("HOME", home)
-	code := m.Run()
-	os.RemoveAll(home)
-	os.Exit(code)
-}
+// TestMain gives local jobs and lock holders a HOME of their own.
+func TestMain(m *testing.M) { os.Exit(sshtest.RunWithOwnHome(m)) }
 
 // Heartbeats every 100 ms, and a linger of 300 ms after they stop.
 const (

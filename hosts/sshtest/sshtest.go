@@ -489,3 +489,17 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// RunWithOwnHome runs a package's tests (from its TestMain) with HOME set
+// to a directory of their own, removed after: the login shells of local
+// jobs must not run the developer's profile, which may be slow or hold
+// locks that a killed job leaves behind (pyenv's rehash does).
+func RunWithOwnHome(m *testing.M) int {
+	home, err := os.MkdirTemp("", "gpudispatch-test-home")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(home)
+	os.Setenv("HOME", home)
+	return m.Run()
+}
