@@ -14,16 +14,21 @@ import (
 const JournalName = "journal.jsonl"
 
 // journal appends events to journal.jsonl. Each event is one write(2) of a
-// whole line, made before the next job starts; a failed write is cut off
-// again, so the file is always whole lines.
+// whole line, made before the next job starts, to a file opened for
+// appending; a failed write is cut off again, so the file is always whole
+// lines.
 type journal struct {
 	f    *os.File
 	size int64
 }
 
 func openJournal(path string) (*journal, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|noFollow, 0o644)
 	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	if err := checkOwnFile(f); err != nil {
+		f.Close()
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 	size, err := cutTornTail(f)
@@ -66,7 +71,7 @@ func (j *journal) append(e Event) error {
 		return err
 	}
 	line = append(line, '\n')
-	n, err := j.f.WriteAt(line, j.size)
+	n, err := j.f.Write(line)
 	if err != nil || n != len(line) {
 		if terr := j.f.Truncate(j.size); terr != nil {
 			return errors.Join(fmt.Errorf("journal: %w", err), terr)
@@ -86,11 +91,12 @@ type jobKey struct {
 	occurrence int
 }
 
-// succeeded reads a journal and returns the jobs it records as finished.
-// A missing journal is empty; an unparsable line is an error naming it.
-func succeeded(path string) (map[jobKey]bool, error) {
+// succeeded reads the journal at path and returns the jobs that finished
+// with exit status 0, and the lines it had to skip as damaged. A missing
+// journal is empty.
+func succeeded(path string) (map[jobKey]bool, []string, error) {
 	done := map[jobKey]bool{}
-	err := scanJournal(path, func(line []byte) error {
+	damaged, err := scanJournal(path, func(line []byte) error {
 		// Only finished events matter: skip the rest without decoding.
 		if !bytes.Contains(line, []byte(`"event":"finished"`)) {
 			return nil
@@ -113,34 +119,43 @@ func succeeded(path string) (map[jobKey]bool, error) {
 		return nil
 	})
 	if errors.Is(err, os.ErrNotExist) {
-		return done, nil
+		return done, nil, nil
 	}
-	return done, err
+	return done, damaged, err
 }
 
 // scanJournal calls f with each whole line of the journal at path. A last
 // line without its newline is being written (or was torn by a crash) and is
-// left out. An error from f is returned with the file and line number.
-func scanJournal(path string, f func(line []byte) error) error {
+// left out. A line that f cannot read (two writers tore it, a disk that
+// failed) is skipped and said in damaged with its file and line number:
+// one bad line does not cost the rest of the journal. err is for a journal
+// that cannot be read at all.
+func scanJournal(path string, f func(line []byte) error) (damaged []string, err error) {
 	file, err := os.Open(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer file.Close()
 	r := bufio.NewReaderSize(file, 64*1024)
 	for n := 1; ; n++ {
 		line, err := readLine(r)
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%s:%d: %w", path, n, err)
+		switch {
+		case err == io.EOF:
+			return damaged, nil
+		case errors.Is(err, errLongLine):
+			damaged = append(damaged, fmt.Sprintf("%s:%d: %v", path, n, err))
+			continue
+		case err != nil:
+			return damaged, fmt.Errorf("%s:%d: %w", path, n, err)
 		}
 		if err := f(line); err != nil {
-			return fmt.Errorf("%s:%d: %w", path, n, err)
+			damaged = append(damaged, fmt.Sprintf("%s:%d: %v", path, n, err))
 		}
 	}
 }
+
+// errLongLine is a journal line too long to be one of ours.
+var errLongLine = fmt.Errorf("line longer than %d bytes", maxJournalLine)
 
 // maxJournalLine bounds a journal line: it holds the job twice (text and
 // command), and JSON may spell a byte in six ("\u0001").
@@ -162,7 +177,14 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 		case errors.Is(err, bufio.ErrBufferFull):
 			long = append(long, chunk...)
 			if len(long) > maxJournalLine {
-				return nil, fmt.Errorf("line longer than %d bytes", maxJournalLine)
+				// Skip to the end of the line, so that the next one reads.
+				for errors.Is(err, bufio.ErrBufferFull) {
+					_, err = r.ReadSlice('\n')
+				}
+				if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+					return nil, err
+				}
+				return nil, errLongLine
 			}
 		case errors.Is(err, io.EOF):
 			return nil, io.EOF // a torn or unfinished last line

@@ -16,7 +16,7 @@ import (
 func readJournal(t *testing.T, dir string) []Event {
 	t.Helper()
 	var events []Event
-	err := scanJournal(filepath.Join(dir, JournalName), func(line []byte) error {
+	damaged, err := scanJournal(filepath.Join(dir, JournalName), func(line []byte) error {
 		var e Event
 		if err := json.Unmarshal(line, &e); err != nil {
 			return fmt.Errorf("%q: %w", line, err)
@@ -24,8 +24,8 @@ func readJournal(t *testing.T, dir string) []Event {
 		events = append(events, e)
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || damaged != nil {
+		t.Fatal(err, damaged)
 	}
 	return events
 }
@@ -42,9 +42,9 @@ func TestJournalCutsTornTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.close()
-	done, err := succeeded(path)
-	if err != nil || !done[jobKey{"a", 1}] {
-		t.Fatalf("succeeded = %v, %v", done, err)
+	done, damaged, err := succeeded(path)
+	if err != nil || !done[jobKey{"a", 1}] || damaged != nil {
+		t.Fatalf("succeeded = %v, %v, %v", done, damaged, err)
 	}
 }
 
@@ -67,11 +67,41 @@ func writeJournal(t *testing.T, events []Event, tail string) string {
 	return dir
 }
 
-func TestStatusBadJournal(t *testing.T) {
-	dir := writeJournal(t, nil, "{\"event\":\"queued\"}\nnot json\n")
-	if _, err := ReadStatus(dir, time.Now()); err == nil || !strings.Contains(err.Error(), "journal.jsonl:2") {
-		t.Errorf("a bad line: %v, want its file and line", err)
+// A damaged line in the middle of a journal (two writers tore it) is
+// skipped and named with its line number; status and --resume read the
+// rest.
+func TestJournalDamagedLine(t *testing.T) {
+	dir := writeJournal(t, nil, `{"event":"finished","run":"r","job":"1","text":"a","occurrence":1}
+{"event":"finished","run":"r","job":"2","te{"event":"queued","run":"r","job":"3"}xt":"b","occurrence":1}
+`+strings.Repeat("x", maxJournalLine+10)+`
+{"event":"finished","run":"r","job":"4","text":"d","occurrence":1}
+`)
+	want := []string{"journal.jsonl:2: invalid character", "journal.jsonl:3: "}
+	st, err := ReadStatus(dir, time.Now())
+	if err != nil || len(st.Jobs) != 2 || st.Jobs[1].Job != "4" {
+		t.Fatalf("status: %v, %+v; want jobs 1 and 4", err, st)
 	}
+	done, damaged, err := succeeded(filepath.Join(dir, JournalName))
+	if err != nil || len(done) != 2 || !done[jobKey{"d", 1}] {
+		t.Errorf("--resume: %v, %v; want a and d done", done, err)
+	}
+	// --resume decodes only the lines that may be a finished job: line 2.
+	for _, got := range [][]string{st.Damaged, damaged} {
+		if len(got) == 0 || len(got) > len(want) {
+			t.Fatalf("damaged %q, want lines 2 and 3 (2 for --resume)", got)
+		}
+		for i := range got {
+			if !strings.Contains(got[i], want[i]) {
+				t.Errorf("damaged %q, want %q", got[i], want[i])
+			}
+		}
+	}
+	if len(st.Damaged) != 2 || len(damaged) != 1 {
+		t.Errorf("status skipped %q, --resume %q; want lines 2 and 3, and 2", st.Damaged, damaged)
+	}
+}
+
+func TestStatusNoJournal(t *testing.T) {
 	if _, err := ReadStatus(t.TempDir(), time.Now()); !os.IsNotExist(err) {
 		t.Errorf("no journal: %v, want not-exist", err)
 	}
@@ -81,7 +111,7 @@ func TestStatusBadJournal(t *testing.T) {
 func TestResumeIgnoresTornTail(t *testing.T) {
 	dir := writeJournal(t, []Event{{Run: "r", Event: EventFinished, Job: "1", Text: "a", Occurrence: 1}},
 		`{"time":"x","event":"finished","run":"r","job":"2","text":"b`)
-	done, err := succeeded(filepath.Join(dir, JournalName))
+	done, _, err := succeeded(filepath.Join(dir, JournalName))
 	if err != nil || !done[jobKey{"a", 1}] || len(done) != 1 {
 		t.Errorf("succeeded = %v, %v; want only a", done, err)
 	}

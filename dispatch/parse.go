@@ -142,6 +142,11 @@ var optionsRE = regexp.MustCompile(`^\[([A-Za-z_]+=\S*(?:[ \t]+[A-Za-z_]+=\S*)*)
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]*$`)
 
+// attemptRE matches the names that the logs of numbered jobs and of later
+// attempts have: "12", "train.2" (not "lr0.1": a first attempt has no
+// number).
+var attemptRE = regexp.MustCompile(`^[0-9]+$|\.([2-9]|[1-9][0-9]+)$`)
+
 // parsePrefix splits j.Text into its placement prefix and its command:
 // "@HOST cmd", "@HOST:GPU cmd", "[key=value ...] cmd", or "@HOST [..] cmd".
 func parsePrefix(j *Job) error {
@@ -206,6 +211,15 @@ func parseOptions(j *Job, words []string) error {
 		case "name":
 			if !nameRE.MatchString(val) {
 				return fmt.Errorf("[%s]: a name is letters, digits, '.', '_' and '-', not starting with '.' (it names the log files)", w)
+			}
+			// N.out is job number N's log, and ID.N.out that of attempt N
+			// of job ID: a name must not look like either.
+			if attemptRE.MatchString(val) {
+				instead := strings.ReplaceAll(val, ".", "_")
+				if instead == val {
+					instead = "job" + val
+				}
+				return fmt.Errorf("[%s]: a name must not be a number, nor end in .N for a number N from 2 (ID.N.out is attempt N of job ID): write %s for instance", w, instead)
 			}
 			j.Name = val
 		case "timeout":

@@ -17,6 +17,9 @@ func Plan(opts Options, inputs []Input, w io.Writer) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, d := range r.damaged {
+		fmt.Fprintf(w, "warning: --resume: %s; the line was skipped\n", d)
+	}
 	for _, h := range r.sched.table.hosts {
 		if why := opts.Down[h.host.Name]; why != nil {
 			r.sched.table.setDown(h, why.Error(), time.Now())

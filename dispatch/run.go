@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -96,6 +95,8 @@ type run struct {
 	id      string
 	journal *journal
 	done    map[jobKey]bool // finished in an earlier run (--resume)
+	// damaged are the journal's lines --resume skipped, for warnings.
+	damaged []string
 	sched   *scheduler
 	results chan result
 	summary *Summary
@@ -136,9 +137,11 @@ type result struct {
 // as soon as it arrives, and returns when input has ended and every job is
 // done, or after a drain or cancel. An error means nothing ran (setup).
 func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
-	if err := os.MkdirAll(opts.LogDir, 0o755); err != nil {
-		return nil, &SetupError{fmt.Errorf("log dir: %w", err)}
+	claim, err := claimLogDir(opts.LogDir)
+	if err != nil {
+		return nil, &SetupError{err}
 	}
+	defer claim.release()
 	r, err := prepare(opts)
 	if err != nil {
 		return nil, err
@@ -159,6 +162,9 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	}
 	r.journal = j
 	defer j.close()
+	for _, d := range r.damaged {
+		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "--resume: " + d + "; the line was skipped"})
+	}
 	for _, h := range r.sched.table.hosts {
 		if err := opts.Down[h.host.Name]; err != nil {
 			r.hostDown(h, err)
@@ -189,11 +195,11 @@ func prepare(opts Options) (*run, error) {
 		summary: newSummary(),
 	}
 	if opts.Resume {
-		done, err := succeeded(filepath.Join(opts.LogDir, JournalName))
+		done, damaged, err := succeeded(filepath.Join(opts.LogDir, JournalName))
 		if err != nil {
 			return nil, &SetupError{fmt.Errorf("--resume: %w", err)}
 		}
-		r.done = done
+		r.done, r.damaged = done, damaged
 	}
 	return r, nil
 }

@@ -42,16 +42,21 @@ func (s JobStatus) Succeeded() bool { return s.State == EventFinished }
 // and occurrence are.
 type Status struct {
 	Jobs []JobStatus
+	// Damaged lists the journal's lines that could not be read and were
+	// skipped, each with its file and line number.
+	Damaged []string
 }
 
 // ReadStatus reads the journal in logDir. It only reads, so it can be used
-// while a run appends to the journal; a line being written is left out.
+// while a run appends to the journal; a line being written is left out, and
+// a damaged one is skipped and named in Status.Damaged.
 // now dates the running jobs' elapsed time.
 func ReadStatus(logDir string, now time.Time) (*Status, error) {
 	path := filepath.Join(logDir, JournalName)
 	st := &Status{}
 	index := map[jobKey]int{}
-	err := scanJournal(path, func(line []byte) error {
+	var err error
+	st.Damaged, err = scanJournal(path, func(line []byte) error {
 		var e Event
 		if err := json.Unmarshal(line, &e); err != nil {
 			return err

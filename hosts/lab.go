@@ -204,7 +204,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	o := l.opts
 	st := HostState{Host: h, Addr: "local"}
 	sup := jobshell.Supervision{Heartbeat: o.Keepalive, Grace: o.Grace}
-	var r Runner = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name}
+	var r machine = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name}
 	// release lets go of the host's pool when the host is left out.
 	release := func() {}
 	if h.Local {
@@ -240,6 +240,13 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			return st, r
 		}
 	}
+	// Another user of the host must not be able to turn the run's GPU locks
+	// against it: with a lock dir they could redirect, the host is left out.
+	if err := r.checkLockDir(ctx); err != nil {
+		st.Err = err
+		release()
+		return st, nil
+	}
 	if h.AutoGPUs || o.ProbeGPUs {
 		st.GPUs, st.GPUErr = ProbeGPUs(ctx, r)
 		if o.ProbeGPUs && st.GPUErr == nil {
@@ -264,6 +271,14 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		}
 	}
 	return st, r
+}
+
+// machine is a host's Runner as Open readies it.
+type machine interface {
+	Runner
+	// checkLockDir checks that the machine's lock dir is one no other user
+	// can turn against this one, and makes it when it is missing.
+	checkLockDir(ctx context.Context) error
 }
 
 // Absent lists the hosts Open found not up, and why: down ones are in the

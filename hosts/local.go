@@ -74,6 +74,10 @@ func (*Local) WaitUp(context.Context) error { return nil }
 // so nothing is ever left to wait for.
 func (*Local) Reap(context.Context, string) error { return nil }
 
+func (l *Local) checkLockDir(ctx context.Context) error {
+	return gpulock.CheckDir(ctx, spawn.Local, cmp.Or(l.LockDir, gpulock.DefaultDir))
+}
+
 // newLockers are the GPU lock holders of a machine whose job shells are
 // supervised by sup: a holder whose coordinator went silent keeps its locks
 // for as long as those shells take to notice and kill their jobs.

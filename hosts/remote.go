@@ -19,12 +19,13 @@ type Remote struct {
 	name        string
 	pool        *sshpool.Pool
 	supervision jobshell.Supervision
+	lockDir     string
 	shells      *jobshell.Shells
 	locks       *gpulock.Lockers
 }
 
 func newRemote(name string, p *sshpool.Pool, sup jobshell.Supervision, lockDir string) *Remote {
-	r := &Remote{name: name, pool: p, supervision: sup}
+	r := &Remote{name: name, pool: p, supervision: sup, lockDir: lockDir}
 	r.shells = jobshell.New(r.spawn, sup)
 	r.locks = newLockers(r.spawn, name, lockDir, sup)
 	return r
@@ -53,6 +54,10 @@ func (r *Remote) Close() {
 // LockGPU implements Runner.
 func (r *Remote) LockGPU(ctx context.Context, gpu int, run string) (executor.GPULock, error) {
 	return r.locks.Lock(ctx, gpu, run)
+}
+
+func (r *Remote) checkLockDir(ctx context.Context) error {
+	return gpulock.CheckDir(ctx, r.spawn, r.lockDir)
 }
 
 // WaitUp implements Runner.

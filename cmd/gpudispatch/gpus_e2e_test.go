@@ -78,9 +78,10 @@ func TestSSHTwoRunsNeverShareAGPU(t *testing.T) {
 	if waited == 0 {
 		t.Error("no job of either run ever found a GPU locked: the runs did not contend, the test proves nothing")
 	}
-	// Both hosts' GPUs, by UUID, in the one /tmp they share here.
-	if locks, _ := filepath.Glob(filepath.Join(l.Dir, ".locks", "GPU-*")); len(locks) != 4 {
-		t.Errorf("lock files %v, want one per GPU, named by UUID", locks)
+	// Both hosts' GPUs, by UUID, in the one lock dir they share here: one
+	// lock directory per GPU and user.
+	if locks, _ := filepath.Glob(filepath.Join(l.Dir, ".locks", "gpudispatch-gpu-GPU-*")); len(locks) != 4 {
+		t.Errorf("locks %v, want one per GPU, named by UUID", locks)
 	}
 }
 

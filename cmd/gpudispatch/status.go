@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"time"
 
@@ -59,6 +60,9 @@ func runStatus(_ context.Context, s streams, o statusOptions) error {
 	}
 	if err != nil {
 		return usageError("%v", err)
+	}
+	for _, d := range st.Damaged {
+		fmt.Fprintf(s.err, "gpudispatch: warning: %s; the line was skipped\n", d)
 	}
 	jobs := st.Jobs
 	if o.failed {

@@ -4,11 +4,18 @@
 // A machine's Lockers start one lock holder (lock.sh) per run, over an SSH
 // session or locally (package spawn), when the run asks for its first GPU
 // there. The holder finds the GPUs' UUIDs through the login shell's
-// nvidia-smi once, and takes an exclusive flock on a file named by a GPU's
-// UUID (else index-N) in a shared sticky directory when told "lock N",
-// answering on its stdout; "release N" lets go at once. One holder per
-// machine, not per GPU, costs the machine one session, one bash and one
+// nvidia-smi once, and when told "lock N" takes an exclusive flock on its
+// user's lock directory of the GPU (named by its UUID, else index-N) in the
+// lock dir, answering on its stdout; "release N" lets go at once. One holder
+// per machine, not per GPU, costs the machine one session, one bash and one
 // nvidia-smi, and a flock(1) per GPU.
+//
+// Other users of the machine may be hostile. lockfs.sh says how the lock
+// dir is laid out so that none of them can redirect a write, have a file of
+// theirs opened, pull a lock from under its holder or get a process of
+// theirs killed: at worst they make a GPU look busy, with the reason shown.
+// CheckDir refuses a lock dir that another user could turn against this
+// one; the hosts package leaves such a machine out.
 //
 // # Invariants
 //
@@ -20,7 +27,7 @@
 //     jobs), then exits: a lock never goes before the jobs it covers.
 //   - A holder of the same run that finds such a lingering holder (its run
 //     lost the connection and came back) takes its locks over at once.
-//   - lockkey.sh names a GPU's lock file for both the holder and the probe
-//     of `gpudispatch hosts` (ProbeScript), which only tries a shared lock
-//     and never stands in a run's way.
+//   - lockfs.sh names a GPU's locks for both the holder and the probe of
+//     `gpudispatch hosts` (ProbeScript), which only tries shared locks and
+//     never stands in a run's way.
 package gpulock

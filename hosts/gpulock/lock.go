@@ -4,51 +4,73 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/user"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
-// lockScript holds a run's GPU locks on the target machine; see lock.sh. It
-// is sent after lockKeyScript, which defines the lock files' names.
+// lockfsScript is the layout of a lock directory (names, checks, who
+// holds a lock), sent before each of the scripts below; see lockfs.sh.
+//
+//go:embed lockfs.sh
+var lockfsScript string
+
+// lockCode starts a lock holder; see lock.sh.
 //
 //go:embed lock.sh
 var lockScript string
 
-// lockKeyScript defines lock_key, the lock file name of a GPU; see
-// lockkey.sh.
+var lockCode = lockfsScript + lockScript
+
+// checkCode checks a lock dir; see check.sh.
 //
-//go:embed lockkey.sh
-var lockKeyScript string
+//go:embed check.sh
+var checkScript string
 
-// lockCode is what is sent to start a lock holder: lock.sh after
-// lockkey.sh.
-var lockCode = lockKeyScript + lockScript
+var checkCode = lockfsScript + checkScript
 
-// DefaultDir is where GPU locks live on every machine.
-const DefaultDir = "/tmp/gpudispatch-locks"
+// DefaultDir is where GPU locks live on every machine: /tmp, root's and
+// sticky everywhere, is the one directory that every user of a host can
+// lock in and none can turn against another (see lockfs.sh).
+const DefaultDir = "/tmp"
 
 // ProcessName is a lock holder's $0, by which a holder of the same run
-// knows it (lock.sh).
+// knows it (lock.sh), and `gpudispatch hosts` a live holder (probe.sh).
 const ProcessName = "gpudispatch-lock"
 
-// lockOwner is what a lock file says about its holder: the run, and who
-// started it where.
-func lockOwner(run string) string {
+// ErrUnsafeLockDir means the lock dir is one where another user of the
+// machine could redirect the locks (owned by them, or writable by everyone
+// without the sticky bit, or a symbolic link): the machine is not used.
+var ErrUnsafeLockDir = errors.New("unsafe lock dir")
+
+// runRE is what a run's name may hold: it goes in argv and in file names.
+var runRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// coordinator is who starts the run, user@host, as a lock's record names
+// it: anything but letters, digits and "._@-" made '_'.
+func coordinator() string {
 	who := "someone"
 	if u, err := user.Current(); err == nil {
 		who = u.Username
 	}
 	host, _ := os.Hostname()
-	return fmt.Sprintf("run %s of %s@%s (pid %d)", run, who, host, os.Getpid())
+	return strings.Map(func(r rune) rune {
+		if r < 128 && (r == '.' || r == '_' || r == '@' || r == '-' || unicode.IsLetter(r) || unicode.IsDigit(r)) {
+			return r
+		}
+		return '_'
+	}, who+"@"+host)
 }
 
 // Lockers are a machine's lock holders: one lock.sh per run, started with
@@ -155,14 +177,17 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 	}
 	h := &holder{ls: ls, run: run, dead: make(chan struct{}), hushed: make(chan struct{}),
 		asked: map[int]chan answer{}, held: map[int]*heldLock{}}
-	p, err := ls.spawn(ctx, spawn.Bootstrap(lockCode, ProcessName), &lines{each: h.line}, &h.errs)
+	if !runRE.MatchString(run) {
+		return nil, fmt.Errorf("%s: run %q: want letters, digits, '.', '_' and '-'", ls.where, run)
+	}
+	p, err := ls.spawn(ctx, spawn.Bootstrap(lockCode, ProcessName, run), &lines{each: h.line}, &h.errs)
 	if err != nil {
 		return nil, err
 	}
 	h.p = p
 	// A failed write ends the holder; its death says why.
 	io.WriteString(p.Stdin, lockCode+strings.Join([]string{
-		ls.dir, run, lockOwner(run),
+		ls.dir, coordinator(), strconv.Itoa(os.Getpid()),
 		strconv.FormatFloat(3*ls.heartbeat.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(ls.linger.Seconds(), 'f', 3, 64),
 	}, "\x00")+"\x00")
@@ -291,6 +316,8 @@ func (h *holder) deathErr(gpu int) error {
 	case !ok:
 		// The connection went away before the lock was taken.
 		return fmt.Errorf("%s: locking GPU %d: %w: %v", where, gpu, executor.ErrHostDown, h.err)
+	case code == 126:
+		return fmt.Errorf("%s: %w: %s", where, ErrUnsafeLockDir, strings.TrimPrefix(strings.TrimSpace(h.errs.String()), "gpudispatch: "))
 	}
 	return fmt.Errorf("%s: locking GPU %d in %s: exit status %d: %s", where, gpu, h.ls.dir, code, strings.TrimSpace(h.errs.String()))
 }
@@ -357,4 +384,27 @@ func (w *lines) Write(p []byte) (int, error) {
 	}
 	w.partial = append(w.partial, p...)
 	return n, nil
+}
+
+// CheckDir checks, on the machine that start runs bash on, that dir is a
+// lock dir no other user of it can turn against this one, and makes it when
+// it is missing. An error wraps ErrUnsafeLockDir and says why and what to do.
+func CheckDir(ctx context.Context, start spawn.Func, dir string) error {
+	var errs bytes.Buffer
+	p, err := start(ctx, spawn.Bootstrap(checkCode, "gpudispatch-lockcheck"), io.Discard, &errs)
+	if err != nil {
+		return err
+	}
+	io.WriteString(p.Stdin, checkCode+dir+"\x00")
+	p.Stdin.Close()
+	code, exited := spawn.ExitStatus(p.Wait())
+	switch {
+	case !exited:
+		return fmt.Errorf("checking lock dir %s: %w", dir, executor.ErrHostDown)
+	case code == 126:
+		return fmt.Errorf("%w: %s", ErrUnsafeLockDir, strings.TrimPrefix(strings.TrimSpace(errs.String()), "gpudispatch: "))
+	case code != 0:
+		return fmt.Errorf("checking lock dir %s: exit status %d: %s", dir, code, strings.TrimSpace(errs.String()))
+	}
+	return nil
 }

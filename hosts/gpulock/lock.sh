@@ -1,77 +1,115 @@
-# gpudispatch GPU lock holder: one per machine and run, it holds the
-# locks of the run's GPUs there. Run by bash, after lockkey.sh.
+# gpudispatch GPU lock holder: one per machine and run, it holds the locks
+# of the run's GPUs there. Run by bash after lockfs.sh (the layout of the
+# lock directory), with $0 the holders' process name and $1 the run.
 #
-# stdin: NUL-terminated fields — lock dir, run id, owner (one line), heartbeat
-# timeout (seconds), linger (seconds) — then lines: "lock N", "release N",
-# "exit", or an empty line as a heartbeat. GPU N's lock file is named by its
-# UUID as the login shell's nvidia-smi reports it, else "index-N"; the holder
-# takes an exclusive flock on it and writes its owner and its own pid into it.
+# stdin: NUL-terminated fields — lock dir, who (user@host of the
+# coordinator), the coordinator's pid, heartbeat timeout (seconds), linger
+# (seconds) — then lines: "lock N", "release N", "exit", or an empty line as
+# a heartbeat. GPU N's lock is named by its UUID as the login shell's
+# nvidia-smi reports it, else "index-N".
 #
-# stdout: a line per request, "locked N KEY", "busy N KEY OWNER" when another
-# run holds the lock, "failed N WHY", or "released N". Exit 127 when flock(1)
-# is missing. Told "exit", the holder lets go of everything at once. One whose
-# coordinator went silent (stdin ended or no heartbeat for the timeout) keeps
-# its locks for the linger time, in which the job shells of that coordinator,
-# which stopped hearing it at the same time, have killed their jobs; then it
-# exits, and the locks die with it. A holder of the same run that finds such a
-# lingering holder (its run lost the connection and came back) takes the
-# lock over: the jobs it covers are the run's own.
-# shellcheck disable=SC2154 # $key is set by lock_key, from lockkey.sh sent first
+# stdout: a line per request, "locked N KEY", "busy N KEY WHY" when another
+# run holds the lock (WHY names it), "failed N WHY" when something else is
+# in its place, or "released N". Exit 127 when flock(1) is missing, 126 when the lock dir is
+# not safe (stderr says why). Told "exit", the holder lets go of everything
+# at once. One whose coordinator went silent (stdin ended or no heartbeat
+# for the timeout) keeps its locks for the linger time, in which the job
+# shells of that coordinator, which stopped hearing it at the same time,
+# have killed their jobs; then it exits, and the locks die with it. A holder
+# of the same run that finds such a lingering holder (its run lost the
+# connection and came back) takes the lock over: the jobs it covers are the
+# run's own.
+# shellcheck disable=SC2154 # key, pdir, why and lfd are set by lockfs.sh
+holder=$0
+run=$1
 IFS= read -r -d '' dir || exit 125
-IFS= read -r -d '' run || exit 125
-IFS= read -r -d '' owner || exit 125
+IFS= read -r -d '' who || exit 125
+IFS= read -r -d '' cpid || exit 125
 IFS= read -r -d '' hb || exit 125
 IFS= read -r -d '' linger || exit 125
 command -v flock >/dev/null || exit 127
+lock_dir "$dir" || exit 126
 uuids=$("${SHELL:-/bin/bash}" -lc 'nvidia-smi --query-gpu=index,uuid --format=csv,noheader' 2>/dev/null </dev/null)
-umask 0
-# The directory is shared by every user of the host: world-writable, sticky.
-if [ ! -d "$dir" ] && mkdir -p -- "$dir" 2>/dev/null; then
-  chmod 1777 -- "$dir" 2>/dev/null
-fi
-fds=() # by GPU index: the open lock file of each GPU held
+fds=()  # by GPU index: the open lock directory of each GPU held
+recs=() # by GPU index: the record saying so
 # take locks GPU $1 and says how it went.
 take() {
-  lock_key "$1" "$uuids"
-  local file=$dir/$key fd who holder taken
-  # A lock file another user made without write permission is still lockable.
-  if ! { exec {fd}<>"$file"; } 2>/dev/null && ! { exec {fd}<"$file"; } 2>/dev/null; then
-    printf 'failed %s cannot open %s\n' "$1" "$file"
+  local g=$1 fd own
+  lock_key "$g" "$uuids"
+  own=$pdir/gpudispatch-gpu-$key.$EUID
+  mkdir -m 0755 -- "$own" 2>/dev/null
+  if ! open_lock "$own"; then
+    printf 'failed %s %s\n' "$g" "$why"
     return
   fi
-  if ! flock -n -x "$fd"; then
-    { IFS= read -r who; IFS= read -r holder; } <"$file"
-    taken=
-    case $who in
-      "run $run "*)
-        # $0 is the holders' process name (gpulock.ProcessName).
-        if ps -o args= -p "$holder" 2>/dev/null | grep -q -e "^bash -c .* $0\$"; then
-          kill "$holder" 2>/dev/null
-          flock -w 10 -x "$fd" && taken=1
-        fi
-        ;;
-    esac
-    if [ -z "$taken" ]; then
-      exec {fd}<&-
-      printf 'busy %s %s %s\n' "$1" "$key" "${who:-another process}"
-      return
-    fi
+  fd=$lfd
+  if [ ! -O /dev/fd/"$fd" ]; then
+    exec {fd}<&-
+    # shellcheck disable=SC2012
+    printf 'failed %s %s was made by another user: %s\n' "$g" "$own" "$(ls -ld -- "$own" 2>&1)"
+    return
   fi
-  { printf '%s\n%s\n' "$owner" "$$" >"$file"; } 2>/dev/null
-  fds[$1]=$fd
-  printf 'locked %s %s\n' "$1" "$key"
+  if ! flock -n -x "$fd" && ! takeover "$key" "$fd"; then
+    exec {fd}<&-
+    printf 'busy %s %s %s\n' "$g" "$key" "$(holders "$key")"
+    return
+  fi
+  if others_held "$key"; then
+    exec {fd}<&-
+    printf 'busy %s %s %s\n' "$g" "$key" "$why"
+    return
+  fi
+  forget_dead "$key"
+  recs[g]=$pdir/gpudispatch-held-$key~$$~$run~$who~$cpid
+  mkdir -m 0755 -- "${recs[g]}" 2>/dev/null
+  fds[g]=$fd
+  printf 'locked %s %s\n' "$g" "$key"
 }
+# takeover KEY FD takes KEY's lock on FD from a lingering holder of this
+# run, and succeeds once it holds it. It kills only a pid proven to be such
+# a holder: named by a record this user made, running as this user, with
+# this run in its argv.
+takeover() {
+  local rec hpid hrun
+  for rec in "$pdir/gpudispatch-held-$1~"*; do
+    if [ -L "$rec" ] || [ ! -O "$rec" ]; then continue; fi
+    IFS='~' read -r _ hpid hrun _ <<<"${rec##*/}"
+    if [ "$hrun" != "$run" ] || [ "$hpid" = $$ ]; then continue; fi
+    case $hpid in '' | *[!0-9]*) continue ;; esac
+    [ "$(ps -o uid= -p "$hpid" 2>/dev/null | tr -d ' ')" = "$EUID" ] || continue
+    ps -o args= -p "$hpid" 2>/dev/null | grep -q -e " $holder $run\$" || continue
+    kill "$hpid" 2>/dev/null
+    flock -w 10 -x "$2" && return 0
+  done
+  return 1
+}
+# forget_dead KEY removes this user's records of KEY whose holder is gone.
+forget_dead() {
+  local rec hpid hrun
+  for rec in "$pdir/gpudispatch-held-$1~"*; do
+    if [ -L "$rec" ] || [ ! -O "$rec" ]; then continue; fi
+    IFS='~' read -r _ hpid hrun _ <<<"${rec##*/}"
+    ps -o args= -p "$hpid" 2>/dev/null | grep -q -e " $holder $hrun\$" || rmdir -- "$rec" 2>/dev/null
+  done
+}
+# release lets go of GPU $1.
+release() {
+  local fd
+  if [ -n "${fds[$1]-}" ]; then
+    fd=${fds[$1]}
+    rmdir -- "${recs[$1]}" 2>/dev/null
+    exec {fd}<&-
+    unset 'fds[$1]' 'recs[$1]'
+  fi
+}
+trap 'for g in "${!fds[@]}"; do release "$g"; done' EXIT
+trap 'exit 143' TERM
 while IFS= read -r -t "$hb" line; do
   case $line in
     "lock "*) take "${line#lock }" ;;
     "release "*)
-      g=${line#release }
-      if [ -n "${fds[g]-}" ]; then
-        fd=${fds[g]}
-        exec {fd}<&-
-        unset 'fds[g]'
-      fi
-      printf 'released %s\n' "$g"
+      release "${line#release }"
+      printf 'released %s\n' "${line#release }"
       ;;
     exit) exit 0 ;;
   esac

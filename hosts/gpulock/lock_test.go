@@ -119,17 +119,17 @@ func TestLockCancelled(t *testing.T) {
 	}
 }
 
-// holderPID is the pid of the holder that lock file of dir names.
+// holderPID is the pid of the holder that holds key's lock in dir, from
+// the name of its record.
 func holderPID(t *testing.T, dir, key string) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, key))
-	if err != nil {
-		t.Fatal(err)
+	recs, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-held-"+key+"~*"))
+	if len(recs) != 1 {
+		t.Fatalf("records of %s: %q, want one", key, recs)
 	}
-	lines := strings.Split(string(b), "\n")
-	pid, err := strconv.Atoi(lines[min(1, len(lines)-1)])
+	pid, err := strconv.Atoi(strings.Split(filepath.Base(recs[0]), "~")[1])
 	if err != nil {
-		t.Fatalf("lock file %s: %q: no holder pid", key, b)
+		t.Fatalf("record %s: no holder pid", recs[0])
 	}
 	return pid
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // probeScript looks at GPU locks without taking them; see probe.sh. It is
-// sent after lockKeyScript, which names the lock files as lock.sh does.
+// sent after lockfsScript, which names the locks as lock.sh does.
 //
 //go:embed probe.sh
 var probeScript string
@@ -20,11 +20,11 @@ var probeScript string
 // each of gpus whose lock in dir a gpudispatch run holds, "INDEX OWNER".
 // lock_key is bash, and the login shell may not be: the command runs bash.
 func ProbeScript(dir string, gpus []executor.GPU) string {
-	args := []string{shellescape.Quote(dir)}
+	args := []string{shellescape.Quote(dir), ProcessName}
 	for _, g := range gpus {
 		args = append(args, strconv.Itoa(g.Index))
 	}
-	return "exec bash -c " + shellescape.Quote(lockKeyScript+probeScript) + " gpudispatch-lockprobe " + strings.Join(args, " ")
+	return "exec bash -c " + shellescape.Quote(lockfsScript+probeScript) + " gpudispatch-lockprobe " + strings.Join(args, " ")
 }
 
 // ReadProbe fills in LockedBy of gpus from what ProbeScript printed.

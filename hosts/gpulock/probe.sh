@@ -1,17 +1,25 @@
 # gpudispatch's look at GPU locks (gpudispatch hosts), run by bash after
-# lockkey.sh with the lock dir and GPU indices as its arguments. It prints
-# "INDEX OWNER" for each GPU whose lock some run holds. It only tries a
-# shared lock and lets go of it at once, so it never stands in a run's way.
-# shellcheck disable=SC2154 # $key is set by lock_key, from lockkey.sh sent first
+# lockfs.sh with the lock dir, the holders' process name and the GPU indices
+# as its arguments. It prints "INDEX WHO" for each GPU whose lock some run
+# holds. It only tries shared locks and lets go of them at once, so it never
+# stands in a run's way, and makes nothing: a missing lock dir holds no lock.
+# shellcheck disable=SC2154,SC2034 # key, pdir and lfd are set by lockfs.sh, which reads holder
 command -v flock >/dev/null || exit 0
 d=$1
-shift
+holder=$2
+shift 2
+[ -d "$d" ] || exit 0
+lock_dir "$d" || exit 126
 uuids=$(nvidia-smi --query-gpu=index,uuid --format=csv,noheader 2>/dev/null)
 for i in "$@"; do
   lock_key "$i" "$uuids"
-  f=$d/$key
-  [ -e "$f" ] || continue
-  exec 9<"$f" || continue
-  flock -n -s 9 || printf '%s %s\n' "$i" "$(head -n 1 "$f")"
-  exec 9<&-
+  for e in "$pdir/gpudispatch-gpu-$key".*; do
+    open_lock "$e" || continue
+    if ! flock -n -s "$lfd"; then
+      printf '%s %s\n' "$i" "$(holders "$key")"
+      exec {lfd}<&-
+      break
+    fi
+    exec {lfd}<&-
+  done
 done

@@ -1,0 +1,61 @@
+package dispatch
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// ClaimName is the file in a log dir that its coordinator holds a lock on
+// for as long as it runs, and that says who it is.
+const ClaimName = "gpudispatch.lock"
+
+// errWouldBlock is lockFile's answer when another process holds the lock.
+var errWouldBlock = errors.New("locked by another process")
+
+// logDirClaim is a log dir held by this coordinator: one live coordinator per
+// log dir, so that two never write one journal. Its lock dies with the
+// process, so a run that was killed leaves no claim behind.
+type logDirClaim struct{ f *os.File }
+
+// claimLogDir makes dir when it is missing, checks that no other user can
+// turn it against this one, and claims it; it fails, naming the other, when
+// another live gpudispatch holds it.
+func claimLogDir(dir string) (*logDirClaim, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("log dir: %w", err)
+	}
+	if err := checkOwnDir(dir); err != nil {
+		return nil, fmt.Errorf("log dir %w", err)
+	}
+	path := filepath.Join(dir, ClaimName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|noFollow, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("log dir: %w", err)
+	}
+	if err := checkOwnFile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("log dir: %w", err)
+	}
+	switch err := lockFile(f); {
+	case errors.Is(err, errWouldBlock):
+		who, _ := os.ReadFile(path)
+		f.Close()
+		return nil, fmt.Errorf("log dir %s is in use by another gpudispatch (%s): wait for it to end, or give this one another -o", dir, bytes.TrimSpace(who))
+	case err != nil:
+		f.Close()
+		return nil, fmt.Errorf("log dir: locking %s: %w", path, err)
+	}
+	host, _ := os.Hostname()
+	who := fmt.Sprintf("pid %d on %s, started %s", os.Getpid(), host, time.Now().Format(time.DateTime))
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(who+"\n"), 0)
+	}
+	return &logDirClaim{f: f}, nil
+}
+
+// release lets the log dir go.
+func (c *logDirClaim) release() { c.f.Close() }
