@@ -56,7 +56,7 @@ take() {
   fi
   if others_held "$key"; then
     exec {fd}<&-
-    printf 'busy %s %s %s\n' "$g" "$key" "$why"
+    printf 'busy %s %s %s\n' "$g" "$key" "$(holders "$key")"
     return
   fi
   forget_dead "$key"

@@ -99,21 +99,20 @@ holders() {
   printf '%s' "${out:-a process that is not a gpudispatch run}"
 }
 
-# others_held KEY succeeds when another user's lock of KEY is held, and sets
-# why. Two users taking a GPU at once each see the other's held: the lower
-# uid waits a moment for the higher one, which backs off.
+# others_held KEY succeeds when another user's lock of KEY is held. Two
+# users taking a GPU at once each see the other's held: the lower uid waits
+# a moment for the higher one, which backs off at once.
 others_held() {
   local e u
   for e in "$pdir/gpudispatch-gpu-$1".*; do
     u=${e##*.}
     [ "$u" = "$EUID" ] && continue
     open_lock "$e" || continue # not a lock: nobody can hold it
-    if flock -n -s "$lfd" || { [[ $u =~ ^[0-9]+$ ]] && ((u > EUID)) && flock -w 2 -s "$lfd"; }; then
+    if flock -n -s "$lfd" || { [[ $u =~ ^[0-9]+$ ]] && ((u > EUID)) && flock -w 1 -s "$lfd"; }; then
       exec {lfd}<&-
       continue
     fi
     exec {lfd}<&-
-    why=$(holders "$1")
     return 0
   done
   return 1

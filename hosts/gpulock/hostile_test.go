@@ -1,0 +1,255 @@
+package gpulock
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
+)
+
+// What another user of the machine, mallory, can do to a run's GPU locks
+// (the run's user is the tests' own): each hostile thing below leaves every
+// file of the run's user unchanged, every innocent process alive, and no
+// GPU locked by two runs.
+
+// asUser spawns lock holders as u.
+func asUser(u sshtest.User) spawn.Func {
+	return func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, u.Line(line), stdout, stderr)
+	}
+}
+
+// victimFile is a file of the run's user that a hostile lock dir points at.
+func victimFile(t *testing.T) (path string, check func()) {
+	path = filepath.Join(t.TempDir(), "important.txt")
+	const content = "precious\n"
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, func() {
+		t.Helper()
+		if b, err := os.ReadFile(path); err != nil || string(b) != content {
+			t.Errorf("%s is now %q (%v), want it untouched", path, b, err)
+		}
+	}
+}
+
+// asMallory runs a shell command as u and fails t if it fails.
+func asMallory(t *testing.T, u sshtest.User, script string) {
+	t.Helper()
+	if out, err := u.Command("/", "bash", "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("as %s: %s: %v: %s", u.Name, script, err, out)
+	}
+}
+
+// The issue's reproduction: mallory makes the lock dir before anyone ran,
+// world-writable and not sticky, with a link to a file of the victim's in
+// it. The dir is refused with its owner and mode, and the file is untouched.
+func TestHostileLockDirRefused(t *testing.T) {
+	m := sshtest.NewUser(t, "gpdmallory")
+	shared := sshtest.SharedDir(t)
+	os.Chmod(shared, 0o777|os.ModeSticky) // as /tmp is
+	target, check := victimFile(t)
+	dir := filepath.Join(shared, "gpd-locks")
+	me := strconv.Itoa(os.Geteuid())
+	asMallory(t, m, fmt.Sprintf("mkdir -m 0777 %[1]s && ln -s %[2]s %[1]s/gpudispatch-gpu-index-0.%[3]s && ln -s %[2]s %[1]s/index-0", dir, target, me))
+	err := CheckDir(context.Background(), spawn.Local, dir)
+	if !errors.Is(err, ErrUnsafeLockDir) || !strings.Contains(err.Error(), dir+" is owned by gpdmallory with mode drwxrwxrwx") {
+		t.Errorf("CheckDir: %v, want it refused naming the owner and mode", err)
+	}
+	_, err = local(t, "node", dir, linger).Lock(context.Background(), 0, "runV")
+	if !errors.Is(err, ErrUnsafeLockDir) || !strings.HasPrefix(err.Error(), "node: ") {
+		t.Errorf("Lock: %v, want the lock dir refused, naming the host", err)
+	}
+	check()
+	// A symbolic link as the lock dir, and a safe-looking dir under one of
+	// mallory's, are refused too.
+	link := filepath.Join(shared, "link")
+	asMallory(t, m, fmt.Sprintf("mkdir -m 1777 %[1]s/m && ln -s %[1]s/m %[2]s && mkdir -m 1777 %[1]s/m/under", shared, link))
+	for _, d := range []string{link, filepath.Join(shared, "m", "under")} {
+		if err := CheckDir(context.Background(), spawn.Local, d); !errors.Is(err, ErrUnsafeLockDir) {
+			t.Errorf("CheckDir(%s): %v, want it refused", d, err)
+		}
+	}
+	// A lock dir of root's, or of one's own, sticky, is fine, and is made
+	// when missing.
+	for _, d := range []string{shared, filepath.Join(shared, "new")} {
+		if err := CheckDir(context.Background(), spawn.Local, d); err != nil {
+			t.Errorf("CheckDir(%s): %v", d, err)
+		}
+	}
+}
+
+// In a safe lock dir, whatever mallory puts where the run's lock of GPU 0
+// goes makes GPU 0 look busy, saying why; no file is written, no process
+// killed, GPU 1 unaffected.
+func TestHostileLockEntries(t *testing.T) {
+	m := sshtest.NewUser(t, "gpdmallory")
+	me := strconv.Itoa(os.Geteuid())
+	innocent := exec.Command("sleep", "60")
+	if err := innocent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer innocent.Process.Kill()
+	tests := []struct {
+		name, script, wantErr string
+	}{
+		{"a link to the victim's file", "ln -s %[2]s %[1]s/gpudispatch-gpu-index-0.%[3]s", "is in the place of a lock directory"},
+		{"a link to a directory", "ln -s / %[1]s/gpudispatch-gpu-index-0.%[3]s", "is in the place of a lock directory"},
+		{"a FIFO", "mkfifo %[1]s/gpudispatch-gpu-index-0.%[3]s", "is in the place of a lock directory"},
+		{"a directory of mallory's", "mkdir -m 0777 %[1]s/gpudispatch-gpu-index-0.%[3]s", "was made by another user"},
+		{"mallory holding the run's own lock", "exec 9<%[1]s/gpudispatch-gpu-index-0.%[3]s; flock 9; mkdir %[1]s/gpudispatch-held-index-0~%[4]d~runV~x~1; sleep 30 &",
+			"is locked by another gpudispatch run: a process that is not a gpudispatch run"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := sshtest.SharedDir(t)
+			os.Chmod(dir, 0o777|os.ModeSticky)
+			target, check := victimFile(t)
+			if strings.Contains(tt.name, "own lock") {
+				// The run made its lock before; mallory can open it and flock it.
+				os.Mkdir(filepath.Join(dir, "gpudispatch-gpu-index-0."+me), 0o755)
+				hold := m.Command("/", "bash", "-c", "exec 9<"+dir+"/gpudispatch-gpu-index-0."+me+"; flock 9; mkdir "+dir+"/gpudispatch-held-index-0~"+strconv.Itoa(innocent.Process.Pid)+"~runV~x~1; echo held; sleep 30")
+				out, _ := hold.StdoutPipe()
+				if err := hold.Start(); err != nil {
+					t.Fatal(err)
+				}
+				defer hold.Process.Kill()
+				buf := make([]byte, 5)
+				io.ReadFull(out, buf)
+				// A record of the run's own that names an innocent process.
+				os.Mkdir(filepath.Join(dir, "gpudispatch-held-index-0~"+strconv.Itoa(innocent.Process.Pid)+"~runV~me~1"), 0o755)
+			} else {
+				asMallory(t, m, fmt.Sprintf(tt.script, dir, target, me))
+			}
+			ls := local(t, "node", dir, linger)
+			_, err := ls.Lock(context.Background(), 0, "runV")
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.HasPrefix(err.Error(), "node: ") {
+				t.Errorf("GPU 0: %v, want it refused: %q", err, tt.wantErr)
+			}
+			other, err := ls.Lock(context.Background(), 1, "runV")
+			if err != nil {
+				t.Fatalf("GPU 1: %v", err)
+			}
+			other.Release()
+			check()
+			if !sshtest.Running(innocent.Process.Pid) {
+				t.Fatal("an innocent process was killed")
+			}
+		})
+	}
+}
+
+// Two users' runs never hold one GPU, and each learns who holds it; the
+// lock goes to the other once released.
+func TestLocksBetweenUsers(t *testing.T) {
+	m := sshtest.NewUser(t, "gpdmallory")
+	dir := sshtest.SharedDir(t)
+	os.Chmod(dir, 0o777|os.ModeSticky)
+	me := local(t, "node", dir, linger)
+	them := New(asUser(m), "node", dir, heartbeat, linger)
+	t.Cleanup(them.Close)
+	ctx := context.Background()
+	mine, err := me.Lock(ctx, 0, "runV")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := them.Lock(ctx, 0, "runM"); !errors.Is(err, executor.ErrGPULocked) || !strings.Contains(err.Error(), "run runV of ") {
+		t.Fatalf("mallory on the victim's GPU: %v, want locked, naming runV", err)
+	}
+	theirs, err := them.Lock(ctx, 1, "runM")
+	if err != nil {
+		t.Fatalf("mallory on another GPU: %v", err)
+	}
+	if _, err := me.Lock(ctx, 1, "runV"); !errors.Is(err, executor.ErrGPULocked) || !strings.Contains(err.Error(), "run runM of ") {
+		t.Fatalf("the victim on mallory's GPU: %v, want locked, naming runM", err)
+	}
+	mine.Release()
+	if l, err := them.Lock(ctx, 0, "runM"); err != nil {
+		t.Errorf("mallory after the victim let go: %v", err)
+	} else {
+		l.Release()
+	}
+	theirs.Release()
+}
+
+// Both users asking for one GPU at the same moment: never both get it.
+func TestLocksBetweenUsersAtOnce(t *testing.T) {
+	m := sshtest.NewUser(t, "gpdmallory")
+	dir := sshtest.SharedDir(t)
+	os.Chmod(dir, 0o777|os.ModeSticky)
+	me := local(t, "node", dir, linger)
+	them := New(asUser(m), "node", dir, heartbeat, linger)
+	t.Cleanup(them.Close)
+	won := 0
+	for round := range 10 {
+		gpu := round
+		got := make(chan executor.GPULock, 2)
+		for _, ls := range []*Lockers{me, them} {
+			go func() {
+				l, err := ls.Lock(context.Background(), gpu, "run"+strconv.Itoa(round))
+				if err != nil && !errors.Is(err, executor.ErrGPULocked) {
+					t.Error(err)
+				}
+				got <- l
+			}()
+		}
+		a, b := <-got, <-got
+		if a != nil && b != nil {
+			t.Fatalf("round %d: both users hold GPU %d", round, gpu)
+		}
+		if a != nil || b != nil {
+			won++
+		}
+		for _, l := range []executor.GPULock{a, b} {
+			if l != nil {
+				l.Release()
+			}
+		}
+	}
+	// The lower uid waits for the higher to back off: someone gets the GPU.
+	if won < 5 {
+		t.Errorf("the GPU went to nobody in %d of 10 rounds", 10-won)
+	}
+}
+
+// The probe of `gpudispatch hosts` names who holds a lock, reads nothing
+// of mallory's and never blocks on a FIFO.
+func TestProbeAmongHostileEntries(t *testing.T) {
+	m := sshtest.NewUser(t, "gpdmallory")
+	dir := sshtest.SharedDir(t)
+	os.Chmod(dir, 0o777|os.ModeSticky)
+	asMallory(t, m, fmt.Sprintf("mkfifo %[1]s/gpudispatch-gpu-index-1.%[2]d && ln -s /etc/shadow %[1]s/gpudispatch-gpu-index-2.%[2]d", dir, m.UID))
+	l, err := local(t, "node", dir, linger).Lock(context.Background(), 0, "runV")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	gpus := []executor.GPU{{Index: 0}, {Index: 1}, {Index: 2}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out, errs bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", "-c", ProbeScript(dir, gpus))
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("probe: %v: %s", err, errs.String())
+	}
+	ReadProbe(out.String(), gpus)
+	if !strings.HasPrefix(gpus[0].LockedBy, "run runV of ") || gpus[1].LockedBy != "" || gpus[2].LockedBy != "" {
+		t.Errorf("probe: %+v, want only GPU 0 locked, by runV", gpus)
+	}
+}
