@@ -20,6 +20,16 @@
 //     by a crash is cut when the journal is opened. A run whose journal
 //     cannot be written starts no more jobs.
 //   - Logs are never overwritten: a later attempt gets ID.2.out, ID.3.out...
+//     (created with O_EXCL; a job name cannot be a number or end in .N, so
+//     that name stays unambiguous).
+//   - A log dir has one live coordinator: Run holds a flock on
+//     gpudispatch.lock in it (which dies with the process) and a second Run
+//     fails at the start, naming the first. The log dir must be the user's
+//     own (or root's and sticky); the journal and the claim are opened
+//     without following links and must be the user's regular files; the
+//     journal is opened for appending.
+//   - Readers of the journal (status, --resume) skip a damaged line, naming
+//     it with its line number, and read the rest.
 //
 // # Scheduling rule
 //

@@ -36,7 +36,7 @@ func addLabFlags(f *pflag.FlagSet) {
 	f.Duration("connect-timeout", hosts.DefaultConnectTimeout, "TCP connect plus SSH handshake limit per host")
 	f.Bool("accept-new-host-keys", false, "record the keys of hosts known_hosts does not know yet (as OpenSSH's accept-new); changed keys are always refused")
 	f.Duration("keepalive", hosts.DefaultKeepalive, "how often connections and jobs are checked for life; a dead host or coordinator is noticed within about 3 times this")
-	f.String("lock-dir", gpulock.DefaultDir, "where GPU locks live on every host; every run that must not share GPUs must use the same one")
+	f.String("lock-dir", gpulock.DefaultDir, "where GPU locks live on every host: a directory of root's or yours, sticky if everyone may write in it; every run that must not share GPUs must use the same one")
 }
 
 func readLabOptions(v *viper.Viper) (labOptions, error) {
