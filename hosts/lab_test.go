@@ -19,7 +19,7 @@ func TestOpenLocalIgnoresSSHConfig(t *testing.T) {
 	t.Setenv("HOME", home)
 	os.MkdirAll(filepath.Join(home, ".ssh"), 0o700)
 	os.WriteFile(filepath.Join(home, ".ssh", "config"), []byte("Match exec \"true\"\n  User x\n"), 0o600)
-	lab, err := Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "here", Local: true, GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace})
+	lab, err := Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "here", Local: true, GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace, LockDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestOpenLocalIgnoresSSHConfig(t *testing.T) {
 	if len(lab.Inventory.Hosts) != 1 {
 		t.Fatalf("states %+v", lab.States)
 	}
-	_, err = Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "remote", GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace})
+	_, err = Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "remote", GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace, LockDir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(home, ".ssh", "config")) {
 		t.Errorf("a remote host with a broken ssh_config: err = %v", err)
 	}

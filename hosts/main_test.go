@@ -16,7 +16,7 @@ var fast = jobshell.Supervision{Heartbeat: 100 * time.Millisecond, Grace: 300 * 
 
 // local is a Local whose job shells end with the test.
 func local(t *testing.T, sup jobshell.Supervision) *Local {
-	l := &Local{Supervision: sup}
+	l := &Local{Supervision: sup, LockDir: t.TempDir()}
 	t.Cleanup(l.Close)
 	return l
 }

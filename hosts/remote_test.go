@@ -24,7 +24,7 @@ func openLab(t testing.TB, l *sshtest.Lab) *Lab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lab, err := Open(context.Background(), inv, Options{Keepalive: 200 * time.Millisecond, Grace: 300 * time.Millisecond, ConnectTimeout: 2 * time.Second})
+	lab, err := Open(context.Background(), inv, Options{Keepalive: 200 * time.Millisecond, Grace: 300 * time.Millisecond, ConnectTimeout: 2 * time.Second, LockDir: l.Dir})
 	if err != nil {
 		t.Fatal(err)
 	}
