@@ -37,7 +37,7 @@ take() {
   local g=$1 fd own
   lock_key "$g" "$uuids"
   own=$pdir/gpudispatch-gpu-$key.$EUID
-  mkdir -m 0755 -- "$own" 2>/dev/null
+  [ -e "$own" ] || [ -L "$own" ] || mkdir -m 0755 -- "$own" 2>/dev/null
   if ! open_lock "$own"; then
     printf 'failed %s %s\n' "$g" "$why"
     return

@@ -78,7 +78,8 @@ open_lock() {
     why="$(ls -ld -- "$e" 2>&1) is in the place of a lock directory"
     return 1
   fi
-  if [ "$(pwd -P)" != "$e" ] || ! { exec {lfd}<.; } 2>/dev/null; then
+  # cd -P leaves the physical path in PWD: no process to ask where it is.
+  if [ "$PWD" != "$e" ] || ! { exec {lfd}<.; } 2>/dev/null; then
     cd / || return 1
     why="$e moved while it was opened"
     return 1
