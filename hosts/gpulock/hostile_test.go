@@ -153,15 +153,21 @@ func TestHostileLockEntries(t *testing.T) {
 	}
 }
 
-// Two users' runs never hold one GPU, and each learns who holds it; the
-// lock goes to the other once released.
-func TestLocksBetweenUsers(t *testing.T) {
+// twoUsers are the lock holders of this user and of mallory on one
+// machine, in a lock dir like /tmp.
+func twoUsers(t *testing.T) (me, them *Lockers) {
 	m := sshtest.NewUser(t, "gpdmallory")
 	dir := sshtest.SharedDir(t)
 	os.Chmod(dir, 0o777|os.ModeSticky)
-	me := local(t, "node", dir, linger)
-	them := New(asUser(m), "node", dir, heartbeat, linger)
+	them = New(asUser(m), "node", dir, heartbeat, linger)
 	t.Cleanup(them.Close)
+	return local(t, "node", dir, linger), them
+}
+
+// Two users' runs never hold one GPU, and each learns who holds it; the
+// lock goes to the other once released.
+func TestLocksBetweenUsers(t *testing.T) {
+	me, them := twoUsers(t)
 	ctx := context.Background()
 	mine, err := me.Lock(ctx, 0, "runV")
 	if err != nil {
@@ -188,12 +194,7 @@ func TestLocksBetweenUsers(t *testing.T) {
 
 // Both users asking for one GPU at the same moment: never both get it.
 func TestLocksBetweenUsersAtOnce(t *testing.T) {
-	m := sshtest.NewUser(t, "gpdmallory")
-	dir := sshtest.SharedDir(t)
-	os.Chmod(dir, 0o777|os.ModeSticky)
-	me := local(t, "node", dir, linger)
-	them := New(asUser(m), "node", dir, heartbeat, linger)
-	t.Cleanup(them.Close)
+	me, them := twoUsers(t)
 	won := 0
 	for round := range 10 {
 		gpu := round
