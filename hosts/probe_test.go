@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
@@ -19,6 +20,10 @@ func fakeNvidiaSMI(t *testing.T, csv string, apps ...string) []string {
 	sshtest.NvidiaSMI(t, home, csv, strings.Join(apps, ""))
 	return []string{"HOME=" + home}
 }
+
+// perJob reads the login profile per job: these tests choose the home, and
+// so the profile, by the job's HOME.
+var perJob = jobshell.Supervision{Heartbeat: fast.Heartbeat, Grace: fast.Grace, Login: jobshell.LoginPerJob}
 
 // envRunner runs through Local with extra environment.
 type envRunner struct {
@@ -34,7 +39,7 @@ func (r envRunner) Run(ctx context.Context, c executor.Command, stdout, stderr i
 func TestProbeGPUsThroughLoginShell(t *testing.T) {
 	t.Parallel()
 	env := fakeNvidiaSMI(t, "0, GPU-a, Fake GPU, 100, 1, 2\n1, GPU-b, Fake GPU, 100, 3, 4\n")
-	gpus, err := ProbeGPUs(context.Background(), envRunner{local(t, fast), env})
+	gpus, err := ProbeGPUs(context.Background(), envRunner{local(t, perJob), env})
 	if err != nil || len(gpus) != 2 || gpus[1].UUID != "GPU-b" || gpus[1].Utilization != 4 {
 		t.Fatalf("got %+v, %v", gpus, err)
 	}
@@ -46,7 +51,7 @@ func TestProbeGPUsBusy(t *testing.T) {
 	t.Parallel()
 	env := fakeNvidiaSMI(t, "0, GPU-a, Fake GPU, 100, 1, 2\n1, GPU-b, Fake GPU, 100, 30, 4\n2, GPU-c, Fake GPU, 100, 700, 0\n",
 		"GPU-b, 123, 30\n", "GPU-b, 124, [N/A]\n")
-	gpus, err := ProbeGPUs(context.Background(), envRunner{local(t, fast), env})
+	gpus, err := ProbeGPUs(context.Background(), envRunner{local(t, perJob), env})
 	if err != nil || len(gpus) != 3 {
 		t.Fatalf("got %+v, %v", gpus, err)
 	}
@@ -63,7 +68,7 @@ func TestProbeGPUsWithoutNvidiaSMI(t *testing.T) {
 		t.Skip("nvidia-smi is installed here")
 	}
 	home := t.TempDir()
-	_, err := ProbeGPUs(context.Background(), envRunner{local(t, fast), []string{"HOME=" + home, "PATH=/nonexistent"}})
+	_, err := ProbeGPUs(context.Background(), envRunner{local(t, perJob), []string{"HOME=" + home, "PATH=/nonexistent"}})
 	if !errors.Is(err, ErrNoNvidiaSMI) {
 		t.Fatalf("err = %v, want ErrNoNvidiaSMI", err)
 	}

@@ -37,14 +37,28 @@ func TagPattern(tag string) string {
 	return ProcessName + "[ ]" + strings.ReplaceAll(tag, ".", "[.]") + "$"
 }
 
-// Supervision sets how a job shell watches over its job.
+// Supervision sets how a job shell runs its jobs and watches over them.
 type Supervision struct {
 	// Heartbeat is how often the coordinator proves it is alive; the shell
 	// kills the job after three missed beats.
 	Heartbeat time.Duration
 	// Grace is the time between TERM and KILL.
 	Grace time.Duration
+	// Login says how often the login profile is read.
+	Login Login
 }
+
+// Login says how often a machine's login profile is read.
+type Login int
+
+const (
+	// LoginPerSlot: where the login shell is bash, each job shell reads the
+	// profile once, and its jobs are forks of it; it is replaced once a
+	// profile file changes. Other login shells run "$SHELL -lc" per job.
+	LoginPerSlot Login = iota
+	// LoginPerJob: every job runs "$SHELL -lc" of its own.
+	LoginPerJob
+)
 
 // ErrNUL is returned for a command or environment value with a NUL byte,
 // which no shell can receive.
@@ -53,9 +67,14 @@ var ErrNUL = errors.New("contains a NUL byte")
 // header starts a job shell: shell.sh itself, then the fields it reads
 // once, each terminated by NUL.
 func header(s Supervision) []byte {
+	login := "slot"
+	if s.Login == LoginPerJob {
+		login = "job"
+	}
 	return []byte(script +
 		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64) + "\x00" +
-		strconv.FormatFloat(s.Grace.Seconds(), 'f', 3, 64) + "\x00")
+		strconv.FormatFloat(s.Grace.Seconds(), 'f', 3, 64) + "\x00" +
+		login + "\x00")
 }
 
 // fields encodes c for a job shell's stdin, after the job's end mark: the

@@ -95,24 +95,35 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 	if err != nil {
 		return -1, err
 	}
-	sh := ss.take()
-	if sh == nil {
-		if sh, err = startShell(ctx, ss.spawn, c.Tag, ss.sup); err != nil {
-			return -1, err
+	// A shell whose profile changed runs nothing and answers errStale: the
+	// job goes to a new shell, which reads the profile as it is now.
+	for tries := 0; ; tries++ {
+		sh := ss.take()
+		if sh == nil || tries > 0 {
+			if sh, err = startShell(ctx, ss.spawn, c.Tag, ss.sup); err != nil {
+				return -1, err
+			}
 		}
+		ss.note(c.Tag, sh.tag)
+		code, reuse, err := sh.run(ctx, mark, fields, ss.sup.Heartbeat, stdout, stderr)
+		if !errors.As(err, new(LostError)) {
+			ss.Forget(c.Tag)
+		}
+		if reuse {
+			ss.put(sh)
+		} else {
+			sh.close()
+		}
+		if errors.Is(err, errStale) && tries < 2 {
+			continue
+		}
+		return code, err
 	}
-	ss.note(c.Tag, sh.tag)
-	code, reuse, err := sh.run(ctx, mark, fields, ss.sup.Heartbeat, stdout, stderr)
-	if !errors.As(err, new(LostError)) {
-		ss.Forget(c.Tag)
-	}
-	if reuse {
-		ss.put(sh)
-	} else {
-		sh.close()
-	}
-	return code, err
 }
+
+// errStale is a shell's answer to a job when its login profile changed
+// since it read it: the job did not run.
+var errStale = errors.New("the job shell's login profile changed: the job did not run")
 
 // note records that the job tagged job runs in the shell tagged sh.
 func (ss *Shells) note(job, sh string) {
@@ -252,6 +263,9 @@ func (sh *shell) run(ctx context.Context, mark string, fields []byte, hb time.Du
 				return -1, false, LostError{sh.err}
 			}
 		}
+	}
+	if strings.TrimSpace(tail) == "stale" {
+		return -1, false, errStale
 	}
 	code, perr := strconv.Atoi(strings.TrimSpace(tail))
 	if perr != nil {

@@ -3,12 +3,24 @@
 # line reaches the login shell byte for byte with no quoting at all.
 #
 # stdin: NUL-terminated records — heartbeat timeout (seconds), grace
-# (seconds) — then "h" for each heartbeat, and for each job a record of "j" and
+# (seconds), login ("slot" or "job") — then "h" for each heartbeat, and for each job a record of "j" and
 # the byte lengths of its fields, space-separated, followed by the fields with
 # nothing between them: end mark, workdir, setup, script, then one
 # "NAME=value" per variable. Bash reads a pipe a byte per system call up to a
 # delimiter, but a known length in one call: the lengths keep a job's cost
 # on the machine down.
+#
+# Login shells: where the login shell is bash and login is "slot", this shell
+# is itself the login shell: it reads the profile once (/etc/profile, then
+# the first of ~/.bash_profile, ~/.bash_login, ~/.profile), with no input
+# and its output thrown away, and each job is a fork of it that gets the
+# profile's functions, variables, aliases, options and traps back, then its
+# own environment (so a profile cannot override CUDA_VISIBLE_DEVICES). Before
+# each job it looks whether one of those files, or ~/.bashrc, changed since:
+# then it runs nothing, answers "stale" instead of an exit status, and exits,
+# and the coordinator sends the job to a new shell. Other login shells, and
+# login "job", run "$SHELL -lc" per job. This shell's own names start with
+# _g_, and a job sees none of them.
 #
 # Each job runs in a subshell of its own (its environment and workdir go with
 # it) and a process group of its own, with the shell's stdout and stderr. Once
@@ -23,55 +35,103 @@
 # whatever it left in its group is reaped too, so a finished job never leaves a
 # process holding the GPU. The shell exits when stdin ends; while a job runs it
 # lives until the job's group is gone.
-IFS= read -r -d '' hb || exit 125
-IFS= read -r -d '' grace || exit 125
+IFS= read -r -d '' _g_hb || exit 125
+IFS= read -r -d '' _g_grace || exit 125
+IFS= read -r -d '' _g_login || exit 125
+_g_profiled=
+if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
+  _g_profiled=1
+  # At the top level, not in a function: the profile's declarations must be
+  # global, as in a login shell.
+  # shellcheck disable=SC1090,SC1091 # the user's own profile
+  {
+    if [ -r /etc/profile ]; then . /etc/profile; fi
+    if [ -r ~/.bash_profile ]; then
+      . ~/.bash_profile
+    elif [ -r ~/.bash_login ]; then
+      . ~/.bash_login
+    elif [ -r ~/.profile ]; then
+      . ~/.profile
+    fi
+  } </dev/null >/dev/null 2>&1
+  \builtin shopt -u expand_aliases
+  # The login shell's state, for each job's own bash to take up: variables,
+  # functions, aliases, options and traps. Bash's own changing variables are
+  # left out, so that every job has its own (RANDOM, SECONDS, PWD...), and so are
+  # this shell's. The file's time is when the profile was read.
+  if _g_dir=$(builtin command mktemp -d 2>/dev/null); then
+    _g_state=$_g_dir/state
+    (
+      builtin unset -v RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIME \
+        BASH_ARGV BASH_ARGC BASH_SOURCE BASH_LINENO FUNCNAME BASH_COMMAND \
+        BASH_EXECUTION_STRING BASH_SUBSHELL BASHPID PIPESTATUS PWD OLDPWD SHLVL _ "${!_g_@}"
+      builtin declare -p
+      builtin declare -f
+      builtin alias -p
+      builtin set +o
+      builtin shopt -p
+      builtin trap -p
+    ) >"$_g_state" 2>/dev/null
+    builtin trap 'rm -rf -- "$_g_dir"' EXIT
+  else
+    _g_profiled=
+  fi
+  # A clean shell for this script, whatever the profile named its functions
+  # (a "cd" or a "read") or set.
+  while IFS=' ' builtin read -r _ _ _g_f; do builtin unset -f "$_g_f"; done <<<"$(builtin declare -F)"
+  builtin trap - ERR DEBUG RETURN
+  builtin set +e +u +f +C +o pipefail
+  IFS=$' \t\n'
+fi
 # read -N counts characters of the locale; in C, bytes. Jobs get back the
-# locale the shell started with.
-lc_set=${LC_ALL+1} lc_all=${LC_ALL-}
+# locale the shell started with (the profile's, where this shell read it).
+_g_lc_set=${LC_ALL+1} _g_lc_all=${LC_ALL-}
 LC_ALL=C
 # A zombie left for a slow init to reap is not alive: look at process states.
-alive() {
+_g_alive() {
   ps -A -o pgid= -o stat= 2>/dev/null |
-    awk -v g="$pid" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
+    awk -v g="$_g_pid" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
 }
-# reap stops the group of $pid: TERM, then KILL after the grace. The grace is
-# timed by a sleep of its own: the looking costs time on a loaded machine.
-reap() {
-  kill -TERM -- -"$pid" 2>/dev/null || return 0
-  sleep "$grace" &
-  timer=$!
-  while alive; do
-    if ! kill -0 "$timer" 2>/dev/null; then
-      kill -KILL -- -"$pid" 2>/dev/null
+# _g_reap stops the group of $_g_pid: TERM, then KILL after the grace. The
+# grace is timed by a sleep of its own: the looking costs time on a loaded
+# machine.
+_g_reap() {
+  kill -TERM -- -"$_g_pid" 2>/dev/null || return 0
+  sleep "$_g_grace" &
+  _g_timer=$!
+  while _g_alive; do
+    if ! kill -0 "$_g_timer" 2>/dev/null; then
+      kill -KILL -- -"$_g_pid" 2>/dev/null
       return 0
     fi
     sleep 0.05
   done
-  kill "$timer" 2>/dev/null
+  kill "$_g_timer" 2>/dev/null
 }
-# stop reaps the running jobs: the shell's children that lead a group. It
-# fails once the shell is gone; a zombie is gone (a slow init may reap it late).
-stop() {
+# _g_stop reaps the running jobs: the shell's children that lead a group. It
+# fails once the shell is gone; a zombie is gone (a slow init may reap it
+# late).
+_g_stop() {
   # shellcheck disable=SC2046 # the pids are meant to be split into words
   set -- $(ps -A -o pid= -o ppid= -o pgid= -o stat= 2>/dev/null | awk -v s="$$" '
     $4 ~ /^Z/ { next }
     $1 == s { up = 1 }
     $2 == s && $1 == $3 { print $1 }
     END { if (!up) print "gone" }')
-  for pid; do
-    [ "$pid" != gone ] || return 1
-    reap
+  for _g_pid; do
+    [ "$_g_pid" != gone ] || return 1
+    _g_reap
   done
 }
-watch() {
-  part=
+_g_watch() {
+  local part='' rec rc len n body
   while :; do
-    IFS= read -r -d '' -t "$hb" rec
+    IFS= read -r -d '' -t "$_g_hb" rec
     rc=$?
     if [ "$rc" -gt 128 ]; then
       # Silence. What came of a record is kept for the rest of it.
       part=$part$rec
-      stop
+      _g_stop
       continue
     fi
     [ "$rc" -eq 0 ] || break
@@ -91,55 +151,79 @@ watch() {
   # handed on, so stop until the shell, which sees the end once this watcher
   # has closed its side, is gone.
   exec >/dev/null
-  while stop; do
+  while _g_stop; do
     sleep 0.05
   done
+}
+# _g_stale reports whether a profile file changed since this shell read it.
+_g_stale() {
+  local f
+  for f in /etc/profile ~/.bash_profile ~/.bash_login ~/.profile ~/.bashrc; do
+    [ "$f" -nt "$_g_state" ] && return 0
+  done
+  return 1
 }
 # fd 3 is the watcher and fd 4 the jobs' stderr. The shell's own stderr is
 # silenced so that bash's "Killed" job notices never land in a job's log.
 exec 4>&2 2>/dev/null
-exec 3< <(watch)
+exec 3< <(_g_watch)
 exec </dev/null
-while IFS= read -r -d '' -u 3 rec; do
+while IFS= read -r -d '' -u 3 _g_rec; do
   # shellcheck disable=SC2086 # the lengths are meant to be split into words
-  set -- ${rec#j}
-  IFS= read -r -N "$1" -u 3 mark &&
-    IFS= read -r -N "$2" -u 3 wd &&
-    IFS= read -r -N "$3" -u 3 setup &&
-    IFS= read -r -N "$4" -u 3 script || exit 125
+  set -- ${_g_rec#j}
+  IFS= read -r -N "$1" -u 3 _g_mark &&
+    IFS= read -r -N "$2" -u 3 _g_wd &&
+    IFS= read -r -N "$3" -u 3 _g_setup &&
+    IFS= read -r -N "$4" -u 3 _g_script || exit 125
   shift 4
-  env=()
-  for len; do
-    IFS= read -r -N "$len" -u 3 kv || exit 125
-    env+=("$kv")
+  _g_env=()
+  for _g_len; do
+    IFS= read -r -N "$_g_len" -u 3 _g_kv || exit 125
+    _g_env+=("$_g_kv")
   done
-  if [ -n "$setup" ]; then
-    script="{ $setup
+  if [ -n "$_g_profiled" ] && _g_stale; then
+    printf '\0%s' "$_g_mark" >&4
+    printf '\0%s stale\n' "$_g_mark"
+    exit 0
+  fi
+  if [ -n "$_g_setup" ]; then
+    _g_script="{ $_g_setup
 } || exit \$?
-$script"
+$_g_script"
   fi
   # Job control gives the job a process group of its own.
   set -m
   (
     # Unset before, LC_ALL=C is not exported: only a set one needs mending.
-    [ -z "$lc_set" ] || LC_ALL=$lc_all
+    [ -z "$_g_lc_set" ] || LC_ALL=$_g_lc_all
     # shellcheck disable=SC2163 # each entry is NAME=value
-    for kv in "${env[@]}"; do export "$kv"; done
+    for _g_kv in "${_g_env[@]}"; do export "$_g_kv"; done
     # shellcheck disable=SC2088 # a literal ~ from the inventory means $HOME
-    case $wd in
-      "~") wd=$HOME ;;
-      "~/"*) wd=$HOME/${wd#"~/"} ;;
+    case $_g_wd in
+      "~") _g_wd=$HOME ;;
+      "~/"*) _g_wd=$HOME/${_g_wd#"~/"} ;;
     esac
-    if [ -n "$wd" ]; then
-      cd -- "$wd" || { echo "gpudispatch: cannot enter workdir $wd" >&2; exit 126; }
+    if [ -n "$_g_wd" ]; then
+      builtin cd -- "$_g_wd" || { echo "gpudispatch: cannot enter workdir $_g_wd" >&2; exit 126; }
     fi
-    exec "${SHELL:-/bin/bash}" -lc "$script"
+    [ -n "$_g_profiled" ] || exec "${SHELL:-/bin/bash}" -lc "$_g_script"
+    # A bash of its own (its own $$), that takes up the login shell's state,
+    # then the job's environment again after it (a profile does not win),
+    # then runs the job as bash -lc would: $0 bash, no positional parameters.
+    # shellcheck disable=SC2016 # expanded by the job's bash
+    exec "${SHELL:-/bin/bash}" --noprofile --norc -c 'builtin . "$1" 2>/dev/null
+_g_s=$2
+builtin shift 2
+for _g_kv; do builtin export "$_g_kv"; done
+builtin unset -v _g_kv
+builtin set --
+builtin eval "builtin unset -v _g_s; $_g_s"' bash "$_g_state" "$_g_script" "${_g_env[@]}"
   ) 2>&4 4>&- 3<&- &
-  pid=$!
+  _g_pid=$!
   set +m
-  wait "$pid"
-  rc=$?
-  reap
-  printf '\0%s' "$mark" >&4
-  printf '\0%s %d\n' "$mark" "$rc"
+  wait "$_g_pid"
+  _g_rc=$?
+  _g_reap
+  printf '\0%s' "$_g_mark" >&4
+  printf '\0%s %d\n' "$_g_mark" "$_g_rc"
 done
