@@ -204,6 +204,9 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	o := l.opts
 	st := HostState{Host: h, Addr: "local"}
 	sup := jobshell.Supervision{Heartbeat: o.Keepalive, Grace: o.Grace}
+	if h.Login == inventory.LoginPerJob {
+		sup.Login = jobshell.LoginPerJob
+	}
 	var r machine = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name}
 	// release lets go of the host's pool when the host is left out.
 	release := func() {}

@@ -1,11 +1,13 @@
 package inventory
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -149,6 +151,17 @@ func (c *checker) boolean(dst *bool) func(string, *node) {
 	}
 }
 
+// oneOf accepts one of the strings allowed.
+func (c *checker) oneOf(dst *string, allowed ...string) func(string, *node) {
+	return func(key string, v *node) {
+		if v.isMap || v.isSeq || v.typ != tString || !slices.Contains(allowed, v.text) {
+			c.fail(v, key, "want one of %s, got %s", strings.Join(allowed, ", "), v.describe())
+			return
+		}
+		*dst = v.text
+	}
+}
+
 // integer accepts a whole number in [lo, hi].
 func (c *checker) integer(dst *int, lo, hi int) func(string, *node) {
 	return func(key string, v *node) {
@@ -174,6 +187,7 @@ func (c *checker) intValue(v *node) (int, bool) {
 type settings struct {
 	Connection
 	workdir, setup string
+	login          string
 	env            map[string]string
 	slotsPerGPU    int
 }
@@ -187,6 +201,7 @@ func (c *checker) settingsFields(s *settings) map[string]func(string, *node) {
 		"workdir":       c.str(&s.workdir),
 		"setup":         c.str(&s.setup),
 		"slots_per_gpu": c.integer(&s.slotsPerGPU, 1, 1024),
+		"login":         c.oneOf(&s.login, LoginPerSlot, LoginPerJob),
 		"env":           c.env(&s.env),
 	}
 }
@@ -311,8 +326,9 @@ func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 		c.fail(n, path+".local", "a local host is not reached over SSH: remove hostname, port, identity_file and proxy_jump")
 	}
 	h.Connection = s.Connection
-	h.Workdir = first(s.workdir, defaults.workdir)
-	h.Setup = first(s.setup, defaults.setup)
+	h.Workdir = cmp.Or(s.workdir, defaults.workdir)
+	h.Setup = cmp.Or(s.setup, defaults.setup)
+	h.Login = cmp.Or(s.login, defaults.login, LoginPerSlot)
 	h.SlotsPerGPU = max(s.slotsPerGPU, 0)
 	if h.SlotsPerGPU == 0 {
 		h.SlotsPerGPU = max(defaults.slotsPerGPU, 1)
@@ -364,10 +380,3 @@ func (c *checker) gpus(v *node, key string) (ids []int, auto bool) {
 
 // maxGPUs bounds a GPU count; no machine has more.
 const maxGPUs = 1024
-
-func first(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}

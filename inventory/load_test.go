@@ -18,12 +18,12 @@ func TestLoadGood(t *testing.T) {
 	want := []Host{
 		{Name: "Node1", GPUs: []int{0, 1, 2, 3}, SlotsPerGPU: 1, Workdir: "~/proj", Setup: "source ~/venv/bin/activate",
 			Connection: Connection{},
-			Env:        []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}},
+			Env:        []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}, Login: LoginPerSlot},
 		{Name: "node2", GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}, SlotsPerGPU: 2, Workdir: "~/proj", Setup: "source ~/venv/bin/activate",
 			Connection: Connection{Hostname: "10.0.0.12", Port: 2222, User: "bob", IdentityFile: "~/.ssh/lab_ed25519", ProxyJump: "bastion"},
-			Env:        []string{"OMP_NUM_THREADS=4", "WANDB_MODE=online"}},
+			Env:        []string{"OMP_NUM_THREADS=4", "WANDB_MODE=online"}, Login: LoginPerJob},
 		{Name: "workstation", Local: true, AutoGPUs: true, SlotsPerGPU: 1, Workdir: "~/proj", Setup: "source ~/venv/bin/activate",
-			Env: []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}},
+			Env: []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}, Login: LoginPerSlot},
 	}
 	for _, name := range []string{"lab.yaml", "lab.json", "lab.toml"} {
 		t.Run(name, func(t *testing.T) {

@@ -53,7 +53,17 @@ type Host struct {
 	Setup       string
 	// Env holds NAME=value pairs, sorted by name.
 	Env []string
+	// Login is LoginPerSlot (where the login shell is bash, a slot's shell
+	// reads the profile once and runs its jobs from it) or LoginPerJob (a
+	// login shell per job, for a profile that must run per job).
+	Login string
 }
+
+// The values of a host's login key.
+const (
+	LoginPerSlot = "per_slot"
+	LoginPerJob  = "per_job"
+)
 
 // HostNamed returns the host called name, or nil.
 func (inv *Inventory) HostNamed(name string) *Host {
@@ -79,6 +89,7 @@ func Local(gpus []int) *Inventory {
 			Local:       true,
 			GPUs:        gpus,
 			SlotsPerGPU: 1,
+			Login:       LoginPerSlot,
 		}},
 	}
 }
