@@ -26,6 +26,10 @@ import (
 //   - login-floor-jobs/s: `xargs -P16 bash -lc true` here, no SSH at all,
 //     with a lab host's home. Every gpudispatch job runs a login shell,
 //     which `ssh host true` does not: this is the ceiling;
+//   - slow-gpd-jobs/s, slow-controlmaster-jobs/s and slow-ratio: the same
+//     with a ~/.bashrc that costs 50 ms (a `sleep 0.05`, as `conda init` or
+//     `pyenv init` can cost), sourced by the login profile as Debian's is,
+//     and by bash for `ssh host cmd`. gpudispatch reads it once per slot;
 //   - gpd-collisions: times two of gpudispatch's jobs ran on one GPU at once,
 //     from the journal (each job's start and end bracket its processes). It
 //     fails the benchmark unless 0.
@@ -84,24 +88,42 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 		collisions += overlaps(b, logs)
 		return took
 	}
-	var gpd, disk, cm, floor time.Duration
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		gpd += dispatch(filepath.Join(fast, fmt.Sprintf("logs%d", i)))
-		disk += dispatch(filepath.Join(l.Dir, fmt.Sprintf("logs%d", i)))
-
+	pool := func() time.Duration {
 		x := exec.Command("xargs", "-P16", "-I{}", "ssh", "-F", l.SSHConfig, "-o", "ControlPath="+control, "{}", "true")
 		x.Stdin = strings.NewReader(targets.String())
 		start := time.Now()
 		if out, err := x.CombinedOutput(); err != nil {
 			b.Fatalf("xargs + ssh: %v\n%s", err, out)
 		}
-		cm += time.Since(start)
+		return time.Since(start)
+	}
+	// bashrc makes every host's ~/.bashrc say what, sourced by its profile.
+	bashrc := func(what string) {
+		for _, h := range l.Hosts {
+			profile := filepath.Join(h.Home, ".bash_profile")
+			p, _ := os.ReadFile(profile)
+			if !strings.Contains(string(p), ". ~/.bashrc") {
+				os.WriteFile(profile, append(p, ". ~/.bashrc\n"...), 0o644)
+			}
+			os.WriteFile(filepath.Join(h.Home, ".bashrc"), []byte(what), 0o644)
+		}
+	}
+	var gpd, disk, cm, floor, slowGPD, slowCM time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		bashrc("")
+		gpd += dispatch(filepath.Join(fast, fmt.Sprintf("logs%d", i)))
+		disk += dispatch(filepath.Join(l.Dir, fmt.Sprintf("logs%d", i)))
+		cm += pool()
+		bashrc("sleep 0.05\n")
+		slowGPD += dispatch(filepath.Join(fast, fmt.Sprintf("slow%d", i)))
+		slowCM += pool()
+		bashrc("")
 
-		x = exec.Command("xargs", "-P16", "-I{}", "bash", "-lc", "{}")
+		x := exec.Command("xargs", "-P16", "-I{}", "bash", "-lc", "{}")
 		x.Env = append(os.Environ(), "HOME="+l.Hosts[0].Home)
 		x.Stdin = strings.NewReader(strings.Repeat("true\n", jobs))
-		start = time.Now()
+		start := time.Now()
 		if out, err := x.CombinedOutput(); err != nil {
 			b.Fatalf("xargs + bash -lc: %v\n%s", err, out)
 		}
@@ -113,6 +135,9 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 	b.ReportMetric(rate(cm), "controlmaster-jobs/s")
 	b.ReportMetric(rate(floor), "login-floor-jobs/s")
 	b.ReportMetric(rate(gpd)/rate(cm), "ratio")
+	b.ReportMetric(rate(slowGPD), "slow-gpd-jobs/s")
+	b.ReportMetric(rate(slowCM), "slow-controlmaster-jobs/s")
+	b.ReportMetric(rate(slowGPD)/rate(slowCM), "slow-ratio")
 	b.ReportMetric(float64(collisions), "gpd-collisions")
 	if collisions > 0 {
 		b.Errorf("%d times two jobs ran on one GPU at once", collisions)

@@ -1,0 +1,189 @@
+package jobshell
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"al.essio.dev/pkg/shellescape"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
+)
+
+// homeWith makes a home whose ~/.bash_profile sources ~/.bashrc, as
+// Debian's ~/.profile does, with bashrc as ~/.bashrc.
+func homeWith(t *testing.T, bashrc string) string {
+	home := t.TempDir()
+	os.WriteFile(filepath.Join(home, ".bash_profile"), []byte(". ~/.bashrc\n"), 0o644)
+	os.WriteFile(filepath.Join(home, ".bashrc"), []byte(bashrc), 0o644)
+	return home
+}
+
+// shellsIn are job shells whose machine's HOME is home and login shell
+// loginShell, ended with the test.
+func shellsIn(t *testing.T, home, loginShell string, login Login) *Shells {
+	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, "export HOME="+shellescape.Quote(home)+" SHELL="+shellescape.Quote(loginShell)+"; "+line, stdout, stderr)
+	}
+	ss := New(start, Supervision{Heartbeat: fast.Heartbeat, Grace: fast.Grace, Login: login})
+	t.Cleanup(ss.Close)
+	return ss
+}
+
+// runJob runs script with env on ss and returns its stdout, failing t
+// unless it exits 0 with nothing on stderr.
+func runJob(t *testing.T, ss *Shells, script string, env ...string) string {
+	t.Helper()
+	var out, errs bytes.Buffer
+	code, err := ss.Run(context.Background(), executor.Command{Script: script, Env: env}, &out, &errs)
+	if err != nil || code != 0 || errs.Len() != 0 {
+		t.Fatalf("%q: exit %d, %v, stderr %q", script, code, err, errs.String())
+	}
+	return out.String()
+}
+
+// A job of a slot's shell sees what bash -lc would: the functions,
+// aliases, variables and PATH its profile sets up (conda activation is
+// that), with $0, $$ and the positional parameters of its own; the
+// profile's output reaches no log, and its CUDA_VISIBLE_DEVICES does not
+// win over the slot's.
+func TestLoginOncePerSlot(t *testing.T) {
+	t.Parallel()
+	home := homeWith(t, `echo profile talks on stdout
+echo profile talks on stderr >&2
+greet() { echo "hello from a function"; }
+alias ll='ls -l'
+MYVAR=plain
+export CONDA_PREFIX=$HOME/env
+PATH=$HOME/env/bin:$PATH
+export CUDA_VISIBLE_DEVICES=7
+shopt -s extglob
+echo profile-read >> ~/reads
+`)
+	script := `greet; alias ll; echo "$MYVAR $CONDA_PREFIX"; echo "${PATH%%:*}"; echo "$0 $# $CUDA_VISIBLE_DEVICES"; shopt -q extglob && echo extglob; [ "$$" = "$BASHPID" ] && echo own-pid; echo ${_g_mark-no-internals}`
+	ss := shellsIn(t, home, "/bin/bash", LoginPerSlot)
+	got := runJob(t, ss, script, "CUDA_VISIBLE_DEVICES=0,1")
+	// The reference: bash -lc itself, with the job's variable set after.
+	ref := exec.Command("bash", "-lc", "export CUDA_VISIBLE_DEVICES=0,1; "+script)
+	ref.Env = append(os.Environ(), "HOME="+home)
+	want, err := ref.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = bytes.Replace(want, []byte("profile talks on stdout\n"), nil, 1)
+	os.Remove(filepath.Join(home, "reads")) // the reference read it too
+	if got != string(want) {
+		t.Errorf("a job printed\n%s\nbash -lc prints\n%s", got, want)
+	}
+	for _, line := range []string{"hello from a function", "alias ll='ls -l'", "plain " + home + "/env", home + "/env/bin", "bash 0 0,1", "extglob", "own-pid", "no-internals"} {
+		if !strings.Contains(got, line+"\n") {
+			t.Errorf("a job printed\n%s\nwithout %q", got, line)
+		}
+	}
+	// More jobs on the slot: the profile was read once, and each job has
+	// its own $$ and RANDOM.
+	a := runJob(t, ss, `echo $$ $RANDOM`)
+	b := runJob(t, ss, `echo $$ $RANDOM`)
+	if a == b {
+		t.Errorf("two jobs printed the same $$ and $RANDOM: %q", a)
+	}
+	if reads, _ := os.ReadFile(filepath.Join(home, "reads")); len(reads) != 0 {
+		t.Errorf("the profile was read again for later jobs on the slot: %q", reads)
+	}
+}
+
+// An edit of ~/.bashrc takes effect from the next job: its shell is
+// replaced, and the job runs once.
+func TestLoginProfileEdited(t *testing.T) {
+	t.Parallel()
+	home := homeWith(t, "MYVAR=one\n")
+	ss := shellsIn(t, home, "/bin/bash", LoginPerSlot)
+	counter := filepath.Join(t.TempDir(), "runs")
+	job := `echo "$MYVAR"; echo x >> ` + counter
+	if got := runJob(t, ss, job); got != "one\n" {
+		t.Fatalf("first job: %q", got)
+	}
+	before := ss.idleTags()
+	time.Sleep(20 * time.Millisecond) // a later time, however fine the clock
+	os.WriteFile(filepath.Join(home, ".bashrc"), []byte("MYVAR=two\n"), 0o644)
+	if got := runJob(t, ss, job); got != "two\n" {
+		t.Errorf("after the edit: %q, want two", got)
+	}
+	if after := ss.idleTags(); len(after) != 1 || after[0] == before[0] {
+		t.Errorf("idle shells %v then %v, want the old one replaced", before, after)
+	}
+	if runs, _ := os.ReadFile(counter); string(runs) != "x\nx\n" {
+		t.Errorf("the jobs ran %d times, want 2", strings.Count(string(runs), "\n"))
+	}
+}
+
+// login per_job reads the profile for every job, with the job's variables
+// exported before it, as gpudispatch always did.
+func TestLoginPerJob(t *testing.T) {
+	t.Parallel()
+	home := homeWith(t, "echo read >> ~/reads\n")
+	ss := shellsIn(t, home, "/bin/bash", LoginPerJob)
+	for range 3 {
+		runJob(t, ss, "true")
+	}
+	if reads, _ := os.ReadFile(filepath.Join(home, "reads")); strings.Count(string(reads), "\n") != 3 {
+		t.Errorf("the profile was read %q for 3 jobs, want 3 times", reads)
+	}
+}
+
+// A login shell that is not bash runs "$SHELL -lc" per job.
+func TestLoginZsh(t *testing.T) {
+	t.Parallel()
+	zsh, err := exec.LookPath("zsh")
+	if err != nil {
+		if os.Getenv("GPUDISPATCH_REQUIRE_ZSH") != "" {
+			t.Fatal("no zsh, and GPUDISPATCH_REQUIRE_ZSH is set")
+		}
+		t.Skip("no zsh here (set GPUDISPATCH_REQUIRE_ZSH to make this fail)")
+	}
+	home := t.TempDir()
+	os.WriteFile(filepath.Join(home, ".zprofile"), []byte("ZP=zprofile\n"), 0o644)
+	ss := shellsIn(t, home, zsh, LoginPerSlot)
+	for i := range 2 {
+		if got := runJob(t, ss, `echo "$ZP ${ZSH_VERSION:+zsh} $CUDA_VISIBLE_DEVICES"`, "CUDA_VISIBLE_DEVICES=3"); got != "zprofile zsh 3\n" {
+			t.Errorf("job %d under zsh printed %q", i, got)
+		}
+	}
+}
+
+// BenchmarkLoginOnce runs jobs of `true` one after another on one slot,
+// with a plain home and with a ~/.bashrc that costs 50 ms, a login shell
+// per slot against one per job: go test ./hosts/jobshell -run '^$' -bench Login
+func BenchmarkLogin(b *testing.B) {
+	for _, home := range []struct{ name, bashrc string }{{"plain", ""}, {"slow-bashrc", "sleep 0.05\n"}} {
+		for _, login := range []struct {
+			name  string
+			login Login
+		}{{"per-slot", LoginPerSlot}, {"per-job", LoginPerJob}} {
+			b.Run(fmt.Sprintf("%s/%s", home.name, login.name), func(b *testing.B) {
+				dir := b.TempDir()
+				os.WriteFile(filepath.Join(dir, ".bash_profile"), []byte(". ~/.bashrc\n"), 0o644)
+				os.WriteFile(filepath.Join(dir, ".bashrc"), []byte(home.bashrc), 0o644)
+				start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+					return spawn.Local(ctx, "export HOME="+shellescape.Quote(dir)+" SHELL=/bin/bash; "+line, stdout, stderr)
+				}
+				ss := New(start, Supervision{Heartbeat: time.Second, Grace: time.Second, Login: login.login})
+				defer ss.Close()
+				for b.Loop() {
+					if code, err := ss.Run(context.Background(), executor.Command{Script: "true"}, io.Discard, io.Discard); code != 0 || err != nil {
+						b.Fatal(code, err)
+					}
+				}
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+			})
+		}
+	}
+}
