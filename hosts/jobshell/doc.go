@@ -1,8 +1,16 @@
 // Package jobshell runs jobs in job shells: a job shell is a bash (shell.sh)
 // started once on a machine, over an SSH session or locally (package spawn),
 // that runs the jobs it is sent one after another, so that a job costs no
-// SSH session, no sshd fork and no extra bash: only a fork and its own login
-// shell.
+// SSH session and no sshd fork: only a fork and its own shell.
+//
+// Where the login shell is bash (and Supervision.Login is LoginPerSlot), a
+// job shell reads the login profile once, at its start, and each job starts
+// a bash of its own that takes up what the profile set (variables,
+// functions, aliases, options, traps; saved to a private file once), then
+// the job's environment: what bash -lc would see, with its own $$, for the
+// cost of a bash start instead of a login. A shell whose profile files
+// changed answers its next job "stale" without running it, and Run sends
+// the job to a new shell. Other login shells run "$SHELL -lc" per job.
 //
 // A machine keeps its idle shells (Shells); a job takes one or starts one,
 // and gives it back when the job ran to its end. Each job's output is
@@ -16,10 +24,10 @@
 //
 // # Invariants
 //
-//   - The job line reaches the login shell ($SHELL -lc, bash if unset) byte
-//     for byte: it travels on the shell's stdin, never through a quoted
-//     command line; the command line itself is a constant (spawn.Bootstrap)
-//     plus a tag of safe characters. Fields go with their byte lengths, so
+//   - The job line reaches the job's shell byte for byte: it travels on the
+//     job shell's stdin and then as one argument of the job's bash, never
+//     through a quoted command line; the command line itself is a constant
+//     (spawn.Bootstrap) plus a tag of safe characters. Fields go with their byte lengths, so
 //     that bash reads each in one system call rather than one per byte
 //     (bash 4.1's read -N).
 //   - A job runs in a subshell of its own (its environment and workdir do
