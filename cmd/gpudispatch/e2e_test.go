@@ -584,3 +584,24 @@ func TestE2ECompletion(t *testing.T) {
 		}
 	}
 }
+
+// The login profile is read once per slot, or per job with login: per_job
+// (and once more by the GPU lock holder, which finds nvidia-smi through it).
+func TestE2ELoginPerSlotOrJob(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		login string
+		reads int
+	}{{"per_slot", 1 + 1}, {"per_job", 3 + 1}} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, ".bash_profile"), []byte("echo read >> ~/reads\nMSG=from-profile\n"), 0o644)
+		os.WriteFile(filepath.Join(dir, "lab.yaml"), []byte("hosts:\n  - name: here\n    local: true\n    gpus: [0]\n    login: "+tt.login+"\n"), 0o644)
+		r := gpd(t, dir, strings.Repeat("echo $MSG\n", 3), "-i", "lab.yaml")
+		if r.code != 0 || readFile(t, filepath.Join(dir, "gpudispatch-logs", "3.out")) != "from-profile\n" {
+			t.Fatalf("login %s: exit %d: %s", tt.login, r.code, r.stderr)
+		}
+		if got := strings.Count(readFile(t, filepath.Join(dir, "reads")), "\n"); got != tt.reads {
+			t.Errorf("login %s: the profile was read %d times for 3 jobs on one slot, want %d", tt.login, got, tt.reads)
+		}
+	}
+}
