@@ -27,9 +27,10 @@ import (
 //     with a lab host's home. Every gpudispatch job runs a login shell,
 //     which `ssh host true` does not: this is the ceiling;
 //   - slow-gpd-jobs/s, slow-controlmaster-jobs/s and slow-ratio: the same
-//     with a ~/.bashrc that costs 50 ms (a `sleep 0.05`, as `conda init` or
-//     `pyenv init` can cost), sourced by the login profile as Debian's is,
-//     and by bash for `ssh host cmd`. gpudispatch reads it once per slot;
+//     with a ~/.bashrc that costs ~50 ms, as `conda init` or `pyenv init`
+//     can (a python start, `sleep 0.05` where there is no python3), sourced
+//     by the login profile as Debian's is, and by bash for `ssh host cmd`.
+//     gpudispatch reads it once per slot;
 //   - gpd-collisions: times two of gpudispatch's jobs ran on one GPU at once,
 //     from the journal (each job's start and end bracket its processes). It
 //     fails the benchmark unless 0.
@@ -108,6 +109,11 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 			os.WriteFile(filepath.Join(h.Home, ".bashrc"), []byte(what), 0o644)
 		}
 	}
+	// A python start, as conda's or pyenv's set-up costs, else a sleep.
+	slowBashrc := "sleep 0.05\n"
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		slowBashrc = "/usr/bin/python3 -c ''\n"
+	}
 	var gpd, disk, cm, floor, slowGPD, slowCM time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -115,7 +121,7 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 		gpd += dispatch(filepath.Join(fast, fmt.Sprintf("logs%d", i)))
 		disk += dispatch(filepath.Join(l.Dir, fmt.Sprintf("logs%d", i)))
 		cm += pool()
-		bashrc("sleep 0.05\n")
+		bashrc(slowBashrc)
 		slowGPD += dispatch(filepath.Join(fast, fmt.Sprintf("slow%d", i)))
 		slowCM += pool()
 		bashrc("")
