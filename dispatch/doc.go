@@ -33,18 +33,24 @@
 //
 // # Scheduling rule
 //
-// Jobs wait in arrival order (a re-queued job goes back to its original
-// place). Each pass walks the queue from the oldest job and starts every job
-// that fits in the free slots, choosing the least loaded, least recently
-// used GPU (so jobs spread over hosts and GPUs). The first job that does not
-// fit is the oldest waiting job: the free slots it needs are held for it on
-// the eligible host where it is closest to fitting (a pinned GPU, the pinned
-// host, or the host with the most free GPUs for gpus=N), and later jobs in
-// the same pass may use only the other slots. So a pinned or multi-GPU job
-// never blocks later jobs that can run elsewhere, and is never starved by
-// them: as slots free up they accumulate for it until it fits. Only the
-// oldest waiting job holds slots; a pass ends early once no free slot is
-// left, so its cost does not grow with the length of the queue.
+// Jobs wait in queue order: higher priority first ([priority=N], default
+// 0), equal priorities in arrival order; a re-queued job goes back to its
+// place, and a job whose priority changes moves to its new place. Each pass
+// walks the queue from its head and starts every job that fits in the free
+// slots. A job with a preference ([prefer=HOST[:GPU]]) goes there when the
+// slots it needs are free there as it is placed; other jobs, and a job whose
+// preferred place is taken, go to the least loaded, least recently used GPU
+// (so jobs spread over hosts and GPUs). The first job that does not fit is
+// the oldest waiting job of the highest priority: the free slots it needs
+// are held for it on the eligible host where it is closest to fitting (a
+// pinned GPU, the pinned host, or the host with the most free GPUs for
+// gpus=N), and later jobs in the same pass may use only the other slots. So
+// a pinned or multi-GPU job never blocks later jobs that can run elsewhere,
+// and is never starved by them: as slots free up they accumulate for it
+// until it fits. Only that one job holds slots; a pass ends early once no
+// free slot is left, so its cost does not grow with the length of the
+// queue. A job of higher priority that arrives later goes ahead of it, by
+// design; with a finite input every job starts (FuzzNoJobWaitsForever).
 //
 // Jobs that can never run (unknown host or GPU, more GPUs than a host has)
 // are rejected when they arrive, so every waiting job eventually fits.

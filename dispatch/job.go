@@ -28,6 +28,13 @@ type Job struct {
 	GPUs int
 	// Timeout is the job's own limit (0: the run's --timeout).
 	Timeout time.Duration
+	// Priority orders the queue: higher first, equal ones in arrival order.
+	Priority int
+	// Prefer is a soft placement: the job goes to host Prefer (GPU
+	// PreferGPU, -1 for any) when a slot there is free as it is placed, else
+	// anywhere it may go. "" for none.
+	Prefer    string
+	PreferGPU int
 }
 
 // ID is how logs, events and the journal call the job: its name, else its number.

@@ -117,7 +117,7 @@ func (p *parser) next() (*Job, error) {
 		}
 	}
 	*p.seq++
-	j := &Job{Seq: *p.seq, File: p.file, Line: first, Text: string(text), GPU: -1, GPUs: 1}
+	j := &Job{Seq: *p.seq, File: p.file, Line: first, Text: string(text), GPU: -1, GPUs: 1, PreferGPU: -1}
 	p.seen[j.Text]++
 	j.Occurrence = p.seen[j.Text]
 	if tooLong || len(text) > MaxJobBytes {
@@ -228,8 +228,27 @@ func parseOptions(j *Job, words []string) error {
 				return fmt.Errorf("[%s]: %w", w, err)
 			}
 			j.Timeout = d
+		case "priority":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < -maxPriority || n > maxPriority {
+				return fmt.Errorf("[%s]: want a whole number from %d to %d (higher runs first, default 0)", w, -maxPriority, maxPriority)
+			}
+			j.Priority = n
+		case "prefer":
+			host, gpu, hasGPU := strings.Cut(val, ":")
+			if host == "" {
+				return fmt.Errorf("[%s]: want prefer=HOST or prefer=HOST:GPU", w)
+			}
+			j.Prefer = host
+			if hasGPU {
+				id, err := strconv.Atoi(gpu)
+				if err != nil || id < 0 {
+					return fmt.Errorf("[%s]: GPU %q is not a GPU id (0, 1, ...)", w, gpu)
+				}
+				j.PreferGPU = id
+			}
 		default:
-			return fmt.Errorf("[%s]: unknown option %q (known: host, gpu, gpus, name, timeout)", w, key)
+			return fmt.Errorf("[%s]: unknown option %q (known: %s)", w, key, strings.Join(optionNames, ", "))
 		}
 	}
 	if j.GPU >= 0 && j.GPUs > 1 {
@@ -237,6 +256,12 @@ func parseOptions(j *Job, words []string) error {
 	}
 	return nil
 }
+
+// optionNames are the keys a [key=value ...] prefix knows.
+var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer"}
+
+// maxPriority bounds priority=N either way.
+const maxPriority = 1_000_000
 
 // parseTimeout accepts a Go duration ("90m", "1h30m") or whole seconds.
 func parseTimeout(s string) (time.Duration, error) {

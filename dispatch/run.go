@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -321,7 +322,7 @@ func (r *run) verdict(p parsed) (j *Job, kind string, why error) {
 		return nil, "", nil
 	}
 	j = p.job
-	err := r.sched.table.check(j)
+	err := cmp.Or(r.sched.table.check(j), r.sched.table.checkPrefer(j))
 	if why := r.opts.LeftOut[j.Host]; j.Host != "" && why != nil {
 		err = fmt.Errorf("host %s is left out of this run: %w", j.Host, why)
 	}

@@ -1,11 +1,15 @@
 package dispatch
 
+import "slices"
+
 // scheduler places waiting jobs on free slots, first come first served,
 // with the no-starvation rule of doc.go. It is not safe for concurrent use:
 // the run loop owns it.
 type scheduler struct {
-	table   *slotTable
-	waiting []*queued // in arrival order (Seq), re-queued jobs included
+	table *slotTable
+	// waiting is in queue order (ahead): higher priority first, then
+	// arrival order (Seq); re-queued jobs go back to their place.
+	waiting []*queued
 }
 
 // queued is a job waiting for slots, with the attempts it has used.
@@ -14,10 +18,20 @@ type queued struct {
 	attempts int
 }
 
-// add queues q in Seq order: a re-queued job goes back to its place in line.
+// ahead reports whether a comes before b in the queue: the higher
+// priority, then the one that arrived first.
+func ahead(a, b *Job) bool {
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	return a.Seq < b.Seq
+}
+
+// add queues q in queue order: a re-queued job goes back to its place in
+// line. Jobs mostly arrive at the back, so the search starts there.
 func (s *scheduler) add(q *queued) {
 	i := len(s.waiting)
-	for i > 0 && s.waiting[i-1].job.Seq > q.job.Seq {
+	for i > 0 && ahead(q.job, s.waiting[i-1].job) {
 		i--
 	}
 	s.waiting = append(s.waiting, nil)
@@ -81,6 +95,16 @@ func (s *scheduler) dropIf(f func(*queued) bool) []*queued {
 	clear(s.waiting[len(kept):])
 	s.waiting = kept
 	return out
+}
+
+// remove takes q out of the queue; it reports false when q was not in it.
+func (s *scheduler) remove(q *queued) bool {
+	i := slices.Index(s.waiting, q)
+	if i < 0 {
+		return false
+	}
+	s.waiting = slices.Delete(s.waiting, i, i+1)
+	return true
 }
 
 // drop removes and returns every waiting job.

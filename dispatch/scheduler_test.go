@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -215,4 +216,131 @@ func TestFreeSlotsStaysExact(t *testing.T) {
 			t.Fatalf("step %d: freeSlots %d, want %d", step, got, want)
 		}
 	}
+}
+
+// A job of higher priority overtakes the jobs waiting before it; equal
+// priorities keep their arrival order.
+func TestPriorityOvertakes(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0")
+	// Job 1 holds the only slot while the rest of the input is read.
+	input := "sleep 300ms\n" + repeat("exit 0", 5) + "[priority=1 name=p1] exit 1\n[priority=2 name=p2] exit 2\n[priority=-1 name=low] exit 3\n[priority=1 name=p1b] exit 4\n"
+	f, s := runJobs(t, inv, input, nil)
+	if s.Counts[EventFinished]+s.Counts[EventFailed] != 10 {
+		t.Fatalf("summary %+v", s)
+	}
+	var order []string
+	for _, st := range f.starts {
+		order = append(order, st.command)
+	}
+	want := []string{"sleep 300ms", "exit 2", "exit 1", "exit 4", "exit 0", "exit 0", "exit 0", "exit 0", "exit 0", "exit 3"}
+	if !slices.Equal(order, want) {
+		t.Errorf("start order:\n got %q\nwant %q", order, want)
+	}
+}
+
+// prefer= places a job where it asks when that place is free, else
+// anywhere; a preference for a place that does not exist is rejected.
+func TestPrefer(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0,1 b:0,1")
+	input := "@b:1 sleep 300ms\n[prefer=a:1] sleep 100ms\n[prefer=b:1] exit 0\n[prefer=b] exit 0\n[prefer=c] exit 0\n[prefer=a:7] exit 0\n@a [prefer=b] exit 0\n"
+	f, s := runJobs(t, inv, input, nil)
+	got := map[string]string{}
+	for _, st := range f.starts {
+		got[envValue(st.env, "GPUDISPATCH_JOB_ID")] = st.host + ":" + st.gpus
+	}
+	if got["2"] != "a:1" {
+		t.Errorf("job 2 preferring a:1 (free) ran on %s", got["2"])
+	}
+	if got["3"] == "b:1" || got["3"] == "" {
+		t.Errorf("job 3 preferring b:1 (busy) ran on %q, want elsewhere at once", got["3"])
+	}
+	if got["4"] != "b:0" {
+		t.Errorf("job 4 preferring b (b:0 free) ran on %s", got["4"])
+	}
+	var msgs []string
+	for _, e := range s.Unsuccessful {
+		msgs = append(msgs, e.Source+": "+e.Error)
+	}
+	want := []string{
+		`jobs:5: prefer=c: unknown host (hosts: a, b)`,
+		`jobs:6: prefer=a:7: host a has no GPU 7 (its GPUs: 0,1)`,
+		`jobs:7: prefer=b: the job is pinned to host a`,
+	}
+	if !slices.Equal(msgs, want) {
+		t.Errorf("rejections:\n got %q\nwant %q", msgs, want)
+	}
+}
+
+// FuzzNoJobWaitsForever drives the scheduler with jobs of every kind (pins,
+// several GPUs, priorities, preferences) arriving between random ends of
+// running jobs. Whatever the order, a pass that leaves jobs waiting while
+// nothing runs is a job waiting forever, and once input ends every job
+// must have started.
+func FuzzNoJobWaitsForever(f *testing.F) {
+	for _, seed := range []uint64{1, 2, 3, 42, 1234, 99999} {
+		f.Add(seed, uint8(40))
+	}
+	f.Fuzz(func(t *testing.T, seed uint64, n uint8) {
+		rng := rand.New(rand.NewPCG(seed, seed>>7))
+		var spec []string
+		for h := range 1 + rng.IntN(3) {
+			var ids []string
+			for g := range 1 + rng.IntN(4) {
+				ids = append(ids, strconv.Itoa(g))
+			}
+			spec = append(spec, fmt.Sprintf("h%d:%s", h, strings.Join(ids, ",")))
+		}
+		inv := lab(strings.Join(spec, " "))
+		for i := range inv.Hosts {
+			inv.Hosts[i].SlotsPerGPU = 1 + rng.IntN(2)
+		}
+		s := &scheduler{table: newSlotTable(inv)}
+		var running []assignment
+		started := map[int]bool{}
+		admitted := 0
+		pick := func() (string, int) {
+			h := inv.Hosts[rng.IntN(len(inv.Hosts))]
+			return h.Name, h.GPUs[rng.IntN(len(h.GPUs))]
+		}
+		for seq := 1; seq <= int(n) || len(s.waiting) > 0 || len(running) > 0; {
+			if seq <= int(n) && (rng.IntN(2) == 0 || len(running) == 0) {
+				j := &Job{Seq: seq, GPU: -1, GPUs: 1 + rng.IntN(3), PreferGPU: -1, Priority: rng.IntN(3) - 1}
+				switch rng.IntN(4) {
+				case 0:
+					j.Host, j.GPU = pick()
+					j.GPUs = 1
+				case 1:
+					j.Host, _ = pick()
+				}
+				if rng.IntN(3) == 0 {
+					j.Prefer, j.PreferGPU = pick()
+				}
+				seq++
+				if s.table.check(j) != nil || s.table.checkPrefer(j) != nil {
+					continue // rejected as it arrives
+				}
+				s.add(&queued{job: j})
+				admitted++
+			} else {
+				i := rng.IntN(len(running))
+				s.table.release(running[i].p)
+				running = slices.Delete(running, i, i+1)
+			}
+			for _, a := range s.next() {
+				if started[a.q.job.Seq] {
+					t.Fatalf("job %d started twice", a.q.job.Seq)
+				}
+				started[a.q.job.Seq] = true
+				running = append(running, a)
+			}
+			if len(running) == 0 && len(s.waiting) > 0 {
+				t.Fatalf("nothing runs and %d jobs wait, the first %+v, on %v", len(s.waiting), *s.waiting[0].job, spec)
+			}
+		}
+		if len(started) != admitted {
+			t.Fatalf("%d of %d jobs started", len(started), admitted)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -316,10 +317,14 @@ func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 	return gs
 }
 
-// place finds slots for j outside what is held, or reports false.
-// Among hosts with room it picks the one whose best GPU is least loaded and
-// least recently used, so single-GPU jobs spread over hosts.
+// place finds slots for j outside what is held, or reports false. A job
+// with a preference goes there when the slots it needs are free there.
+// Otherwise, among hosts with room it picks the one whose best GPU is least
+// loaded and least recently used, so single-GPU jobs spread over hosts.
 func (t *slotTable) place(j *Job, hd held) (placement, bool) {
+	if p, ok := t.preferred(j, hd); ok {
+		return p, true
+	}
 	var best placement
 	for _, h := range t.candidates(j) {
 		if h.down {
@@ -336,6 +341,50 @@ func (t *slotTable) place(j *Job, hd held) (placement, bool) {
 	// CUDA_VISIBLE_DEVICES lists a job's GPUs in id order.
 	sort.Slice(best.gpus, func(a, b int) bool { return best.gpus[a].id < best.gpus[b].id })
 	return best, best.host != nil
+}
+
+// preferred places j where it prefers to go, if it has a preference and
+// that place has room now.
+func (t *slotTable) preferred(j *Job, hd held) (placement, bool) {
+	h := t.byName[j.Prefer]
+	if h == nil || h.down || j.Host != "" && j.Host != j.Prefer {
+		return placement{}, false
+	}
+	gs := t.freeGPUs(h, j, hd)
+	if j.PreferGPU >= 0 {
+		i := slices.IndexFunc(gs, func(g *gpu) bool { return g.id == j.PreferGPU })
+		if i < 0 {
+			return placement{}, false
+		}
+		gs = append([]*gpu{gs[i]}, slices.Delete(slices.Clone(gs), i, i+1)...)
+	}
+	if len(gs) < j.GPUs {
+		return placement{}, false
+	}
+	p := placement{host: h, gpus: gs[:j.GPUs]}
+	sort.Slice(p.gpus, func(a, b int) bool { return p.gpus[a].id < p.gpus[b].id })
+	return p, true
+}
+
+// checkPrefer says why j's preference names no place j could go, or nil.
+// Unlike check, it is only asked as a job arrives: an inventory edit that
+// takes the preferred place away leaves the job free to go anywhere.
+func (t *slotTable) checkPrefer(j *Job) error {
+	if j.Prefer == "" {
+		return nil
+	}
+	h := t.byName[j.Prefer]
+	switch {
+	case h == nil || h.removed:
+		return fmt.Errorf("prefer=%s: unknown host (hosts: %s)", j.Prefer, strings.Join(t.names(), ", "))
+	case j.Host != "" && j.Host != j.Prefer:
+		return fmt.Errorf("prefer=%s: the job is pinned to host %s", j.Prefer, j.Host)
+	case j.PreferGPU >= 0 && (h.byID[j.PreferGPU] == nil || h.byID[j.PreferGPU].cap == 0):
+		return fmt.Errorf("prefer=%s:%d: host %s has no GPU %d (its GPUs: %s)", j.Prefer, j.PreferGPU, j.Prefer, j.PreferGPU, h.ids())
+	case j.PreferGPU >= 0 && j.GPU >= 0 && j.GPU != j.PreferGPU:
+		return fmt.Errorf("prefer=%s:%d: the job is pinned to GPU %d", j.Prefer, j.PreferGPU, j.GPU)
+	}
+	return nil
 }
 
 func better(a, b *gpu) bool {
