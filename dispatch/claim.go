@@ -88,6 +88,7 @@ func (r *run) launch(ctx context.Context, a assignment) bool {
 	for _, g := range a.p.gpus {
 		r.sched.table.setBlocked(g, func() { g.claiming = true })
 	}
+	a.q.claiming = true
 	go func() { r.claims <- r.settle(ctx, c) }()
 	return true
 }
@@ -156,6 +157,7 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 	for _, g := range a.p.gpus {
 		r.sched.table.setBlocked(g, func() { g.claiming = false })
 	}
+	a.q.claiming = false
 	relock := false
 	for g, l := range res.locks {
 		g.lock, g.unlocked = l, nil
@@ -175,6 +177,11 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 	if res.noProbe != nil && !h.noProbe {
 		h.noProbe = true
 		r.record(r.hostWarning(h, fmt.Errorf("cannot tell whether its GPUs are busy, so --skip-busy does not apply there: %w", res.noProbe)))
+	}
+	if a.q.cancelAsked {
+		r.release(a.p)
+		r.cancelledBeforeStart(a.q)
+		return false
 	}
 	if res.err != nil || len(res.busy) > 0 || relock || r.stopping {
 		r.release(a.p)

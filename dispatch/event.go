@@ -26,6 +26,9 @@ const (
 	// EventReloaded says how an edit of the inventory changed the run
 	// (Message).
 	EventReloaded = "inventory"
+	// EventPriority says that a waiting job's priority was changed (Spec
+	// has the new one).
+	EventPriority = "priority"
 )
 
 // Event is one line of journal.jsonl and of --json output.
@@ -60,6 +63,26 @@ type Event struct {
 	Error  string     `json:"error,omitempty"`
 	// Message says what happened, for events that are not about a job.
 	Message string `json:"message,omitempty"`
+	// ByUser is set on a cancelled or retried event that someone asked for
+	// (cancel, retry), rather than the run deciding it: serve --resume does
+	// not bring back a job its user cancelled.
+	ByUser bool `json:"by_user,omitempty"`
+	// Spec is how a served job was queued (on queued and priority events
+	// of serve): with Text it rebuilds the job after a restart.
+	Spec *JobSpec `json:"spec,omitempty"`
+}
+
+// JobSpec is where a job may run and in what order, as it was queued.
+type JobSpec struct {
+	Name     string `json:"name,omitempty"`
+	Host     string `json:"host,omitempty"`
+	GPU      int    `json:"gpu"` // -1: any
+	GPUs     int    `json:"gpus"`
+	Priority int    `json:"priority,omitempty"`
+	// TimeoutSeconds is the job's own time limit (0: the run's).
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+	Prefer         string  `json:"prefer,omitempty"`
+	PreferGPU      int     `json:"prefer_gpu"` // -1: any
 }
 
 // Reporter is told every event as it happens (terminal lines, --json).

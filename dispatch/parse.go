@@ -39,6 +39,8 @@ type parser struct {
 	seq   *int
 	seen  map[string]int
 	names map[string]string // name= -> where it was first used
+	// defaults apply to every job, under what its line says.
+	defaults Defaults
 }
 
 func newParser(r io.Reader, file string, seq *int, seen map[string]int, names map[string]string) *parser {
@@ -124,8 +126,14 @@ func (p *parser) next() (*Job, error) {
 		j.Text = j.Text[:min(len(j.Text), 80)] + "..."
 		return nil, &LineError{Job: j, Err: fmt.Errorf("job is longer than %d bytes, the most a shell accepts as one argument: put it in a script and run that", MaxJobBytes)}
 	}
+	if err := parseOptions(j, p.defaults.words()); err != nil {
+		return nil, &LineError{Job: j, Err: err}
+	}
 	if err := parsePrefix(j); err != nil {
 		return nil, &LineError{Job: j, Err: err}
+	}
+	if j.Host == "" {
+		j.Host = p.defaults.Host
 	}
 	if j.Name != "" {
 		if prev, dup := p.names[j.Name]; dup {
@@ -134,6 +142,25 @@ func (p *parser) next() (*Job, error) {
 		p.names[j.Name] = j.Where()
 	}
 	return j, nil
+}
+
+// words are d as options of a job line, but for the host, which is
+// applied after the line's own (a line's @HOST wins over it).
+func (d Defaults) words() []string {
+	var w []string
+	if d.GPUs > 0 {
+		w = append(w, "gpus="+strconv.Itoa(d.GPUs))
+	}
+	if d.Priority != 0 {
+		w = append(w, "priority="+strconv.Itoa(d.Priority))
+	}
+	if d.Timeout > 0 {
+		w = append(w, "timeout="+d.Timeout.String())
+	}
+	if d.Name != "" {
+		w = append(w, "name="+d.Name)
+	}
+	return w
 }
 
 // optionsRE matches a bracket prefix: only key=value words, so that a

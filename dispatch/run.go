@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -64,6 +65,13 @@ type Options struct {
 	Recheck time.Duration
 	// Updates brings edits of the inventory while the run goes on.
 	Updates <-chan Update
+	// Serve makes a standing queue: the run has no input and does not end
+	// until it is stopped; jobs arrive through Control.Submit. It numbers
+	// its jobs after those of the log dir's journal, and with Resume it
+	// queues again the jobs an earlier server left unfinished.
+	Serve bool
+	// Control, when set, steers the run from other goroutines.
+	Control *Control
 }
 
 // Update is an edit of the inventory, for a run that is going on.
@@ -115,8 +123,24 @@ type run struct {
 	rechecks chan recheck
 	lockLost chan lostLock
 	idle     []*gpu
+	// killJobs cancels the jobs' context (stop --now).
+	killJobs context.CancelCauseFunc
 	// releasing counts the locks being let go of.
 	releasing sync.WaitGroup
+	// jobs are the run's jobs by id, for Control; waiters are its Wait
+	// calls not answered yet.
+	jobs    map[string]*queued
+	waiters []*waiter
+	// seq, seen and names number and name the jobs Control.Submit adds,
+	// after those of the journal (Serve).
+	seq   int
+	seen  map[string]int
+	names map[string]string
+	// requeue are the jobs an earlier server left unfinished (Serve with
+	// Resume), queued again as the run starts.
+	requeue []*queued
+	// unfinished counts such jobs when they are not queued again.
+	unfinished int
 }
 
 // expiry is a host's host-down timeout passing, for one time it went down.
@@ -138,6 +162,9 @@ type result struct {
 // as soon as it arrives, and returns when input has ended and every job is
 // done, or after a drain or cancel. An error means nothing ran (setup).
 func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
+	if opts.Control != nil {
+		defer close(opts.Control.done)
+	}
 	claim, err := claimLogDir(opts.LogDir)
 	if err != nil {
 		return nil, &SetupError{err}
@@ -166,10 +193,25 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	for _, d := range r.damaged {
 		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "--resume: " + d + "; the line was skipped"})
 	}
+	if r.unfinished > 0 {
+		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: fmt.Sprintf("%d jobs of an earlier run in this log dir did not finish: serve --resume queues them again", r.unfinished)})
+	}
 	for _, h := range r.sched.table.hosts {
 		if err := opts.Down[h.host.Name]; err != nil {
 			r.hostDown(h, err)
 		}
+	}
+	// The jobs' context: stop --now cancels it, as a second Ctrl-C does.
+	ctx, r.killJobs = context.WithCancelCause(ctx)
+	defer r.killJobs(nil)
+	for _, q := range r.requeue {
+		if err := r.sched.table.check(q.job); err != nil {
+			e := r.event(EventFailed, q.job, 0)
+			e.Error = "cannot be queued again: " + err.Error()
+			r.final(e)
+			continue
+		}
+		r.queue(q, "queued again by serve --resume")
 	}
 	r.loop(ctx, inputs)
 	r.unlockAll()
@@ -194,6 +236,15 @@ func prepare(opts Options) (*run, error) {
 		done:    map[jobKey]bool{},
 		sched:   &scheduler{table: newSlotTable(opts.Inventory)},
 		summary: newSummary(),
+		jobs:    map[string]*queued{},
+		seen:    map[string]int{},
+		names:   map[string]string{},
+	}
+	if opts.Serve {
+		if err := r.loadServed(); err != nil {
+			return nil, &SetupError{err}
+		}
+		return r, nil
 	}
 	if opts.Resume {
 		done, damaged, err := succeeded(filepath.Join(opts.LogDir, JournalName))
@@ -246,9 +297,15 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 	go read(inputs, jobs, stopReading)
 
 	drain, cancelled := r.opts.Drain, ctx.Done()
+	var reqs chan func(*run)
+	if r.opts.Control != nil {
+		reqs = r.opts.Control.reqs
+	}
 	running := 0
-	for jobs != nil || running > 0 || len(r.sched.waiting) > 0 && !r.stopping {
+	for jobs != nil || running > 0 || len(r.sched.waiting) > 0 && !r.stopping || r.opts.Serve && !r.stopping {
 		select {
+		case f := <-reqs:
+			f(r)
 		case p, ok := <-jobs:
 			if !ok {
 				jobs = nil
@@ -276,12 +333,10 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			r.reload(u)
 		case <-drain:
 			drain = nil
-			r.stopping = true
-			r.summary.Interrupted = true
+			r.stop()
 		case <-cancelled:
 			cancelled = nil
-			r.stopping = true
-			r.summary.Interrupted = true
+			r.stop()
 		}
 		if r.stopping {
 			jobs = nil // read no more input
@@ -338,9 +393,10 @@ func (r *run) verdict(p parsed) (j *Job, kind string, why error) {
 	return j, EventQueued, nil
 }
 
-// admit queues a parsed job, or records why it was rejected or skipped.
-func (r *run) admit(p parsed) {
-	j, kind, why := r.verdict(p)
+// admit queues a parsed job, or records why it was rejected or skipped;
+// it returns the verdict.
+func (r *run) admit(p parsed) (j *Job, kind string, why error) {
+	j, kind, why = r.verdict(p)
 	switch kind {
 	case EventRejected, EventFailed:
 		e := r.event(kind, j, 0)
@@ -349,9 +405,22 @@ func (r *run) admit(p parsed) {
 	case skipped:
 		r.summary.Skipped++
 	case EventQueued:
-		r.record(r.event(EventQueued, j, 0))
-		r.sched.add(&queued{job: j})
+		q := &queued{job: j}
+		r.jobs[j.ID()] = q
+		r.queue(q, "")
 	}
+	return j, kind, why
+}
+
+// queue records q as queued and puts it in the queue.
+func (r *run) queue(q *queued, message string) {
+	e := r.event(EventQueued, q.job, q.attempts)
+	e.Message = message
+	if r.opts.Serve {
+		e.Spec = specOf(q.job)
+	}
+	r.record(e)
+	r.sched.add(q)
 }
 
 func (r *run) start(ctx context.Context, a assignment) {
@@ -380,8 +449,10 @@ func (r *run) start(ctx context.Context, a assignment) {
 	if j.Timeout > 0 {
 		timeout = j.Timeout
 	}
+	jctx, kill := context.WithCancelCause(ctx)
+	q.kill = kill
 	go func() {
-		jctx := ctx
+		defer kill(nil)
 		if timeout > 0 {
 			var cancel context.CancelFunc
 			jctx, cancel = context.WithTimeoutCause(ctx, timeout, errJobTimeout)
@@ -412,6 +483,7 @@ func (r *run) tag(j *Job, attempt int) string {
 
 func (r *run) finish(res result) {
 	q, j, p := res.a.q, res.a.q.job, res.a.p
+	q.kill = nil
 	lost := errors.Is(res.err, executor.ErrConnectionLost)
 	notStarted := errors.Is(res.err, executor.ErrHostDown)
 	if lost || notStarted {
@@ -450,6 +522,7 @@ func (r *run) finish(res result) {
 	if res.err != nil {
 		e.Error = res.err.Error()
 	}
+	e.ByUser = errors.Is(res.err, errCancelAsked)
 	if notStarted {
 		// Nothing ran: the attempt does not count and its empty logs go.
 		q.attempts--
@@ -590,6 +663,10 @@ func (r *run) event(kind string, j *Job, attempt int) Event {
 func (r *run) final(e Event) {
 	r.record(e)
 	r.summary.add(e)
+	if q := r.jobs[e.Job]; q != nil && q.job.Seq == e.Seq {
+		q.ended = &e
+	}
+	r.tellWaiters(e)
 }
 
 // record writes e to the journal, then tells the reporters. A journal that
@@ -622,6 +699,19 @@ type Summary struct {
 }
 
 func newSummary() *Summary { return &Summary{Counts: map[string]int{}} }
+
+// reopen takes back e, the final event of a job that is retried.
+func (s *Summary) reopen(e Event) {
+	i := slices.IndexFunc(s.Unsuccessful, func(u Event) bool { return u.Seq == e.Seq && u.Job == e.Job })
+	if i < 0 {
+		return // it ended in an earlier run
+	}
+	s.Unsuccessful = slices.Delete(s.Unsuccessful, i, i+1)
+	s.Counts[e.Event]--
+	if s.Counts[e.Event] == 0 {
+		delete(s.Counts, e.Event)
+	}
+}
 
 func (s *Summary) add(e Event) {
 	s.Counts[e.Event]++

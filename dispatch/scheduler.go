@@ -1,6 +1,9 @@
 package dispatch
 
-import "slices"
+import (
+	"context"
+	"slices"
+)
 
 // scheduler places waiting jobs on free slots, first come first served,
 // with the no-starvation rule of doc.go. It is not safe for concurrent use:
@@ -12,10 +15,18 @@ type scheduler struct {
 	waiting []*queued
 }
 
-// queued is a job waiting for slots, with the attempts it has used.
+// queued is a job of the run, with the attempts it has used, from when it
+// is queued to the end of its story (and after: it may be retried).
 type queued struct {
 	job      *Job
 	attempts int
+	// claiming is set while the claim on its GPUs is settled, kill while
+	// it runs; cancelAsked says that it was cancelled while claiming.
+	claiming    bool
+	kill        context.CancelCauseFunc
+	cancelAsked bool
+	// ended is the event that ended its story, until it is retried.
+	ended *Event
 }
 
 // ahead reports whether a comes before b in the queue: the higher

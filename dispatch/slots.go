@@ -450,3 +450,42 @@ func (t *slotTable) downFor(j *Job) string {
 	}
 	return strings.Join(why, "; ")
 }
+
+// whyWaiting says why j, at place ahead of it in the queue, waits.
+func (t *slotTable) whyWaiting(j *Job, ahead int) string {
+	if down := t.downFor(j); down != "" && t.allDown(j) {
+		return down
+	}
+	if j.Host != "" && j.GPU >= 0 {
+		if g := t.byName[j.Host].byID[j.GPU]; g != nil && g.busy != "" {
+			return g.busy
+		}
+	}
+	var why string
+	switch {
+	case j.GPUs > 1 && j.Host != "":
+		why = fmt.Sprintf("waits for %d GPUs of host %s together", j.GPUs, j.Host)
+	case j.GPUs > 1:
+		why = fmt.Sprintf("waits for %d GPUs of one host together", j.GPUs)
+	case j.Host != "" && j.GPU >= 0:
+		why = fmt.Sprintf("waits for GPU %d of host %s", j.GPU, j.Host)
+	case j.Host != "":
+		why = "waits for a slot on host " + j.Host
+	default:
+		why = "waits for a free slot"
+	}
+	if ahead == 0 {
+		return why + "; first in line: slots are held for it as they free up"
+	}
+	return fmt.Sprintf("%s; %d jobs ahead of it", why, ahead)
+}
+
+// allDown reports whether every host j may run on is down.
+func (t *slotTable) allDown(j *Job) bool {
+	for _, h := range t.candidates(j) {
+		if !h.down && !h.removed && h.live() >= j.GPUs {
+			return false
+		}
+	}
+	return true
+}

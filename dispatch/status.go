@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -32,6 +33,10 @@ type JobStatus struct {
 	Error   string  `json:"error,omitempty"`
 	// Run is the run that wrote the job's latest event.
 	Run string `json:"run"`
+	// Priority and Why are a waiting job's priority and why it waits, when
+	// the live run was asked (Control.Status).
+	Priority int    `json:"priority,omitempty"`
+	Why      string `json:"why,omitempty"`
 }
 
 // Succeeded reports whether the job finished with exit status 0.
@@ -153,7 +158,7 @@ func (st *Status) WriteTable(w io.Writer, jobs []JobStatus, width int) error {
 			log = j.Stderr
 		}
 		if log == "" {
-			log = j.Error
+			log = cmp.Or(j.Why, j.Error)
 		}
 		cmd := strings.ReplaceAll(j.Command, "\n", " ") // whole, on one line
 		if width > 0 {

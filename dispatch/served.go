@@ -1,0 +1,128 @@
+package dispatch
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// loadServed reads the journal of the log dir for a standing queue
+// (Options.Serve): the numbers and names its jobs took, so that new jobs
+// get others; every job, so that one that ended can be retried; and the
+// jobs left unfinished by a server that was stopped or killed, which
+// Resume queues again with their priority. A job left unfinished is one
+// still waiting or running, or cancelled by a stop rather than by its user.
+func (r *run) loadServed() error {
+	type record struct {
+		queued Event    // its latest queued event
+		spec   *JobSpec // its latest spec
+		last   Event    // its latest event that moved it
+	}
+	recs := map[jobKey]*record{}
+	var order []jobKey
+	path := filepath.Join(r.opts.LogDir, JournalName)
+	damaged, err := scanJournal(path, func(line []byte) error {
+		var e Event
+		if err := json.Unmarshal(line, &e); err != nil {
+			return err
+		}
+		if e.Job == "" {
+			return nil
+		}
+		if e.TextBytes != nil {
+			e.Text = string(e.TextBytes)
+		}
+		r.seq = max(r.seq, e.Seq)
+		r.seen[e.Text] = max(r.seen[e.Text], e.Occurrence)
+		k := jobKey{e.Text, e.Occurrence}
+		rec := recs[k]
+		if rec == nil {
+			rec = &record{}
+			recs[k] = rec
+			order = append(order, k)
+		}
+		if e.Spec != nil {
+			rec.spec = e.Spec
+		}
+		if e.Event == EventQueued {
+			rec.queued = e
+		}
+		if e.JobState() != "" {
+			rec.last = e
+		}
+		return nil
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.damaged = damaged
+	for _, k := range order {
+		rec := recs[k]
+		if rec.queued.Job == "" {
+			continue // never queued: a rejected line
+		}
+		j, err := rebuild(rec.queued, rec.spec)
+		if err != nil {
+			continue // a line the parser now rejects: nothing to run again
+		}
+		if j.Name != "" {
+			r.names[j.Name] = j.Where()
+		}
+		q := &queued{job: j}
+		r.jobs[j.ID()] = q
+		state := rec.last.JobState()
+		if Ended(state) {
+			last := rec.last
+			q.ended = &last
+		}
+		if !Ended(state) || state == EventCancelled && !rec.last.ByUser {
+			if r.opts.Resume {
+				q.ended = nil
+				r.requeue = append(r.requeue, q)
+			} else {
+				r.unfinished++
+			}
+		}
+	}
+	return nil
+}
+
+// rebuild makes a served job again from its queued event: its line gives
+// the placement, and spec (when the job was served) what was given beside
+// it (submit's defaults, a changed priority).
+func rebuild(e Event, spec *JobSpec) (*Job, error) {
+	j := &Job{Seq: e.Seq, Text: e.Text, Occurrence: e.Occurrence, GPU: -1, GPUs: 1, PreferGPU: -1}
+	j.File, j.Line = splitSource(e.Source)
+	if err := parsePrefix(j); err != nil {
+		return nil, err
+	}
+	if spec != nil {
+		j.Name, j.Host, j.GPU, j.GPUs, j.Priority = spec.Name, spec.Host, spec.GPU, max(spec.GPUs, 1), spec.Priority
+		j.Timeout = secondsDuration(spec.TimeoutSeconds)
+		j.Prefer, j.PreferGPU = spec.Prefer, spec.PreferGPU
+	}
+	return j, nil
+}
+
+// splitSource undoes Job.Where: "cmds.txt:12" or "line 12".
+func splitSource(source string) (file string, line int) {
+	for i := len(source) - 1; i >= 0; i-- {
+		if source[i] == ':' {
+			if n, err := strconv.Atoi(source[i+1:]); err == nil {
+				return source[:i], n
+			}
+			break
+		}
+	}
+	if len(source) > 5 && source[:5] == "line " {
+		if n, err := strconv.Atoi(source[5:]); err == nil {
+			return "", n
+		}
+	}
+	return source, 0
+}
