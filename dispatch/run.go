@@ -72,6 +72,10 @@ type Options struct {
 	Serve bool
 	// Control, when set, steers the run from other goroutines.
 	Control *Control
+	// Started, when set, is called once the log dir is claimed and its
+	// journal open, before any job is read: the control socket is made
+	// there, under the claim. An error ends the run before it starts.
+	Started func() error
 }
 
 // Update is an edit of the inventory, for a run that is going on.
@@ -190,6 +194,11 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	}
 	r.journal = j
 	defer j.close()
+	if opts.Started != nil {
+		if err := opts.Started(); err != nil {
+			return nil, &SetupError{err}
+		}
+	}
 	for _, d := range r.damaged {
 		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "--resume: " + d + "; the line was skipped"})
 	}

@@ -1,0 +1,265 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch"
+)
+
+// SocketName is the control socket's name in the log dir.
+const SocketName = "gpudispatch.sock"
+
+// Listener is the control socket of a log dir.
+type Listener struct {
+	net.Listener
+	path string
+	info fs.FileInfo // the socket as bound, to remove only our own
+}
+
+// Listen makes the control socket in logDir, replacing a stale one. The
+// caller must hold the log dir's claim (dispatch.Run does, which is why a
+// socket found there is stale).
+func Listen(logDir string) (*Listener, error) {
+	st, err := os.Stat(logDir)
+	if err != nil {
+		return nil, err
+	}
+	if st.Mode().Perm()&0o002 != 0 {
+		return nil, fmt.Errorf("%s is writable by everyone: the control socket needs a log dir of your own (-o)", logDir)
+	}
+	path := filepath.Join(logDir, SocketName)
+	if old, err := os.Lstat(path); err == nil {
+		if old.Mode().Type() != fs.ModeSocket {
+			return nil, fmt.Errorf("%s is in the way of the control socket (not a socket): remove it", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("replacing the stale control socket: %w", err)
+		}
+	}
+	// Bound in a directory only we can enter, made 0600, then moved into
+	// place: at no moment can another user connect.
+	private, err := os.MkdirTemp(logDir, ".gpudispatch-sock-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(private)
+	addr, done, err := socketAddr(private, "s")
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	ln, err := net.Listen("unix", addr)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	bound := filepath.Join(private, "s")
+	if err := os.Chmod(bound, 0o600); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if err := os.Rename(bound, path); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	info, err := os.Lstat(path)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return &Listener{Listener: ownUser{ln}, path: path, info: info}, nil
+}
+
+// Close stops listening and removes the socket, if it is still ours.
+func (l *Listener) Close() error {
+	err := l.Listener.Close()
+	if now, serr := os.Lstat(l.path); serr == nil && os.SameFile(now, l.info) {
+		os.Remove(l.path)
+	}
+	return err
+}
+
+// ownUser accepts only connections from this process's user.
+type ownUser struct{ net.Listener }
+
+func (o ownUser) Accept() (net.Conn, error) {
+	for {
+		c, err := o.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if sameUser(c) {
+			return c, nil
+		}
+		c.Close()
+	}
+}
+
+// Serve answers requests on l for the run c steers, whose log dir is
+// logDir, until ctx ends.
+func Serve(ctx context.Context, l net.Listener, c *dispatch.Control, logDir string) error {
+	srv := &http.Server{Handler: Handler(c, logDir), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	err := srv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Handler serves the protocol of the package doc for c.
+func Handler(c *dispatch.Control, logDir string) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		st, err := c.Status(r.Context(), logDir)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		reply(w, statusReply{Jobs: st.Jobs, Damaged: st.Damaged})
+	})
+	mux.HandleFunc("POST /v1/submit", func(w http.ResponseWriter, r *http.Request) {
+		var req submitRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		out, err := c.Submit(r.Context(), dispatch.Batch{Source: req.Source, Text: req.Text, Defaults: dispatch.Defaults{
+			Name: req.Name, Host: req.Host, GPUs: req.GPUs, Priority: req.Priority,
+			Timeout: time.Duration(req.TimeoutSeconds * float64(time.Second)),
+		}})
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		reply(w, out)
+	})
+	each := func(f func(context.Context, []string) ([]dispatch.Answer, error)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			var req idsRequest
+			if !decode(w, r, &req) {
+				return
+			}
+			as, err := f(r.Context(), req.IDs)
+			if err != nil {
+				fail(w, err)
+				return
+			}
+			reply(w, answersReply{Answers: as})
+		}
+	}
+	mux.HandleFunc("POST /v1/cancel", each(c.Cancel))
+	mux.HandleFunc("POST /v1/retry", each(c.Retry))
+	mux.HandleFunc("POST /v1/priority", func(w http.ResponseWriter, r *http.Request) {
+		var req priorityRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		a, err := c.SetPriority(r.Context(), req.ID, req.Priority)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		reply(w, a)
+	})
+	mux.HandleFunc("POST /v1/wait", func(w http.ResponseWriter, r *http.Request) {
+		var req idsRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		evs, err := c.Wait(r.Context(), req.IDs)
+		if err != nil {
+			fail(w, err)
+			return
+		}
+		reply(w, waitReply{Events: evs})
+	})
+	mux.HandleFunc("POST /v1/stop", func(w http.ResponseWriter, r *http.Request) {
+		var req stopRequest
+		if !decode(w, r, &req) {
+			return
+		}
+		if err := c.Stop(r.Context(), req.Now); err != nil {
+			fail(w, err)
+			return
+		}
+		reply(w, struct{}{})
+	})
+	return mux
+}
+
+// The requests and replies of the protocol.
+type (
+	statusReply struct {
+		Jobs    []dispatch.JobStatus `json:"jobs"`
+		Damaged []string             `json:"damaged,omitempty"`
+	}
+	submitRequest struct {
+		Text           string  `json:"text"`
+		Source         string  `json:"source,omitempty"`
+		Name           string  `json:"name,omitempty"`
+		Host           string  `json:"host,omitempty"`
+		GPUs           int     `json:"gpus,omitempty"`
+		Priority       int     `json:"priority,omitempty"`
+		TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+	}
+	idsRequest struct {
+		IDs []string `json:"ids"`
+	}
+	answersReply struct {
+		Answers []dispatch.Answer `json:"answers"`
+	}
+	priorityRequest struct {
+		ID       string `json:"id"`
+		Priority int    `json:"priority"`
+	}
+	waitReply struct {
+		Events []dispatch.Event `json:"events"`
+	}
+	stopRequest struct {
+		Now bool `json:"now"`
+	}
+	errorReply struct {
+		Error string `json:"error"`
+	}
+)
+
+// maxRequest bounds a request body: a submitted batch of jobs of at most
+// 128 KiB each, a few thousand of them.
+const maxRequest = 64 << 20
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequest)).Decode(v); err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(errorReply{Error: "bad request: " + err.Error()})
+		return false
+	}
+	return true
+}
+
+func reply(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+func fail(w http.ResponseWriter, err error) {
+	code := http.StatusConflict
+	if errors.Is(err, context.Canceled) {
+		code = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(errorReply{Error: err.Error()})
+}
