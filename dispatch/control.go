@@ -357,6 +357,11 @@ func (r *run) waits() map[string]waitInfo {
 	for i, q := range r.sched.waiting {
 		out[q.job.ID()] = waitInfo{q.job.Priority, r.sched.table.whyWaiting(q.job, i)}
 	}
+	for id, q := range r.jobs {
+		if q.claiming {
+			out[id] = waitInfo{q.job.Priority, "starting: taking its GPUs' locks"}
+		}
+	}
 	return out
 }
 

@@ -477,6 +477,9 @@ func (t *slotTable) whyWaiting(j *Job, ahead int) string {
 	if ahead == 0 {
 		return why + "; first in line: slots are held for it as they free up"
 	}
+	if ahead == 1 {
+		return why + "; 1 job ahead of it"
+	}
 	return fmt.Sprintf("%s; %d jobs ahead of it", why, ahead)
 }
 

@@ -44,14 +44,16 @@ var flagValues = map[string]string{
 	"keepalive": "7s", "lock-dir": "/var/tmp/gpd-locks", "gpus": "0,1", "log-dir": "elsewhere",
 	"resume": "true", "retries": "5", "timeout": "2h", "host-down-timeout": "1m", "skip-busy": "true",
 	"busy-recheck": "30s", "dry-run": "true", "json": "true", "quiet": "true", "verbose": "true",
-	"failed": "true",
+	"failed": "true", "name": "eval", "host": "a", "priority": "3", "wait": "true", "now": "true",
 }
 
 // everyFlag checks that each flag of cmd, set as GPUDISPATCH_<FLAG>, gives
 // the options that --flag=value gives, and that those differ from the
 // defaults: every flag honours its environment variable.
-func everyFlag[O any](t *testing.T, name string, newCmd func(streams, func(context.Context, streams, O) error) *cobra.Command) {
-	defaults, cmd, err := parsed(t, newCmd, nil)
+// own gives values for flags of this command only; args are its
+// arguments.
+func everyFlag[O any](t *testing.T, name string, newCmd func(streams, func(context.Context, streams, O) error) *cobra.Command, own map[string]string, args ...string) {
+	defaults, cmd, err := parsed(t, newCmd, args)
 	if err != nil {
 		t.Fatalf("%s with no flags: %v", name, err)
 	}
@@ -59,19 +61,22 @@ func everyFlag[O any](t *testing.T, name string, newCmd func(streams, func(conte
 		if f.Name == "help" {
 			return
 		}
-		value, ok := flagValues[f.Name]
+		value, ok := own[f.Name]
+		if !ok {
+			value, ok = flagValues[f.Name]
+		}
 		if !ok {
 			t.Errorf("%s --%s: no value in flagValues to test it with", name, f.Name)
 			return
 		}
-		fromFlag, _, err := parsed(t, newCmd, []string{"--" + f.Name + "=" + value})
+		fromFlag, _, err := parsed(t, newCmd, append([]string{"--" + f.Name + "=" + value}, args...))
 		if err != nil {
 			t.Errorf("%s --%s=%s: %v", name, f.Name, value, err)
 			return
 		}
 		env := "GPUDISPATCH_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		t.Setenv(env, value)
-		fromEnv, _, err := parsed(t, newCmd, nil)
+		fromEnv, _, err := parsed(t, newCmd, args)
 		os.Unsetenv(env)
 		switch {
 		case err != nil:
@@ -85,9 +90,17 @@ func everyFlag[O any](t *testing.T, name string, newCmd func(streams, func(conte
 }
 
 func TestEveryFlagFromEnvironment(t *testing.T) {
-	everyFlag(t, "run", newRunCommand)
-	everyFlag(t, "hosts", newHostsCommand)
-	everyFlag(t, "status", newStatusCommand)
+	everyFlag(t, "run", newRunCommand, nil)
+	everyFlag(t, "serve", newServeCommand, nil)
+	everyFlag(t, "hosts", newHostsCommand, nil)
+	everyFlag(t, "status", newStatusCommand, nil)
+	// submit's --gpus is a count; --name needs a command after --.
+	everyFlag(t, "submit", newSubmitCommand, map[string]string{"gpus": "2"}, "--", "true")
+	for verb, args := range map[string][]string{"cancel": {"1"}, "retry": {"1"}, "priority": {"1", "2"}, "stop": nil} {
+		everyFlag(t, verb, func(s streams, runF func(context.Context, streams, steerOptions) error) *cobra.Command {
+			return newSteerCommand(s, verb, runF)
+		}, nil, args...)
+	}
 }
 
 // sweep parses its own arguments: its options come from the environment
@@ -168,6 +181,16 @@ func TestGoldenErrors(t *testing.T) {
 		{"sweep", "x {a}"},
 		{"sweep", "x", "-p", "a", "1", "--samples", "0"},
 		{"hosts", "-i", "bad.yaml"},
+		{"submit", "-o", "nowhere"},
+		{"submit", "--name", "x"},
+		{"submit", "jobs.txt", "--", "true"},
+		{"submit", "--"},
+		{"cancel"},
+		{"cancel", "-o", "nowhere", "3"},
+		{"priority", "3"},
+		{"priority", "3", "high"},
+		{"stop", "now"},
+		{"serve", "extra.txt"},
 	}
 	var b strings.Builder
 	for _, args := range cases {

@@ -29,20 +29,25 @@ const (
 	exitInterrupted = 130
 )
 
-// exitCode is one exit status and what it means for run, status and
-// hosts ("" where a command does not use it).
+// exitCode is one exit status and what it means for run (and serve),
+// status, hosts, submit, and the commands that steer a run (cancel, retry,
+// priority, stop); "" where a command does not use it.
 type exitCode struct {
-	code               int
-	run, status, hosts string
+	code                              int
+	run, status, hosts, submit, steer string
 }
 
 // exitCodes is the one table of exit statuses: every command's help is
 // written from it, and the README's table is tested against it.
 var exitCodes = []exitCode{
-	{exitOK, "every job succeeded", "every job succeeded", "every host is up"},
-	{exitFailed, "at least one job failed, timed out, was lost or was rejected", "some job did not succeed (or has not yet)", "some host is down"},
-	{exitUsage, "usage or configuration error before any job ran", "no journal there, or a usage error", "the inventory is bad, or a usage error"},
-	{exitInterrupted, "interrupted (SIGINT/SIGTERM), also after a drain that let running jobs finish", "", ""},
+	{exitOK, "every job succeeded", "every job succeeded", "every host is up",
+		"every line was queued (with --wait: and every job succeeded)", "done for every job named"},
+	{exitFailed, "at least one job failed, timed out, was lost or was rejected", "some job did not succeed (or has not yet)", "some host is down",
+		"some line was rejected (with --wait: or some job did not succeed)", "some job named is unknown, or cannot be (it has ended, it is not waiting)"},
+	{exitUsage, "usage or configuration error before any job ran", "no journal there, or a usage error", "the inventory is bad, or a usage error",
+		"no gpudispatch serve on that log dir, or a usage error", "no gpudispatch running on that log dir, or a usage error"},
+	{exitInterrupted, "interrupted (SIGINT/SIGTERM, gpudispatch stop), also after a drain that let running jobs finish", "", "",
+		"with --wait: some job was cancelled, or the wait was interrupted", ""},
 }
 
 // exitHelp is the "Exit status:" part of a command's help: meaning picks
@@ -112,7 +117,9 @@ func newRootCommand(s streams) *cobra.Command {
 	root.Use = "gpudispatch [flags] [JOBFILE ...]"
 	root.SilenceErrors = true
 	root.SilenceUsage = true
-	root.AddCommand(newRunCommand(s, nil), newSweepCommand(s), newHostsCommand(s, nil), newStatusCommand(s, nil), newVersionCommand(s))
+	root.AddCommand(newRunCommand(s, nil), newServeCommand(s, nil), newSubmitCommand(s, nil),
+		newSteerCommand(s, "cancel", nil), newSteerCommand(s, "retry", nil), newSteerCommand(s, "priority", nil), newSteerCommand(s, "stop", nil),
+		newSweepCommand(s), newHostsCommand(s, nil), newStatusCommand(s, nil), newVersionCommand(s))
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)

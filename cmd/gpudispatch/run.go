@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/control"
 	"github.com/gpudispatch/gpudispatch/dispatch/live"
 )
 
@@ -36,6 +38,8 @@ type runOptions struct {
 	quiet    bool
 	verbose  bool
 	files    []string
+	// serve is gpudispatch serve: a standing queue, no input.
+	serve bool
 }
 
 func newRunCommand(s streams, runF func(context.Context, streams, runOptions) error) *cobra.Command {
@@ -62,24 +66,35 @@ also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
 			return runF(cmd.Context(), s, o)
 		},
 	}
-	f := cmd.Flags()
+	addRunFlags(cmd.Flags(), false)
+	bindEnv(v, cmd.Flags())
+	completeHosts(cmd, v)
+	return cmd
+}
+
+// addRunFlags defines the flags of run, or with serve of serve (no dry run,
+// and --resume brings back a queue).
+func addRunFlags(f *pflag.FlagSet, serve bool) {
 	f.SortFlags = false
 	addLabFlags(f)
 	f.String("gpus", "", "local mode without an inventory: GPU ids, \"0,1,2\" or \"0 1 2\"; a repeated id is one more slot")
 	f.StringP("log-dir", "o", "gpudispatch-logs", "where job logs and journal.jsonl go")
-	f.Bool("resume", false, "skip jobs that the journal in the log dir records as succeeded")
+	if serve {
+		f.Bool("resume", false, "queue again the jobs that an earlier server in the log dir left waiting or running")
+	} else {
+		f.Bool("resume", false, "skip jobs that the journal in the log dir records as succeeded")
+	}
 	f.Int("retries", 2, "times a job is queued again after its host was lost mid-run")
 	f.Duration("timeout", 0, "per-job wall-clock limit (e.g. 2h); its processes are killed when it passes")
 	f.Duration("host-down-timeout", dispatch.DefaultHostDownTimeout, "how long jobs that only a down host can run wait for it to come back before they fail")
 	f.Bool("skip-busy", false, "put no job on a GPU that other people's processes use (more than the inventory's busy_memory_mb, default 500 MiB, or any compute process)")
 	f.Duration("busy-recheck", dispatch.DefaultRecheck, "how long a GPU found busy, or locked by another gpudispatch run, is left alone before it is tried again")
-	f.Bool("dry-run", false, "print where each job would run; run nothing")
+	if !serve {
+		f.Bool("dry-run", false, "print where each job would run; run nothing")
+	}
 	f.Bool("json", false, "print one JSON object per event on stdout")
 	f.BoolP("quiet", "q", false, "print only what went wrong, and the summary")
 	f.BoolP("verbose", "v", false, "print queued and skipped jobs too")
-	bindEnv(v, f)
-	completeHosts(cmd, v)
-	return cmd
 }
 
 func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptions, error) {
@@ -192,7 +207,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		return err
 	}
 	defer closeInputs()
-	if slices.Contains(o.files, "-") || len(o.files) == 0 {
+	if !o.serve && (slices.Contains(o.files, "-") || len(o.files) == 0) {
 		if isTerminal(s.in) && !o.quiet {
 			fmt.Fprintln(s.err, "gpudispatch: reading jobs from the terminal, one per line; end with Ctrl-D")
 		}
@@ -216,6 +231,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		SkipBusy:        o.skipBusy || inv.SkipBusy,
 		BusyMemoryMB:    inv.BusyMemoryMB,
 		Recheck:         o.recheck,
+		Serve:           o.serve,
 	}
 	opts.Down, opts.LeftOut = lab.Absent()
 	if o.dryRun {
@@ -253,8 +269,14 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	drain := make(chan struct{})
 	opts.Drain = drain
 	go handleSignals(ctx, messages, drain, cancel)
+	socket := controlSocket(ctx, o, messages, &opts)
+	defer socket.close()
 
+	if o.serve {
+		inputs = nil
+	}
 	summary, err := dispatch.Run(ctx, opts, inputs)
+	socket.close()
 	if view != nil {
 		view.Stop()
 	}
@@ -263,6 +285,49 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	}
 	summary.Write(s.err)
 	return exitWith(exitFor(summary))
+}
+
+// socket is a run's control socket, once Run has made it.
+type socket struct {
+	l    *control.Listener
+	stop context.CancelFunc
+}
+
+// controlSocket has Run make the control socket in the log dir once it
+// holds the log dir's claim, and answer on it: serve needs it, and a run
+// without it only warns (cancel, retry and a live status then cannot reach
+// it).
+func controlSocket(ctx context.Context, o runOptions, messages io.Writer, opts *dispatch.Options) *socket {
+	ctl := dispatch.NewControl()
+	opts.Control = ctl
+	sock := &socket{}
+	opts.Started = func() error {
+		l, err := control.Listen(o.logDir)
+		if err != nil {
+			if o.serve {
+				return fmt.Errorf("serve: %w", err)
+			}
+			fmt.Fprintf(messages, "gpudispatch: warning: no control socket, so cancel, retry and a live status cannot reach this run: %v\n", err)
+			return nil
+		}
+		sctx, stop := context.WithCancel(ctx)
+		sock.l, sock.stop = l, stop
+		go control.Serve(sctx, l, ctl, o.logDir)
+		if o.serve && !o.quiet {
+			fmt.Fprintf(messages, "gpudispatch: serving %s: add jobs with gpudispatch submit -o %s; stop with Ctrl-C or gpudispatch stop -o %s\n", o.logDir, o.logDir, o.logDir)
+		}
+		return nil
+	}
+	return sock
+}
+
+// close stops answering and removes the socket.
+func (s *socket) close() {
+	if s.l != nil {
+		s.stop()
+		s.l.Close()
+		s.l = nil
+	}
 }
 
 func exitWith(code int) error {

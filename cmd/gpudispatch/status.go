@@ -30,9 +30,10 @@ func newStatusCommand(s streams, runF func(context.Context, streams, statusOptio
 		Use:   "status [LOGDIR]",
 		Short: "Summarise a run from the journal in its log dir (default gpudispatch-logs)",
 		Long: `Print a line per job of the journal in LOGDIR (or -o; default gpudispatch-logs):
-its id, state, host:gpu, attempts, exit status, duration, command and log,
-then the totals. It only reads, so it works while the run is going on. A job
-run again by --resume shows its latest run. On a terminal the commands are
+its id, state, host:gpu, attempts, exit status, duration, command and log
+(for a waiting job, why it waits, when the run is live), then the totals. It
+only reads, so it works while the run is going on. A job run again by
+--resume shows its latest run. On a terminal the commands are
 cut to fit its width; piped or redirected, every value is printed whole.
 
 ` + exitHelp(func(c exitCode) string { return c.status }),
@@ -53,8 +54,13 @@ cut to fit its width; piped or redirected, every value is printed whole.
 	return cmd
 }
 
-func runStatus(_ context.Context, s streams, o statusOptions) error {
-	st, err := dispatch.ReadStatus(o.logDir, time.Now())
+func runStatus(ctx context.Context, s streams, o statusOptions) error {
+	// The live run, when there is one, adds why each waiting job waits;
+	// else (or if it cannot answer) the journal says the rest.
+	st, err := liveStatus(ctx, o.logDir)
+	if st == nil || err != nil {
+		st, err = dispatch.ReadStatus(o.logDir, time.Now())
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return usageError("no journal in %s: give the log dir of a run (its -o)", o.logDir)
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 // ErrNoServer is returned when no run is listening on the log dir's socket.
-var ErrNoServer = errors.New("no gpudispatch is running there")
+var ErrNoServer = errors.New("no gpudispatch is running on the log dir")
 
 // Client talks to the run whose log dir it was given.
 type Client struct {
@@ -114,7 +114,7 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return fmt.Errorf("%w (no %s in %s)", ErrNoServer, SocketName, filepath.Clean(c.logDir))
+			return fmt.Errorf("%s: %w (no %s there)", filepath.Clean(c.logDir), ErrNoServer, SocketName)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()

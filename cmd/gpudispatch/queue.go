@@ -1,0 +1,373 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"al.essio.dev/pkg/shellescape"
+	"github.com/spf13/cobra"
+	"github.com/spf13/viper"
+
+	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/control"
+)
+
+func newServeCommand(s streams, runF func(context.Context, streams, runOptions) error) *cobra.Command {
+	if runF == nil {
+		runF = runRun
+	}
+	v := viper.New()
+	cmd := &cobra.Command{
+		Use:   "serve [flags]",
+		Short: "Hold a standing queue that submit, cancel, retry, priority and stop steer",
+		Long: `Run a standing queue on the hosts: a run whose input never ends. Jobs
+arrive with "gpudispatch submit -o LOGDIR"; "status", "cancel", "retry",
+"priority" and "stop" reach it through LOGDIR/gpudispatch.sock. The log dir
+names the server: one server per log dir. Numbers go on from the jobs of
+the log dir's journal; --resume queues again what an earlier server left
+waiting or running (stopped or killed), with its priority.
+
+` + exitHelp(func(c exitCode) string { return c.run }),
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o, err := readRunOptions(cmd, v, args)
+			if err != nil {
+				return err
+			}
+			o.serve, o.dryRun = true, false
+			return runF(cmd.Context(), s, o)
+		},
+	}
+	addRunFlags(cmd.Flags(), true)
+	bindEnv(v, cmd.Flags())
+	completeHosts(cmd, v)
+	return cmd
+}
+
+// submitOptions are submit's flags after viper merged GPUDISPATCH_* into
+// them.
+type submitOptions struct {
+	logDir   string
+	defaults dispatch.Defaults
+	wait     bool
+	files    []string
+	// command is what follows "--": one job.
+	command []string
+}
+
+func newSubmitCommand(s streams, runF func(context.Context, streams, submitOptions) error) *cobra.Command {
+	if runF == nil {
+		runF = runSubmit
+	}
+	v := viper.New()
+	cmd := &cobra.Command{
+		Use:   "submit [flags] [JOBFILE ...] [-- COMMAND [ARG...]]",
+		Short: "Add jobs to a gpudispatch serve: from files, standard input, or one command after --",
+		Long: `Add job lines to the standing queue of "gpudispatch serve" on the log dir
+(-o): from JOBFILEs, from standard input when none, or one job after "--".
+After "--", one argument is a shell line as written ('python a.py | tee a.log');
+several are one command whose arguments are passed exactly (quoted for the
+shell). Lines keep the syntax of a run ("@HOST cmd", "[priority=2 ...] cmd");
+--host, --gpus, --priority and --timeout apply to every job whose line does
+not say otherwise. It prints the id given to each job queued, one per line,
+once they are in the journal; a rejected line is said with its line number
+(submit:3: ...) and the others are queued.
+
+` + exitHelp(func(c exitCode) string { return c.submit }),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o := submitOptions{
+				logDir: v.GetString("log-dir"),
+				wait:   v.GetBool("wait"),
+				defaults: dispatch.Defaults{
+					Name: v.GetString("name"), Host: v.GetString("host"), GPUs: v.GetInt("gpus"),
+					Priority: v.GetInt("priority"), Timeout: v.GetDuration("timeout"),
+				},
+			}
+			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
+				o.files, o.command = args[:dash], args[dash:]
+				if len(o.command) == 0 {
+					return usageError("submit: no command after --")
+				}
+				if len(o.files) > 0 {
+					return usageError("submit: job files or a command after --, not both")
+				}
+			} else {
+				o.files = args
+			}
+			switch {
+			case o.defaults.Name != "" && o.command == nil:
+				return usageError("submit: --name names one job: give it with -- COMMAND")
+			case o.defaults.GPUs < 0 || o.defaults.Timeout < 0:
+				return usageError("submit: --gpus and --timeout: want a positive value")
+			}
+			return runF(cmd.Context(), s, o)
+		},
+	}
+	f := cmd.Flags()
+	f.SortFlags = false
+	f.StringP("log-dir", "o", "gpudispatch-logs", "the log dir of the gpudispatch serve")
+	f.String("name", "", "the job's name (its log files' name); with -- COMMAND only")
+	f.String("host", "", "run on this host only (as @HOST)")
+	f.Int("gpus", 0, "GPUs of one host each job needs together (default 1)")
+	f.Int("priority", 0, "higher runs first; equal priorities in arrival order")
+	f.Duration("timeout", 0, "each job's wall-clock limit (e.g. 2h)")
+	f.Bool("wait", false, "wait until the jobs end, and exit as a run would")
+	bindEnv(v, f)
+	return cmd
+}
+
+func runSubmit(ctx context.Context, s streams, o submitOptions) error {
+	var batches []dispatch.Batch
+	switch {
+	case o.command != nil:
+		line, err := commandLine(o.command)
+		if err != nil {
+			return usageError("submit: %v", err)
+		}
+		batches = append(batches, dispatch.Batch{Text: line})
+	case len(o.files) == 0 || slices.Equal(o.files, []string{"-"}):
+		if isTerminal(s.in) {
+			fmt.Fprintln(s.err, "gpudispatch: reading jobs from the terminal, one per line; end with Ctrl-D")
+		}
+		text, err := io.ReadAll(s.in)
+		if err != nil {
+			return usageError("submit: standard input: %v", err)
+		}
+		batches = append(batches, dispatch.Batch{Text: string(text)})
+	default:
+		for _, name := range o.files {
+			text, err := os.ReadFile(name)
+			if err != nil {
+				return usageError("submit: job file: %v", err)
+			}
+			batches = append(batches, dispatch.Batch{Source: name, Text: string(text)})
+		}
+	}
+	client, err := dialRun(o.logDir)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	var ids []string
+	rejected := false
+	for _, b := range batches {
+		b.Defaults = o.defaults
+		got, err := client.Submit(ctx, b)
+		if err != nil {
+			return runError(o.logDir, err)
+		}
+		for _, id := range got.IDs {
+			fmt.Fprintln(s.out, id)
+		}
+		for _, e := range got.Errors {
+			fmt.Fprintln(s.err, "gpudispatch:", e)
+		}
+		ids = append(ids, got.IDs...)
+		rejected = rejected || len(got.Errors) > 0
+	}
+	if !o.wait {
+		if rejected {
+			return &exitError{code: exitFailed}
+		}
+		return nil
+	}
+	return waitFor(ctx, s, client, o.logDir, ids, rejected)
+}
+
+// commandLine is the job line of a command given after "--": one argument
+// is a shell line as written, several are quoted so that the job runs
+// exactly those arguments.
+func commandLine(args []string) (string, error) {
+	for _, a := range args {
+		if strings.ContainsAny(a, "\n\r") {
+			return "", errors.New("a command after -- cannot hold a line break: put a multi-line job in a job file")
+		}
+	}
+	if len(args) == 1 {
+		return args[0], nil
+	}
+	return shellescape.QuoteCommand(args), nil
+}
+
+// waitFor waits until the jobs ids have ended, prints how each ended, and
+// exits as a run would. Ctrl-C ends the wait, not the jobs.
+func waitFor(ctx context.Context, s streams, client *control.Client, logDir string, ids []string, rejected bool) error {
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	events, err := client.Wait(ctx, ids)
+	if ctx.Err() != nil {
+		fmt.Fprintln(s.err, "gpudispatch: stopped waiting; the jobs go on in the queue")
+		return &exitError{code: exitInterrupted}
+	}
+	if err != nil {
+		return runError(logDir, err)
+	}
+	report := &dispatch.TextReporter{W: s.err}
+	code := exitOK
+	if rejected {
+		code = exitFailed
+	}
+	for _, e := range events {
+		report.Report(e)
+		switch {
+		case e.Event == dispatch.EventCancelled:
+			code = exitInterrupted
+		case e.Event != dispatch.EventFinished && code == exitOK:
+			code = exitFailed
+		}
+	}
+	return exitWith(code)
+}
+
+// dialRun is a client of the run on logDir.
+func dialRun(logDir string) (*control.Client, error) {
+	c, err := control.Dial(logDir)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	return c, nil
+}
+
+// runError is what a user is told when the run could not be asked.
+func runError(logDir string, err error) error {
+	if errors.Is(err, control.ErrNoServer) {
+		return usageError("%v: start one with gpudispatch serve -o %s", err, logDir)
+	}
+	var re *control.RequestError
+	if errors.As(err, &re) {
+		return usageError("%s: %s", logDir, re.Msg)
+	}
+	return usageError("%v", err)
+}
+
+// steerOptions are the options of cancel, retry, priority and stop.
+type steerOptions struct {
+	verb   string
+	logDir string
+	ids    []string
+	// priority is priority's N; now is stop --now.
+	priority int
+	now      bool
+}
+
+// steerVerbs are the commands that steer a run, with their arguments and
+// what they do.
+var steerVerbs = map[string]struct{ use, short string }{
+	"cancel":   {"cancel [flags] ID...", "Cancel jobs: a waiting one leaves the queue, a running one is killed"},
+	"retry":    {"retry [flags] ID...", "Queue again jobs that failed, timed out, were lost or were cancelled"},
+	"priority": {"priority [flags] ID N", "Give a waiting job priority N (higher runs first)"},
+	"stop":     {"stop [flags]", "Stop the run: no new job starts, running jobs finish (--now: killed)"},
+}
+
+func newSteerCommand(s streams, verb string, runF func(context.Context, streams, steerOptions) error) *cobra.Command {
+	if runF == nil {
+		runF = runSteer
+	}
+	v := viper.New()
+	cmd := &cobra.Command{
+		Use:   steerVerbs[verb].use,
+		Short: steerVerbs[verb].short,
+		Long: steerVerbs[verb].short + `, on the run (gpudispatch serve, or a run reading its
+input) whose log dir is -o. IDs are job numbers or names, as status shows.
+
+` + exitHelp(func(c exitCode) string { return c.steer }),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o := steerOptions{verb: verb, logDir: v.GetString("log-dir"), ids: args}
+			switch verb {
+			case "stop":
+				o.now = v.GetBool("now")
+				if len(args) > 0 {
+					return usageError("stop takes no argument")
+				}
+			case "priority":
+				if len(args) != 2 {
+					return usageError("priority: want a job id and a number: priority 17 5")
+				}
+				n, err := strconv.Atoi(args[1])
+				if err != nil {
+					return usageError("priority: %q is not a whole number", args[1])
+				}
+				o.ids, o.priority = args[:1], n
+			default:
+				if len(args) == 0 {
+					return usageError("%s: which jobs? give their ids (see gpudispatch status)", verb)
+				}
+			}
+			return runF(cmd.Context(), s, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringP("log-dir", "o", "gpudispatch-logs", "the log dir of the run")
+	if verb == "stop" {
+		f.Bool("now", false, "kill the running jobs too, as a second Ctrl-C does")
+	}
+	bindEnv(v, f)
+	return cmd
+}
+
+func runSteer(ctx context.Context, s streams, o steerOptions) error {
+	client, err := dialRun(o.logDir)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	var answers []dispatch.Answer
+	switch o.verb {
+	case "stop":
+		if err := client.Stop(ctx, o.now); err != nil {
+			return runError(o.logDir, err)
+		}
+		fmt.Fprintln(s.err, "gpudispatch: stopping: no new job starts")
+		return nil
+	case "cancel":
+		answers, err = client.Cancel(ctx, o.ids)
+	case "retry":
+		answers, err = client.Retry(ctx, o.ids)
+	case "priority":
+		var a dispatch.Answer
+		a, err = client.SetPriority(ctx, o.ids[0], o.priority)
+		answers = []dispatch.Answer{a}
+	}
+	if err != nil {
+		return runError(o.logDir, err)
+	}
+	failed := false
+	for _, a := range answers {
+		if a.Err != "" {
+			fmt.Fprintf(s.err, "gpudispatch: %s %s: %s\n", o.verb, a.ID, a.Err)
+			failed = true
+			continue
+		}
+		fmt.Fprintf(s.out, "%s: %s\n", a.ID, a.Message)
+	}
+	if failed {
+		return &exitError{code: exitFailed}
+	}
+	return nil
+}
+
+// liveStatus asks the run on logDir for its status; it returns nil
+// without an error when no run is there.
+func liveStatus(ctx context.Context, logDir string) (*dispatch.Status, error) {
+	client, err := control.Dial(logDir)
+	if err != nil {
+		return nil, nil // no socket can be there
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	st, err := client.Status(ctx)
+	if errors.Is(err, control.ErrNoServer) {
+		return nil, nil
+	}
+	return st, err
+}
