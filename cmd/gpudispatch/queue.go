@@ -22,34 +22,18 @@ import (
 )
 
 func newServeCommand(s streams, runF func(context.Context, streams, runOptions) error) *cobra.Command {
-	if runF == nil {
-		runF = runRun
-	}
-	v := viper.New()
-	cmd := &cobra.Command{
-		Use:   "serve [flags]",
-		Short: "Hold a standing queue that submit, cancel, retry, priority and stop steer",
-		Long: `Run a standing queue on the hosts: a run whose input never ends. Jobs
+	cmd := runLikeCommand(s, runF, true)
+	cmd.Use = "serve [flags]"
+	cmd.Short = "Hold a standing queue that submit, cancel, retry, priority and stop steer"
+	cmd.Long = `Run a standing queue on the hosts: a run whose input never ends. Jobs
 arrive with "gpudispatch submit -o LOGDIR"; "status", "cancel", "retry",
 "priority" and "stop" reach it through LOGDIR/gpudispatch.sock. The log dir
 names the server: one server per log dir. Numbers go on from the jobs of
 the log dir's journal; --resume queues again what an earlier server left
 waiting or running (stopped or killed), with its priority.
 
-` + exitHelp(func(c exitCode) string { return c.run }),
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			o, err := readRunOptions(cmd, v, args)
-			if err != nil {
-				return err
-			}
-			o.serve, o.dryRun = true, false
-			return runF(cmd.Context(), s, o)
-		},
-	}
-	addRunFlags(cmd.Flags(), true)
-	bindEnv(v, cmd.Flags())
-	completeHosts(cmd, v)
+` + exitHelp(func(c exitCode) string { return c.run })
+	cmd.Args = cobra.NoArgs
 	return cmd
 }
 

@@ -43,30 +43,41 @@ type runOptions struct {
 }
 
 func newRunCommand(s streams, runF func(context.Context, streams, runOptions) error) *cobra.Command {
+	cmd := runLikeCommand(s, runF, false)
+	cmd.Use = "run [flags] [JOBFILE ...]"
+	cmd.Short = "Run jobs from files, or from standard input when none or \"-\""
+	cmd.Long = `Run one shell command per line on every free host:gpu slot.
+
+Job lines: "cmd", "@HOST cmd", "@HOST:GPU cmd", or "[host=H gpu=G gpus=N name=NAME
+timeout=DUR priority=N prefer=HOST[:GPU]] cmd". A job starts as soon as its line
+arrives and a slot is free. Every flag can also be set as GPUDISPATCH_<FLAG>
+(e.g. GPUDISPATCH_LOG_DIR).
+
+` + exitHelp(func(c exitCode) string { return c.run })
+	cmd.Args = cobra.ArbitraryArgs
+	return cmd
+}
+
+// runLikeCommand is run, or with serve gpudispatch serve: the same flags
+// (but for serve's --resume and --dry-run) and the same runRun.
+func runLikeCommand(s streams, runF func(context.Context, streams, runOptions) error, serve bool) *cobra.Command {
 	if runF == nil {
 		runF = runRun
 	}
 	v := viper.New()
 	cmd := &cobra.Command{
-		Use:   "run [flags] [JOBFILE ...]",
-		Short: "Run jobs from files, or from standard input when none or \"-\"",
-		Long: `Run one shell command per line on every free host:gpu slot.
-
-Job lines: "cmd", "@HOST cmd", "@HOST:GPU cmd", or "[host=H gpu=G gpus=N name=NAME timeout=DUR] cmd".
-A job starts as soon as its line arrives and a slot is free. Every flag can
-also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
-
-` + exitHelp(func(c exitCode) string { return c.run }),
-		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o, err := readRunOptions(cmd, v, args)
 			if err != nil {
 				return err
 			}
+			if serve {
+				o.serve, o.dryRun = true, false
+			}
 			return runF(cmd.Context(), s, o)
 		},
 	}
-	addRunFlags(cmd.Flags(), false)
+	addRunFlags(cmd.Flags(), serve)
 	bindEnv(v, cmd.Flags())
 	completeHosts(cmd, v)
 	return cmd
