@@ -280,7 +280,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	drain := make(chan struct{})
 	opts.Drain = drain
 	go handleSignals(ctx, messages, drain, cancel)
-	socket := controlSocket(ctx, o, messages, &opts)
+	socket := controlSocket(o, messages, &opts)
 	defer socket.close()
 
 	if o.serve {
@@ -300,15 +300,15 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 
 // socket is a run's control socket, once Run has made it.
 type socket struct {
-	l    *control.Listener
-	stop context.CancelFunc
+	l   *control.Listener
+	srv *control.Server
 }
 
 // controlSocket has Run make the control socket in the log dir once it
 // holds the log dir's claim, and answer on it: serve needs it, and a run
 // without it only warns (cancel, retry and a live status then cannot reach
 // it).
-func controlSocket(ctx context.Context, o runOptions, messages io.Writer, opts *dispatch.Options) *socket {
+func controlSocket(o runOptions, messages io.Writer, opts *dispatch.Options) *socket {
 	ctl := dispatch.NewControl()
 	opts.Control = ctl
 	sock := &socket{}
@@ -321,9 +321,7 @@ func controlSocket(ctx context.Context, o runOptions, messages io.Writer, opts *
 			fmt.Fprintf(messages, "gpudispatch: warning: no control socket, so cancel, retry and a live status cannot reach this run: %v\n", err)
 			return nil
 		}
-		sctx, stop := context.WithCancel(ctx)
-		sock.l, sock.stop = l, stop
-		go control.Serve(sctx, l, ctl, o.logDir)
+		sock.l, sock.srv = l, control.Serve(l, ctl, o.logDir)
 		if o.serve && !o.quiet {
 			fmt.Fprintf(messages, "gpudispatch: serving %s: add jobs with gpudispatch submit -o %s; stop with Ctrl-C or gpudispatch stop -o %s\n", o.logDir, o.logDir, o.logDir)
 		}
@@ -332,10 +330,10 @@ func controlSocket(ctx context.Context, o runOptions, messages io.Writer, opts *
 	return sock
 }
 
-// close stops answering and removes the socket.
+// close answers the requests under way, then removes the socket.
 func (s *socket) close() {
 	if s.l != nil {
-		s.stop()
+		s.srv.Close()
 		s.l.Close()
 		s.l = nil
 	}

@@ -64,7 +64,8 @@ func serveRun(t *testing.T, logDir string) (*Client, <-chan *dispatch.Summary) {
 				if err != nil {
 					return err
 				}
-				go Serve(ctx, l, c, logDir)
+				srv := Serve(l, c, logDir)
+				t.Cleanup(srv.Close)
 				listening <- l
 				return nil
 			},

@@ -104,20 +104,37 @@ func (o ownUser) Accept() (net.Conn, error) {
 	}
 }
 
-// Serve answers requests on l for the run c steers, whose log dir is
-// logDir, until ctx ends.
-func Serve(ctx context.Context, l net.Listener, c *dispatch.Control, logDir string) error {
-	srv := &http.Server{Handler: Handler(c, logDir), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	err := srv.Serve(l)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+// Server answers requests on a listener for one run.
+type Server struct {
+	srv  *http.Server
+	done chan struct{}
 }
+
+// Serve starts answering requests on l for the run c steers, whose log dir
+// is logDir.
+func Serve(l net.Listener, c *dispatch.Control, logDir string) *Server {
+	s := &Server{srv: &http.Server{Handler: Handler(c, logDir), ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		s.srv.Serve(l)
+	}()
+	return s
+}
+
+// Close stops listening, answers the requests under way (a stop that ended
+// the run is one) for up to a few seconds, then closes the connections.
+func (s *Server) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if s.srv.Shutdown(ctx) != nil {
+		s.srv.Close()
+	}
+	<-s.done
+}
+
+// shutdownGrace is how long requests under way have to be answered once
+// the run has ended.
+const shutdownGrace = 5 * time.Second
 
 // Handler serves the protocol of the package doc for c.
 func Handler(c *dispatch.Control, logDir string) http.Handler {
