@@ -171,7 +171,11 @@ func TestServeResume(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	s := serve(t, lab("a:0"), dir, false)
-	s.submit(t, Batch{Text: "sleep 20s\nsleep 1ms\n[name=gone] sleep 1ms\n[name=late priority=3] sleep 2ms\nexit 4\n"})
+	s.submit(t, Batch{Text: "sleep 20s\n"})
+	for s.stateOf(t, dir, "1").State != StateRunning {
+		time.Sleep(time.Millisecond)
+	}
+	s.submit(t, Batch{Text: "sleep 1ms\n[name=gone] sleep 1ms\n[name=late priority=3] sleep 2ms\nexit 4\n"})
 	s.c.Cancel(context.Background(), []string{"gone"})
 	s.c.SetPriority(context.Background(), "2", 7)
 	s.stop(t, true)
