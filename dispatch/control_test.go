@@ -21,9 +21,12 @@ type served struct {
 	summary chan *Summary
 }
 
-func serve(t *testing.T, inv *inventory.Inventory, logDir string, resume bool) *served {
+func serve(t *testing.T, inv *inventory.Inventory, logDir string, resume bool, tweak ...func(*fakeExec)) *served {
 	t.Helper()
 	s := &served{c: NewControl(), f: newFakeExec(inv), summary: make(chan *Summary, 1)}
+	for _, f := range tweak {
+		f(s.f)
+	}
 	opts := Options{Inventory: inv, Executor: s.f, LogDir: logDir, Serve: true, Resume: resume, Control: s.c}
 	go func() {
 		sum, err := Run(context.Background(), opts, nil)
@@ -74,6 +77,14 @@ func (s *served) wait(t *testing.T, ids ...string) map[string]Event {
 	return out
 }
 
+// waitRunning returns once job id runs (its GPU lock taken).
+func (s *served) waitRunning(t *testing.T, logDir, id string) {
+	t.Helper()
+	for s.stateOf(t, logDir, id).State != StateRunning {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // stateOf is a job's row in the live status.
 func (s *served) stateOf(t *testing.T, logDir, id string) JobStatus {
 	t.Helper()
@@ -98,6 +109,7 @@ func TestServeSteersTheQueue(t *testing.T) {
 	if !slices.Equal(got.IDs, []string{"1", "w1", "w2"}) || len(got.Errors) != 1 || got.Errors[0] != `submit:4: unknown host "zz" (hosts: a)` {
 		t.Fatalf("submitted %+v", got)
 	}
+	s.waitRunning(t, dir, "1")
 	// Defaults apply under what a line says.
 	got = s.submit(t, Batch{Source: "more.txt", Text: "[name=hi] exit 0\n", Defaults: Defaults{Priority: 5}})
 	if !slices.Equal(got.IDs, []string{"hi"}) {
@@ -172,9 +184,7 @@ func TestServeResume(t *testing.T) {
 	dir := t.TempDir()
 	s := serve(t, lab("a:0"), dir, false)
 	s.submit(t, Batch{Text: "sleep 20s\n"})
-	for s.stateOf(t, dir, "1").State != StateRunning {
-		time.Sleep(time.Millisecond)
-	}
+	s.waitRunning(t, dir, "1")
 	s.submit(t, Batch{Text: "sleep 1ms\n[name=gone] sleep 1ms\n[name=late priority=3] sleep 2ms\nexit 4\n"})
 	s.c.Cancel(context.Background(), []string{"gone"})
 	s.c.SetPriority(context.Background(), "2", 7)
@@ -287,4 +297,28 @@ func TestSubmitToAPipeRun(t *testing.T) {
 	}
 	w.Close()
 	<-done
+}
+
+// A job cancelled while its GPU's lock is being taken never starts.
+func TestServeCancelWhileStarting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	gate := make(chan struct{})
+	s := serve(t, lab("a:0"), dir, false, func(f *fakeExec) { f.lockGate = gate })
+	s.submit(t, Batch{Text: "exit 0\n"})
+	if j := s.stateOf(t, dir, "1"); j.Why != "starting: taking its GPUs' locks" {
+		t.Fatalf("job 1 before its lock: %+v", j)
+	}
+	as, _ := s.c.Cancel(context.Background(), []string{"1"})
+	if as[0].Message != "cancelled (it was about to start)" {
+		t.Fatalf("cancel: %+v", as)
+	}
+	close(gate)
+	if e := s.wait(t, "1")["1"]; e.Event != EventCancelled || !e.ByUser || e.Start != nil {
+		t.Errorf("job 1: %+v", e)
+	}
+	if len(s.f.starts) != 0 {
+		t.Errorf("the cancelled job started: %+v", s.f.starts)
+	}
+	s.stop(t, false)
 }

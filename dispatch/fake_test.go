@@ -35,8 +35,10 @@ import (
 type fakeExec struct {
 	inv   *inventory.Inventory
 	locks *fakeLocks
-	// reapGate, when set, holds every Reap until it is closed.
+	// reapGate, when set, holds every Reap until it is closed; lockGate
+	// likewise every LockGPU.
 	reapGate chan struct{}
+	lockGate chan struct{}
 
 	mu         sync.Mutex
 	now        map[string]int // "host:gpu" -> jobs running there
@@ -119,6 +121,13 @@ func (l *fakeLock) Release() {
 }
 
 func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string) (executor.GPULock, error) {
+	if f.lockGate != nil {
+		select {
+		case <-f.lockGate:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
 	if err := f.upNow(host); err != nil {
 		return nil, err
 	}
