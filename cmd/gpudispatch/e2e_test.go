@@ -388,6 +388,12 @@ func TestE2EExamples(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("examples/local.yaml: exit %d\n%s", r.code, r.stderr)
 	}
+	queue := exec.Command("bash", "../../examples/queue.sh")
+	queue.Env = append(os.Environ(), "GPUDISPATCH="+binary, "HOME="+dir, lockEnv(dir), "TMPDIR="+dir)
+	out, err := queue.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "gpudispatch: 9 jobs: 9 succeeded") || !strings.HasPrefix(string(out), "urgent\n") {
+		t.Fatalf("examples/queue.sh: %v\n%s", err, out)
+	}
 }
 
 func TestE2EVersion(t *testing.T) {
