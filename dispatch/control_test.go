@@ -322,3 +322,21 @@ func TestServeCancelWhileStarting(t *testing.T) {
 	}
 	s.stop(t, false)
 }
+
+// What a run prints for the events of steering.
+func TestSteeringLines(t *testing.T) {
+	t.Parallel()
+	r := &TextReporter{Verbose: true}
+	for _, tt := range []struct {
+		e    Event
+		want string
+	}{
+		{Event{Event: EventRetried, Job: "7", ByUser: true}, "job 7 queued again on request (retry)"},
+		{Event{Event: EventRetried, Job: "7", Attempt: 1}, "job 7 queued again (attempt 1 failed with its host)"},
+		{Event{Event: EventPriority, Job: "7", Message: "priority 0 → 5"}, "job 7: priority 0 → 5"},
+	} {
+		if got, _ := r.Line(tt.e); got != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.e, got, tt.want)
+		}
+	}
+}

@@ -62,7 +62,16 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 	case EventLost:
 		line = fmt.Sprintf("job %s lost on %s: %s", e.Job, where, e.Error)
 	case EventRetried:
-		line = fmt.Sprintf("job %s queued again (attempt %d failed with its host)", e.Job, e.Attempt)
+		if e.ByUser {
+			line = fmt.Sprintf("job %s queued again on request (retry)", e.Job)
+		} else {
+			line = fmt.Sprintf("job %s queued again (attempt %d failed with its host)", e.Job, e.Attempt)
+		}
+	case EventPriority:
+		if !t.Verbose {
+			return "", false
+		}
+		line = fmt.Sprintf("job %s: %s", e.Job, e.Message)
 	case EventCancelled:
 		if e.Host != "" {
 			line = fmt.Sprintf("job %s cancelled on %s: its processes were killed", e.Job, where)
