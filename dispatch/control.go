@@ -228,7 +228,7 @@ func (r *run) addWaiter(w *waiter, ids []string) error {
 	return nil
 }
 
-// ended tells the waiters that e ended its job's story.
+// tellWaiters tells the waiters that e ended its job's story.
 func (r *run) tellWaiters(e Event) {
 	kept := r.waiters[:0]
 	for _, w := range r.waiters {

@@ -430,10 +430,7 @@ func TestE2EFullDisk(t *testing.T) {
 	t.Parallel()
 	if out, err := exec.Command("unshare", "--mount", "--propagation", "private", "true").CombinedOutput(); err != nil {
 		// CI (which sets GPUDISPATCH_REQUIRE_SSHD) runs as root and must run it.
-		if os.Getenv("GPUDISPATCH_REQUIRE_SSHD") != "" {
-			t.Fatalf("unshare --mount: %v\n%s", err, out)
-		}
-		t.Skipf("needs a mount namespace (root): %v\n%s", err, out)
+		sshtest.Missing(t, "GPUDISPATCH_REQUIRE_SSHD", "a mount namespace (root) is needed: unshare --mount: %v\n%s", err, out)
 	}
 	dir := t.TempDir()
 	logs := filepath.Join(dir, "logs")

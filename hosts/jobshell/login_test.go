@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
 // homeWith makes a home whose ~/.bash_profile sources ~/.bashrc, as
@@ -144,10 +145,7 @@ func TestLoginZsh(t *testing.T) {
 	t.Parallel()
 	zsh, err := exec.LookPath("zsh")
 	if err != nil {
-		if os.Getenv("GPUDISPATCH_REQUIRE_ZSH") != "" {
-			t.Fatal("no zsh, and GPUDISPATCH_REQUIRE_ZSH is set")
-		}
-		t.Skip("no zsh here (set GPUDISPATCH_REQUIRE_ZSH to make this fail)")
+		sshtest.Missing(t, "GPUDISPATCH_REQUIRE_ZSH", "no zsh here (apt-get install zsh)")
 	}
 	home := t.TempDir()
 	os.WriteFile(filepath.Join(home, ".zprofile"), []byte("ZP=zprofile\n"), 0o644)

@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
 // Options shape a cluster.
@@ -46,19 +48,16 @@ type Cluster struct {
 	t         testing.TB
 }
 
-// Required reports whether tests must not skip for want of Slurm.
-func Required() bool { return os.Getenv("GPUDISPATCH_REQUIRE_SLURM") != "" }
-
 // Start starts a cluster and waits until its node is idle.
 func Start(t testing.TB, opts Options) *Cluster {
 	t.Helper()
 	for _, bin := range []string{"/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged"} {
 		if _, err := os.Stat(bin); err != nil {
-			skip(t, "%s is not installed (apt-get install slurm-wlm munge)", bin)
+			sshtest.Missing(t, "GPUDISPATCH_REQUIRE_SLURM", "%s is not installed (apt-get install slurm-wlm munge)", bin)
 		}
 	}
 	if os.Getuid() != 0 {
-		skip(t, "a test Slurm cluster runs its daemons as root")
+		sshtest.Missing(t, "GPUDISPATCH_REQUIRE_SLURM", "a test Slurm cluster runs its daemons as root")
 	}
 	if opts.GPUs == 0 {
 		opts.GPUs = 4
@@ -130,8 +129,10 @@ PartitionName=gpu Nodes=%[1]s Default=YES MaxTime=INFINITE State=UP OverSubscrib
 }
 
 // cancelAll cancels every job of the cluster and waits a little for the
-// queue to empty, then kills what is left of the jobs' processes: a job
-// whose node was taken down can stay COMPLETING.
+// queue to empty (a job whose node was taken down can stay COMPLETING),
+// then kills every process that carries the cluster's SLURM_CONF: what is
+// left of its jobs, slurmstepd (which outlives slurmd), and the daemons,
+// whose own cleanup then finds them gone.
 func (c *Cluster) cancelAll() {
 	c.Command("scancel", "-p", c.Partition).Run()
 	deadline := time.Now().Add(3 * time.Second)
@@ -268,12 +269,4 @@ func freePort(t testing.TB) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
-}
-
-func skip(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if Required() {
-		t.Fatalf("GPUDISPATCH_REQUIRE_SLURM is set, but "+format, args...)
-	}
-	t.Skipf(format, args...)
 }

@@ -78,11 +78,20 @@ type Host struct {
 func Require(t testing.TB) {
 	t.Helper()
 	if _, err := os.Stat(SSHD); err != nil {
-		if os.Getenv("GPUDISPATCH_REQUIRE_SSHD") != "" {
-			t.Fatalf("GPUDISPATCH_REQUIRE_SSHD is set but %s is missing: apt-get install openssh-server", SSHD)
-		}
-		t.Skipf("%s not installed (apt-get install openssh-server); set GPUDISPATCH_REQUIRE_SSHD=1 to make this a failure", SSHD)
+		Missing(t, "GPUDISPATCH_REQUIRE_SSHD", "%s is not installed (apt-get install openssh-server)", SSHD)
 	}
+}
+
+// Missing skips t, which needs what the message says is missing, or fails
+// it when variable (a GPUDISPATCH_REQUIRE_*) is set: CI sets them all, so
+// that no test it must run is skipped there.
+func Missing(t testing.TB, variable, format string, args ...any) {
+	t.Helper()
+	what := fmt.Sprintf(format, args...)
+	if os.Getenv(variable) != "" {
+		t.Fatalf("%s is set, but %s", variable, what)
+	}
+	t.Skipf("%s (set %s=1 to make this a failure)", what, variable)
 }
 
 // Start starts a lab.
