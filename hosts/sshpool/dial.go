@@ -1,10 +1,16 @@
 package sshpool
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -73,7 +79,11 @@ func (d *dialer) clientConfig(t Target) (*ssh.ClientConfig, func(), error) {
 }
 
 // connect opens one new connection to t, through its jump host if it has
-// one, within the connect timeout (TCP and SSH handshake together).
+// one, within the connect timeout (TCP and SSH handshake together). A
+// connection the server closes before its version line is how sshd's
+// MaxStartups sheds load (its count of unauthenticated connections lags
+// behind the logins the client has finished): connect dials again after a
+// jittered backoff until the timeout.
 func (d *dialer) connect(ctx context.Context, t Target, cfg *ssh.ClientConfig) (*ssh.Client, error) {
 	tok := d.token(t.Addr())
 	select {
@@ -84,6 +94,24 @@ func (d *dialer) connect(ctx context.Context, t Target, cfg *ssh.ClientConfig) (
 	defer func() { <-tok }()
 	ctx, cancel := context.WithTimeout(ctx, d.connectTimeout)
 	defer cancel()
+	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		c, err := d.connectOnce(ctx, t, cfg)
+		if !errors.Is(err, errShed) {
+			return c, err
+		}
+		select {
+		case <-time.After(backoff/2 + rand.N(backoff)):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (the server keeps closing new connections: its MaxStartups may be too low for this run)", err)
+		}
+	}
+}
+
+// errShed marks a connection the server closed before its version line.
+var errShed = errors.New("connection closed by the server before the SSH handshake")
+
+// connectOnce dials t once within ctx.
+func (d *dialer) connectOnce(ctx context.Context, t Target, cfg *ssh.ClientConfig) (*ssh.Client, error) {
 	var conn net.Conn
 	var err error
 	if t.Jump != nil {
@@ -102,16 +130,53 @@ func (d *dialer) connect(ctx context.Context, t Target, cfg *ssh.ClientConfig) (
 	deadline, _ := ctx.Deadline()
 	conn.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	c, chans, reqs, err := ssh.NewClientConn(conn, t.Addr(), cfg)
+	bw := &bannerWatch{Conn: conn}
+	c, chans, reqs, err := ssh.NewClientConn(bw, t.Addr(), cfg)
 	if !stop() || err != nil {
 		conn.Close()
 		if err == nil {
-			err = ctx.Err()
+			return nil, ctx.Err()
+		}
+		said, banner := bw.preBanner()
+		if !banner && ctx.Err() == nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+			if said != "" {
+				err = fmt.Errorf("%w (it said %q)", err, said)
+			}
+			err = fmt.Errorf("%w: %w", errShed, err)
 		}
 		return nil, err
 	}
 	conn.SetDeadline(time.Time{})
 	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// bannerWatch keeps the first bytes a server sends, to tell a server that
+// closed the connection before its version line (sshd's MaxStartups writes
+// "Exceeded MaxStartups" and closes) from one that failed later. x/crypto
+// reads from a goroutine of its own once the version lines are exchanged.
+type bannerWatch struct {
+	net.Conn
+	mu   sync.Mutex
+	head []byte
+}
+
+func (b *bannerWatch) Read(p []byte) (int, error) {
+	n, err := b.Conn.Read(p)
+	b.mu.Lock()
+	if room := 256 - len(b.head); room > 0 {
+		b.head = append(b.head, p[:min(n, room)]...)
+	}
+	b.mu.Unlock()
+	return n, err
+}
+
+// preBanner returns what the server sent before its version line, and
+// whether it sent that line at all.
+func (b *bannerWatch) preBanner() (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	before, _, found := bytes.Cut(b.head, []byte("SSH-"))
+	return strings.TrimSpace(string(before)), found
 }
 
 // bastion returns the client for jump host j, connecting once for all the

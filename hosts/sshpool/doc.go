@@ -9,7 +9,9 @@
 // for their names (ssh_config aliases) share one pool (Pools): host keys are
 // checked by address. The dialer shared by all pools allows at most
 // startupsPerAddr (6) handshakes at once per address, so that sshd's
-// MaxStartups (10) never drops one, and keeps one client per jump host.
+// MaxStartups (10) rarely drops one; a connection it drops anyway (closed
+// before the server's version line) is dialed again after a jittered
+// backoff within the connect timeout. It keeps one client per jump host.
 // Every connection has an owner goroutine that sends keepalives and closes
 // it when the server stops answering; Pools.Close closes them all.
 //
