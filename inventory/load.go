@@ -307,6 +307,7 @@ func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 	fields["hostname"] = c.str(&s.Hostname)
 	fields["local"] = c.boolean(&h.Local)
 	fields["gpus"] = func(_ string, v *node) { gpus = v }
+	fields["slurm"] = func(key string, v *node) { h.Slurm = c.slurm(v, key) }
 	c.fields(n, path, fields)
 	if !n.isMap {
 		return h, false
@@ -317,9 +318,13 @@ func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 	case strings.ContainsAny(h.Name, " \t\n:@,[]="):
 		c.fail(n, path+".name", "%q: a host name cannot contain spaces or any of : @ , [ ] =", h.Name)
 	}
-	if gpus == nil {
+	switch {
+	case h.Slurm != nil && gpus != nil:
+		c.fail(gpus, path+".gpus", "a Slurm cluster's GPUs are Slurm's to give: remove gpus (a job asks for N with gpus=N)")
+	case h.Slurm != nil:
+	case gpus == nil:
 		c.fail(n, path+".gpus", "missing: give a list ([0, 1]), a count (4) or \"auto\"")
-	} else {
+	default:
 		h.GPUs, h.AutoGPUs = c.gpus(gpus, path+".gpus")
 	}
 	if h.Local && (s.Hostname != "" || s.Port != 0 || s.IdentityFile != "" || s.ProxyJump != "") {

@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/bad")
@@ -24,6 +25,11 @@ func TestLoadGood(t *testing.T) {
 			Env:        []string{"OMP_NUM_THREADS=4", "WANDB_MODE=online"}, Login: LoginPerJob},
 		{Name: "workstation", Local: true, AutoGPUs: true, SlotsPerGPU: 1, Workdir: "~/proj", Setup: "source ~/venv/bin/activate",
 			Env: []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}, Login: LoginPerSlot},
+		{Name: "hpc", SlotsPerGPU: 1, Workdir: "~/proj", Setup: "source ~/venv/bin/activate",
+			Connection: Connection{Hostname: "login.hpc.example.edu"},
+			Env:        []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}, Login: LoginPerSlot,
+			Slurm: &Slurm{Partition: "gpu", Account: "mylab", MaxJobs: 32, Time: "4:00:00",
+				SbatchArgs: []string{"--mem=32G", "--cpus-per-task=8"}, Workdir: "/scratch/alice/gpd", Poll: 10 * time.Second}},
 	}
 	for _, name := range []string{"lab.yaml", "lab.json", "lab.toml"} {
 		t.Run(name, func(t *testing.T) {
@@ -147,6 +153,12 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("bad or duplicate host name %q", h.Name)
 			}
 			seen[h.Name] = true
+			if h.Slurm != nil {
+				if h.Slurm.Partition == "" || h.Slurm.MaxJobs < 1 || h.Slurm.Poll < time.Second || len(h.GPUs) > 0 {
+					t.Fatalf("cluster %q: %+v", h.Name, *h.Slurm)
+				}
+				continue
+			}
 			if len(h.GPUs) == 0 && !h.AutoGPUs || h.SlotsPerGPU < 1 {
 				t.Fatalf("host %q has no slots: %+v", h.Name, h)
 			}

@@ -53,6 +53,9 @@ type Host struct {
 	Setup       string
 	// Env holds NAME=value pairs, sorted by name.
 	Env []string
+	// Slurm, when set, makes the host a Slurm cluster reached through its
+	// login node (this host); it then has no GPUs of its own to list.
+	Slurm *Slurm
 	// Login is LoginPerSlot (where the login shell is bash, a slot's shell
 	// reads the profile once and runs its jobs from it) or LoginPerJob (a
 	// login shell per job, for a profile that must run per job).
