@@ -46,6 +46,9 @@ type claimResult struct {
 func (r *run) needs(a assignment) claim {
 	h := a.p.host
 	c := claim{a: a, host: h.host.Name}
+	if h.cluster {
+		return c // Slurm gives the GPUs
+	}
 	for _, g := range a.p.gpus {
 		if g.lock != nil {
 			// A loss the loop has not heard of yet still counts.

@@ -198,6 +198,7 @@ func (c *Control) Stop(ctx context.Context, now bool) error {
 var (
 	errCancelAsked = fmt.Errorf("cancelled on request: %w", context.Canceled)
 	errStopNow     = fmt.Errorf("stopped with --now: %w", context.Canceled)
+	errStopPending = fmt.Errorf("the run is stopping and the job had not started: %w", context.Canceled)
 )
 
 // waiter is a Wait call: the ids whose story has not ended, and the final
@@ -343,6 +344,13 @@ func (r *run) setPriority(q *queued, priority int) (string, error) {
 func (r *run) stop() {
 	r.stopping = true
 	r.summary.Interrupted = true
+	// A job a Slurm cluster still holds has not started: it is cancelled
+	// like a waiting job.
+	for _, q := range r.jobs {
+		if q.pending && q.kill != nil {
+			q.kill(errStopPending)
+		}
+	}
 }
 
 // waitInfo is a waiting job's priority and why it waits.

@@ -4,8 +4,12 @@ import "time"
 
 // Kinds of event, as written in the journal.
 const (
-	EventQueued    = "queued"
-	EventStarted   = "started"
+	EventQueued  = "queued"
+	EventStarted = "started"
+	// EventPending says that a job was handed to a batch system (a Slurm
+	// cluster) that holds it until it starts there; Message is the batch
+	// system's reason, each time it changes.
+	EventPending   = "pending"
 	EventFinished  = "finished" // exit status 0
 	EventFailed    = "failed"   // non-zero exit, or could not start
 	EventTimeout   = "timeout"
@@ -63,6 +67,9 @@ type Event struct {
 	Error  string     `json:"error,omitempty"`
 	// Message says what happened, for events that are not about a job.
 	Message string `json:"message,omitempty"`
+	// SlurmJobID is the job's id in its Slurm cluster (pending, started
+	// and final events of a job that ran there).
+	SlurmJobID string `json:"slurm_job_id,omitempty"`
 	// ByUser is set on a cancelled or retried event that someone asked for
 	// (cancel, retry), rather than the run deciding it: serve --resume does
 	// not bring back a job its user cancelled.

@@ -127,6 +127,8 @@ type run struct {
 	rechecks chan recheck
 	lockLost chan lostLock
 	idle     []*gpu
+	// progress brings what Slurm clusters say of their jobs.
+	progress chan progress
 	// killJobs cancels the jobs' context (stop --now).
 	killJobs context.CancelCauseFunc
 	// releasing counts the locks being let go of.
@@ -188,6 +190,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	r.claims = make(chan claimResult)
 	r.rechecks = make(chan recheck)
 	r.lockLost = make(chan lostLock)
+	r.progress = make(chan progress)
 	j, err := openJournal(filepath.Join(opts.LogDir, JournalName))
 	if err != nil {
 		return nil, &SetupError{err}
@@ -338,6 +341,8 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			r.rechecked(rc)
 		case ll := <-r.lockLost:
 			r.lockGone(ll)
+		case p := <-r.progress:
+			r.progressed(p)
 		case u := <-r.opts.Updates:
 			r.reload(u)
 		case <-drain:
@@ -446,18 +451,33 @@ func (r *run) start(ctx context.Context, a assignment) {
 	e.Stdout, e.Stderr = logs.out.Name(), logs.err.Name()
 	start := time.Now()
 	e.Start = &start
-	r.record(e)
 	c := executor.Command{
 		Script:  j.Command,
 		Env:     jobEnv(h, j, a.p),
 		Workdir: h.Workdir,
 		Setup:   h.Setup,
 		Tag:     r.tag(j, q.attempts),
+		GPUs:    j.GPUs,
 	}
 	timeout := r.opts.Timeout
 	if j.Timeout > 0 {
 		timeout = j.Timeout
 	}
+	cluster := a.p.host.cluster
+	q.launched, q.pending, q.ran = e, cluster, nil
+	if cluster {
+		// Slurm holds the job until it runs it, and times it itself.
+		e.Event, e.GPUs, e.Start, e.Message = EventPending, nil, nil, "submitting to Slurm"
+		c.Timeout, timeout = timeout, 0
+		attempt := q.attempts
+		c.Progress = func(p executor.Progress) {
+			select {
+			case r.progress <- progress{q, attempt, p}:
+			case <-r.bg.Done():
+			}
+		}
+	}
+	r.record(e)
 	jctx, kill := context.WithCancelCause(ctx)
 	q.kill = kill
 	go func() {
@@ -475,14 +495,44 @@ func (r *run) start(ctx context.Context, a assignment) {
 	}()
 }
 
-// jobEnv is the inventory's env, then gpudispatch's own variables, which win.
+// jobEnv is the inventory's env, then gpudispatch's own variables, which
+// win. On a Slurm cluster, Slurm sets CUDA_VISIBLE_DEVICES.
 func jobEnv(h inventory.Host, j *Job, p placement) []string {
-	return append(append([]string(nil), h.Env...),
-		"CUDA_VISIBLE_DEVICES="+gpuList(p.gpuIDs()),
+	env := append([]string(nil), h.Env...)
+	if !p.host.cluster {
+		env = append(env, "CUDA_VISIBLE_DEVICES="+gpuList(p.gpuIDs()))
+	}
+	return append(env,
 		"CUDA_DEVICE_ORDER=PCI_BUS_ID",
 		"GPUDISPATCH_JOB_ID="+j.ID(),
 		"GPUDISPATCH_HOST="+h.Name,
 	)
+}
+
+// progress is what a Slurm cluster said of attempt of q's job.
+type progress struct {
+	q       *queued
+	attempt int
+	executor.Progress
+}
+
+// progressed records a cluster job's new reason to wait, or its start.
+func (r *run) progressed(p progress) {
+	q := p.q
+	if q.kill == nil || q.attempts != p.attempt || !q.pending {
+		return // it ended meanwhile, or this is about an earlier attempt
+	}
+	e := q.launched
+	q.slurmID = p.ID
+	e.Time, e.SlurmJobID = time.Now(), p.ID
+	if p.Running {
+		now := time.Now()
+		q.pending, q.ran, e.Start = false, &now, &now
+		r.record(e)
+		return
+	}
+	e.Event, e.GPUs, e.Start, e.Message = EventPending, nil, nil, p.Reason
+	r.record(e)
 }
 
 // tag names one attempt of j on its host (executor.Command.Tag).
@@ -494,10 +544,26 @@ func (r *run) finish(res result) {
 	q, j, p := res.a.q, res.a.q.job, res.a.p
 	q.kill = nil
 	lost := errors.Is(res.err, executor.ErrConnectionLost)
-	notStarted := errors.Is(res.err, executor.ErrHostDown)
-	if lost || notStarted {
+	limited := errors.Is(res.err, executor.ErrLimit)
+	notStarted := errors.Is(res.err, executor.ErrHostDown) || limited
+	if lost || errors.Is(res.err, executor.ErrHostDown) {
 		r.hostDown(p.host, res.err)
 	}
+	if p.host.cluster {
+		r.sched.table.limit(p.host, limited)
+	}
+	if limited {
+		// Nothing ran and the host is fine: the job waits for a slot there
+		// or elsewhere, without using an attempt.
+		r.release(p)
+		q.attempts--
+		res.logs.remove()
+		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: p.host.host.Name, Job: j.ID(),
+			Error: res.err.Error() + fmt.Sprintf("; it takes at most %d jobs of this run until one of them ends", p.host.gpus[0].cap)})
+		r.sched.add(q)
+		return
+	}
+	jobLost := errors.Is(res.err, executor.ErrJobLost)
 	if lost {
 		// Its processes may still hold the GPUs: the slots stay taken until
 		// the host confirms they are gone.
@@ -510,11 +576,11 @@ func (r *run) finish(res result) {
 	case res.err == nil && res.code == 0:
 	case res.err == nil:
 		kind = EventFailed
-	case errors.Is(res.err, errJobTimeout):
+	case errors.Is(res.err, errJobTimeout), errors.Is(res.err, executor.ErrTimeLimit):
 		kind = EventTimeout
 	case errors.Is(res.err, context.Canceled):
 		kind = EventCancelled
-	case lost || notStarted:
+	case lost || notStarted || jobLost:
 		kind = EventLost
 	default:
 		kind = EventFailed
@@ -525,6 +591,11 @@ func (r *run) finish(res result) {
 		e.Stdout, e.Stderr = res.logs.out.Name(), res.logs.err.Name()
 		e.Start, e.End = &res.start, &res.end
 	}
+	if p.host.cluster {
+		// Slurm ran it, from when it said so; its GPUs are Slurm's.
+		e.GPUs, e.Start, e.SlurmJobID = nil, q.ran, q.slurmID
+	}
+	q.pending = false
 	if res.code >= 0 && kind != EventLost {
 		e.Exit = &res.code
 	}

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"slices"
+	"time"
 )
 
 // scheduler places waiting jobs on free slots, first come first served,
@@ -27,6 +28,13 @@ type queued struct {
 	cancelAsked bool
 	// ended is the event that ended its story, until it is retried.
 	ended *Event
+	// launched is the event that started its attempt. On a Slurm cluster
+	// the attempt is pending until Slurm runs it: pending is set until
+	// then, and ran says since when it runs.
+	launched Event
+	pending  bool
+	ran      *time.Time
+	slurmID  string
 }
 
 // ahead reports whether a comes before b in the queue: the higher

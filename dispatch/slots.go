@@ -61,6 +61,24 @@ type hostSlots struct {
 	// removed is set once an edit of the inventory dropped the host: its
 	// GPUs have no slots, its running jobs finish.
 	removed bool
+	// cluster is set for a Slurm cluster: its one pseudo-GPU (id 0) has
+	// max_jobs slots, a job takes one whatever GPUs it asks for, and Slurm
+	// gives the GPUs. limit, when set, is the fewer slots it has since it
+	// refused a job for a limit, until one of its jobs ends.
+	cluster bool
+	limit   int
+}
+
+// fits reports whether j, by the number of GPUs it asks for, can ever run
+// on h.
+func (h *hostSlots) fits(j *Job) bool { return h.cluster || h.live() >= j.GPUs }
+
+// need is how many slots of h j takes.
+func (h *hostSlots) need(j *Job) int {
+	if h.cluster {
+		return 1
+	}
+	return j.GPUs
 }
 
 // live counts h's GPUs that have slots (an inventory edit may have taken
@@ -116,9 +134,20 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 		}
 		before := hs.ids()
 		hs.host = h
+		hs.cluster = h.Slurm != nil
 		caps := map[int]int{}
-		for _, id := range h.GPUs {
-			caps[id] += h.SlotsPerGPU
+		gpus := h.GPUs
+		if hs.cluster {
+			gpus = []int{0}
+			caps[0] = h.Slurm.MaxJobs
+			if hs.limit > 0 {
+				caps[0] = min(hs.limit, h.Slurm.MaxJobs)
+			}
+		}
+		for _, id := range gpus {
+			if !hs.cluster {
+				caps[id] += h.SlotsPerGPU
+			}
 			if hs.byID[id] == nil {
 				g := &gpu{host: hs, id: id}
 				hs.byID[id] = g
@@ -181,9 +210,11 @@ func (t *slotTable) check(j *Job) error {
 			return fmt.Errorf("unknown host %q (hosts: %s)", j.Host, strings.Join(t.names(), ", "))
 		case h.removed:
 			return fmt.Errorf("host %s was removed from the inventory", j.Host)
+		case h.cluster && j.GPU >= 0:
+			return fmt.Errorf("@%s:%d: %s is a Slurm cluster, where Slurm chooses the GPUs: pin the cluster only (@%s)", j.Host, j.GPU, j.Host, j.Host)
 		case j.GPU >= 0 && (h.byID[j.GPU] == nil || h.byID[j.GPU].cap == 0):
 			return fmt.Errorf("host %s has no GPU %d (its GPUs: %s)", j.Host, j.GPU, h.ids())
-		case j.GPUs > h.live():
+		case !h.fits(j):
 			return fmt.Errorf("gpus=%d: host %s has only %d GPUs", j.GPUs, j.Host, h.live())
 		}
 		return nil
@@ -193,6 +224,9 @@ func (t *slotTable) check(j *Job) error {
 	}
 	most := 0
 	for _, h := range t.hosts {
+		if h.cluster && !h.removed {
+			return nil
+		}
 		most = max(most, h.live())
 	}
 	if j.GPUs > most {
@@ -263,7 +297,7 @@ func (t *slotTable) candidates(j *Job) []*hostSlots {
 func (t *slotTable) unrunnable(j *Job, timeout time.Duration) string {
 	var why []string
 	for _, h := range t.candidates(j) {
-		if h.removed || h.live() < j.GPUs {
+		if h.removed || !h.fits(j) {
 			continue // never a place for j
 		}
 		if !h.expired {
@@ -331,11 +365,11 @@ func (t *slotTable) place(j *Job, hd held) (placement, bool) {
 			continue
 		}
 		gs := t.freeGPUs(h, j, hd)
-		if len(gs) < j.GPUs {
+		if len(gs) < h.need(j) {
 			continue
 		}
 		if best.host == nil || better(gs[0], best.gpus[0]) {
-			best = placement{host: h, gpus: gs[:j.GPUs]}
+			best = placement{host: h, gpus: gs[:h.need(j)]}
 		}
 	}
 	// CUDA_VISIBLE_DEVICES lists a job's GPUs in id order.
@@ -358,10 +392,10 @@ func (t *slotTable) preferred(j *Job, hd held) (placement, bool) {
 		}
 		gs = append([]*gpu{gs[i]}, slices.Delete(slices.Clone(gs), i, i+1)...)
 	}
-	if len(gs) < j.GPUs {
+	if len(gs) < h.need(j) {
 		return placement{}, false
 	}
-	p := placement{host: h, gpus: gs[:j.GPUs]}
+	p := placement{host: h, gpus: gs[:h.need(j)]}
 	sort.Slice(p.gpus, func(a, b int) bool { return p.gpus[a].id < p.gpus[b].id })
 	return p, true
 }
@@ -379,6 +413,8 @@ func (t *slotTable) checkPrefer(j *Job) error {
 		return fmt.Errorf("prefer=%s: unknown host (hosts: %s)", j.Prefer, strings.Join(t.names(), ", "))
 	case j.Host != "" && j.Host != j.Prefer:
 		return fmt.Errorf("prefer=%s: the job is pinned to host %s", j.Prefer, j.Host)
+	case j.PreferGPU >= 0 && h.cluster:
+		return fmt.Errorf("prefer=%s:%d: %s is a Slurm cluster, where Slurm chooses the GPUs", j.Prefer, j.PreferGPU, j.Prefer)
 	case j.PreferGPU >= 0 && (h.byID[j.PreferGPU] == nil || h.byID[j.PreferGPU].cap == 0):
 		return fmt.Errorf("prefer=%s:%d: host %s has no GPU %d (its GPUs: %s)", j.Prefer, j.PreferGPU, j.Prefer, j.PreferGPU, h.ids())
 	case j.PreferGPU >= 0 && j.GPU >= 0 && j.GPU != j.PreferGPU:
@@ -398,15 +434,16 @@ func better(a, b *gpu) bool {
 // on the eligible host where it is closest to fitting.
 func (t *slotTable) hold(j *Job, hd held) {
 	var target []*gpu
+	need := 0
 	for _, h := range t.candidates(j) {
 		if h.down {
 			continue
 		}
 		if gs := t.freeGPUs(h, j, hd); len(gs) > len(target) {
-			target = gs
+			target, need = gs, h.need(j)
 		}
 	}
-	for _, g := range target[:min(len(target), j.GPUs)] {
+	for _, g := range target[:min(len(target), need)] {
 		hd[g]++
 	}
 }
@@ -438,6 +475,26 @@ func (t *slotTable) release(p placement) {
 		g.used--
 		t.freeSlots += t.contrib(g) - before
 	}
+}
+
+// limit lowers cluster h's slots to the jobs it holds now, after it refused
+// one for a limit (refused), or gives them back once one of its jobs ended.
+// A cluster that holds none takes one job, which tries again.
+func (t *slotTable) limit(h *hostSlots, refused bool) {
+	g := h.gpus[0]
+	before := t.contrib(g)
+	h.limit = 0
+	if refused {
+		h.limit = max(g.used, 1)
+	}
+	g.cap = h.host.Slurm.MaxJobs
+	if h.limit > 0 {
+		g.cap = min(h.limit, g.cap)
+	}
+	if h.removed {
+		g.cap = 0
+	}
+	t.freeSlots += t.contrib(g) - before
 }
 
 // downFor says which of the hosts j may run on are down, and why.
@@ -486,7 +543,7 @@ func (t *slotTable) whyWaiting(j *Job, ahead int) string {
 // allDown reports whether every host j may run on is down.
 func (t *slotTable) allDown(j *Job) bool {
 	for _, h := range t.candidates(j) {
-		if !h.down && !h.removed && h.live() >= j.GPUs {
+		if !h.down && !h.removed && h.fits(j) {
 			return false
 		}
 	}

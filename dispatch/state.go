@@ -5,7 +5,7 @@ import "slices"
 // Job states: the outcomes (the kinds of event that end a job's story),
 // plus these two for jobs whose story has not ended.
 const (
-	StateWaiting = "waiting" // queued, or queued again after a lost host
+	StateWaiting = "waiting" // queued, queued again after a lost host, or pending in a Slurm cluster
 	StateRunning = "running"
 )
 
@@ -22,7 +22,7 @@ func (e Event) JobState() string {
 	switch {
 	case e.Job == "":
 		return ""
-	case e.Event == EventQueued || e.Event == EventRetried:
+	case e.Event == EventQueued || e.Event == EventRetried || e.Event == EventPending:
 		return StateWaiting
 	case e.Event == EventStarted:
 		return StateRunning

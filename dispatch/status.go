@@ -108,6 +108,12 @@ func (s *JobStatus) apply(e Event) {
 	s.State = e.JobState()
 	switch s.State {
 	case StateWaiting:
+		s.Why = ""
+		if e.Event == EventPending {
+			// Submitted to a Slurm cluster, where it waits.
+			s.Host, s.GPUs = e.Host, nil
+			s.Why = "pending in Slurm (job " + e.SlurmJobID + "): " + e.Message
+		}
 		return
 	case StateRunning:
 		s.Exit, s.End, s.Error = nil, nil, ""

@@ -17,6 +17,11 @@
 //     Reap says when nothing of it is left.
 //   - An error wrapping ErrHostDown means nothing of the job ran: it goes
 //     back to the queue without using an attempt.
+//   - A host that is a batch system (a Slurm cluster) queues jobs of its
+//     own: Run tells Command.Progress while the job waits there and as it
+//     starts; ErrJobLost means the batch system lost it (retry at once, no
+//     reap), ErrLimit that it refused it for a limit (back in the queue),
+//     ErrTimeLimit that it ended it at its time limit.
 //   - Exit codes are the job's own, 128+n for a job killed by signal n.
 //   - A GPULock keeps other gpudispatch runs, whoever started them, off its
 //     GPU for as long as it is held; Lost is closed when it no longer is.

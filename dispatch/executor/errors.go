@@ -10,6 +10,17 @@ var (
 	// ErrHostDown is wrapped by an error when the host cannot be reached:
 	// nothing of the job ran. WaitUp says when the host is back.
 	ErrHostDown = errors.New("host down")
+	// ErrJobLost is wrapped by Run's error when a batch system lost the
+	// job (its node failed, it was preempted, it vanished): nothing of it
+	// is left, the host is fine, and it may be run again at once.
+	ErrJobLost = errors.New("job lost")
+	// ErrLimit is wrapped by Run's error when a batch system refused the
+	// job for a limit on the user's jobs: nothing of it ran, and the host
+	// takes no more jobs than it now holds until one of them ends.
+	ErrLimit = errors.New("refused for a limit")
+	// ErrTimeLimit is wrapped by Run's error when a batch system ended the
+	// job at its time limit (Command.Timeout).
+	ErrTimeLimit = errors.New("time limit reached")
 	// ErrGPULocked means another gpudispatch run holds the GPU's lock.
 	ErrGPULocked = errors.New("locked by another gpudispatch run")
 	// ErrNoLocks means the host cannot lock its GPUs: jobs still run there,

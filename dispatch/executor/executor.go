@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"io"
+	"time"
 )
 
 // Executor runs jobs on the hosts of an inventory, each named by its
@@ -43,10 +44,29 @@ type Command struct {
 	// Setup runs in the same shell before Script; if it fails, Script does
 	// not run.
 	Setup string
+	// GPUs is how many GPUs the job asks a batch system for, and Timeout
+	// its time limit there (0: the host's default). Other hosts are given
+	// their GPUs in CUDA_VISIBLE_DEVICES and are timed by the caller.
+	GPUs    int
+	Timeout time.Duration
+	// Progress, when set, is told how a job a batch system holds gets on:
+	// while it waits there and as it starts. It is called from Run's
+	// goroutine and must not block.
+	Progress func(Progress)
 	// Tag names this run of the command on its host, so that Reap can tell
 	// whether anything of it is left: letters, digits, '.', '_' and '-',
 	// unique among the commands of a coordinator ("" for none).
 	Tag string
+}
+
+// Progress is what a batch system says of a job before and as it starts.
+type Progress struct {
+	// ID is the job's id in the batch system (Slurm's job id).
+	ID string
+	// Running is set once the job runs; until then Reason says why it
+	// waits (Slurm's Priority, Resources, QOSMaxJobsPerUserLimit...).
+	Running bool
+	Reason  string
 }
 
 // GPULock is a run's hold on one GPU of a host: while it is held, other

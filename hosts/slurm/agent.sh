@@ -1,0 +1,210 @@
+# gpudispatch's agent on a Slurm cluster's login node: one per run and
+# cluster, on one SSH session (or here, for a local login node). It submits
+# the run's jobs, asks squeue about all of them once per poll, streams the
+# output of the running ones back, and cancels them all if the coordinator
+# falls silent.
+#
+# Arguments (set by the coordinator before this code): _a_run (the run's
+# tag prefix), _a_wd (the cluster workdir, "~/" is home), _a_poll (seconds),
+# _a_silence (seconds without a word from the coordinator after which the
+# run's jobs are cancelled; "check": only see whether sbatch would take a
+# job, and say r or F), _a_tick (seconds, may be fractional: how often
+# output is looked at), then the common sbatch options in _a_args.
+#
+# stdin, one command a line:
+#   h                                  heartbeat
+#   s TAG GPUS TIME LEN   + LEN bytes  submit that batch script (TIME "-": none)
+#   t TAG ID OUT ERR                   track a job submitted by an earlier agent,
+#                                      OUT/ERR bytes of its output already home
+#                                      (ID "-": not known, found by its name)
+#   c ID...                            scancel those jobs
+#   q                                  quit: cancel what is still tracked, exit
+# stdout, one record a line (output records are followed by their bytes):
+#   r                                  ready
+#   S TAG ID | F TAG message           submitted | sbatch refused (one line)
+#   P TAG REASON                       pending in Slurm, and why
+#   R TAG                              running
+#   O TAG N | E TAG N  + N bytes       new stdout | stderr bytes
+#   X TAG STATE CODE                   ended: Slurm's last state (GONE when it
+#                                      left the queue), exit file's code or -
+#   W                                  an earlier agent of this run cancelled
+#                                      its jobs after the coordinator fell silent
+# A later agent of the same run writes its pid to .gpd-RUN.agent: an
+# earlier one that sees it exits without cancelling anything.
+# shellcheck disable=SC2154 # the arguments are set before this code
+trap '' PIPE
+set -f
+export LC_ALL=C
+_a_home=$HOME
+# shellcheck disable=SC2088 # a literal ~ from the inventory
+case $_a_wd in "~/"*) _a_wd=$_a_home/${_a_wd#"~/"} ;; "~") _a_wd=$_a_home ;; esac
+if ! { mkdir -p -- "$_a_wd" && cd -- "$_a_wd"; }; then
+  printf 'F - cannot use workdir %s\n' "$_a_wd"
+  exit 1
+fi
+# The login shell's PATH: sbatch and squeue are often put there by
+# /etc/profile.d on clusters.
+# shellcheck disable=SC2016 # expanded by the login shell
+_a_path=$("${SHELL:-/bin/bash}" -lc 'printf "\n@gpd-path@%s" "$PATH"' </dev/null 2>/dev/null) &&
+  case $_a_path in *@gpd-path@*) PATH=${_a_path##*@gpd-path@} ;; esac
+export PATH
+if [ "$_a_run" = check ]; then
+  # Would the cluster take a job with these options?
+  if _a_out=$(sbatch --test-only --gres=gpu:1 "${_a_args[@]}" --wrap=true 2>&1); then
+    echo r
+  else
+    printf 'F - %s\n' "${_a_out//$'\n'/ }"
+  fi
+  exit 0
+fi
+_a_pidfile=.gpd-$_a_run.agent
+echo $$ >"$_a_pidfile.$$" && mv -f "$_a_pidfile.$$" "$_a_pidfile"
+declare -A _a_id _a_out _a_err _a_state _a_why
+_a_heard=$SECONDS
+_a_polled=-1000000
+_a_tailed=-1
+_a_eof=
+if [ -e ".gpd-$_a_run.watcher-cancelled" ]; then echo W; fi
+echo r
+
+_a_sbatch() { # TAG GPUS TIME SCRIPT
+  local tag=$1 out time=()
+  [ "$3" = - ] || time=(--time="$3")
+  if out=$(sbatch --parsable --no-requeue --job-name="gpd-$tag" --output="$tag.out" --error="$tag.err" \
+    --gres="gpu:$2" "${time[@]}" "${_a_args[@]}" <<<"$4" 2>&1); then
+    out=${out%%;*}
+    _a_id[$tag]=$out _a_out[$tag]=0 _a_err[$tag]=0 _a_state[$tag]=PENDING _a_why[$tag]=
+    printf 'S %s %s\n' "$tag" "$out"
+  else
+    printf 'F %s %s\n' "$tag" "${out//$'\n'/ }"
+  fi
+}
+
+_a_send() { # KIND TAG FILE OFFSETVAR: the bytes of FILE past the offset
+  local -n off=$4
+  local size
+  size=$(stat -c %s -- "$3" 2>/dev/null) || return 0
+  if ((size > off)); then
+    printf '%s %s %d\n' "$1" "$2" $((size - off))
+    tail -c +$((off + 1)) -- "$3" | head -c $((size - off))
+    off=$size
+  fi
+}
+
+_a_flush() { # TAG
+  _a_send O "$1" "$1.out" "_a_out[$1]"
+  _a_send E "$1" "$1.err" "_a_err[$1]"
+}
+
+_a_tail() { # the running jobs' new output; one stat for all of them
+  local tag size name files=()
+  for tag in "${!_a_state[@]}"; do
+    if [ "${_a_state[$tag]}" = RUNNING ]; then files+=("$tag.out" "$tag.err"); fi
+  done
+  if [ ${#files[@]} -eq 0 ]; then return; fi
+  while read -r size name; do
+    tag=${name%.*}
+    if [ "${name##*.}" = out ]; then
+      ((size > _a_out[$tag])) && _a_send O "$tag" "$name" "_a_out[$tag]"
+    else
+      ((size > _a_err[$tag])) && _a_send E "$tag" "$name" "_a_err[$tag]"
+    fi
+  done < <(stat -c '%s %n' -- "${files[@]}" 2>/dev/null)
+}
+
+_a_end() { # TAG STATE
+  local code=-
+  _a_flush "$1"
+  if [ -r "$1.exit" ]; then read -r code <"$1.exit" || code=-; fi
+  printf 'X %s %s %s\n' "$1" "$2" "${code:--}"
+  unset "_a_id[$1]" "_a_out[$1]" "_a_err[$1]" "_a_state[$1]" "_a_why[$1]"
+}
+
+_a_poll() {
+  local out id name state why tag
+  declare -A seen=()
+  if [ ${#_a_id[@]} -eq 0 ]; then return; fi
+  # One squeue for all of the run's jobs: --me and every state, so that a job
+  # that just ended is seen with its last state. When squeue fails, nothing
+  # is concluded.
+  out=$(squeue --me --states=all --noheader --format='%i|%j|%T|%r' 2>/dev/null) || return 0
+  while IFS='|' read -r id name state why; do
+    tag=${name#gpd-}
+    if [ "$name" = "$tag" ] || [ -z "${_a_id[$tag]-}" ]; then continue; fi
+    if [ "${_a_id[$tag]}" = - ]; then
+      # Submitted by an agent that died before it could say so.
+      _a_id[$tag]=$id
+      printf 'S %s %s\n' "$tag" "$id"
+    elif [ "${_a_id[$tag]}" != "$id" ]; then
+      continue
+    fi
+    seen[$tag]=1
+    case $state in
+      PENDING | CONFIGURING | REQUEUED | RESIZING | SUSPENDED | REQUEUE_HOLD | REQUEUE_FED)
+        if [ "$why" != "${_a_why[$tag]}" ] || [ "${_a_state[$tag]}" != PENDING ]; then
+          printf 'P %s %s\n' "$tag" "$why"
+        fi
+        _a_state[$tag]=PENDING _a_why[$tag]=$why
+        ;;
+      RUNNING | COMPLETING | STAGE_OUT | SIGNALING)
+        if [ "${_a_state[$tag]}" != RUNNING ]; then printf 'R %s\n' "$tag"; fi
+        _a_state[$tag]=RUNNING
+        ;;
+      *) _a_end "$tag" "$state" ;;
+    esac
+  done <<<"$out"
+  for tag in "${!_a_id[@]}"; do
+    if [ -z "${seen[$tag]-}" ]; then _a_end "$tag" GONE; fi
+  done
+}
+
+_a_cancel_all() {
+  if [ ${#_a_id[@]} -gt 0 ]; then scancel -- "${_a_id[@]}" 2>/dev/null; fi
+}
+
+while :; do
+  _a_line=
+  if [ -z "$_a_eof" ]; then
+    if IFS= read -r -t "$_a_tick" _a_line; then
+      _a_heard=$SECONDS
+    elif (($? <= 128)); then
+      _a_eof=1 # the coordinator's side is closed: watch on until the silence limit
+    else
+      _a_tailed=-1 # a quiet tick: look at the output now
+    fi
+  else
+    sleep "$_a_tick"
+    _a_tailed=-1
+  fi
+  read -r _a_owner <"$_a_pidfile" 2>/dev/null
+  if [ "${_a_owner:-}" != $$ ]; then exit 0; fi # a later agent took over
+  # shellcheck disable=SC2086 # split into words, globbing is off
+  set -- $_a_line
+  case ${1-} in
+    s)
+      IFS= read -r -N "$5" _a_script
+      _a_sbatch "$2" "$3" "$4" "$_a_script"
+      ;;
+    t) _a_id[$2]=$3 _a_out[$2]=$4 _a_err[$2]=$5 _a_state[$2]=PENDING _a_why[$2]= ;;
+    c) shift && scancel -- "$@" 2>/dev/null ;;
+    q)
+      _a_cancel_all
+      rm -f -- "$_a_pidfile"
+      exit 0
+      ;;
+  esac
+  if ((SECONDS - _a_heard >= _a_silence)); then
+    : >".gpd-$_a_run.watcher-cancelled"
+    _a_cancel_all
+    rm -f -- "$_a_pidfile"
+    exit 0
+  fi
+  if ((SECONDS - _a_polled >= _a_poll)); then
+    _a_polled=$SECONDS
+    _a_poll
+  fi
+  if ((_a_tailed != SECONDS)); then
+    _a_tailed=$SECONDS
+    _a_tail
+  fi
+done

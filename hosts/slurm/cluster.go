@@ -1,0 +1,548 @@
+package slurm
+
+import (
+	"bufio"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"al.essio.dev/pkg/shellescape"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+//go:embed agent.sh
+var agentCode string
+
+// AgentName is the agent's process name on the login node (ps shows it,
+// with the run).
+const AgentName = "gpudispatch-slurm-agent"
+
+// Options configure a Cluster.
+type Options struct {
+	// Name is the cluster's inventory name, for messages.
+	Name  string
+	Slurm inventory.Slurm
+	// Spawn starts bash on the login node; WaitUp returns once it can be
+	// reached (nil: it always can).
+	Spawn  spawn.Func
+	WaitUp func(context.Context) error
+	// Heartbeat is how often the agent hears from the coordinator; after
+	// three missed ones and Grace, it cancels the run's jobs.
+	Heartbeat, Grace time.Duration
+}
+
+// Cluster runs jobs as batch jobs of a Slurm cluster, through one agent on
+// its login node. It implements the executor contract for one host.
+type Cluster struct {
+	o Options
+
+	mu   sync.Mutex
+	run  string // the tag prefix of this coordinator's run
+	ag   *agent
+	jobs map[string]*job // by tag, from submit to end
+	// watcherCancelled is set when an agent found that an earlier one
+	// cancelled the run's jobs after the coordinator fell silent.
+	watcherCancelled atomic.Bool
+	closed           bool
+	bg               context.Context
+	stop             context.CancelFunc
+}
+
+// New returns a cluster runner; it reaches the login node on first use.
+func New(o Options) *Cluster {
+	if o.WaitUp == nil {
+		o.WaitUp = func(context.Context) error { return nil }
+	}
+	bg, stop := context.WithCancel(context.Background())
+	return &Cluster{o: o, jobs: map[string]*job{}, bg: bg, stop: stop}
+}
+
+// job is one batch job of the run, from its submission to its end.
+type job struct {
+	tag            string
+	id             string // Slurm's, once known
+	stdout, stderr io.Writer
+	outN, errN     int64 // bytes home
+	progress       func(executor.Progress)
+	// events brings the agent's records about the job to Run, until gone
+	// is closed as Run returns.
+	events chan record
+	gone   chan struct{}
+}
+
+// deliver hands r to j's Run, unless Run has returned.
+func (j *job) deliver(r record) {
+	select {
+	case j.events <- r:
+	case <-j.gone:
+	}
+}
+
+// record is one line of the agent about a job.
+type record struct {
+	kind  byte // S F P R X, or 0 when the agent died
+	text  string
+	state string // X
+	code  string // X
+}
+
+// Check asks the cluster whether it would take a job with the inventory's
+// settings (sbatch --test-only): a bad partition, account, qos or option
+// is an error that says so. It reports executor.ErrHostDown when the login
+// node cannot be reached.
+func (c *Cluster) Check(ctx context.Context) error {
+	var out, errs tail
+	code := c.prelude("check") + agentCode
+	p, err := c.o.Spawn(ctx, spawn.Bootstrap(code, AgentName, "check"), &out, &errs)
+	if err != nil {
+		return err
+	}
+	io.WriteString(p.Stdin, code)
+	p.Stdin.Close()
+	if err := p.Wait(); err != nil {
+		if _, exited := spawn.ExitStatus(err); !exited {
+			return fmt.Errorf("%s: %w: %v", c.o.Name, executor.ErrHostDown, err)
+		}
+	}
+	if msg, ok := strings.CutPrefix(out.String(), "F - "); ok {
+		return fmt.Errorf("slurm: %s", msg)
+	}
+	if !strings.Contains(out.String(), "r") {
+		return fmt.Errorf("slurm: the login node's bash did not run the agent: %s", strings.TrimSpace(errs.String()))
+	}
+	return nil
+}
+
+// prelude sets the agent's arguments for run.
+func (c *Cluster) prelude(run string) string {
+	s := c.o.Slurm
+	args := []string{"--partition=" + s.Partition}
+	if s.Account != "" {
+		args = append(args, "--account="+s.Account)
+	}
+	if s.QOS != "" {
+		args = append(args, "--qos="+s.QOS)
+	}
+	args = append(args, s.SbatchArgs...)
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = shellescape.Quote(a)
+	}
+	silence := int(math.Ceil((3*c.o.Heartbeat + c.o.Grace).Seconds()))
+	tick := "0.5"
+	return fmt.Sprintf("_a_run=%s _a_wd=%s _a_poll=%d _a_silence=%d _a_tick=%s\n_a_args=(%s)\n",
+		shellescape.Quote(run), shellescape.Quote(s.Workdir), max(1, int(s.Poll.Seconds())), max(1, silence), tick,
+		strings.Join(quoted, " "))
+}
+
+// Run implements the executor contract for the cluster: it submits c and
+// returns once Slurm is done with it.
+func (c *Cluster) Run(ctx context.Context, cmd executor.Command, stdout, stderr io.Writer) (int, error) {
+	run, _, ok := cutTag(cmd.Tag)
+	if !ok {
+		return -1, fmt.Errorf("%s: job tag %q: want RUN-SEQ-ATTEMPT", c.o.Name, cmd.Tag)
+	}
+	j := &job{tag: cmd.Tag, stdout: stdout, stderr: stderr, progress: cmd.Progress,
+		events: make(chan record, 16), gone: make(chan struct{})}
+	defer close(j.gone)
+	if j.progress == nil {
+		j.progress = func(executor.Progress) {}
+	}
+	if err := c.submit(ctx, run, j, cmd); err != nil {
+		return -1, err
+	}
+	return c.wait(ctx, j)
+}
+
+// cutTag splits RUN-SEQ-ATTEMPT.
+func cutTag(tag string) (run, rest string, ok bool) {
+	i := strings.LastIndexByte(tag, '-')
+	if i <= 0 {
+		return "", "", false
+	}
+	j := strings.LastIndexByte(tag[:i], '-')
+	if j <= 0 {
+		return "", "", false
+	}
+	return tag[:j], tag[j+1:], true
+}
+
+// submit hands j to the agent, starting one when there is none.
+func (c *Cluster) submit(ctx context.Context, run string, j *job, cmd executor.Command) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("%s: %w: the run is ending", c.o.Name, executor.ErrHostDown)
+	}
+	if c.run == "" {
+		c.run = run
+	}
+	if c.ag == nil {
+		ag, err := c.startAgent(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: %w: %v", c.o.Name, executor.ErrHostDown, err)
+		}
+		c.ag = ag
+	}
+	script := batchScript(cmd, j.tag)
+	gpus := max(cmd.GPUs, 1)
+	msg := fmt.Sprintf("s %s %d %s %d\n%s", j.tag, gpus, timeLimit(cmd, c.o.Slurm.Time), len(script), script)
+	c.jobs[j.tag] = j
+	if err := c.ag.send(msg); err != nil {
+		delete(c.jobs, j.tag)
+		return fmt.Errorf("%s: %w: %v", c.o.Name, executor.ErrHostDown, err)
+	}
+	return nil
+}
+
+// wait follows j until Slurm is done with it.
+func (c *Cluster) wait(ctx context.Context, j *job) (int, error) {
+	done := ctx.Done()
+	var giveUp <-chan time.Time
+	cancelled := false
+	for {
+		select {
+		case <-done:
+			done = nil
+			cancelled = true
+			c.cancel(j)
+			// Slurm says CANCELLED at the next poll; if the login node
+			// cannot be reached, the agent's watcher cancels the job.
+			giveUp = time.After(2*c.o.Slurm.Poll + 3*c.o.Heartbeat + c.o.Grace)
+		case <-giveUp:
+			c.forget(j)
+			return -1, fmt.Errorf("%s: %w", c.o.Name, context.Cause(ctx))
+		case r := <-j.events:
+			switch r.kind {
+			case 'S':
+				c.mu.Lock()
+				j.id = r.text
+				c.mu.Unlock()
+				j.progress(executor.Progress{ID: r.text, Reason: "submitted"})
+				if cancelled {
+					c.cancel(j)
+				}
+			case 'F':
+				c.forget(j)
+				if limitRefusal(r.text) {
+					return -1, fmt.Errorf("%s: %w: %s", c.o.Name, executor.ErrLimit, r.text)
+				}
+				return -1, fmt.Errorf("%s: sbatch refused the job: %s", c.o.Name, r.text)
+			case 'P':
+				j.progress(executor.Progress{ID: j.id, Reason: r.text})
+			case 'R':
+				j.progress(executor.Progress{ID: j.id, Running: true})
+			case 'X':
+				c.forget(j)
+				if cancelled {
+					return -1, fmt.Errorf("%s: %w", c.o.Name, context.Cause(ctx))
+				}
+				return c.outcome(j, r)
+			}
+		}
+	}
+}
+
+// outcome turns Slurm's last word on j into the executor's.
+func (c *Cluster) outcome(j *job, r record) (int, error) {
+	code, err := strconv.Atoi(r.code)
+	haveCode := err == nil
+	where := fmt.Sprintf("%s: Slurm job %s", c.o.Name, j.id)
+	switch r.state {
+	case "COMPLETED", "FAILED", "GONE":
+		if haveCode {
+			return code, nil
+		}
+		if r.state == "GONE" && j.id == "" {
+			return -1, fmt.Errorf("%s: %w: it never reached the queue", c.o.Name, executor.ErrHostDown)
+		}
+		return -1, fmt.Errorf("%s %w: it ended (%s) without writing its exit status", where, executor.ErrJobLost, r.state)
+	case "TIMEOUT", "DEADLINE":
+		return -1, fmt.Errorf("%s: %w (%s)", where, executor.ErrTimeLimit, r.state)
+	case "NODE_FAIL", "PREEMPTED", "BOOT_FAIL":
+		return -1, fmt.Errorf("%s %w: %s", where, executor.ErrJobLost, r.state)
+	case "CANCELLED":
+		if c.watcherCancelled.Load() {
+			return -1, fmt.Errorf("%s %w: cancelled on the login node while the coordinator could not be reached", where, executor.ErrJobLost)
+		}
+		return -1, fmt.Errorf("%s was cancelled in Slurm by someone else (scancel)", where)
+	}
+	return -1, fmt.Errorf("%s ended %s", where, r.state)
+}
+
+// limitRefusal reports whether sbatch's message is a refusal for a limit on
+// the user's jobs, which passes as their jobs end.
+func limitRefusal(msg string) bool {
+	for _, s := range []string{"MaxSubmitJob", "job submit limit", "JobLimit", "Resource temporarily unavailable"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// cancel asks Slurm to cancel j, once its id is known.
+func (c *Cluster) cancel(j *job) {
+	c.mu.Lock()
+	ag, id := c.ag, j.id
+	c.mu.Unlock()
+	if ag != nil && id != "" {
+		ag.send("c " + id + "\n")
+	}
+}
+
+func (c *Cluster) forget(j *job) {
+	c.mu.Lock()
+	delete(c.jobs, j.tag)
+	c.mu.Unlock()
+}
+
+// WaitUp returns once the login node can be reached.
+func (c *Cluster) WaitUp(ctx context.Context) error { return c.o.WaitUp(ctx) }
+
+// Reap implements the executor contract: Run never returns ErrConnectionLost
+// for a cluster (its jobs run on while the login node is away), so nothing
+// is ever left to wait for.
+func (*Cluster) Reap(context.Context, string) error { return nil }
+
+// LockGPU implements the executor contract: Slurm gives a cluster's GPUs,
+// so there are none to lock.
+func (c *Cluster) LockGPU(context.Context, int, string) (executor.GPULock, error) {
+	return nil, fmt.Errorf("%s: %w: Slurm gives the GPUs", c.o.Name, executor.ErrNoLocks)
+}
+
+// Close ends the agent: it cancels the jobs it still follows (none, after
+// a run that ended well).
+func (c *Cluster) Close() {
+	c.stop() // ends a reconnection under way, which holds mu
+	c.mu.Lock()
+	c.closed = true
+	ag := c.ag
+	c.mu.Unlock()
+	if ag != nil {
+		ag.send("q\n")
+		select {
+		case <-ag.dead:
+		case <-time.After(c.o.Grace):
+		}
+		ag.stdin.Close()
+	}
+}
+
+// agent is the agent process on the login node.
+type agent struct {
+	mu    sync.Mutex
+	stdin io.WriteCloser
+	dead  chan struct{}
+}
+
+func (a *agent) send(s string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, err := io.WriteString(a.stdin, s)
+	return err
+}
+
+// startAgent starts the run's agent, tells it the jobs an earlier one
+// followed, and starts reading it; c.mu is held.
+func (c *Cluster) startAgent(ctx context.Context) (*agent, error) {
+	pr, pw := io.Pipe()
+	var errs tail
+	code := c.prelude(c.run) + agentCode
+	p, err := c.o.Spawn(ctx, spawn.Bootstrap(code, AgentName, c.run), pw, &errs)
+	if err != nil {
+		return nil, err
+	}
+	ag := &agent{stdin: p.Stdin, dead: make(chan struct{})}
+	if err := ag.send(code); err != nil {
+		p.Stdin.Close()
+		return nil, err
+	}
+	br := bufio.NewReader(pr)
+	ready := make(chan error, 1)
+	go func() {
+		err := p.Wait()
+		pw.CloseWithError(fmt.Errorf("agent ended: %v %s", err, errs.String()))
+	}()
+	go c.read(ag, br, ready)
+	select {
+	case err := <-ready:
+		if err != nil {
+			ag.stdin.Close()
+			return nil, err
+		}
+	case <-ctx.Done():
+		ag.stdin.Close()
+		return nil, ctx.Err()
+	}
+	for _, j := range c.jobs {
+		id := j.id
+		if id == "" {
+			id = "-"
+		}
+		ag.send(fmt.Sprintf("t %s %s %d %d\n", j.tag, id, j.outN, j.errN))
+	}
+	go c.heartbeat(ag)
+	return ag, nil
+}
+
+func (c *Cluster) heartbeat(ag *agent) {
+	t := time.NewTicker(c.o.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ag.dead:
+			return
+		case <-c.bg.Done():
+			return
+		case <-t.C:
+			ag.send("h\n")
+		}
+	}
+}
+
+// read handles the agent's records until it ends; then the jobs it
+// followed wait for a new agent.
+func (c *Cluster) read(ag *agent, br *bufio.Reader, ready chan<- error) {
+	err := c.records(ag, br, ready)
+	close(ag.dead)
+	select {
+	case ready <- fmt.Errorf("the agent ended before it was ready: %v", err):
+	default:
+	}
+	c.mu.Lock()
+	if c.ag == ag {
+		c.ag = nil
+	}
+	follow := len(c.jobs) > 0 && !c.closed
+	c.mu.Unlock()
+	if follow {
+		go c.reconnect()
+	}
+}
+
+// reconnect starts a new agent once the login node is back, for the jobs
+// the last one followed.
+func (c *Cluster) reconnect() {
+	for backoff := time.Second; ; backoff = min(2*backoff, 30*time.Second) {
+		if c.o.WaitUp(c.bg) != nil {
+			return
+		}
+		c.mu.Lock()
+		if c.closed || c.ag != nil || len(c.jobs) == 0 {
+			c.mu.Unlock()
+			return
+		}
+		ag, err := c.startAgent(c.bg)
+		if err == nil {
+			c.ag = ag
+		}
+		c.mu.Unlock()
+		if err == nil {
+			return
+		}
+		select {
+		case <-c.bg.Done():
+			return
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// records reads the agent's output: records, and output bytes that go
+// straight to their job's writers.
+func (c *Cluster) records(ag *agent, br *bufio.Reader, ready chan<- error) error {
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		line = strings.TrimSuffix(line, "\n")
+		kind, rest, _ := strings.Cut(line, " ")
+		switch kind {
+		case "r":
+			ready <- nil
+			continue
+		case "W":
+			c.watcherCancelled.Store(true)
+			continue
+		}
+		tag, text, _ := strings.Cut(rest, " ")
+		if kind == "F" && tag == "-" {
+			ready <- errors.New(text)
+			return errors.New(text)
+		}
+		c.mu.Lock()
+		j := c.jobs[tag]
+		c.mu.Unlock()
+		switch kind {
+		case "O", "E":
+			n, err := strconv.ParseInt(text, 10, 64)
+			if err != nil {
+				return fmt.Errorf("agent: bad record %q", line)
+			}
+			w := io.Discard
+			if j != nil {
+				w = j.stdout
+				if kind == "E" {
+					w = j.stderr
+				}
+			}
+			if _, err := io.CopyN(w, br, n); err != nil {
+				return err
+			}
+			if j != nil {
+				c.mu.Lock()
+				if kind == "O" {
+					j.outN += n
+				} else {
+					j.errN += n
+				}
+				c.mu.Unlock()
+			}
+			continue
+		case "X":
+			state, code, _ := strings.Cut(text, " ")
+			if j != nil {
+				j.deliver(record{kind: 'X', state: state, code: code})
+			}
+			continue
+		}
+		if j != nil && len(kind) == 1 {
+			j.deliver(record{kind: kind[0], text: text})
+		}
+	}
+}
+
+// tail keeps the last bytes written to it, for an error message.
+type tail struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > 2048 {
+		t.buf = t.buf[len(t.buf)-2048:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.TrimSpace(string(t.buf))
+}

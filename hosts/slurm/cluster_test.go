@@ -1,0 +1,72 @@
+//go:build linux
+
+package slurm
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/slurmtest"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// localCluster is a Cluster whose login node is this machine, on a real
+// Slurm cluster started for the test.
+func localCluster(t *testing.T, sc *slurmtest.Cluster, s inventory.Slurm) *Cluster {
+	t.Helper()
+	t.Setenv("SLURM_CONF", sc.Conf)
+	if s.Partition == "" {
+		s.Partition = sc.Partition
+	}
+	if s.Workdir == "" {
+		s.Workdir = t.TempDir()
+	}
+	if s.Poll == 0 {
+		s.Poll = time.Second
+	}
+	if s.MaxJobs == 0 {
+		s.MaxJobs = 16
+	}
+	c := New(Options{Name: "hpc", Slurm: s, Spawn: spawn.Local, Heartbeat: time.Second, Grace: time.Second})
+	t.Cleanup(c.Close)
+	return c
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestRunOne(t *testing.T) {
+	sc := slurmtest.Start(t, slurmtest.Options{})
+	c := localCluster(t, sc, inventory.Slurm{})
+	var out, errs syncBuffer
+	var progress []executor.Progress
+	cmd := executor.Command{Script: "echo cvd=$CUDA_VISIBLE_DEVICES; echo oops >&2; exit 3", Tag: "R1-1-1", GPUs: 1,
+		Env:      []string{"GPUDISPATCH_JOB_ID=1"},
+		Progress: func(p executor.Progress) { progress = append(progress, p) }}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	code, err := c.Run(ctx, cmd, &out, &errs)
+	t.Logf("code %d err %v out %q err %q progress %+v", code, err, out.String(), errs.String(), progress)
+	if err != nil || code != 3 || out.String() != "cvd=0\n" || errs.String() != "oops\n" {
+		t.Fatalf("got %d, %v", code, err)
+	}
+}
