@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/slurm"
 )
 
 // Lab is what dispatch runs jobs through.
@@ -55,6 +56,9 @@ func (l *Lab) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, error
 	r, err := l.lookup(host)
 	if err != nil {
 		return nil, err
+	}
+	if _, ok := r.(*slurm.Cluster); ok {
+		return nil, fmt.Errorf("%s: a Slurm cluster's GPUs are Slurm's: nvidia-smi is not asked", host)
 	}
 	return ProbeGPUs(ctx, r)
 }

@@ -2,6 +2,7 @@ package hosts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/gpulock"
 	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
+	"github.com/gpudispatch/gpudispatch/hosts/slurm"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 	"github.com/gpudispatch/gpudispatch/hosts/sshpool"
 
@@ -210,6 +212,8 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	var r machine = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name}
 	// release lets go of the host's pool when the host is left out.
 	release := func() {}
+	var login spawn.Func = spawn.Local
+	waitUp := func(context.Context) error { return nil }
 	if h.Local {
 		if err := spawn.LocalSupported(); err != nil {
 			st.Err = err
@@ -231,7 +235,8 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			return st, nil
 		}
 		release = func() { l.pools.Release(t) }
-		r = newRemote(h.Name, p, sup, o.LockDir)
+		rem := newRemote(h.Name, p, sup, o.LockDir)
+		r, login, waitUp = rem, rem.spawn, p.WaitUp
 		if st.ServerVersion = version; err != nil {
 			st.Err = err
 			// A host whose GPUs are still to be found cannot be given slots.
@@ -242,6 +247,22 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			st.Retrying = true
 			return st, r
 		}
+	}
+	if h.Slurm != nil {
+		c := slurm.New(slurm.Options{Name: h.Name, Slurm: *h.Slurm, Spawn: login, WaitUp: waitUp,
+			Heartbeat: o.Keepalive, Grace: o.Grace})
+		// A bad partition, account or option leaves the cluster out; a login
+		// node that cannot be reached now is down, as any host.
+		if err := c.Check(ctx); err != nil {
+			st.Err = fmt.Errorf("%s: %w", h.Name, err)
+			if errors.Is(err, executor.ErrHostDown) {
+				st.Retrying = true
+				return st, c
+			}
+			release()
+			return st, nil
+		}
+		return st, c
 	}
 	// Another user of the host must not be able to turn the run's GPU locks
 	// against it: with a lock dir they could redirect, the host is left out.

@@ -43,6 +43,9 @@ type Options struct {
 	// MaxSessions and MaxStartups are sshd's limits (defaults 10, 10:30:100).
 	MaxSessions int
 	MaxStartups string
+	// Env holds NAME=value pairs every session gets (sshd's SetEnv: no
+	// spaces), e.g. SLURM_CONF for a login node of a slurmtest cluster.
+	Env []string
 }
 
 // Lab is a set of running test hosts.
@@ -151,9 +154,9 @@ StrictModes no
 MaxSessions %d
 MaxStartups %s
 PerSourcePenalties no
-SetEnv HOME=%s FAKE_HOST=%s
+SetEnv HOME=%s FAKE_HOST=%s%s
 LogLevel VERBOSE
-`, h.Port, h.hostKey, filepath.Join(h.Dir, "sshd.pid"), authorized, o.MaxSessions, o.MaxStartups, h.Home, h.Name)
+`, h.Port, h.hostKey, filepath.Join(h.Dir, "sshd.pid"), authorized, o.MaxSessions, o.MaxStartups, h.Home, h.Name, envWords(o.Env))
 		must(t, os.WriteFile(h.config, []byte(cfg), 0o644))
 		if out, err := exec.Command(SSHD, "-t", "-f", h.config).CombinedOutput(); err != nil {
 			// PerSourcePenalties exists only from OpenSSH 9.8.
@@ -511,4 +514,13 @@ func RunWithOwnHome(m *testing.M) int {
 	defer os.RemoveAll(home)
 	os.Setenv("HOME", home)
 	return m.Run()
+}
+
+// envWords is env as more words of a SetEnv line.
+func envWords(env []string) string {
+	var b strings.Builder
+	for _, kv := range env {
+		b.WriteString(" " + kv)
+	}
+	return b.String()
 }

@@ -1,0 +1,317 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/hosts/slurmtest"
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
+)
+
+// slurmLab writes an inventory of a workstation (one GPU, here) and the
+// test's Slurm cluster, whose login node is this machine, and returns its
+// path.
+func slurmLab(t *testing.T, dir string, sc *slurmtest.Cluster, slurmKeys string) string {
+	t.Helper()
+	inv := fmt.Sprintf(`ssh_config: none
+hosts:
+  - name: ws
+    local: true
+    gpus: [0]
+  - name: hpc
+    local: true
+    slurm: {partition: %s, poll: 1s, workdir: %s%s}
+`, sc.Partition, filepath.Join(dir, "hpc-wd"), slurmKeys)
+	path := filepath.Join(dir, "lab.yaml")
+	if err := os.WriteFile(path, []byte(inv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// startSlurmGPD starts the binary in dir as startGPD does, with the
+// cluster's SLURM_CONF for the commands of its login node (this machine).
+func startSlurmGPD(t *testing.T, sc *slurmtest.Cluster, dir string, args ...string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
+	cmd.Env = append(sc.Env(), lockEnv(dir))
+	stdin, errOut := startCmd(t, cmd)
+	return cmd, stdin, errOut
+}
+
+// runJobs are the run's Slurm jobs still known to the cluster, by squeue.
+func runJobs(sc *slurmtest.Cluster) []string {
+	return strings.Fields(sc.Run("squeue", "-h", "-o", "%j:%T"))
+}
+
+// waitQueueEmpty waits until squeue lists no job of gpudispatch.
+func waitQueueEmpty(t *testing.T, sc *slurmtest.Cluster, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if len(runJobs(sc)) == 0 {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("squeue still lists %v", runJobs(sc))
+}
+
+// readFileOr is the file's content, or "".
+func readFileOr(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
+
+// interval is when a job held its GPUs.
+type interval struct {
+	job        string
+	cvd        []string
+	start, end float64
+}
+
+// A sweep over a workstation and a cluster: jobs pinned to the cluster get
+// their GPUs from Slurm (never two running jobs on one GPU, two for gpus=2),
+// at most max_jobs of them are in the cluster at once, exit statuses and
+// output come home, a GPU pin on the cluster is rejected, and the journal
+// tells pending (with Slurm's job id) from started.
+func TestE2ESlurmMixedSweep(t *testing.T) {
+	t.Parallel()
+	sc := slurmtest.Start(t, slurmtest.Options{GPUs: 4})
+	dir := t.TempDir()
+	lab := slurmLab(t, dir, sc, ", max_jobs: 3")
+	logDir := filepath.Join(dir, "logs")
+	logJournalOnFailure(t, logDir)
+	job := `echo "$(date +%s.%N) $CUDA_VISIBLE_DEVICES $GPUDISPATCH_HOST"; sleep 2; echo "$(date +%s.%N)"; echo to-stderr >&2`
+	var cmds []string
+	for i := range 6 {
+		cmds = append(cmds, fmt.Sprintf("[host=hpc name=h%d] %s", i, job))
+	}
+	cmds = append(cmds,
+		"[host=hpc name=two gpus=2] "+job,
+		"[host=hpc name=three] exit 3",
+		"[host=hpc gpu=1 name=pinned] true",
+		"[name=any1] sleep 1",
+		"[name=any2] sleep 1",
+	)
+	cmd, stdin, errOut := startSlurmGPD(t, sc, dir, "--inventory", lab, "-o", logDir, "--keepalive", "1s")
+	io.WriteString(stdin, strings.Join(cmds, "\n")+"\n")
+	stdin.Close()
+	if err := cmd.Wait(); statusOf(err) != 1 {
+		t.Fatalf("exit %v, want 1 (one job fails, one is rejected)\n%s", err, errOut)
+	}
+	if !strings.Contains(errOut.String(), "Slurm chooses the GPUs") {
+		t.Errorf("the GPU pin on the cluster was not rejected with its reason:\n%s", errOut)
+	}
+	events := journal(t, logDir)
+	var ivs []interval
+	inCluster, most := map[string]bool{}, 0
+	for _, e := range events {
+		id, _ := e["job"].(string)
+		switch e["event"] {
+		case "pending":
+			if e["host"] != "hpc" {
+				t.Errorf("pending event off the cluster: %v", e)
+			}
+			inCluster[id] = true
+		case "started":
+			if e["host"] == "hpc" && e["slurm_job_id"] == nil {
+				t.Errorf("started on the cluster without its Slurm job id: %v", e)
+			}
+		case "finished", "failed":
+			delete(inCluster, id)
+		}
+		most = max(most, len(inCluster))
+	}
+	if most > 3 {
+		t.Errorf("%d jobs in the cluster at once, max_jobs is 3", most)
+	}
+	for _, name := range []string{"h0", "h1", "h2", "h3", "h4", "h5", "two"} {
+		out := readFile(t, filepath.Join(logDir, name+".out"))
+		f := strings.Fields(out)
+		if len(f) != 4 || f[2] != "hpc" {
+			t.Fatalf("%s.out = %q, want start, CUDA_VISIBLE_DEVICES, host, end", name, out)
+		}
+		if got := readFile(t, filepath.Join(logDir, name+".err")); got != "to-stderr\n" {
+			t.Errorf("%s.err = %q", name, got)
+		}
+		start, _ := strconv.ParseFloat(f[0], 64)
+		end, _ := strconv.ParseFloat(f[3], 64)
+		ivs = append(ivs, interval{name, strings.Split(f[1], ","), start, end})
+	}
+	for _, a := range ivs {
+		want := 1
+		if a.job == "two" {
+			want = 2
+		}
+		if len(a.cvd) != want {
+			t.Errorf("%s saw CUDA_VISIBLE_DEVICES %v, want %d GPUs", a.job, a.cvd, want)
+		}
+		for _, b := range ivs {
+			overlap := a.job < b.job && a.start < b.end && b.start < a.end
+			for _, g := range a.cvd {
+				if overlap && slices.Contains(b.cvd, g) {
+					t.Errorf("%s and %s ran at once on GPU %s", a.job, b.job, g)
+				}
+			}
+		}
+	}
+	var three map[string]any
+	for _, e := range events {
+		if e["job"] == "three" && e["event"] == "failed" {
+			three = e
+		}
+	}
+	if three == nil || three["exit"] != float64(3) {
+		t.Errorf("job three's end: %v, want failed with exit 3", three)
+	}
+	waitQueueEmpty(t, sc, 5*time.Second)
+}
+
+// The first Ctrl-C cancels the jobs still pending in Slurm and lets the
+// running ones finish; the second cancels them too; squeue is left empty.
+func TestE2ESlurmStop(t *testing.T) {
+	t.Parallel()
+	sc := slurmtest.Start(t, slurmtest.Options{GPUs: 2})
+	dir := t.TempDir()
+	lab := slurmLab(t, dir, sc, "")
+	logDir := filepath.Join(dir, "logs")
+	logJournalOnFailure(t, logDir)
+	cmd, stdin, errOut := startSlurmGPD(t, sc, dir, "--inventory", lab, "-o", logDir, "--keepalive", "1s")
+	for i := range 4 {
+		fmt.Fprintf(stdin, "[host=hpc name=j%d] sleep 300\n", i)
+	}
+	stdin.Close()
+	waitJournal(t, logDir, func(events []map[string]any) bool { return count(events, "started") == 2 })
+	cmd.Process.Signal(syscall.SIGINT)
+	waitJournal(t, logDir, func(events []map[string]any) bool { return count(events, "cancelled") == 2 })
+	if jobs := runJobs(sc); len(jobs) != 2 || !strings.HasSuffix(jobs[0], ":RUNNING") || !strings.HasSuffix(jobs[1], ":RUNNING") {
+		t.Errorf("after one Ctrl-C squeue lists %v, want the 2 running jobs", jobs)
+	}
+	cmd.Process.Signal(syscall.SIGINT)
+	if err := cmd.Wait(); statusOf(err) != 130 {
+		t.Fatalf("exit %v, want 130\n%s", err, errOut)
+	}
+	if n := count(journal(t, logDir), "cancelled"); n != 4 {
+		t.Errorf("%d jobs cancelled, want 4", n)
+	}
+	waitQueueEmpty(t, sc, 5*time.Second)
+}
+
+// A coordinator killed outright leaves nothing in the cluster: the agent on
+// the login node cancels the run's jobs once it has heard nothing for three
+// keepalives and the grace.
+func TestE2ESlurmCoordinatorKilled(t *testing.T) {
+	t.Parallel()
+	sc := slurmtest.Start(t, slurmtest.Options{GPUs: 2})
+	dir := t.TempDir()
+	lab := slurmLab(t, dir, sc, "")
+	logDir := filepath.Join(dir, "logs")
+	cmd, stdin, _ := startSlurmGPD(t, sc, dir, "--inventory", lab, "-o", logDir, "--keepalive", "1s")
+	io.WriteString(stdin, "@hpc sleep 300\n@hpc sleep 300\n@hpc sleep 300\n")
+	waitJournal(t, logDir, func(events []map[string]any) bool { return count(events, "started") == 2 })
+	cmd.Process.Kill()
+	cmd.Wait()
+	if len(runJobs(sc)) != 3 {
+		t.Fatalf("squeue lists %v right after the kill, want the 3 jobs", runJobs(sc))
+	}
+	// Three keepalives of 1 s, the grace of 10 s, a poll.
+	waitQueueEmpty(t, sc, 30*time.Second)
+}
+
+// A job whose node fails is lost and run again: by Slurm's NODE_FAIL, not
+// by Slurm's own requeue, so the journal counts the attempt.
+func TestE2ESlurmNodeLost(t *testing.T) {
+	t.Parallel()
+	sc := slurmtest.Start(t, slurmtest.Options{GPUs: 1})
+	dir := t.TempDir()
+	lab := slurmLab(t, dir, sc, "")
+	logDir := filepath.Join(dir, "logs")
+	logJournalOnFailure(t, logDir)
+	cmd, stdin, errOut := startSlurmGPD(t, sc, dir, "--inventory", lab, "-o", logDir, "--retries", "1", "--keepalive", "1s")
+	io.WriteString(stdin, "[host=hpc name=victim] echo attempt; sleep 8\n")
+	stdin.Close()
+	waitJournal(t, logDir, func(events []map[string]any) bool { return count(events, "started") == 1 })
+	sc.SetNode("down", "test")
+	waitJournal(t, logDir, func(events []map[string]any) bool { return count(events, "lost") == 1 })
+	// The node comes back by itself (ReturnToService=2): the second attempt,
+	// submitted at once, waits in Slurm until then.
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit %v, want 0\n%s", err, errOut)
+	}
+	events := journal(t, logDir)
+	var kinds []string
+	for _, e := range events {
+		if e["job"] == "victim" && e["event"] != "pending" {
+			kinds = append(kinds, e["event"].(string))
+		}
+	}
+	want := []string{"queued", "started", "lost", "retried", "started", "finished"}
+	if !slices.Equal(kinds, want) {
+		t.Errorf("the job's story: %v, want %v", kinds, want)
+	}
+	if out := readFile(t, filepath.Join(logDir, "victim.2.out")); out != "attempt\n" {
+		t.Errorf("second attempt's output %q", out)
+	}
+	waitQueueEmpty(t, sc, 5*time.Second)
+}
+
+// The cluster's login node over SSH (a host of the real-sshd lab), with
+// the output of a running job streamed home before it ends.
+func TestE2ESlurmOverSSH(t *testing.T) {
+	t.Parallel()
+	sc := slurmtest.Start(t, slurmtest.Options{GPUs: 2})
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, Env: []string{"SLURM_CONF=" + sc.Conf}})
+	dir := t.TempDir()
+	inv := fmt.Sprintf(`ssh_config: %s
+hosts:
+  - name: node1
+    slurm: {partition: %s, poll: 1s}
+`, l.SSHConfig, sc.Partition)
+	lab := filepath.Join(dir, "lab.yaml")
+	if err := os.WriteFile(lab, []byte(inv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logDir := filepath.Join(dir, "logs")
+	logJournalOnFailure(t, logDir)
+	cmd, stdin, errOut := startSlurmGPD(t, sc, dir, "--inventory", lab, "-o", logDir, "--keepalive", "1s")
+	io.WriteString(stdin, "[name=slow] echo first; while [ ! -e "+dir+"/go ]; do sleep 0.2; done; echo second\n[name=fast] echo $CUDA_VISIBLE_DEVICES\n")
+	stdin.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for readFileOr(filepath.Join(logDir, "slow.out")) != "first\n" {
+		if time.Now().After(deadline) {
+			t.Fatalf("slow.out never said first\n%s", errOut)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	os.WriteFile(filepath.Join(dir, "go"), nil, 0o644)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit %v\n%s", err, errOut)
+	}
+	if got := readFile(t, filepath.Join(logDir, "slow.out")); got != "first\nsecond\n" {
+		t.Errorf("slow.out = %q", got)
+	}
+	if got := strings.TrimSpace(readFile(t, filepath.Join(logDir, "fast.out"))); got != "0" && got != "1" {
+		t.Errorf("fast.out = %q, want a GPU Slurm gave", got)
+	}
+	files, _ := filepath.Glob(filepath.Join(l.Hosts[0].Home, ".gpudispatch", "*.exit"))
+	sort.Strings(files)
+	if len(files) != 2 {
+		t.Errorf("exit files on the cluster: %v, want 2", files)
+	}
+	waitQueueEmpty(t, sc, 5*time.Second)
+}
