@@ -66,6 +66,9 @@ type HostState struct {
 	GPUErr error
 	// LockErr is why the GPUs' locks could not be looked at (ProbeGPUs).
 	LockErr error
+	// Slurm is what a cluster's sinfo and squeue said, for a host with a
+	// slurm block.
+	Slurm *slurm.Info
 }
 
 // Lab is the hosts of a run, opened. It runs jobs on them (it implements
@@ -253,7 +256,9 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			Heartbeat: o.Keepalive, Grace: o.Grace})
 		// A bad partition, account or option leaves the cluster out; a login
 		// node that cannot be reached now is down, as any host.
-		if err := c.Check(ctx); err != nil {
+		info, err := c.Check(ctx)
+		st.Slurm = &info
+		if err != nil {
 			st.Err = fmt.Errorf("%s: %w", h.Name, err)
 			if errors.Is(err, executor.ErrHostDown) {
 				st.Retrying = true

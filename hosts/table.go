@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/slurm"
 
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
@@ -31,6 +32,10 @@ func WriteTable(w io.Writer, states []HostState, busyMB int) error {
 		for _, g := range st.GPUs {
 			busy := cmp.Or(g.BusyWhy(busyMB), "free")
 			fmt.Fprintf(tw, "\t  gpu %d\t%s\t%d/%d MiB, %d%%\t%s\t%d slots\t%s\n", g.Index, g.Name, g.MemoryUsedMB, g.MemoryTotalMB, g.Utilization, g.UUID, gpuSlots(st.Host, g.Index), busy)
+		}
+		if st.Slurm != nil && st.Err == nil {
+			fmt.Fprintf(tw, "\t  partition %s\t%s\t\t\t\t\n", st.Host.Slurm.Partition, cmp.Or(st.Slurm.Partition, "-"))
+			fmt.Fprintf(tw, "\t  your queue\t%s\t\t\t\t\n", cmp.Or(st.Slurm.Queue, "empty"))
 		}
 		if st.GPUErr != nil && st.Err == nil {
 			fmt.Fprintf(tw, "\t  nvidia-smi\t%v\t\t\t\t\n", st.GPUErr)
@@ -54,8 +59,11 @@ func gpuSlots(h inventory.Host, id int) int {
 }
 
 func gpuList(st HostState) string {
-	if st.Host.AutoGPUs {
+	switch {
+	case st.Host.AutoGPUs:
 		return "auto"
+	case st.Host.Slurm != nil:
+		return "slurm"
 	}
 	ids := make([]string, len(st.Host.GPUs))
 	for i, id := range st.Host.GPUs {
@@ -65,8 +73,11 @@ func gpuList(st HostState) string {
 }
 
 func slots(st HostState) string {
-	if st.Host.AutoGPUs {
+	switch {
+	case st.Host.AutoGPUs:
 		return "-"
+	case st.Host.Slurm != nil:
+		return strconv.Itoa(st.Host.Slurm.MaxJobs) + " (max_jobs)"
 	}
 	return strconv.Itoa(len(st.Host.GPUs) * st.Host.SlotsPerGPU)
 }
@@ -83,6 +94,8 @@ type hostJSON struct {
 	NvidiaSMI     []gpuJSON `json:"nvidia_smi,omitempty"`
 	NvidiaSMIErr  string    `json:"nvidia_smi_error,omitempty"`
 	LocksErr      string    `json:"locks_error,omitempty"`
+	// Slurm is what a cluster's sinfo and squeue said.
+	Slurm *slurm.Info `json:"slurm,omitempty"`
 }
 
 // gpuJSON is one GPU of a host in `gpudispatch hosts --json`.
@@ -106,7 +119,10 @@ func WriteJSON(w io.Writer, states []HostState, busyMB int) error {
 		if st.LockErr != nil {
 			h.LocksErr = st.LockErr.Error()
 		}
-		if !st.Host.AutoGPUs {
+		switch {
+		case st.Host.Slurm != nil:
+			h.Slots, h.Slurm = st.Host.Slurm.MaxJobs, st.Slurm
+		case !st.Host.AutoGPUs:
 			h.Slots = len(st.Host.GPUs) * st.Host.SlotsPerGPU
 		}
 		if st.Err != nil {

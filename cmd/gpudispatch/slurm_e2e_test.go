@@ -315,3 +315,31 @@ hosts:
 	}
 	waitQueueEmpty(t, sc, 5*time.Second)
 }
+
+// gpudispatch hosts shows a cluster's partition (sinfo), max_jobs and the
+// user's queue; a partition sbatch refuses leaves the cluster out with
+// sbatch's words.
+func TestE2ESlurmHosts(t *testing.T) {
+	t.Parallel()
+	sc := slurmtest.Start(t, slurmtest.Options{GPUs: 2})
+	dir := t.TempDir()
+	lab := slurmLab(t, dir, sc, ", max_jobs: 7")
+	cmd := exec.Command(binary, "hosts", "--inventory", lab)
+	cmd.Dir, cmd.Env = dir, append(sc.Env(), lockEnv(dir))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("hosts: %v\n%s", err, out)
+	}
+	for _, want := range []string{"slurm", "7 (max_jobs)", "partition " + sc.Partition, "gpu:fake:2", "your queue"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("hosts does not show %q:\n%s", want, out)
+		}
+	}
+	bad := slurmLab(t, dir, &slurmtest.Cluster{Partition: "nosuch"}, "")
+	cmd = exec.Command(binary, "hosts", "--inventory", bad)
+	cmd.Dir, cmd.Env = dir, append(sc.Env(), lockEnv(dir))
+	out, _ = cmd.CombinedOutput()
+	if !regexpMatch(`hpc .*down: hpc: slurm: .*[Ii]nvalid partition`, string(out)) {
+		t.Errorf("a bad partition does not say so:\n%s", out)
+	}
+}

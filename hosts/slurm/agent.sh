@@ -51,6 +51,10 @@ export PATH
 if [ "$_a_run" = check ]; then
   # Would the cluster take a job with these options?
   if _a_out=$(sbatch --test-only --gres=gpu:1 "${_a_args[@]}" --wrap=true 2>&1); then
+    # What gpudispatch hosts shows: the partition's nodes by state with
+    # their GPUs, and the user's jobs in the queue by state.
+    printf 'I partition %s\n' "$(sinfo --noheader --partition="${_a_args[0]#--partition=}" --format='%a %D %T %G' 2>&1 | tr '\n' ';')"
+    printf 'I queue %s\n' "$(squeue --me --noheader --format='%T' 2>&1 | sort | uniq -c | tr -s ' \n' '  ')"
     echo r
   else
     printf 'F - %s\n' "${_a_out//$'\n'/ }"

@@ -100,28 +100,48 @@ type record struct {
 // Check asks the cluster whether it would take a job with the inventory's
 // settings (sbatch --test-only): a bad partition, account, qos or option
 // is an error that says so. It reports executor.ErrHostDown when the login
-// node cannot be reached.
-func (c *Cluster) Check(ctx context.Context) error {
+// node cannot be reached. It also says what sinfo and squeue show.
+func (c *Cluster) Check(ctx context.Context) (Info, error) {
 	var out, errs tail
 	code := c.prelude("check") + agentCode
 	p, err := c.o.Spawn(ctx, spawn.Bootstrap(code, AgentName, "check"), &out, &errs)
 	if err != nil {
-		return err
+		return Info{}, err
 	}
 	io.WriteString(p.Stdin, code)
 	p.Stdin.Close()
 	if err := p.Wait(); err != nil {
 		if _, exited := spawn.ExitStatus(err); !exited {
-			return fmt.Errorf("%s: %w: %v", c.o.Name, executor.ErrHostDown, err)
+			return Info{}, fmt.Errorf("%s: %w: %v", c.o.Name, executor.ErrHostDown, err)
 		}
 	}
-	if msg, ok := strings.CutPrefix(out.String(), "F - "); ok {
-		return fmt.Errorf("slurm: %s", msg)
+	text := out.String()
+	if msg, ok := strings.CutPrefix(text, "F - "); ok {
+		return Info{}, fmt.Errorf("slurm: %s", msg)
 	}
-	if !strings.Contains(out.String(), "r") {
-		return fmt.Errorf("slurm: the login node's bash did not run the agent: %s", strings.TrimSpace(errs.String()))
+	var info Info
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, "I partition "); ok {
+			info.Partition = strings.TrimSuffix(strings.TrimSpace(v), ";")
+		}
+		if v, ok := strings.CutPrefix(line, "I queue "); ok {
+			info.Queue = strings.TrimSpace(v)
+		}
+		if line == "r" {
+			return info, nil
+		}
 	}
-	return nil
+	return Info{}, fmt.Errorf("slurm: the login node's bash did not run the agent: %s", errs.String())
+}
+
+// Info is what Check saw of the cluster, for gpudispatch hosts.
+type Info struct {
+	// Partition is sinfo's word on the partition: availability, nodes,
+	// their state and GPUs, per kind of node ("up 1 idle gpu:fake:4").
+	Partition string `json:"partition"`
+	// Queue counts the user's jobs in the queue by state ("2 PENDING 1
+	// RUNNING"), all of them, not only gpudispatch's.
+	Queue string `json:"queue"`
 }
 
 // prelude sets the agent's arguments for run.
