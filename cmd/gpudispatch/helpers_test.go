@@ -122,9 +122,15 @@ func lockEnv(dir string) string {
 // startGPD starts the binary in dir with a pipe on stdin.
 func startGPD(t *testing.T, dir string, args ...string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer) {
 	t.Helper()
+	return startGPDEnv(t, dir, os.Environ(), args...)
+}
+
+// startGPDEnv is startGPD with env as the binary's environment.
+func startGPDEnv(t *testing.T, dir string, env []string, args ...string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer) {
+	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), lockEnv(dir))
+	cmd.Env = append(env, lockEnv(dir))
 	stdin, errOut := startCmd(t, cmd)
 	return cmd, stdin, errOut
 }

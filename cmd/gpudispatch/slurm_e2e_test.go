@@ -42,15 +42,30 @@ hosts:
 	return path
 }
 
-// startSlurmGPD starts the binary in dir as startGPD does, with the
-// cluster's SLURM_CONF for the commands of its login node (this machine).
-func startSlurmGPD(t *testing.T, sc *slurmtest.Cluster, dir string, args ...string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer) {
+// slurmRun is a test's cluster, its workstation + cluster inventory and a
+// log dir.
+type slurmRun struct {
+	sc               *slurmtest.Cluster
+	dir, lab, logDir string
+}
+
+// newSlurmRun starts a cluster with gpus fake GPUs and writes its lab
+// (slurmKeys are more keys of the slurm block).
+func newSlurmRun(t *testing.T, gpus int, slurmKeys string) slurmRun {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Dir = dir
-	cmd.Env = append(sc.Env(), lockEnv(dir))
-	stdin, errOut := startCmd(t, cmd)
-	return cmd, stdin, errOut
+	sc := slurmtest.Start(t, slurmtest.Options{GPUs: gpus})
+	dir := t.TempDir()
+	r := slurmRun{sc: sc, dir: dir, lab: slurmLab(t, dir, sc, slurmKeys), logDir: filepath.Join(dir, "logs")}
+	logJournalOnFailure(t, r.logDir)
+	return r
+}
+
+// start starts a run of the lab (keepalive 1 s) with more args, with the
+// cluster's SLURM_CONF for the commands of its login node (this machine).
+func (r slurmRun) start(t *testing.T, args ...string) (*exec.Cmd, io.WriteCloser, *bytes.Buffer) {
+	t.Helper()
+	args = append([]string{"--inventory", r.lab, "-o", r.logDir, "--keepalive", "1s"}, args...)
+	return startGPDEnv(t, r.dir, r.sc.Env(), args...)
 }
 
 // runJobs are the run's Slurm jobs still known to the cluster, by squeue.
@@ -91,11 +106,8 @@ type interval struct {
 // tells pending (with Slurm's job id) from started.
 func TestE2ESlurmMixedSweep(t *testing.T) {
 	t.Parallel()
-	sc := slurmtest.Start(t, slurmtest.Options{GPUs: 4})
-	dir := t.TempDir()
-	lab := slurmLab(t, dir, sc, ", max_jobs: 3")
-	logDir := filepath.Join(dir, "logs")
-	logJournalOnFailure(t, logDir)
+	r := newSlurmRun(t, 4, ", max_jobs: 3")
+	sc, logDir := r.sc, r.logDir
 	job := `echo "$(date +%s.%N) $CUDA_VISIBLE_DEVICES $GPUDISPATCH_HOST"; sleep 2; echo "$(date +%s.%N)"; echo to-stderr >&2`
 	var cmds []string
 	for i := range 6 {
@@ -108,7 +120,7 @@ func TestE2ESlurmMixedSweep(t *testing.T) {
 		"[name=any1] sleep 1",
 		"[name=any2] sleep 1",
 	)
-	cmd, stdin, errOut := startSlurmGPD(t, sc, dir, "--inventory", lab, "-o", logDir, "--keepalive", "1s")
+	cmd, stdin, errOut := r.start(t)
 	io.WriteString(stdin, strings.Join(cmds, "\n")+"\n")
 	stdin.Close()
 	if err := cmd.Wait(); statusOf(err) != 1 {
@@ -186,12 +198,9 @@ func TestE2ESlurmMixedSweep(t *testing.T) {
 // running ones finish; the second cancels them too; squeue is left empty.
 func TestE2ESlurmStop(t *testing.T) {
 	t.Parallel()
-	sc := slurmtest.Start(t, slurmtest.Options{GPUs: 2})
-	dir := t.TempDir()
-	lab := slurmLab(t, dir, sc, "")
-	logDir := filepath.Join(dir, "logs")
-	logJournalOnFailure(t, logDir)
-	cmd, stdin, errOut := startSlurmGPD(t, sc, dir, "--inventory", lab, "-o", logDir, "--keepalive", "1s")
+	r := newSlurmRun(t, 2, "")
+	sc, logDir := r.sc, r.logDir
+	cmd, stdin, errOut := r.start(t)
 	for i := range 4 {
 		fmt.Fprintf(stdin, "[host=hpc name=j%d] sleep 300\n", i)
 	}
@@ -217,11 +226,9 @@ func TestE2ESlurmStop(t *testing.T) {
 // keepalives and the grace.
 func TestE2ESlurmCoordinatorKilled(t *testing.T) {
 	t.Parallel()
-	sc := slurmtest.Start(t, slurmtest.Options{GPUs: 2})
-	dir := t.TempDir()
-	lab := slurmLab(t, dir, sc, "")
-	logDir := filepath.Join(dir, "logs")
-	cmd, stdin, _ := startSlurmGPD(t, sc, dir, "--inventory", lab, "-o", logDir, "--keepalive", "1s")
+	r := newSlurmRun(t, 2, "")
+	sc, logDir := r.sc, r.logDir
+	cmd, stdin, _ := r.start(t)
 	io.WriteString(stdin, "@hpc sleep 300\n@hpc sleep 300\n@hpc sleep 300\n")
 	waitJournal(t, logDir, func(events []map[string]any) bool { return count(events, "started") == 2 })
 	cmd.Process.Kill()
@@ -237,12 +244,9 @@ func TestE2ESlurmCoordinatorKilled(t *testing.T) {
 // by Slurm's own requeue, so the journal counts the attempt.
 func TestE2ESlurmNodeLost(t *testing.T) {
 	t.Parallel()
-	sc := slurmtest.Start(t, slurmtest.Options{GPUs: 1})
-	dir := t.TempDir()
-	lab := slurmLab(t, dir, sc, "")
-	logDir := filepath.Join(dir, "logs")
-	logJournalOnFailure(t, logDir)
-	cmd, stdin, errOut := startSlurmGPD(t, sc, dir, "--inventory", lab, "-o", logDir, "--retries", "1", "--keepalive", "1s")
+	r := newSlurmRun(t, 1, "")
+	sc, logDir := r.sc, r.logDir
+	cmd, stdin, errOut := r.start(t, "--retries", "1")
 	io.WriteString(stdin, "[host=hpc name=victim] echo attempt; sleep 8\n")
 	stdin.Close()
 	waitJournal(t, logDir, func(events []map[string]any) bool { return count(events, "started") == 1 })
@@ -288,7 +292,9 @@ hosts:
 	}
 	logDir := filepath.Join(dir, "logs")
 	logJournalOnFailure(t, logDir)
-	cmd, stdin, errOut := startSlurmGPD(t, sc, dir, "--inventory", lab, "-o", logDir, "--keepalive", "1s")
+	// SLURM_CONF reaches the login node's sessions only: this process
+	// does not have it.
+	cmd, stdin, errOut := startGPD(t, dir, "--inventory", lab, "-o", logDir, "--keepalive", "1s")
 	io.WriteString(stdin, "[name=slow] echo first; while [ ! -e "+dir+"/go ]; do sleep 0.2; done; echo second\n[name=fast] echo $CUDA_VISIBLE_DEVICES\n")
 	stdin.Close()
 	deadline := time.Now().Add(30 * time.Second)

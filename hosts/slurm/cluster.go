@@ -356,7 +356,7 @@ func (c *Cluster) Close() {
 		case <-ag.dead:
 		case <-time.After(c.o.Grace):
 		}
-		ag.stdin.Close()
+		ag.close()
 	}
 }
 
@@ -374,6 +374,14 @@ func (a *agent) send(s string) error {
 	return err
 }
 
+// close closes the agent's stdin, never during a write: x/crypto's
+// CloseWrite and Write race on an SSH channel's state.
+func (a *agent) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stdin.Close()
+}
+
 // startAgent starts the run's agent, tells it the jobs an earlier one
 // followed, and starts reading it; c.mu is held.
 func (c *Cluster) startAgent(ctx context.Context) (*agent, error) {
@@ -386,7 +394,7 @@ func (c *Cluster) startAgent(ctx context.Context) (*agent, error) {
 	}
 	ag := &agent{stdin: p.Stdin, dead: make(chan struct{})}
 	if err := ag.send(code); err != nil {
-		p.Stdin.Close()
+		ag.close()
 		return nil, err
 	}
 	br := bufio.NewReader(pr)
@@ -399,11 +407,11 @@ func (c *Cluster) startAgent(ctx context.Context) (*agent, error) {
 	select {
 	case err := <-ready:
 		if err != nil {
-			ag.stdin.Close()
+			ag.close()
 			return nil, err
 		}
 	case <-ctx.Done():
-		ag.stdin.Close()
+		ag.close()
 		return nil, ctx.Err()
 	}
 	for _, j := range c.jobs {
