@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -146,6 +147,7 @@ func (d *dialer) connectOnce(ctx context.Context, t Target, cfg *ssh.ClientConfi
 		}
 		return nil, err
 	}
+	bw.done.Store(true)
 	conn.SetDeadline(time.Time{})
 	return ssh.NewClient(c, chans, reqs), nil
 }
@@ -156,12 +158,18 @@ func (d *dialer) connectOnce(ctx context.Context, t Target, cfg *ssh.ClientConfi
 // reads from a goroutine of its own once the version lines are exchanged.
 type bannerWatch struct {
 	net.Conn
+	// done is set once the handshake is over: the connection's reads for
+	// the rest of its life then cost nothing more.
+	done atomic.Bool
 	mu   sync.Mutex
 	head []byte
 }
 
 func (b *bannerWatch) Read(p []byte) (int, error) {
 	n, err := b.Conn.Read(p)
+	if b.done.Load() {
+		return n, err
+	}
 	b.mu.Lock()
 	if room := 256 - len(b.head); room > 0 {
 		b.head = append(b.head, p[:min(n, room)]...)
