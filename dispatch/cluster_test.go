@@ -112,6 +112,9 @@ func TestCluster(t *testing.T) {
 		if e.Event == EventStarted && e.SlurmJobID != "42" {
 			t.Errorf("started without Slurm's job id: %+v", e)
 		}
+		if len(e.GPUs) > 0 {
+			t.Errorf("%s event names GPUs of the cluster, which Slurm gives: %+v", e.Event, e)
+		}
 	}
 	want := map[string][]string{
 		"ok":        {"queued", "pending", "pending", "started", "finished"},

@@ -464,10 +464,13 @@ func (r *run) start(ctx context.Context, a assignment) {
 		timeout = j.Timeout
 	}
 	cluster := a.p.host.cluster
+	if cluster {
+		e.GPUs = nil // Slurm gives them
+	}
 	q.launched, q.pending, q.ran = e, cluster, nil
 	if cluster {
 		// Slurm holds the job until it runs it, and times it itself.
-		e.Event, e.GPUs, e.Start, e.Message = EventPending, nil, nil, "submitting to Slurm"
+		e.Event, e.Start, e.Message = EventPending, nil, "submitting to Slurm"
 		c.Timeout, timeout = timeout, 0
 		attempt := q.attempts
 		c.Progress = func(p executor.Progress) {
@@ -526,12 +529,15 @@ func (r *run) progressed(p progress) {
 	q.slurmID = p.ID
 	e.Time, e.SlurmJobID = time.Now(), p.ID
 	if p.Running {
-		now := time.Now()
-		q.pending, q.ran, e.Start = false, &now, &now
+		start := time.Now()
+		if !p.Started.IsZero() && p.Started.Before(start) {
+			start = p.Started // Slurm's start, not the poll's that saw it
+		}
+		q.pending, q.ran, e.Start = false, &start, &start
 		r.record(e)
 		return
 	}
-	e.Event, e.GPUs, e.Start, e.Message = EventPending, nil, nil, p.Reason
+	e.Event, e.Start, e.Message = EventPending, nil, p.Reason
 	r.record(e)
 }
 

@@ -67,6 +67,9 @@ type Progress struct {
 	// waits (Slurm's Priority, Resources, QOSMaxJobsPerUserLimit...).
 	Running bool
 	Reason  string
+	// Started is when the batch system started the job, when it says so
+	// (zero: take the time Progress is told).
+	Started time.Time
 }
 
 // GPULock is a run's hold on one GPU of a host: while it is held, other

@@ -10,7 +10,8 @@ import (
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
-// slot is one line of the view: a host:gpu slot and what it does.
+// slot is one line of the view: a host:gpu slot, or one of a Slurm
+// cluster's max_jobs places (gpu noGPU), and what it does.
 type slot struct {
 	host string
 	gpu  int
@@ -19,6 +20,9 @@ type slot struct {
 	// since is when the job started.
 	since time.Time
 }
+
+// noGPU is the gpu of a Slurm cluster's slots: Slurm gives the GPUs.
+const noGPU = -1
 
 // gpuKey names a GPU of a host.
 type gpuKey struct {
@@ -49,15 +53,35 @@ func newModel(inv *inventory.Inventory, now func() time.Time) *model {
 		width: 100, height: 30,
 	}
 	for _, h := range inv.Hosts {
+		if h.Slurm != nil {
+			for range h.Slurm.MaxJobs {
+				m.addSlot(gpuKey{h.Name, noGPU})
+			}
+		}
 		for _, id := range h.GPUs {
 			for range h.SlotsPerGPU {
-				k := gpuKey{h.Name, id}
-				m.byGPU[k] = append(m.byGPU[k], len(m.slots))
-				m.slots = append(m.slots, slot{host: h.Name, gpu: id})
+				m.addSlot(gpuKey{h.Name, id})
 			}
 		}
 	}
 	return m
+}
+
+func (m *model) addSlot(k gpuKey) {
+	m.byGPU[k] = append(m.byGPU[k], len(m.slots))
+	m.slots = append(m.slots, slot{host: k.host, gpu: k.gpu})
+}
+
+// keys are the slot keys of e's job: its GPUs, or a cluster's place.
+func keys(e dispatch.Event) []gpuKey {
+	if len(e.GPUs) == 0 {
+		return []gpuKey{{e.Host, noGPU}}
+	}
+	ks := make([]gpuKey, len(e.GPUs))
+	for i, id := range e.GPUs {
+		ks[i] = gpuKey{e.Host, id}
+	}
+	return ks
 }
 
 // apply updates the model with e.
@@ -72,13 +96,11 @@ func (m *model) apply(e dispatch.Event) {
 		if e.Start != nil {
 			start = *e.Start
 		}
-		for _, id := range e.GPUs {
-			k := gpuKey{e.Host, id}
+		for _, k := range keys(e) {
 			delete(m.busy, k)
 			if m.byGPU[k] == nil || m.full(k) {
 				// A host or slot added to the inventory during the run.
-				m.byGPU[k] = append(m.byGPU[k], len(m.slots))
-				m.slots = append(m.slots, slot{host: e.Host, gpu: id})
+				m.addSlot(k)
 			}
 			for _, i := range m.byGPU[k] {
 				if m.slots[i].job == "" {
@@ -88,8 +110,8 @@ func (m *model) apply(e dispatch.Event) {
 			}
 		}
 	case dispatch.Ended(e.JobState()):
-		for _, id := range e.GPUs {
-			for _, i := range m.byGPU[gpuKey{e.Host, id}] {
+		for _, k := range keys(e) {
+			for _, i := range m.byGPU[k] {
 				if m.slots[i].job == e.Job {
 					m.slots[i].job = ""
 				}
@@ -168,7 +190,10 @@ func (m *model) progress() string {
 }
 
 func (m *model) slotLine(s slot) string {
-	where := s.host + ":" + strconv.Itoa(s.gpu)
+	where := s.host
+	if s.gpu != noGPU {
+		where += ":" + strconv.Itoa(s.gpu)
+	}
 	switch {
 	case s.job != "":
 		return fmt.Sprintf("%-12s job %-6s %7s  %s", where, s.job, dispatch.RoundDuration(m.now().Sub(s.since)), dispatch.OneLine(s.cmd))

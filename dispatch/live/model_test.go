@@ -14,6 +14,7 @@ func testModel(t *testing.T, now *time.Time) *model {
 	inv := &inventory.Inventory{Hosts: []inventory.Host{
 		{Name: "n1", GPUs: []int{0, 1}, SlotsPerGPU: 1},
 		{Name: "n2", GPUs: []int{0}, SlotsPerGPU: 2},
+		{Name: "hpc", Slurm: &inventory.Slurm{MaxJobs: 2}},
 	}}
 	return newModel(inv, func() time.Time { return *now })
 }
@@ -31,7 +32,7 @@ func TestModelView(t *testing.T) {
 		{
 			name:   "nothing yet",
 			events: nil,
-			want:   []string{"[--------------------] 0/0 done", "n1:0         idle", "n1:1         idle", "n2:0         idle", "n2:0         idle"},
+			want:   []string{"[--------------------] 0/0 done", "n1:0         idle", "n1:1         idle", "n2:0         idle", "n2:0         idle", "hpc          idle", "hpc          idle"},
 		},
 		{
 			name: "a 2-GPU job on one line per GPU, one of two slots of a GPU, a job waiting",
@@ -47,6 +48,8 @@ func TestModelView(t *testing.T) {
 				"n1:1         job 1        1m15s  train --big",
 				"n2:0         job 2          45s  train ...",
 				"n2:0         idle",
+				"hpc          idle",
+				"hpc          idle",
 			},
 		},
 		{
@@ -68,6 +71,29 @@ func TestModelView(t *testing.T) {
 				"n1:1         set aside: n1: GPU 1 is busy with other work: 900 MiB used",
 				"n2:0         host down: connection lost",
 				"n2:0         host down: connection lost",
+				"hpc          idle",
+				"hpc          idle",
+			},
+		},
+		{
+			name: "a Slurm cluster's jobs take its places, not GPUs; pending in Slurm is waiting",
+			events: []dispatch.Event{
+				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"}, {Event: dispatch.EventQueued, Job: "3"},
+				{Event: dispatch.EventPending, Job: "1", Host: "hpc", SlurmJobID: "7", Message: "Priority"},
+				{Event: dispatch.EventStarted, Job: "1", Host: "hpc", SlurmJobID: "7", Command: "a", Start: at(0)},
+				{Event: dispatch.EventStarted, Job: "2", Host: "hpc", SlurmJobID: "8", Command: "b", Start: at(5)},
+				{Event: dispatch.EventFinished, Job: "1", Host: "hpc", SlurmJobID: "7"},
+				{Event: dispatch.EventPending, Job: "3", Host: "hpc", SlurmJobID: "9", Message: "Resources"},
+			},
+			after: 20 * time.Second,
+			want: []string{
+				"[######--------------] 1/3 done · 1 running · 1 waiting · 3.0 jobs/min · ETA 40s",
+				"n1:0         idle",
+				"n1:1         idle",
+				"n2:0         idle",
+				"n2:0         idle",
+				"hpc          idle",
+				"hpc          job 2          15s  b",
 			},
 		},
 	} {
@@ -95,7 +121,7 @@ func TestModelFitsTerminal(t *testing.T) {
 	m.apply(dispatch.Event{Event: dispatch.EventQueued, Job: "1"})
 	m.apply(dispatch.Event{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []int{0}, Command: strings.Repeat("x", 100), Start: &now})
 	got := strings.Split(strings.TrimSuffix(m.view(), "\n"), "\n")
-	want := []string{"[--------------------] 0/1 do…", "n1:0         job 1           …", "… 3 more slots (3 idle)"}
+	want := []string{"[--------------------] 0/1 do…", "n1:0         job 1           …", "… 5 more slots (5 idle)"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("view:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}

@@ -23,7 +23,8 @@
 #   r                                  ready
 #   S TAG ID | F TAG message           submitted | sbatch refused (one line)
 #   P TAG REASON                       pending in Slurm, and why
-#   R TAG                              running
+#   R TAG START                        running since START (seconds since
+#                                      1970, "-" if Slurm does not say)
 #   O TAG N | E TAG N  + N bytes       new stdout | stderr bytes
 #   X TAG STATE CODE                   ended: Slurm's last state (GONE when it
 #                                      left the queue), exit file's code or -
@@ -116,8 +117,13 @@ _a_tail() { # the running jobs' new output; one stat for all of them
   done < <(stat -c '%s %n' -- "${files[@]}" 2>/dev/null)
 }
 
-_a_end() { # TAG STATE
+_a_end() { # TAG STATE START
   local code=-
+  # A job that ran between two polls: it wrote its exit file, or Slurm
+  # timed it.
+  if [ "${_a_state[$1]}" != RUNNING ] && { [ -e "$1.exit" ] || [ "$2" = TIMEOUT ]; }; then
+    printf 'R %s %s\n' "$1" "$3"
+  fi
   _a_flush "$1"
   if [ -r "$1.exit" ]; then read -r code <"$1.exit" || code=-; fi
   printf 'X %s %s %s\n' "$1" "$2" "${code:--}"
@@ -125,14 +131,16 @@ _a_end() { # TAG STATE
 }
 
 _a_poll() {
-  local out id name state why tag
+  local out id name state start why tag
   declare -A seen=()
   if [ ${#_a_id[@]} -eq 0 ]; then return; fi
   # One squeue for all of the run's jobs: --me and every state, so that a job
   # that just ended is seen with its last state. When squeue fails, nothing
   # is concluded.
-  out=$(squeue --me --states=all --noheader --format='%i|%j|%T|%r' 2>/dev/null) || return 0
-  while IFS='|' read -r id name state why; do
+  # SLURM_TIME_FORMAT=%s: start times in seconds since 1970, whatever the
+  # login node's time zone.
+  out=$(SLURM_TIME_FORMAT=%s squeue --me --states=all --noheader --format='%i|%j|%T|%S|%r' 2>/dev/null) || return 0
+  while IFS='|' read -r id name state start why; do
     tag=${name#gpd-}
     if [ "$name" = "$tag" ] || [ -z "${_a_id[$tag]-}" ]; then continue; fi
     if [ "${_a_id[$tag]}" = - ]; then
@@ -143,6 +151,7 @@ _a_poll() {
       continue
     fi
     seen[$tag]=1
+    case $start in *[!0-9]* | "") start=- ;; esac
     case $state in
       PENDING | CONFIGURING | REQUEUED | RESIZING | SUSPENDED | REQUEUE_HOLD | REQUEUE_FED)
         if [ "$why" != "${_a_why[$tag]}" ] || [ "${_a_state[$tag]}" != PENDING ]; then
@@ -151,14 +160,14 @@ _a_poll() {
         _a_state[$tag]=PENDING _a_why[$tag]=$why
         ;;
       RUNNING | COMPLETING | STAGE_OUT | SIGNALING)
-        if [ "${_a_state[$tag]}" != RUNNING ]; then printf 'R %s\n' "$tag"; fi
+        if [ "${_a_state[$tag]}" != RUNNING ]; then printf 'R %s %s\n' "$tag" "$start"; fi
         _a_state[$tag]=RUNNING
         ;;
-      *) _a_end "$tag" "$state" ;;
+      *) _a_end "$tag" "$state" "$start" ;;
     esac
   done <<<"$out"
   for tag in "${!_a_id[@]}"; do
-    if [ -z "${seen[$tag]-}" ]; then _a_end "$tag" GONE; fi
+    if [ -z "${seen[$tag]-}" ]; then _a_end "$tag" GONE -; fi
   done
 }
 

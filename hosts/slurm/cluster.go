@@ -262,7 +262,11 @@ func (c *Cluster) wait(ctx context.Context, j *job) (int, error) {
 			case 'P':
 				j.progress(executor.Progress{ID: j.id, Reason: r.text})
 			case 'R':
-				j.progress(executor.Progress{ID: j.id, Running: true})
+				p := executor.Progress{ID: j.id, Running: true}
+				if sec, err := strconv.ParseInt(r.text, 10, 64); err == nil {
+					p.Started = time.Unix(sec, 0)
+				}
+				j.progress(p)
 			case 'X':
 				c.forget(j)
 				if cancelled {

@@ -5,6 +5,9 @@ package slurm
 import (
 	"bytes"
 	"context"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,19 +57,33 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// A job on the real cluster: Slurm's GPU in CUDA_VISIBLE_DEVICES, stdout
+// and stderr apart, the exit status, and the start Slurm gives (not the
+// poll's that saw it).
 func TestRunOne(t *testing.T) {
 	sc := slurmtest.Start(t, slurmtest.Options{})
-	c := localCluster(t, sc, inventory.Slurm{})
+	c := localCluster(t, sc, inventory.Slurm{Poll: 3 * time.Second})
 	var out, errs syncBuffer
 	var progress []executor.Progress
-	cmd := executor.Command{Script: "echo cvd=$CUDA_VISIBLE_DEVICES; echo oops >&2; exit 3", Tag: "R1-1-1", GPUs: 1,
+	cmd := executor.Command{Script: "echo cvd=$CUDA_VISIBLE_DEVICES; date +%s >&2; exit 3", Tag: "R1-1-1", GPUs: 1,
 		Env:      []string{"GPUDISPATCH_JOB_ID=1"},
 		Progress: func(p executor.Progress) { progress = append(progress, p) }}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	code, err := c.Run(ctx, cmd, &out, &errs)
 	t.Logf("code %d err %v out %q err %q progress %+v", code, err, out.String(), errs.String(), progress)
-	if err != nil || code != 3 || out.String() != "cvd=0\n" || errs.String() != "oops\n" {
+	if err != nil || code != 3 || out.String() != "cvd=0\n" {
 		t.Fatalf("got %d, %v", code, err)
+	}
+	ran, err := strconv.ParseInt(strings.TrimSpace(errs.String()), 10, 64)
+	if err != nil {
+		t.Fatalf("stderr %q, want the job's start", errs.String())
+	}
+	i := slices.IndexFunc(progress, func(p executor.Progress) bool { return p.Running })
+	if i < 0 {
+		t.Fatal("never told running")
+	}
+	if started := progress[i].Started.Unix(); started > ran || started < ran-2 {
+		t.Errorf("Slurm started the job at %d, the job says it ran at %d", started, ran)
 	}
 }
