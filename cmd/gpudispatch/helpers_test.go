@@ -152,6 +152,23 @@ func startCmd(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, *bytes.Buffer) {
 	return stdin, &errOut
 }
 
+// waitExit waits for cmd to end; one still running after within is killed
+// and fails the test (a hang would stall every test of the binary).
+func waitExit(t *testing.T, cmd *exec.Cmd, errOut *bytes.Buffer, within time.Duration) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(within):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("gpudispatch still ran after %s\n%s", within, errOut)
+		return nil
+	}
+}
+
 func waitForFile(t *testing.T, path string, want func(string) bool) string {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)

@@ -74,7 +74,7 @@ func runJobs(sc *slurmtest.Cluster) []string {
 }
 
 // waitQueueEmpty waits until squeue lists no job of gpudispatch.
-func waitQueueEmpty(t *testing.T, sc *slurmtest.Cluster, within time.Duration) {
+func waitQueueEmpty(t testing.TB, sc *slurmtest.Cluster, within time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for time.Now().Before(deadline) {
@@ -347,5 +347,101 @@ func TestE2ESlurmHosts(t *testing.T) {
 	out, _ = cmd.CombinedOutput()
 	if !regexpMatch(`hpc .*down: hpc: slurm: .*[Ii]nvalid partition`, string(out)) {
 		t.Errorf("a bad partition does not say so:\n%s", out)
+	}
+}
+
+// A login node that goes away and comes back, for less than the watcher's
+// limit: the cluster's jobs run on and end meanwhile, a new agent picks
+// them up when the node is back, and none runs twice or loses output. sshd
+// killed with its sessions (the agent dies with them), or frozen (the agent
+// lives on, cut off, until the new one takes over).
+func TestE2ESlurmLoginNodeLost(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		lose, back func(*sshtest.Host)
+	}{
+		{"killed", (*sshtest.Host).Stop, (*sshtest.Host).Start},
+		{"frozen", (*sshtest.Host).Freeze, (*sshtest.Host).Thaw},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			sc := slurmtest.Start(t, slurmtest.Options{GPUs: 2})
+			l := sshtest.Start(t, sshtest.Options{Hosts: 1, Env: []string{"SLURM_CONF=" + sc.Conf}})
+			login := l.Hosts[0]
+			dir := t.TempDir()
+			inv := fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    slurm: {partition: %s, poll: 1s}\n", l.SSHConfig, sc.Partition)
+			lab := filepath.Join(dir, "lab.yaml")
+			if err := os.WriteFile(lab, []byte(inv), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			logDir := filepath.Join(dir, "logs")
+			logJournalOnFailure(t, logDir)
+			cmd, stdin, errOut := startGPD(t, dir, "--inventory", lab, "-o", logDir, "--keepalive", "1s", "--connect-timeout", "2s")
+			// Three jobs on two GPUs: two run, one waits in Slurm. Each
+			// notes each run of it beside the test, and waits for "go".
+			for _, name := range []string{"a", "b", "c"} {
+				fmt.Fprintf(stdin, "[name=%s] echo before; echo ran >>%s/ran.%s; while [ ! -e %s/go ]; do sleep 0.2; done; echo after; echo oops >&2\n",
+					name, dir, name, dir)
+			}
+			stdin.Close()
+			waitJournal(t, logDir, func(events []map[string]any) bool {
+				return count(events, "started") == 2 && readFileOr(filepath.Join(logDir, "a.out")) == "before\n"
+			})
+			tc.lose(login)
+			lost := true
+			defer func() {
+				if lost {
+					tc.back(login)
+				}
+			}()
+			// Away for 6 s, the watcher's limit being 13 (3 × 1 s + the
+			// 10 s grace): the jobs end meanwhile and the third runs.
+			time.Sleep(2 * time.Second)
+			os.WriteFile(filepath.Join(dir, "go"), nil, 0o644)
+			deadline := time.Now().Add(20 * time.Second)
+			for readFileOr(filepath.Join(dir, "ran.c")) == "" {
+				if time.Now().After(deadline) {
+					t.Fatalf("the third job never ran: squeue %v", runJobs(sc))
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			time.Sleep(4 * time.Second)
+			tc.back(login)
+			lost = false
+			if err := waitExit(t, cmd, errOut, time.Minute); err != nil {
+				t.Fatalf("exit %v\n%s", err, errOut)
+			}
+			events := journal(t, logDir)
+			for _, name := range []string{"a", "b", "c"} {
+				if ran := readFileOr(filepath.Join(dir, "ran."+name)); ran != "ran\n" {
+					t.Errorf("job %s ran %d times", name, strings.Count(ran, "ran"))
+				}
+				if out, errs := readFileOr(filepath.Join(logDir, name+".out")), readFileOr(filepath.Join(logDir, name+".err")); out != "before\nafter\n" || errs != "oops\n" {
+					t.Errorf("job %s: stdout %q, stderr %q", name, out, errs)
+				}
+				var kinds []string
+				for _, e := range events {
+					if e["job"] == name && e["event"] != "pending" {
+						kinds = append(kinds, e["event"].(string))
+					}
+				}
+				if want := []string{"queued", "started", "finished"}; !slices.Equal(kinds, want) {
+					t.Errorf("job %s: %v, want %v", name, kinds, want)
+				}
+			}
+			waitQueueEmpty(t, sc, 5*time.Second)
+			// The agents end: the last at the run's end, an earlier one
+			// when it sees that a later one took over.
+			agents := "gpudispatch-slurm-agent " + fmt.Sprint(events[0]["run"])
+			deadline = time.Now().Add(5 * time.Second)
+			for exec.Command("pgrep", "-f", agents).Run() == nil {
+				if time.Now().After(deadline) {
+					out, _ := exec.Command("pgrep", "-af", agents).Output()
+					t.Fatalf("agents left on the login node:\n%s", out)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
 	}
 }
