@@ -4,13 +4,15 @@
 // SSH session and no sshd fork: only a fork and its own shell.
 //
 // Where the login shell is bash (and Supervision.Login is LoginPerSlot), a
-// job shell reads the login profile once, at its start, and each job starts
-// a bash of its own that takes up what the profile set (variables,
-// functions, aliases, options, traps; saved to a private file once), then
-// the job's environment: what bash -lc would see, with its own $$, for the
-// cost of a bash start instead of a login. A shell whose profile files
-// changed answers its next job "stale" without running it, and Run sends
-// the job to a new shell. Other login shells run "$SHELL -lc" per job.
+// job shell reads the login profile once, at its start, and each job is a
+// fork of it that takes back what the profile set (functions, aliases,
+// options, traps: saved to a private file once; variables stay in the
+// shell), then the job's environment: what bash -lc would see, for the cost
+// of a fork. A fork's $$ is the job shell's, so a job line that names $$
+// gets a bash of its own, with its own $$; a TERM to the job shell goes to
+// its job. A shell whose profile files changed answers its next job "stale"
+// without running it, and Run sends the job to a new shell. Other login
+// shells run "$SHELL -lc" per job.
 //
 // A machine keeps its idle shells (Shells); a job takes one or starts one,
 // and gives it back when the job ran to its end. Each job's output is

@@ -52,53 +52,81 @@ func runJob(t *testing.T, ss *Shells, script string, env ...string) string {
 }
 
 // A job of a slot's shell sees what bash -lc would: the functions,
-// aliases, variables and PATH its profile sets up (conda activation is
-// that), with $0, $$ and the positional parameters of its own; the
-// profile's output reaches no log, and its CUDA_VISIBLE_DEVICES does not
-// win over the slot's.
+// aliases, variables, options, exported functions and PATH its profile
+// sets up (conda activation is that), with $0 and the positional
+// parameters of its own; the profile's output reaches no log, and its
+// CUDA_VISIBLE_DEVICES does not win over the slot's. Both kinds of job: a
+// fork of the slot's shell, and one that names $$ (a bash of its own, so
+// that $$ is its own).
 func TestLoginOncePerSlot(t *testing.T) {
 	t.Parallel()
 	home := homeWith(t, `echo profile talks on stdout
 echo profile talks on stderr >&2
 greet() { echo "hello from a function"; }
+exported() { echo "exported function"; }
+export -f exported
 alias ll='ls -l'
 MYVAR=plain
+declare -a LIST=(a "b c")
 export CONDA_PREFIX=$HOME/env
 PATH=$HOME/env/bin:$PATH
 export CUDA_VISIBLE_DEVICES=7
 shopt -s extglob
+set -o pipefail
 echo profile-read >> ~/reads
 `)
-	script := `greet; alias ll; echo "$MYVAR $CONDA_PREFIX"; echo "${PATH%%:*}"; echo "$0 $# $CUDA_VISIBLE_DEVICES"; shopt -q extglob && echo extglob; [ "$$" = "$BASHPID" ] && echo own-pid; echo ${_g_mark-no-internals}`
 	ss := shellsIn(t, home, "/bin/bash", LoginPerSlot)
-	got := runJob(t, ss, script, "CUDA_VISIBLE_DEVICES=0,1")
-	// The reference: bash -lc itself, with the job's variable set after.
-	ref := exec.Command("bash", "-lc", "export CUDA_VISIBLE_DEVICES=0,1; "+script)
-	ref.Env = append(os.Environ(), "HOME="+home)
-	want, err := ref.Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want = bytes.Replace(want, []byte("profile talks on stdout\n"), nil, 1)
-	os.Remove(filepath.Join(home, "reads")) // the reference read it too
-	if got != string(want) {
-		t.Errorf("a job printed\n%s\nbash -lc prints\n%s", got, want)
-	}
-	for _, line := range []string{"hello from a function", "alias ll='ls -l'", "plain " + home + "/env", home + "/env/bin", "bash 0 0,1", "extglob", "own-pid", "no-internals"} {
-		if !strings.Contains(got, line+"\n") {
-			t.Errorf("a job printed\n%s\nwithout %q", got, line)
+	common := `greet; bash -c exported; alias ll; echo "$MYVAR $CONDA_PREFIX ${LIST[1]}"; echo "${PATH%%:*}"; echo "$0 $# $CUDA_VISIBLE_DEVICES"; shopt -q extglob && echo extglob; [[ $- == *m* ]] || echo no-monitor; [[ -o pipefail ]] && echo pipefail; echo ${_g_mark-no-internals} ${w-no-bootstrap}; echo "$(declare -F | grep -c _g_) internal functions"`
+	for _, tc := range []struct{ name, script, mark string }{
+		{"fork", common, "no-bootstrap"},
+		{"names $$", common + `; [ "$$" = "$BASHPID" ] && echo own-pid`, "own-pid"},
+	} {
+		got := runJob(t, ss, tc.script, "CUDA_VISIBLE_DEVICES=0,1")
+		// The reference: bash -lc itself, with the job's variable set after.
+		ref := exec.Command("bash", "-lc", "export CUDA_VISIBLE_DEVICES=0,1; "+tc.script)
+		ref.Env = append(os.Environ(), "HOME="+home)
+		want, _ := ref.Output()
+		want = bytes.Replace(want, []byte("profile talks on stdout\n"), nil, 1)
+		if got != string(want) {
+			t.Errorf("%s: a job printed\n%s\nbash -lc prints\n%s", tc.name, got, want)
+		}
+		for _, line := range []string{"hello from a function", "exported function", "alias ll='ls -l'", "plain " + home + "/env b c", home + "/env/bin", "bash 0 0,1", "extglob", "pipefail", "0 internal functions", tc.mark} {
+			if !strings.Contains(got, line+"\n") && !strings.Contains(got, line+" ") {
+				t.Errorf("%s: a job printed\n%s\nwithout %q", tc.name, got, line)
+			}
 		}
 	}
-	// More jobs on the slot: the profile was read once, and each job has
-	// its own $$ and RANDOM.
-	a := runJob(t, ss, `echo $$ $RANDOM`)
-	b := runJob(t, ss, `echo $$ $RANDOM`)
-	if a == b {
-		t.Errorf("two jobs printed the same $$ and $RANDOM: %q", a)
+	os.Remove(filepath.Join(home, "reads")) // the references read it too
+	// More jobs on the slot: the profile is not read again, and each job
+	// has its own BASHPID, RANDOM and SECONDS.
+	a := runJob(t, ss, `echo $BASHPID $RANDOM $SECONDS`)
+	b := runJob(t, ss, `echo $BASHPID $RANDOM $SECONDS`)
+	if a == b || !strings.HasSuffix(a, " 0\n") {
+		t.Errorf("two jobs printed %q and %q: want BASHPID and RANDOM their own, SECONDS 0", a, b)
 	}
 	if reads, _ := os.ReadFile(filepath.Join(home, "reads")); len(reads) != 0 {
 		t.Errorf("the profile was read again for later jobs on the slot: %q", reads)
 	}
+}
+
+// A job that sends TERM to its slot's shell (what "kill $$" does in a
+// fork of it) ends itself, as it would under bash -lc, and the slot's
+// shell lives on for the next job.
+func TestLoginForkKillsItself(t *testing.T) {
+	t.Parallel()
+	ss := shellsIn(t, homeWith(t, ""), "/bin/bash", LoginPerSlot)
+	runJob(t, ss, "true")
+	before := ss.idleTags()
+	var out, errs bytes.Buffer
+	code, err := ss.Run(context.Background(), executor.Command{
+		Script: `me=$BASHPID; kill -TERM "$(ps -o ppid= -p "$me" | tr -d ' ')"; sleep 5; echo survived`}, &out, &errs)
+	if err != nil || code != 143 || out.Len() != 0 {
+		t.Fatalf("exit %d, %v, stdout %q, stderr %q; want 143 and nothing printed", code, err, out.String(), errs.String())
+	}
+	if after := ss.idleTags(); len(after) != 1 || after[0] != before[0] {
+		t.Errorf("idle shells %v then %v, want the same one", before, after)
+	}
+	runJob(t, ss, "true")
 }
 
 // An edit of ~/.bashrc takes effect from the next job: its shell is

@@ -13,14 +13,19 @@
 # Login shells: where the login shell is bash and login is "slot", this shell
 # is itself the login shell: it reads the profile once (/etc/profile, then
 # the first of ~/.bash_profile, ~/.bash_login, ~/.profile), with no input
-# and its output thrown away, and each job is a fork of it that gets the
-# profile's functions, variables, aliases, options and traps back, then its
-# own environment (so a profile cannot override CUDA_VISIBLE_DEVICES). Before
-# each job it looks whether one of those files, or ~/.bashrc, changed since:
-# then it runs nothing, answers "stale" instead of an exit status, and exits,
-# and the coordinator sends the job to a new shell. Other login shells, and
-# login "job", run "$SHELL -lc" per job. This shell's own names start with
-# _g_, and a job sees none of them.
+# and its output thrown away, and each job is a fork of it. The profile's
+# variables stay in this shell as they are; its functions, aliases, options
+# and traps are saved to a private file and put away, so that this script
+# runs in a clean shell, and each job's fork takes them back from the file,
+# after its own environment (so a profile cannot override
+# CUDA_VISIBLE_DEVICES). A fork costs no bash start: the job's $$ is this
+# shell's, as in any subshell; its BASHPID, RANDOM and SECONDS are its own.
+# A TERM to this shell (a job's "kill $$") goes to the running job. Before
+# each job it looks whether one of the profile files, or ~/.bashrc, changed
+# since it read them: then it runs nothing, answers "stale" instead of an
+# exit status, and exits, and the coordinator sends the job to a new shell.
+# Other login shells, and login "job", run "$SHELL -lc" per job. This
+# shell's own names start with _g_, and a job sees none of them.
 #
 # Each job runs in a subshell of its own (its environment and workdir go with
 # it) and a process group of its own, with the shell's stdout and stderr. Once
@@ -35,6 +40,8 @@
 # whatever it left in its group is reaped too, so a finished job never leaves a
 # process holding the GPU. The shell exits when stdin ends; while a job runs it
 # lives until the job's group is gone.
+# The bootstrap's copy of this code (spawn.Bootstrap) is not the profile's.
+unset -v w
 IFS= read -r -d '' _g_hb || exit 125
 IFS= read -r -d '' _g_grace || exit 125
 IFS= read -r -d '' _g_login || exit 125
@@ -55,23 +62,22 @@ if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
     fi
   } </dev/null >/dev/null 2>&1
   \builtin shopt -u expand_aliases
-  # The login shell's state, for each job's own bash to take up: variables,
-  # functions, aliases, options and traps. Bash's own changing variables are
-  # left out, so that every job has its own (RANDOM, SECONDS, PWD...), and so are
-  # this shell's. The file's time is when the profile was read.
+  _g_ifs_set=${IFS+1} _g_ifs=${IFS-}
+  # What a job's fork takes back: the functions (and which are exported),
+  # aliases, options and traps the profile set. The file's time is when the
+  # profile was read.
   if _g_dir=$(builtin command mktemp -d 2>/dev/null); then
     _g_state=$_g_dir/state
-    (
-      builtin unset -v RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIME \
-        BASH_ARGV BASH_ARGC BASH_SOURCE BASH_LINENO FUNCNAME BASH_COMMAND \
-        BASH_EXECUTION_STRING BASH_SUBSHELL BASHPID PIPESTATUS PWD OLDPWD SHLVL _ "${!_g_@}"
-      builtin declare -p
+    {
       builtin declare -f
+      while IFS=' ' builtin read -r _ _g_o _g_f; do
+        case $_g_o in -f | "") ;; *) builtin echo "builtin declare $_g_o $_g_f" ;; esac
+      done <<<"$(builtin declare -F)"
       builtin alias -p
       builtin set +o
       builtin shopt -p
       builtin trap -p
-    ) >"$_g_state" 2>/dev/null
+    } >"$_g_state" 2>/dev/null
     builtin trap 'rm -rf -- "$_g_dir"' EXIT
   else
     _g_profiled=
@@ -79,8 +85,10 @@ if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
   # A clean shell for this script, whatever the profile named its functions
   # (a "cd" or a "read") or set.
   while IFS=' ' builtin read -r _ _ _g_f; do builtin unset -f "$_g_f"; done <<<"$(builtin declare -F)"
+  builtin unalias -a
   builtin trap - ERR DEBUG RETURN
-  builtin set +e +u +f +C +o pipefail
+  builtin trap '_g_forward' TERM
+  builtin set +e +u +f +C +o pipefail +o errtrace +o functrace
   IFS=$' \t\n'
 fi
 # read -N counts characters of the locale; in C, bytes. Jobs get back the
@@ -155,6 +163,20 @@ _g_watch() {
     sleep 0.05
   done
 }
+# _g_forward hands a TERM this shell got to the running job's group: a job
+# that kills $$ ends itself, as under bash -lc, not its slot's shell.
+_g_forward() {
+  [ -z "${_g_pid-}" ] || kill -TERM -- -"$_g_pid" 2>/dev/null
+}
+# _g_wait waits for the job; a TERM forwarded meanwhile does not end the
+# wait.
+_g_wait() {
+  while :; do
+    wait "$_g_pid"
+    _g_rc=$?
+    if [ "$_g_rc" -le 128 ] || ! kill -0 "$_g_pid" 2>/dev/null; then return; fi
+  done
+}
 # _g_stale reports whether a profile file changed since this shell read it.
 _g_stale() {
   local f
@@ -163,6 +185,8 @@ _g_stale() {
   done
   return 1
 }
+# This script's functions, which a job's fork puts away.
+_g_funcs=$(compgen -A function _g_)
 # fd 3 is the watcher and fd 4 the jobs' stderr. The shell's own stderr is
 # silenced so that bash's "Killed" job notices never land in a job's log.
 exec 4>&2 2>/dev/null
@@ -194,8 +218,7 @@ $_g_script"
   # Job control gives the job a process group of its own.
   set -m
   (
-    # Unset before, LC_ALL=C is not exported: only a set one needs mending.
-    [ -z "$_g_lc_set" ] || LC_ALL=$_g_lc_all
+    if [ -n "$_g_lc_set" ]; then LC_ALL=$_g_lc_all; else unset -v LC_ALL; fi
     # shellcheck disable=SC2163 # each entry is NAME=value
     for _g_kv in "${_g_env[@]}"; do export "$_g_kv"; done
     # shellcheck disable=SC2088 # a literal ~ from the inventory means $HOME
@@ -207,22 +230,43 @@ $_g_script"
       builtin cd -- "$_g_wd" || { echo "gpudispatch: cannot enter workdir $_g_wd" >&2; exit 126; }
     fi
     [ -n "$_g_profiled" ] || exec "${SHELL:-/bin/bash}" -lc "$_g_script"
-    # A bash of its own (its own $$), that takes up the login shell's state,
-    # then the job's environment again after it (a profile does not win),
-    # then runs the job as bash -lc would: $0 bash, no positional parameters.
-    # shellcheck disable=SC2016 # expanded by the job's bash
-    exec "${SHELL:-/bin/bash}" --noprofile --norc -c 'builtin . "$1" 2>/dev/null
-_g_s=$2
-builtin shift 2
+    # The login shell's fork: what the profile set, the job's own
+    # BASHPID-seeded RANDOM and SECONDS from 0, then the job as bash -lc
+    # would run it: $0 bash (bash 5), no positional parameters, none of
+    # this script's names.
+    if [ -n "$_g_ifs_set" ]; then IFS=$_g_ifs; else unset -v IFS; fi
+    # shellcheck disable=SC2016 # the job line's own text
+    case $_g_script in
+      *'$$'* | *'${$}'*)
+        # A job that names $$ gets a bash of its own, so that $$ is its own
+        # (to kill itself, or to name its files): it takes up the profile's
+        # variables from here, the rest from the file, then the job's
+        # environment again.
+        _g_vars=$(
+          builtin unset -v RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIME \
+            BASH_ARGV BASH_ARGC BASH_SOURCE BASH_LINENO FUNCNAME BASH_COMMAND BASH_ARGV0 \
+            BASH_EXECUTION_STRING BASH_SUBSHELL BASHPID PIPESTATUS PWD OLDPWD SHLVL _ "${!_g_@}" 2>/dev/null
+          builtin declare -p
+        )
+        # shellcheck disable=SC2016 # expanded by the job's bash
+        exec "${SHELL:-/bin/bash}" --noprofile --norc -c 'builtin eval "$1" 2>/dev/null
+builtin . "$2" 2>/dev/null
+_g_s=$3
+builtin shift 3
 for _g_kv; do builtin export "$_g_kv"; done
 builtin unset -v _g_kv
 builtin set --
-builtin eval "builtin unset -v _g_s; $_g_s"' bash "$_g_state" "$_g_script" "${_g_env[@]}"
+builtin eval "builtin unset -v _g_s; $_g_s"' bash "$_g_vars" "$_g_state" "$_g_script" "${_g_env[@]}"
+        ;;
+    esac
+    RANDOM=$BASHPID${EPOCHREALTIME//[!0-9]/} SECONDS=0 BASH_ARGV0=bash
+    set -- "$_g_state"
+    builtin eval "builtin unset -f ${_g_funcs//$'\n'/ }; builtin unset -v ${!_g_*}; builtin . \"\$1\" 2>/dev/null; builtin set --
+$_g_script"
   ) 2>&4 4>&- 3<&- &
   _g_pid=$!
   set +m
-  wait "$_g_pid"
-  _g_rc=$?
+  _g_wait
   _g_reap
   printf '\0%s' "$_g_mark" >&4
   printf '\0%s %d\n' "$_g_mark" "$_g_rc"
