@@ -268,6 +268,7 @@ $_g_script"
   set +m
   _g_wait
   _g_reap
+  _g_pid= # a TERM between jobs has no job to go to
   printf '\0%s' "$_g_mark" >&4
   printf '\0%s %d\n' "$_g_mark" "$_g_rc"
 done
