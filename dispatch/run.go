@@ -464,9 +464,6 @@ func (r *run) start(ctx context.Context, a assignment) {
 		timeout = j.Timeout
 	}
 	cluster := a.p.host.cluster
-	if cluster {
-		e.GPUs = nil // Slurm gives them
-	}
 	q.launched, q.pending, q.ran = e, cluster, nil
 	if cluster {
 		// Slurm holds the job until it runs it, and times it itself.
@@ -598,8 +595,8 @@ func (r *run) finish(res result) {
 		e.Start, e.End = &res.start, &res.end
 	}
 	if p.host.cluster {
-		// Slurm ran it, from when it said so; its GPUs are Slurm's.
-		e.GPUs, e.Start, e.SlurmJobID = nil, q.ran, q.slurmID
+		// Slurm ran it, from when it said so.
+		e.Start, e.SlurmJobID = q.ran, q.slurmID
 	}
 	q.pending = false
 	if res.code >= 0 && kind != EventLost {

@@ -262,12 +262,20 @@ type placement struct {
 	gpus []*gpu
 }
 
-// String is "node1:2" or "node1:0,1".
+// String is "node1:2" or "node1:0,1", or "hpc" on a Slurm cluster.
 func (p placement) String() string {
+	if p.host.cluster {
+		return p.host.host.Name
+	}
 	return p.host.host.Name + ":" + gpuList(p.gpuIDs())
 }
 
+// gpuIDs are the GPUs p gives its job: none on a Slurm cluster, where
+// Slurm picks them (its one slot-holding pseudo-GPU is not one).
 func (p placement) gpuIDs() []int {
+	if p.host.cluster {
+		return nil
+	}
 	ids := make([]int, len(p.gpus))
 	for i, g := range p.gpus {
 		ids[i] = g.id

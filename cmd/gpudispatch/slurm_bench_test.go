@@ -50,11 +50,7 @@ func BenchmarkSlurm(b *testing.B) {
 	}
 	countCalls := func() int { return strings.Count(readFileOr(calls), "\n") }
 	dir := b.TempDir()
-	lab := filepath.Join(dir, "lab.yaml")
-	inv := fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    slurm: {partition: %s, max_jobs: %d}\n", l.SSHConfig, sc.Partition, jobs)
-	if err := os.WriteFile(lab, []byte(inv), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	lab := sshSlurmLab(b, dir, l, sc, fmt.Sprintf(", max_jobs: %d", jobs))
 	// run starts gpudispatch with n jobs that wait in the cluster, waits
 	// until all are submitted, counts squeue calls for 30 s, then stops it
 	// as a user would (Ctrl-C twice) and waits until the queue is empty.

@@ -42,6 +42,19 @@ hosts:
 	return path
 }
 
+// sshSlurmLab writes an inventory whose one host, node1 of the lab l, is
+// the login node of sc (slurmKeys: more keys of its slurm block), and
+// returns its path. The lab's sessions carry sc's SLURM_CONF.
+func sshSlurmLab(t testing.TB, dir string, l *sshtest.Lab, sc *slurmtest.Cluster, slurmKeys string) string {
+	t.Helper()
+	inv := fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    slurm: {partition: %s%s}\n", l.SSHConfig, sc.Partition, slurmKeys)
+	path := filepath.Join(dir, "lab.yaml")
+	if err := os.WriteFile(path, []byte(inv), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 // slurmRun is a test's cluster, its workstation + cluster inventory and a
 // log dir.
 type slurmRun struct {
@@ -281,15 +294,7 @@ func TestE2ESlurmOverSSH(t *testing.T) {
 	sc := slurmtest.Start(t, slurmtest.Options{GPUs: 2})
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, Env: []string{"SLURM_CONF=" + sc.Conf}})
 	dir := t.TempDir()
-	inv := fmt.Sprintf(`ssh_config: %s
-hosts:
-  - name: node1
-    slurm: {partition: %s, poll: 1s}
-`, l.SSHConfig, sc.Partition)
-	lab := filepath.Join(dir, "lab.yaml")
-	if err := os.WriteFile(lab, []byte(inv), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	lab := sshSlurmLab(t, dir, l, sc, ", poll: 1s")
 	logDir := filepath.Join(dir, "logs")
 	logJournalOnFailure(t, logDir)
 	// SLURM_CONF reaches the login node's sessions only: this process
@@ -370,11 +375,7 @@ func TestE2ESlurmLoginNodeLost(t *testing.T) {
 			l := sshtest.Start(t, sshtest.Options{Hosts: 1, Env: []string{"SLURM_CONF=" + sc.Conf}})
 			login := l.Hosts[0]
 			dir := t.TempDir()
-			inv := fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    slurm: {partition: %s, poll: 1s}\n", l.SSHConfig, sc.Partition)
-			lab := filepath.Join(dir, "lab.yaml")
-			if err := os.WriteFile(lab, []byte(inv), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			lab := sshSlurmLab(t, dir, l, sc, ", poll: 1s")
 			logDir := filepath.Join(dir, "logs")
 			logJournalOnFailure(t, logDir)
 			cmd, stdin, errOut := startGPD(t, dir, "--inventory", lab, "-o", logDir, "--keepalive", "1s", "--connect-timeout", "2s")
@@ -399,13 +400,7 @@ func TestE2ESlurmLoginNodeLost(t *testing.T) {
 			// 10 s grace): the jobs end meanwhile and the third runs.
 			time.Sleep(2 * time.Second)
 			os.WriteFile(filepath.Join(dir, "go"), nil, 0o644)
-			deadline := time.Now().Add(20 * time.Second)
-			for readFileOr(filepath.Join(dir, "ran.c")) == "" {
-				if time.Now().After(deadline) {
-					t.Fatalf("the third job never ran: squeue %v", runJobs(sc))
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+			waitForFile(t, filepath.Join(dir, "ran.c"), func(s string) bool { return s != "" }) // the third job ran
 			time.Sleep(4 * time.Second)
 			tc.back(login)
 			lost = false
@@ -434,7 +429,7 @@ func TestE2ESlurmLoginNodeLost(t *testing.T) {
 			// The agents end: the last at the run's end, an earlier one
 			// when it sees that a later one took over.
 			agents := "gpudispatch-slurm-agent " + fmt.Sprint(events[0]["run"])
-			deadline = time.Now().Add(5 * time.Second)
+			deadline := time.Now().Add(5 * time.Second)
 			for exec.Command("pgrep", "-f", agents).Run() == nil {
 				if time.Now().After(deadline) {
 					out, _ := exec.Command("pgrep", "-af", agents).Output()
