@@ -1,6 +1,10 @@
 package dispatch
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"time"
+)
 
 // Job states: the outcomes (the kinds of event that end a job's story),
 // plus these two for jobs whose story has not ended.
@@ -89,4 +93,26 @@ func (t *Tally) Jobs() int { return len(t.state) }
 // Ended is how many jobs' stories have ended, well or not.
 func (t *Tally) Ended() int {
 	return len(t.state) - t.counts[StateWaiting] - t.counts[StateRunning]
+}
+
+// Pace is how fast the jobs end: per second since first (when the run's
+// first job started) until now, and how long the jobs left need at that
+// pace. Both are 0 until a job has ended; eta is 0 when none is left.
+func (t *Tally) Pace(first, now time.Time) (perSecond float64, eta time.Duration) {
+	done, elapsed := t.Ended(), now.Sub(first)
+	if first.IsZero() || done == 0 || elapsed <= 0 {
+		return 0, 0
+	}
+	perSecond = float64(done) / elapsed.Seconds()
+	left := t.Jobs() - done
+	return perSecond, time.Duration(float64(left) / perSecond * float64(time.Second))
+}
+
+// RateString says a pace in words: "2.5 jobs/s", or per minute below one a
+// second.
+func RateString(perSecond float64) string {
+	if perSecond >= 1 {
+		return fmt.Sprintf("%.1f jobs/s", perSecond)
+	}
+	return fmt.Sprintf("%.1f jobs/min", perSecond*60)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/gpudispatch/gpudispatch/dispatch"
 	"github.com/gpudispatch/gpudispatch/dispatch/control"
 	"github.com/gpudispatch/gpudispatch/dispatch/live"
+	"github.com/gpudispatch/gpudispatch/dispatch/web"
 )
 
 // runOptions are run's flags after viper merged GPUDISPATCH_* into them.
@@ -40,6 +41,8 @@ type runOptions struct {
 	files    []string
 	// serve is gpudispatch serve: a standing queue, no input.
 	serve bool
+	// listen is where the web page is served ("" for none).
+	listen string
 }
 
 func newRunCommand(s streams, runF func(context.Context, streams, runOptions) error) *cobra.Command {
@@ -106,6 +109,7 @@ func addRunFlags(f *pflag.FlagSet, serve bool) {
 	f.Bool("json", false, "print one JSON object per event on stdout")
 	f.BoolP("quiet", "q", false, "print only what went wrong, and the summary")
 	f.BoolP("verbose", "v", false, "print queued and skipped jobs too")
+	f.String("listen", "", "serve a live web page of the run on this address (e.g. 127.0.0.1:8420); its URL, with the token it needs, is printed at start")
 }
 
 func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptions, error) {
@@ -126,6 +130,7 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 		json:       v.GetBool("json"),
 		quiet:      v.GetBool("quiet"),
 		verbose:    v.GetBool("verbose"),
+		listen:     v.GetString("listen"),
 	}
 	gpus := v.GetString("gpus")
 	// simple_gpu_scheduler's form: --gpus 0 1 2 cmds.txt. Bare integers right
@@ -280,6 +285,19 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	drain := make(chan struct{})
 	opts.Drain = drain
 	go handleSignals(ctx, messages, drain, cancel)
+	opts.Control = dispatch.NewControl()
+	if o.listen != "" {
+		page, err := web.Listen(o.listen, web.Options{Control: opts.Control, Probe: lab.ProbeGPUs})
+		if err != nil {
+			return usageError("%v", err)
+		}
+		defer page.Close()
+		opts.Reporters = append(opts.Reporters, page)
+		if !web.IsLoopback(o.listen) {
+			fmt.Fprintf(messages, "gpudispatch: warning: the web page listens on %s, beyond this machine, in plain HTTP: its token and everything it shows can be read on the network\n", o.listen)
+		}
+		fmt.Fprintf(messages, "gpudispatch: web page: %s\n", page.URL())
+	}
 	socket := controlSocket(o, messages, &opts)
 	defer socket.close()
 
@@ -309,8 +327,7 @@ type socket struct {
 // without it only warns (cancel, retry and a live status then cannot reach
 // it).
 func controlSocket(o runOptions, messages io.Writer, opts *dispatch.Options) *socket {
-	ctl := dispatch.NewControl()
-	opts.Control = ctl
+	ctl := opts.Control
 	sock := &socket{}
 	opts.Started = func() error {
 		l, err := control.Listen(o.logDir)

@@ -177,11 +177,9 @@ func (m *model) progress() string {
 			parts = append(parts, fmt.Sprintf("%d %s", n, dispatch.StateWord(s)))
 		}
 	}
-	if elapsed := m.now().Sub(m.first); !m.first.IsZero() && done > 0 && elapsed > 0 {
-		rate := float64(done) / elapsed.Seconds()
-		parts = append(parts, rateString(rate))
-		if left := total - done; left > 0 {
-			eta := time.Duration(float64(left) / rate * float64(time.Second))
+	if rate, eta := m.jobs.Pace(m.first, m.now()); rate > 0 {
+		parts = append(parts, dispatch.RateString(rate))
+		if eta > 0 {
 			parts = append(parts, "ETA "+dispatch.RoundDuration(eta).String())
 		}
 	}
@@ -212,11 +210,4 @@ func (m *model) clip(s string) string {
 		return s
 	}
 	return dispatch.Clip(s, m.width)
-}
-
-func rateString(perSecond float64) string {
-	if perSecond >= 1 {
-		return fmt.Sprintf("%.1f jobs/s", perSecond)
-	}
-	return fmt.Sprintf("%.1f jobs/min", perSecond*60)
 }

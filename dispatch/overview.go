@@ -1,0 +1,92 @@
+package dispatch
+
+import (
+	"context"
+	"time"
+)
+
+// Overview is a run as its loop sees it at one moment: its hosts and GPUs,
+// and the head of its queue in order, with why each job waits. The web
+// page draws it; the jobs that run and ended it learns from the events.
+type Overview struct {
+	// Serving is set for a standing queue (jobs can be added), Stopping
+	// once the run takes no new job.
+	Serving  bool
+	Stopping bool
+	Hosts    []HostView
+	// Waiting is the head of the queue, in the order jobs will start;
+	// MoreWaiting counts the waiting jobs after it.
+	Waiting     []WaitingJob
+	MoreWaiting int
+}
+
+// HostView is one host of a run.
+type HostView struct {
+	Name string
+	// Cluster is set for a Slurm cluster: it has no GPUs of its own to
+	// show, and Slots places for jobs.
+	Cluster bool
+	Slots   int
+	// Down is set while the host cannot be reached, since DownSince, for
+	// Why. Removed is set once an edit of the inventory dropped it.
+	Down      bool
+	DownSince time.Time
+	Why       string
+	Removed   bool
+	GPUs      []GPUView
+}
+
+// GPUView is one GPU of a host: its slots, how many are taken, and why it
+// takes no job when it is set aside (locked by another run, busy).
+type GPUView struct {
+	ID    int
+	Slots int
+	Used  int
+	Busy  string
+}
+
+// WaitingJob is a job in the queue.
+type WaitingJob struct {
+	ID       string
+	Command  string
+	Priority int
+	// Why says why it waits: its host is down, its GPU is busy, it waits
+	// for 2 GPUs of one host, or for its turn.
+	Why string
+}
+
+// Overview returns the run's hosts and at most limit waiting jobs.
+func (c *Control) Overview(ctx context.Context, limit int) (*Overview, error) {
+	var o *Overview
+	if err := c.do(ctx, func(r *run) { o = r.overview(limit) }); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func (r *run) overview(limit int) *Overview {
+	o := &Overview{Serving: r.opts.Serve, Stopping: r.stopping}
+	for _, h := range r.sched.table.hosts {
+		hv := HostView{
+			Name: h.host.Name, Cluster: h.cluster,
+			Down: h.down, DownSince: h.since, Why: h.why, Removed: h.removed,
+		}
+		for _, g := range h.gpus {
+			if h.cluster {
+				hv.Slots = g.cap
+				continue
+			}
+			hv.GPUs = append(hv.GPUs, GPUView{ID: g.id, Slots: g.cap, Used: g.used, Busy: g.busy})
+		}
+		o.Hosts = append(o.Hosts, hv)
+	}
+	n := min(limit, len(r.sched.waiting))
+	for i, q := range r.sched.waiting[:n] {
+		o.Waiting = append(o.Waiting, WaitingJob{
+			ID: q.job.ID(), Command: q.job.Command, Priority: q.job.Priority,
+			Why: r.sched.table.whyWaiting(q.job, i),
+		})
+	}
+	o.MoreWaiting = len(r.sched.waiting) - n
+	return o
+}

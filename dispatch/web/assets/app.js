@@ -1,0 +1,64 @@
+// gpudispatch's page: apply the updates the server sends (server-sent
+// events), tick elapsed times, follow a job's logs. The page reads without it.
+"use strict";
+(function () {
+  var conn = document.getElementById("conn");
+  var skew = 0; // server clock minus this one's, in ms
+
+  function human(ms) {
+    var s = Math.max(0, Math.floor(ms / 1000));
+    var h = Math.floor(s / 3600), m = Math.floor(s % 3600 / 60);
+    s = s % 60;
+    if (h) return h + "h" + m + "m" + s + "s";
+    if (m) return m + "m" + s + "s";
+    return s + "s";
+  }
+  function tick() {
+    var now = Date.now() + skew;
+    document.querySelectorAll("[data-since]").forEach(function (el) {
+      var since = +el.getAttribute("data-since");
+      if (since > 0) el.textContent = human(now - since);
+    });
+  }
+  setInterval(tick, 1000);
+
+  // A part is not replaced while someone types in it.
+  var held = {};
+  function replace(id, html) {
+    var el = document.getElementById(id);
+    if (!el) return;
+    if (el.contains(document.activeElement) && document.activeElement.tagName === "INPUT") {
+      held[id] = html;
+      return;
+    }
+    el.innerHTML = html;
+    tick();
+  }
+  document.addEventListener("focusout", function () {
+    setTimeout(function () {
+      Object.keys(held).forEach(function (id) { var h = held[id]; delete held[id]; replace(id, h); });
+    }, 0);
+  });
+
+  var url = document.body.getAttribute("data-stream");
+  if (!url || !window.EventSource) return;
+  var out = document.getElementById("stdout"), err = document.getElementById("stderr");
+  if (out) url += "?out=" + out.getAttribute("data-offset") + "&err=" + err.getAttribute("data-offset");
+  var es = new EventSource(url);
+  es.onopen = function () { conn.textContent = "live"; conn.className = "conn live"; };
+  es.onerror = function () { conn.textContent = "reconnecting…"; conn.className = "conn"; };
+  es.addEventListener("clock", function (e) { skew = +e.data - Date.now(); tick(); });
+  ["progress", "hosts", "queue", "finished", "job"].forEach(function (id) {
+    es.addEventListener(id, function (e) { replace(id, e.data); });
+  });
+  function append(pre, data) {
+    var t = JSON.parse(data);
+    var atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    if (t.skipped) pre.appendChild(document.createTextNode("\n… " + t.skipped + " bytes skipped (see the whole file)\n"));
+    pre.appendChild(document.createTextNode(t.text));
+    if (atEnd) pre.scrollTop = pre.scrollHeight;
+  }
+  es.addEventListener("stdout", function (e) { append(out, e.data); });
+  es.addEventListener("stderr", function (e) { append(err, e.data); });
+  es.addEventListener("attempt", function () { out.textContent = ""; err.textContent = ""; });
+})();

@@ -1,0 +1,63 @@
+package web
+
+import (
+	"bytes"
+	"embed"
+	"html/template"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+//go:embed assets/page.html assets/style.css assets/app.js
+var assets embed.FS
+
+// parts are the page's parts that updates replace, by element id, each
+// drawn by the template of the same name.
+var parts = []string{"progress", "hosts", "queue", "finished"}
+
+var tmpl = template.Must(template.New("page.html").Funcs(template.FuncMap{
+	"unixMilli": func(t time.Time) int64 { return t.UnixMilli() },
+	"gpus": func(ids []int) string {
+		s := make([]string, len(ids))
+		for i, id := range ids {
+			s[i] = strconv.Itoa(id)
+		}
+		return strings.Join(s, ",")
+	},
+	"jobAt": func(p *page, j *jobInfo) jobView { return jobView{Page: p, Job: j, Back: "/"} },
+}).ParseFS(assets, "assets/page.html"))
+
+// jobView is a job as a part of a page draws it; Back is where its forms
+// return to.
+type jobView struct {
+	Page *page
+	Job  *jobInfo
+	Back string
+}
+
+// jobPage is a job's own page: the job and the tails of its logs.
+type jobPage struct {
+	jobView
+	Out, Err tail
+}
+
+// render draws the template name for data.
+func render(w io.Writer, name string, data any) error {
+	return tmpl.ExecuteTemplate(w, name, data)
+}
+
+// renderParts draws each part of p.
+func renderParts(p *page) (map[string]string, error) {
+	out := make(map[string]string, len(parts))
+	var b bytes.Buffer
+	for _, name := range parts {
+		b.Reset()
+		if err := render(&b, name, p); err != nil {
+			return nil, err
+		}
+		out[name] = b.String()
+	}
+	return out, nil
+}

@@ -1,0 +1,201 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// fakeExec runs the jobs of the page's tests without a shell:
+//
+//	print TEXT    writes TEXT to stdout and TEXT to stderr, exits 0
+//	exit N        exits N
+//	hold          prints "held", then runs until cancelled or released
+//	spam N        writes N bytes of "x" to stdout
+type fakeExec struct {
+	release chan struct{} // closed: every hold ends (exit 0)
+	mu      sync.Mutex
+	probes  int
+}
+
+func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, stdout, stderr io.Writer) (int, error) {
+	verb, arg, _ := strings.Cut(c.Script, " ")
+	switch verb {
+	case "print":
+		fmt.Fprint(stdout, arg)
+		fmt.Fprint(stderr, arg)
+	case "exit":
+		n, _ := strconv.Atoi(arg)
+		return n, nil
+	case "hold":
+		fmt.Fprintln(stdout, "held")
+		select {
+		case <-ctx.Done():
+			return -1, context.Cause(ctx)
+		case <-f.release:
+		}
+	case "spam":
+		n, _ := strconv.Atoi(arg)
+		stdout.Write([]byte(strings.Repeat("x", n)))
+	}
+	return 0, nil
+}
+
+func (*fakeExec) WaitUp(context.Context, string) error       { return nil }
+func (*fakeExec) Reap(context.Context, string, string) error { return nil }
+func (*fakeExec) LockGPU(_ context.Context, _ string, gpu int, _ string) (executor.GPULock, error) {
+	return &fakeLock{key: fmt.Sprint("index-", gpu), lost: make(chan struct{})}, nil
+}
+
+func (f *fakeExec) ProbeGPUs(_ context.Context, host string) ([]executor.GPU, error) {
+	f.mu.Lock()
+	f.probes++
+	f.mu.Unlock()
+	return []executor.GPU{
+		{Index: 0, Name: "Fake A100", MemoryTotalMB: 81920, MemoryUsedMB: 1024, Utilization: 37},
+		{Index: 1, Name: "Fake A100", MemoryTotalMB: 81920, MemoryUsedMB: 0, Utilization: 0},
+	}, nil
+}
+
+type fakeLock struct {
+	key  string
+	lost chan struct{}
+	once sync.Once
+}
+
+func (l *fakeLock) Key() string           { return l.key }
+func (l *fakeLock) Lost() <-chan struct{} { return l.lost }
+func (l *fakeLock) Release()              { l.once.Do(func() { close(l.lost) }) }
+
+// served is a standing queue on two GPUs of host node1, with its page.
+type served struct {
+	t      *testing.T
+	ctl    *dispatch.Control
+	exec   *fakeExec
+	srv    *Server
+	http   *httptest.Server
+	logDir string
+	done   chan struct{}
+}
+
+// serve starts a standing queue and its page (GPUs sampled every
+// sampleEvery); the test's end stops both.
+func serve(t *testing.T, sampleEvery time.Duration) *served {
+	t.Helper()
+	s := &served{t: t, ctl: dispatch.NewControl(), exec: &fakeExec{release: make(chan struct{})}, logDir: t.TempDir(), done: make(chan struct{})}
+	var err error
+	s.srv, err = New(Options{Control: s.ctl, Probe: s.exec.ProbeGPUs, SampleEvery: sampleEvery, ListLimit: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := &inventory.Inventory{Hosts: []inventory.Host{{Name: "node1", GPUs: []int{0, 1}, SlotsPerGPU: 1}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	go s.srv.Run(ctx)
+	go func() {
+		defer close(s.done)
+		_, err := dispatch.Run(ctx, dispatch.Options{
+			Inventory: inv, Executor: s.exec, LogDir: s.logDir, Serve: true,
+			Control: s.ctl, Reporters: []dispatch.Reporter{s.srv},
+		}, nil)
+		if err != nil {
+			t.Error(err)
+		}
+	}()
+	s.http = httptest.NewServer(s.srv.Handler())
+	t.Cleanup(func() {
+		s.srv.close()
+		s.http.Close()
+		select {
+		case <-s.exec.release:
+		default:
+			close(s.exec.release)
+		}
+		s.ctl.Stop(context.Background(), true)
+		<-s.done
+		cancel()
+	})
+	return s
+}
+
+// submit queues lines and returns their ids.
+func (s *served) submit(lines string) []string {
+	s.t.Helper()
+	out, err := s.ctl.Submit(context.Background(), dispatch.Batch{Text: lines})
+	if err != nil || len(out.Errors) > 0 {
+		s.t.Fatalf("submit: %v %v", err, out.Errors)
+	}
+	return out.IDs
+}
+
+// browser is an HTTP client that has opened the page's token URL, so it
+// holds the cookie, and follows no redirect by itself.
+func (s *served) browser() *http.Client {
+	s.t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(s.http.URL + "/?token=" + s.srv.Token())
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		s.t.Fatalf("token URL: %s, want 303", resp.Status)
+	}
+	return c
+}
+
+// get fetches path with c and returns its status and body.
+func (s *served) get(c *http.Client, path string) (int, string) {
+	s.t.Helper()
+	resp, err := c.Get(s.http.URL + path)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// post sends a form to path with c; with csrf it carries the token.
+func (s *served) post(c *http.Client, path string, form url.Values, csrf bool) *http.Response {
+	s.t.Helper()
+	if csrf {
+		form.Set("csrf", s.srv.Token())
+	}
+	resp, err := c.PostForm(s.http.URL+path, form)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// waitPage fetches path until its body has want, for up to 10 s.
+func (s *served) waitPage(c *http.Client, path, want string) string {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body := s.get(c, path)
+		if strings.Contains(body, want) {
+			return body
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("%s never showed %q:\n%s", path, want, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,353 @@
+package web
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch"
+)
+
+// Every request needs the token; a change needs it in its form too, and a
+// forged cross-site POST changes nothing.
+func TestTokenAndForgery(t *testing.T) {
+	s := serve(t, time.Hour)
+	ids := s.submit("hold")
+	b := s.browser()
+	s.waitPage(b, "/", "job "+ids[0])
+
+	none := stranger()
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+		path   string
+		want   int
+	}{
+		{"no token", none, "/", http.StatusForbidden},
+		{"no token, a job's log", none, "/jobs/" + ids[0] + "/stdout", http.StatusForbidden},
+		{"no token, the updates", none, "/events", http.StatusForbidden},
+		{"no token, the script", none, "/static/app.js", http.StatusForbidden},
+		{"wrong token", none, "/?token=" + strings.Repeat("A", len(s.srv.Token())), http.StatusForbidden},
+		{"the token's cookie", b, "/", http.StatusOK},
+		{"the token's cookie, a job's log", b, "/jobs/" + ids[0] + "/stdout", http.StatusOK},
+		{"the token's cookie, the script", b, "/static/app.js", http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if code, body := s.get(tc.client, tc.path); code != tc.want {
+				t.Errorf("GET %s: %d, want %d\n%s", tc.path, code, tc.want, body)
+			}
+		})
+	}
+
+	// The cookie the token URL set: HttpOnly, SameSite=Strict.
+	resp, err := stranger().Get(s.http.URL + "/?token=" + s.srv.Token())
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	c := resp.Cookies()
+	if len(c) != 1 || !c[0].HttpOnly || c[0].SameSite != http.SameSiteStrictMode || c[0].Value != s.srv.Token() {
+		t.Errorf("cookie %+v: want the token, HttpOnly, SameSite=Strict", c)
+	}
+	if loc := resp.Header.Get("Location"); strings.Contains(loc, "token") {
+		t.Errorf("redirected to %q: the token should leave the address", loc)
+	}
+
+	cancel := "/jobs/" + ids[0] + "/cancel"
+	forged := []struct {
+		name   string
+		client *http.Client
+		csrf   bool
+		origin string
+	}{
+		{"no cookie, no token", stranger(), false, ""},
+		{"cookie without the form's token (a cross-site form)", b, false, ""},
+		{"cookie and token from another origin", b, true, "http://evil.example"},
+	}
+	for _, tc := range forged {
+		t.Run(tc.name, func(t *testing.T) {
+			form := url.Values{}
+			if tc.csrf {
+				form.Set("csrf", s.srv.Token())
+			}
+			req, _ := http.NewRequest("POST", s.http.URL+cancel, strings.NewReader(form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			if tc.origin != "" {
+				req.Header.Set("Origin", tc.origin)
+			}
+			resp, err := tc.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				t.Errorf("forged POST: %s, want 403", resp.Status)
+			}
+		})
+	}
+	st, err := s.ctl.Status(context.Background(), s.logDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Jobs[0].State != dispatch.StateRunning {
+		t.Fatalf("after forged cancels the job is %s, want running", st.Jobs[0].State)
+	}
+	// The page's own form does it.
+	if resp := s.post(b, cancel, url.Values{}, true); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("cancel from the page: %s, want 303", resp.Status)
+	}
+	s.waitPage(b, "/", "cancelled")
+}
+
+// stranger is a browser that never had the token.
+func stranger() *http.Client {
+	jar, _ := cookiejar.New(nil)
+	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// The page shows each slot's job, the queue with why each job waits, the
+// finished jobs with their outcome and logs, and the GPUs' sample.
+func TestPageShowsTheRun(t *testing.T) {
+	s := serve(t, 50*time.Millisecond)
+	b := s.browser()
+	s.submit("hold\nhold")
+	s.waitPage(b, "/", "2 running · 0 waiting")
+	s.submit("exit 3\n[priority=3] print waited")
+	page := s.waitPage(b, "/", "Fake A100")
+	for _, want := range []string{
+		"<h3>node1", "job 1", "job 2", "<code>hold</code>", // both slots' jobs
+		"priority 3", "waits for a free slot; first in line", // the queue, in order, with why
+		"1024/81920 MiB · 37%",                                // the sample
+		`name="csrf" value="` + s.srv.Token() + `"`,           // the forms carry the token
+		`action="/add"`,                                       // a standing queue takes jobs
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if !strings.Contains(page, "2 running · 2 waiting") || strings.Index(page, "print waited") > strings.Index(page, "exit 3") {
+		t.Error("queue not in priority order")
+	}
+	close(s.exec.release)
+	page = s.waitPage(b, "/", "4/4 done")
+	for _, want := range []string{"succeeded", "failed</b> · exit 3", `href="/jobs/4/stdout"`, ">retry</button>"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q after the jobs ended", want)
+		}
+	}
+	if code, body := s.get(b, "/jobs/4/stdout"); code != 200 || body != "waited" {
+		t.Errorf("job 4's stdout: %d %q, want 200 \"waited\"", code, body)
+	}
+}
+
+// GPUs are sampled only while someone looks at the page, whatever the
+// number of viewers.
+func TestSamplesOnlyWhileWatched(t *testing.T) {
+	s := serve(t, 20*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	if n := s.probes(); n != 0 {
+		t.Fatalf("%d samples with no page open, want 0", n)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := s.browser()
+	for range 5 {
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, "GET", s.http.URL+"/events", nil)
+			if resp, err := b.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	// One host sampled every 20 ms for 300 ms: about 15 samples, shared by
+	// the five viewers (not 75).
+	if n := s.probes(); n == 0 || n > 30 {
+		t.Errorf("%d samples in 300 ms with five viewers, want about 15", n)
+	}
+}
+
+func (s *served) probes() int {
+	s.exec.mu.Lock()
+	defer s.exec.mu.Unlock()
+	return s.exec.probes
+}
+
+// The updates arrive as server-sent events, gzipped, one per part that
+// changed: a job appears, then ends, without reloading the page.
+func TestUpdatesStream(t *testing.T) {
+	s := serve(t, time.Hour)
+	b := s.browser()
+	req, _ := http.NewRequest("GET", s.http.URL+"/events", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	tr := &http.Transport{DisableCompression: true}
+	c := &http.Client{Jar: b.Jar, Transport: tr}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if ce := resp.Header.Get("Content-Encoding"); ce != "gzip" {
+		t.Fatalf("Content-Encoding %q, want gzip", ce)
+	}
+	zr, err := gzip.NewReader(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := readEvents(zr)
+	latest := map[string]string{} // each part as last sent
+	next := func(name, want string) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for !strings.Contains(latest[name], want) {
+			select {
+			case e := <-events:
+				latest[e.name] = e.data
+			case <-timeout:
+				t.Fatalf("no %s event with %q", name, want)
+			}
+		}
+	}
+	next("hosts", "node1") // the whole page first
+	ids := s.submit("hold")
+	next("hosts", "job "+ids[0])
+	close(s.exec.release)
+	next("finished", "job "+ids[0])
+	next("progress", "1/1 done")
+}
+
+type sse struct{ name, data string }
+
+// readEvents parses server-sent events from r until it ends.
+func readEvents(r io.Reader) <-chan sse {
+	ch := make(chan sse, 100)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(nil, 1<<20)
+		var e sse
+		var data []string
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "":
+				if e.name != "" {
+					e.data = strings.Join(data, "\n")
+					ch <- e
+				}
+				e, data = sse{}, nil
+			case strings.HasPrefix(line, "event: "):
+				e.name = line[len("event: "):]
+			case strings.HasPrefix(line, "data: "):
+				data = append(data, line[len("data: "):])
+			}
+		}
+	}()
+	return ch
+}
+
+// Jobs are added through the form, errors named by line; cancel, retry and
+// priority work from the page.
+func TestActions(t *testing.T) {
+	s := serve(t, time.Hour)
+	b := s.browser()
+	resp := s.post(b, "/add", url.Values{"text": {"hold\nhold\n@nowhere print x\nprint third"}, "priority": {"2"}}, true)
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("add: %s", resp.Status)
+	}
+	_, page := s.get(b, resp.Header.Get("Location"))
+	for _, want := range []string{"queued: job 1, 2, 4", "web:3: ", "nowhere"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("after add, the page lacks %q", want)
+		}
+	}
+	s.waitPage(b, "/", "priority 2")
+	if resp := s.post(b, "/jobs/4/priority", url.Values{"priority": {"9"}}, true); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("priority: %s", resp.Status)
+	}
+	s.waitPage(b, "/", "priority 9")
+	resp = s.post(b, "/jobs/1/cancel", url.Values{"back": {"/jobs/1"}}, true)
+	if loc := resp.Header.Get("Location"); !strings.HasPrefix(loc, "/jobs/1?note=") {
+		t.Errorf("cancel from the job's page went back to %q", loc)
+	}
+	s.waitPage(b, "/jobs/1", "cancelled")
+	s.waitPage(b, "/", "job 4")
+	resp = s.post(b, "/jobs/1/retry", url.Values{}, true)
+	_, page = s.get(b, resp.Header.Get("Location"))
+	if !strings.Contains(page, "job 1: queued again") {
+		t.Errorf("retry: the page does not say so:\n%s", page)
+	}
+	resp = s.post(b, "/jobs/4/retry", url.Values{}, true)
+	_, page = s.get(b, resp.Header.Get("Location"))
+	if !strings.Contains(page, "has not ended") && !strings.Contains(page, "succeeded") {
+		t.Errorf("retry of a job that did not fail: no reason shown:\n%s", page)
+	}
+}
+
+// A pipe run's page has no form to add jobs.
+func TestPipeRunIsReadOnly(t *testing.T) {
+	s := serve(t, time.Hour)
+	b := s.browser()
+	s.ctl.Stop(context.Background(), false) // a stopping run takes no job either
+	if _, page := s.get(b, "/"); strings.Contains(page, `action="/add"`) {
+		t.Error("a run that takes no job shows the add form")
+	}
+}
+
+// A job's page shows the tail of its logs, then follows them.
+func TestJobPageFollows(t *testing.T) {
+	s := serve(t, time.Hour)
+	b := s.browser()
+	ids := s.submit("hold")
+	page := s.waitPage(b, "/jobs/"+ids[0], "held")
+	if !strings.Contains(page, `<pre id="stdout" data-offset="5">held`) {
+		t.Fatalf("job page:\n%s", page)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.http.URL+"/jobs/"+ids[0]+"/follow?out=5&err=0", nil)
+	resp, err := b.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events := readEvents(resp.Body)
+	out := filepath.Join(s.logDir, ids[0]+".out")
+	f, err := os.OpenFile(out, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("more é") // "é" cut in two writes, to be sent whole
+	f.Write([]byte{0xc3})
+	time.Sleep(2 * followEvery)
+	f.Write([]byte{0xa9})
+	f.Close()
+	var got strings.Builder
+	timeout := time.After(10 * time.Second)
+	for got.String() != "more éé" {
+		select {
+		case e := <-events:
+			if e.name != "stdout" {
+				continue
+			}
+			var tl tail
+			if err := json.Unmarshal([]byte(e.data), &tl); err != nil {
+				t.Fatal(err)
+			}
+			got.WriteString(tl.Text)
+		case <-timeout:
+			t.Fatalf("followed %q, want %q", got.String(), "more éé")
+		}
+	}
+}
