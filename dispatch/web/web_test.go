@@ -127,9 +127,9 @@ func TestPageShowsTheRun(t *testing.T) {
 	for _, want := range []string{
 		"<h3>node1", "job 1", "job 2", "<code>hold</code>", // both slots' jobs
 		"priority 3", "waits for a free slot; first in line", // the queue, in order, with why
-		"1024/81920 MiB · 37%",                                // the sample
-		`name="csrf" value="` + s.srv.Token() + `"`,           // the forms carry the token
-		`action="/add"`,                                       // a standing queue takes jobs
+		"1024/81920 MiB · 37%",                      // the sample
+		`name="csrf" value="` + s.srv.Token() + `"`, // the forms carry the token
+		`action="/add"`,                             // a standing queue takes jobs
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
