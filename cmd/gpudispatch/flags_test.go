@@ -45,6 +45,7 @@ var flagValues = map[string]string{
 	"resume": "true", "retries": "5", "timeout": "2h", "host-down-timeout": "1m", "skip-busy": "true",
 	"busy-recheck": "30s", "dry-run": "true", "json": "true", "quiet": "true", "verbose": "true",
 	"failed": "true", "name": "eval", "host": "a", "priority": "3", "wait": "true", "now": "true",
+	"listen": "127.0.0.1:8420",
 }
 
 // everyFlag checks that each flag of cmd, set as GPUDISPATCH_<FLAG>, gives

@@ -32,11 +32,19 @@ type page struct {
 
 // progress is the bar: counts, rate and ETA.
 type progress struct {
-	Total, Done                               int
-	Succeeded, Failed, Running, Waiting, Lost int
-	Other                                     int // timed out, cancelled, rejected
-	Rate                                      string
-	ETA                                       time.Duration
+	Total, Done      int
+	Running, Waiting int
+	// Outcomes counts the ended jobs by outcome, those with none left out.
+	Outcomes []outcome
+	Rate     string
+	ETA      time.Duration
+}
+
+// outcome is how many jobs ended one way.
+type outcome struct {
+	Word string
+	N    int
+	Good bool
 }
 
 // hostCard is one host: its health, its GPUs and their jobs.
@@ -124,11 +132,13 @@ func (s *Server) progress(now time.Time) progress {
 	t := &s.tally
 	p := progress{
 		Total: t.Jobs(), Done: t.Ended(),
-		Succeeded: t.Count(dispatch.EventFinished), Failed: t.Count(dispatch.EventFailed),
-		Lost:    t.Count(dispatch.EventLost),
 		Running: t.Count(dispatch.StateRunning), Waiting: t.Count(dispatch.StateWaiting),
 	}
-	p.Other = p.Done - p.Succeeded - p.Failed - p.Lost
+	for _, o := range dispatch.Outcomes {
+		if n := t.Count(o); n > 0 {
+			p.Outcomes = append(p.Outcomes, outcome{dispatch.StateWord(o), n, o == dispatch.EventFinished})
+		}
+	}
 	if rate, eta := t.Pace(s.first, now); rate > 0 {
 		p.Rate, p.ETA = dispatch.RateString(rate), dispatch.RoundDuration(eta)
 	}

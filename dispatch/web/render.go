@@ -57,7 +57,19 @@ func renderParts(p *page) (map[string]string, error) {
 		if err := render(&b, name, p); err != nil {
 			return nil, err
 		}
-		out[name] = b.String()
+		out[name] = squeeze(b.String())
 	}
 	return out, nil
+}
+
+// squeeze drops the blank lines the templates leave: every update costs
+// fewer bytes. The parts hold no <pre>, where lines would matter.
+func squeeze(html string) string {
+	var b strings.Builder
+	for line := range strings.Lines(html) {
+		if strings.TrimSpace(line) != "" {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }

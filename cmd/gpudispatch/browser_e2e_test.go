@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image/png"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
+)
+
+// browser starts headless Debian chromium for a test, at width × height.
+// It skips the test when there is no chromium, unless
+// GPUDISPATCH_REQUIRE_BROWSER is set.
+func browser(t *testing.T, width, height int) context.Context {
+	t.Helper()
+	path := ""
+	for _, name := range []string{"chromium", "chromium-browser"} {
+		if p, err := exec.LookPath(name); err == nil {
+			path = p
+			break
+		}
+	}
+	if path == "" {
+		if os.Getenv("GPUDISPATCH_REQUIRE_BROWSER") != "" {
+			t.Fatal("GPUDISPATCH_REQUIRE_BROWSER is set and there is no chromium on PATH (apt-get install chromium)")
+		}
+		t.Skip("no chromium on PATH: apt-get install chromium, or set GPUDISPATCH_REQUIRE_BROWSER to make this a failure")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(width, height), chromedp.UserDataDir(t.TempDir()),
+	)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelTime := context.WithTimeout(ctx, 3*time.Minute)
+	t.Cleanup(func() { cancelTime(); cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	return ctx
+}
+
+// servePage starts gpudispatch serve on two fake GPUs with its web page,
+// and returns the page's URL (with its token) and the log dir.
+func servePage(t *testing.T, dir string) (cmd *exec.Cmd, pageURL, logDir string) {
+	t.Helper()
+	sshtest.NvidiaSMI(t, dir, "0, GPU-a, Fake A100 80GB, 81920, 30412, 87\n1, GPU-b, Fake A100 80GB, 81920, 12, 0\n", "")
+	logDir = filepath.Join(dir, "logs")
+	cmd = exec.Command(binary, "serve", "--gpus", "0,1", "-o", logDir, "--listen", "127.0.0.1:0")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pageURL = readPageURL(t, stderr)
+	return cmd, pageURL, logDir
+}
+
+// waitJS waits until the JavaScript expression is true in the page.
+func waitJS(t *testing.T, ctx context.Context, what, expr string) {
+	t.Helper()
+	if _, err := chromedp.Run(ctx, chromedp.Poll[bool](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
+		html, _ := chromedp.Run(ctx, chromedp.OuterHTML(chromedp.CSS("main")))
+		t.Fatalf("%s: %v\n%s", what, err, html)
+	}
+}
+
+// has is the JavaScript test that the text of the element selector names
+// contains each of words.
+func has(selector string, words ...string) string {
+	el := fmt.Sprintf("document.querySelector(%q)", selector)
+	conds := []string{"!!" + el}
+	for _, w := range words {
+		conds = append(conds, fmt.Sprintf("%s.textContent.includes(%q)", el, w))
+	}
+	return strings.Join(conds, " && ")
+}
+
+// In a real browser: the page opens with its token and goes live; a job
+// appears on its GPU and finishes without a reload; a job added through the
+// form runs and its page shows its output; a running job is cancelled with
+// its button. The screenshot is checked (and kept with
+// GPUDISPATCH_SCREENSHOT=path.png); on a 375 px phone nothing runs off the
+// side.
+func TestBrowserPage(t *testing.T) {
+	ctx := browser(t, 1000, 900)
+	dir := t.TempDir()
+	cmd, pageURL, logDir := servePage(t, dir)
+	defer logJournalOnFailure(t, logDir)
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL)); err != nil {
+		t.Fatal(err)
+	}
+	if loc, _ := chromedp.Run(ctx, chromedp.Location()); strings.Contains(loc, "token") {
+		t.Errorf("the token stayed in the address: %s", loc)
+	}
+	waitJS(t, ctx, "the page goes live", has("#conn", "live"))
+	// A mark that a reload would wipe: every change below must come live.
+	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void]("window.notReloaded = true")); err != nil {
+		t.Fatal(err)
+	}
+
+	gate := filepath.Join(dir, "go1")
+	submit(t, dir, logDir, fmt.Sprintf("while [ ! -e %s ]; do sleep 0.1; done; echo first-done", gate))
+	waitJS(t, ctx, "job 1 appears on a GPU", has("#hosts", "job 1", "first-done", "Fake A100 80GB", "30412/81920 MiB"))
+	os.WriteFile(gate, nil, 0o644)
+	waitJS(t, ctx, "job 1 finishes", has("#finished", "job 1", "succeeded"))
+	waitJS(t, ctx, "the counts follow", has("#progress", "1/1 done"))
+	waitJS(t, ctx, "all of it without a reload", "window.notReloaded === true")
+
+	// A job added through the form.
+	if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(".add textarea"), "echo added-by-the-form\n@nohost echo x")); err != nil {
+		t.Fatal(err)
+	}
+	clickToPage(t, ctx, ".add button")
+	waitJS(t, ctx, "the form's answer", has("main", "queued: job 2", "web:2:", "nohost"))
+	waitJS(t, ctx, "job 2 finishes", has("#finished", "job 2", "succeeded"))
+	clickToPage(t, ctx, `#finished a[href="/jobs/2"]`)
+	waitJS(t, ctx, "job 2's page shows its output", has("#stdout", "added-by-the-form"))
+
+	// Two long jobs take both GPUs; a third waits; one is cancelled with its
+	// button and the third runs.
+	if err := chromedp.Do(ctx, chromedp.Navigate(strings.Split(pageURL, "?")[0])); err != nil {
+		t.Fatal(err)
+	}
+	// A stand-in for training, on the jobs' PATH (~/bin).
+	if err := os.WriteFile(filepath.Join(dir, "bin", "python"), []byte("#!/bin/sh\nexec sleep 300\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	submit(t, dir, logDir, "[name=train-a] python train.py --lr 0.1", "[name=train-b] python train.py --lr 0.01")
+	waitJS(t, ctx, "two jobs run", has("#hosts", "train-a", "train-b"))
+	submit(t, dir, logDir, "[name=eval] echo eval-done", "[name=report priority=2] echo report-done")
+	waitJS(t, ctx, "two wait, in priority order", has("#queue", "report", "eval", "first in line")+
+		` && document.querySelector("#queue").textContent.indexOf("report") < document.querySelector("#queue").textContent.indexOf("eval")`)
+	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkScreenshot(t, shot)
+	clickToPage(t, ctx, `#hosts form[action="/jobs/train-a/cancel"] button`)
+	waitJS(t, ctx, "train-a is cancelled", has("#finished", "train-a", "cancelled"))
+	waitJS(t, ctx, "eval runs in its place", has("#finished", "eval", "succeeded"))
+	events := journal(t, logDir)
+	if count(events, "cancelled") != 1 {
+		t.Errorf("%d cancelled events, want 1 (train-a)", count(events, "cancelled"))
+	}
+
+	// A phone: one column, nothing wider than the screen.
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(375, 800, chromedp.EmulateMobile)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "nothing wider than 375 px", "document.documentElement.scrollWidth <= 375")
+
+	if out, err := exec.Command(binary, "stop", "-o", logDir, "--now").CombinedOutput(); err != nil {
+		t.Fatalf("stop: %v\n%s", err, out)
+	}
+	waitExit(t, cmd, &bytes.Buffer{}, time.Minute)
+}
+
+// clickToPage clicks what selector names and waits for the page it leads
+// to (a link, or a form's answer) to load.
+func clickToPage(t *testing.T, ctx context.Context, selector string) {
+	t.Helper()
+	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(selector)))
+	if err != nil {
+		t.Fatalf("click %s: %v", selector, err)
+	}
+	if resp.Status != 200 {
+		t.Fatalf("click %s: HTTP %d", selector, resp.Status)
+	}
+}
+
+// submit queues job lines with gpudispatch submit.
+func submit(t *testing.T, dir, logDir string, lines ...string) {
+	t.Helper()
+	c := exec.Command(binary, "submit", "-o", logDir)
+	c.Dir = dir
+	c.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	if out, err := c.CombinedOutput(); err != nil {
+		t.Fatalf("submit: %v\n%s", err, out)
+	}
+}
+
+// checkScreenshot fails unless shot is a PNG with something drawn on it:
+// many colours, and much of it not white. With GPUDISPATCH_SCREENSHOT set
+// it is written there (the README's picture).
+func checkScreenshot(t *testing.T, shot []byte) {
+	t.Helper()
+	img, err := png.Decode(bytes.NewReader(shot))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	colours, inked := map[[3]uint32]bool{}, 0
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y += 2 {
+		for x := b.Min.X; x < b.Max.X; x += 2 {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			colours[[3]uint32{r >> 8, g >> 8, bl >> 8}] = true
+			if r>>8 < 200 || g>>8 < 200 || bl>>8 < 200 {
+				inked++
+			}
+		}
+	}
+	total := (b.Dx() / 2) * (b.Dy() / 2)
+	if len(colours) < 20 || inked*100 < total*2 {
+		t.Errorf("the screenshot looks blank: %d colours, %d of %d pixels inked", len(colours), inked, total)
+	}
+	path := filepath.Join(t.TempDir(), "page.png")
+	if p := os.Getenv("GPUDISPATCH_SCREENSHOT"); p != "" {
+		path = p
+	}
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s (%dx%d, %d colours)", path, b.Dx(), b.Dy(), len(colours))
+}
