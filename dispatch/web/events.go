@@ -139,8 +139,11 @@ func (s *Server) broadcast(last, now map[string]string) {
 }
 
 // event is one server-sent event: its name, its id (when not ""), and
-// data over as many lines as it has.
+// data over as many lines as it has. A CR ends a line in an event stream,
+// so it is sent as a line break (data is HTML, where both are white space,
+// or JSON, which has none): a job's command cannot add fields of its own.
 func event(name, id, data string) []byte {
+	data = strings.ReplaceAll(data, "\r", "\n")
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "event: %s\n", name)
 	if id != "" {
@@ -148,7 +151,7 @@ func event(name, id, data string) []byte {
 	}
 	for line := range strings.SplitSeq(data, "\n") {
 		b.WriteString("data: ")
-		b.WriteString(strings.TrimSuffix(line, "\r"))
+		b.WriteString(line)
 		b.WriteByte('\n')
 	}
 	b.WriteByte('\n')

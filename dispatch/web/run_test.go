@@ -27,8 +27,10 @@ import (
 //	spam N        writes N bytes of "x" to stdout
 type fakeExec struct {
 	release chan struct{} // closed: every hold ends (exit 0)
-	mu      sync.Mutex
-	probes  int
+	// back, when set, holds WaitUp until it is closed.
+	back   chan struct{}
+	mu     sync.Mutex
+	probes int
 }
 
 func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, stdout, stderr io.Writer) (int, error) {
@@ -54,7 +56,17 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 	return 0, nil
 }
 
-func (*fakeExec) WaitUp(context.Context, string) error       { return nil }
+func (f *fakeExec) WaitUp(ctx context.Context, _ string) error {
+	if f.back != nil {
+		select {
+		case <-f.back:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
 func (*fakeExec) Reap(context.Context, string, string) error { return nil }
 func (*fakeExec) LockGPU(_ context.Context, _ string, gpu int, _ string) (executor.GPULock, error) {
 	return &fakeLock{key: fmt.Sprint("index-", gpu), lost: make(chan struct{})}, nil
@@ -92,14 +104,22 @@ type served struct {
 }
 
 // serve starts a standing queue and its page (GPUs sampled every
-// sampleEvery); the test's end stops both.
-func serve(t *testing.T, sampleEvery time.Duration) *served {
+// sampleEvery), with down the hosts down at its start (until exec.back is
+// closed); the test's end stops both.
+func serve(t *testing.T, sampleEvery time.Duration, down ...string) *served {
 	t.Helper()
 	s := &served{t: t, ctl: dispatch.NewControl(), exec: &fakeExec{release: make(chan struct{})}, logDir: t.TempDir(), done: make(chan struct{})}
 	var err error
 	s.srv, err = New(Options{Control: s.ctl, Probe: s.exec.ProbeGPUs, SampleEvery: sampleEvery, ListLimit: 5})
 	if err != nil {
 		t.Fatal(err)
+	}
+	downs := map[string]error{}
+	if len(down) > 0 {
+		s.exec.back = make(chan struct{})
+	}
+	for _, h := range down {
+		downs[h] = fmt.Errorf("dial tcp %s:22: connection refused", h)
 	}
 	inv := &inventory.Inventory{Hosts: []inventory.Host{{Name: "node1", GPUs: []int{0, 1}, SlotsPerGPU: 1}}}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -108,7 +128,7 @@ func serve(t *testing.T, sampleEvery time.Duration) *served {
 		defer close(s.done)
 		_, err := dispatch.Run(ctx, dispatch.Options{
 			Inventory: inv, Executor: s.exec, LogDir: s.logDir, Serve: true,
-			Control: s.ctl, Reporters: []dispatch.Reporter{s.srv},
+			Control: s.ctl, Reporters: []dispatch.Reporter{s.srv}, Down: downs,
 		}, nil)
 		if err != nil {
 			t.Error(err)
@@ -122,6 +142,13 @@ func serve(t *testing.T, sampleEvery time.Duration) *served {
 		case <-s.exec.release:
 		default:
 			close(s.exec.release)
+		}
+		if s.exec.back != nil {
+			select {
+			case <-s.exec.back:
+			default:
+				close(s.exec.back)
+			}
 		}
 		s.ctl.Stop(context.Background(), true)
 		<-s.done

@@ -351,3 +351,41 @@ func TestJobPageFollows(t *testing.T) {
 		}
 	}
 }
+
+// An event's data cannot end the event early or add fields of its own,
+// whatever line breaks a job's command holds.
+func TestEventFraming(t *testing.T) {
+	for _, tc := range []struct{ data, want string }{
+		{"<p>a</p>", "event: hosts\ndata: <p>a</p>\n\n"},
+		{"a\nb", "event: hosts\ndata: a\ndata: b\n\n"},
+		{"x\revent: evil\r\rdata: <img>", "event: hosts\ndata: x\ndata: event: evil\ndata: \ndata: data: <img>\n\n"},
+		{"x\r\ny", "event: hosts\ndata: x\ndata: \ndata: y\n\n"},
+	} {
+		if got := string(event("hosts", "", tc.data)); got != tc.want {
+			t.Errorf("event(%q) = %q, want %q", tc.data, got, tc.want)
+		}
+		got := <-readEvents(strings.NewReader(string(event("hosts", "", tc.data))))
+		if got.name != "hosts" {
+			t.Errorf("event(%q) read back as %q", tc.data, got.name)
+		}
+	}
+}
+
+// A host that is down says so on its card, with why; the jobs that wait
+// for it say so too; it comes back live.
+func TestHostDown(t *testing.T) {
+	s := serve(t, time.Hour, "node1")
+	b := s.browser()
+	s.submit("print x")
+	page := s.waitPage(b, "/", "connection refused")
+	for _, want := range []string{`<article class="card down">`, "node1 <span class=\"state\">down</span>", "host node1 is down (dial tcp node1:22: connection refused)"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	close(s.exec.back)
+	s.waitPage(b, "/", "1/1 done")
+	if _, page := s.get(b, "/"); strings.Contains(page, "connection refused") {
+		t.Error("the host is back, the page still says it is down")
+	}
+}
