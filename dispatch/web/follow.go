@@ -110,7 +110,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request) {
 	for {
 		var msg []byte
 		s.mu.Lock()
-		now := *s.jobs[j.ID]
+		now := s.jobs[j.ID].copy()
 		s.mu.Unlock()
 		if now.Stdout != logs {
 			// A new attempt, with logs of its own.
@@ -133,7 +133,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request) {
 			version = now.version
 			var b bytes.Buffer
 			p := &page{Token: s.o.Token, Live: true, Now: time.Now()}
-			render(&b, "jobhead", jobView{Page: p, Job: &now, Back: "/jobs/" + now.ID})
+			render(&b, "jobhead", jobView{Page: p, Job: now, Back: "/jobs/" + now.ID})
 			msg = append(msg, event("job", "", b.String())...)
 		}
 		if len(msg) == 0 && time.Since(idle) > heartbeat {

@@ -85,11 +85,9 @@ func (s *Server) viewed() {
 func (s *Server) jobOf(w http.ResponseWriter, r *http.Request) *jobInfo {
 	id := r.PathValue("id")
 	s.mu.Lock()
-	j := s.jobs[id]
 	var c *jobInfo
-	if j != nil {
-		snap := *j
-		c = &snap
+	if j := s.jobs[id]; j != nil {
+		c = j.copy()
 	}
 	s.mu.Unlock()
 	if c == nil {

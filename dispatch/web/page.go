@@ -84,6 +84,7 @@ func (s *Server) build(o *dispatch.Overview, ended bool, now time.Time, live boo
 
 	running := map[string][]*jobInfo{} // by host
 	for _, j := range s.jobs {
+		j := j.copy()
 		switch {
 		case j.Pending:
 			p.Held = append(p.Held, j)
@@ -122,7 +123,7 @@ func (s *Server) build(o *dispatch.Overview, ended bool, now time.Time, live boo
 		p.Hosts = append(p.Hosts, c)
 	}
 	for i := len(s.ended) - 1; i >= 0; i-- {
-		p.Finished = append(p.Finished, s.jobs[s.ended[i]])
+		p.Finished = append(p.Finished, s.jobs[s.ended[i]].copy())
 	}
 	return p
 }

@@ -85,6 +85,13 @@ func firstNonEmpty(a, b string) string {
 	return b
 }
 
+// copy is j as it is now, for drawing once s.mu is let go (events change
+// j; they replace its slices, never write into them).
+func (j *jobInfo) copy() *jobInfo {
+	c := *j
+	return &c
+}
+
 // Duration is how long the job ran, or has run by now.
 func (j *jobInfo) Duration(now time.Time) time.Duration {
 	switch {
