@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,8 +39,15 @@ import (
 // Run it with:
 //
 //	go test ./cmd/gpudispatch -run '^$' -bench DispatchVsControlMaster -benchtime 3x
+//
+// GPUDISPATCH_BENCH_JOBS=2000 runs more jobs than 400, so that what a run
+// pays once (connecting, a login shell per slot) weighs less.
 func BenchmarkDispatchVsControlMaster(b *testing.B) {
-	const jobs, hostCount, gpus = 400, 4, 4
+	const hostCount, gpus = 4, 4
+	jobs := 400
+	if n, err := strconv.Atoi(os.Getenv("GPUDISPATCH_BENCH_JOBS")); err == nil && n > 0 {
+		jobs = n
+	}
 	l := sshtest.Start(b, sshtest.Options{Hosts: hostCount, GPUs: gpus})
 	inv := filepath.Join(l.Dir, "bench.yaml")
 	var y strings.Builder
