@@ -115,7 +115,7 @@ func TestBrowserPage(t *testing.T) {
 	}
 
 	gate := filepath.Join(dir, "go1")
-	submit(t, dir, logDir, fmt.Sprintf("while [ ! -e %s ]; do sleep 0.1; done; echo first-done", gate))
+	submit(t, dir, logDir, fmt.Sprintf("while [ ! -e %s ]; do sleep 0.1; done; echo first-done\n", gate))
 	waitJS(t, ctx, "job 1 appears on a GPU", has("#hosts", "job 1", "first-done", "Fake A100 80GB", "30412/81920 MiB"))
 	os.WriteFile(gate, nil, 0o644)
 	waitJS(t, ctx, "job 1 finishes", has("#finished", "job 1", "succeeded"))
@@ -141,9 +141,9 @@ func TestBrowserPage(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "bin", "python"), []byte("#!/bin/sh\nexec sleep 300\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	submit(t, dir, logDir, "[name=train-a] python train.py --lr 0.1", "[name=train-b] python train.py --lr 0.01")
+	submit(t, dir, logDir, "[name=train-a] python train.py --lr 0.1\n[name=train-b] python train.py --lr 0.01\n")
 	waitJS(t, ctx, "two jobs run", has("#hosts", "train-a", "train-b"))
-	submit(t, dir, logDir, "[name=eval] echo eval-done", "[name=report priority=2] echo report-done")
+	submit(t, dir, logDir, "[name=eval] echo eval-done\n[name=report priority=2] echo report-done\n")
 	waitJS(t, ctx, "two wait, in priority order", has("#queue", "report", "eval", "first in line")+
 		` && document.querySelector("#queue").textContent.indexOf("report") < document.querySelector("#queue").textContent.indexOf("eval")`)
 	shot, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
@@ -184,14 +184,14 @@ func clickToPage(t *testing.T, ctx context.Context, selector string) {
 	}
 }
 
-// submit queues job lines with gpudispatch submit.
-func submit(t *testing.T, dir, logDir string, lines ...string) {
-	t.Helper()
-	c := exec.Command(binary, "submit", "-o", logDir)
+// submit queues job lines with gpudispatch submit and args.
+func submit(tb testing.TB, dir, logDir, lines string, args ...string) {
+	tb.Helper()
+	c := exec.Command(binary, append([]string{"submit", "-o", logDir}, args...)...)
 	c.Dir = dir
-	c.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+	c.Stdin = strings.NewReader(lines)
 	if out, err := c.CombinedOutput(); err != nil {
-		t.Fatalf("submit: %v\n%s", err, out)
+		tb.Fatalf("submit: %v\n%s", err, out)
 	}
 }
 

@@ -63,7 +63,7 @@ func BenchmarkWebPage(b *testing.B) {
 		time.Sleep(time.Second) // the pages are open, and idle
 		cpu0, bytes0 := cpuSeconds(b, serve.Process.Pid), received[0].Load()
 		start := time.Now()
-		submitWait(b, dir, logs, lines)
+		submit(b, dir, logs, lines, "--wait")
 		seconds := time.Since(start).Seconds()
 		cpu, bytes := cpuSeconds(b, serve.Process.Pid)-cpu0, received[0].Load()-bytes0
 		if out, err := exec.Command(binary, "stop", "-o", logs).CombinedOutput(); err != nil {
@@ -146,17 +146,6 @@ type counter struct{ n *atomic.Int64 }
 func (c counter) Write(p []byte) (int, error) {
 	c.n.Add(int64(len(p)))
 	return len(p), nil
-}
-
-// submitWait submits lines to the server of logs and waits for them.
-func submitWait(tb testing.TB, dir, logs, lines string) {
-	tb.Helper()
-	c := exec.Command(binary, "submit", "-o", logs, "--wait")
-	c.Dir = dir
-	c.Stdin = strings.NewReader(lines)
-	if out, err := c.CombinedOutput(); err != nil {
-		tb.Fatalf("submit: %v\n%s", err, out)
-	}
 }
 
 // cpuSeconds is the CPU time process pid used itself (user and system, all
