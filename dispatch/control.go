@@ -309,7 +309,7 @@ func (r *run) retryJob(q *queued) (string, error) {
 	switch {
 	case q.ended == nil:
 		return "", fmt.Errorf("job %s has not ended: nothing to retry", q.job.ID())
-	case q.ended.Event == EventFinished || q.ended.Event == EventRejected:
+	case !Retryable(q.ended.Event):
 		return "", fmt.Errorf("job %s %s: only a job that failed, timed out, was lost or was cancelled is retried", q.job.ID(), StateWord(q.ended.Event))
 	case r.stopping:
 		return "", errors.New("the run is stopping: it starts no job")

@@ -40,6 +40,12 @@ func (e Event) JobState() string {
 // well or not.
 func Ended(state string) bool { return state != StateWaiting && state != StateRunning && state != "" }
 
+// Retryable reports whether a job in state may be queued again on request
+// (retry): it ended without success, and was not rejected.
+func Retryable(state string) bool {
+	return Ended(state) && state != EventFinished && state != EventRejected
+}
+
 // StateWord is how people are told a state: "succeeded", "timed out",
 // else the state itself.
 func StateWord(state string) string {

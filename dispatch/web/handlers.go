@@ -23,12 +23,23 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /events", s.events)
 	mux.HandleFunc("GET /jobs/{id}", s.job)
 	mux.HandleFunc("GET /jobs/{id}/follow", s.follow)
-	mux.HandleFunc("GET /jobs/{id}/stdout", s.log)
-	mux.HandleFunc("GET /jobs/{id}/stderr", s.log)
+	mux.HandleFunc("GET /jobs/{id}/stdout", s.log(func(j *jobInfo) string { return j.Stdout }))
+	mux.HandleFunc("GET /jobs/{id}/stderr", s.log(func(j *jobInfo) string { return j.Stderr }))
 	mux.HandleFunc("POST /add", s.add)
-	mux.HandleFunc("POST /jobs/{id}/cancel", s.act)
-	mux.HandleFunc("POST /jobs/{id}/retry", s.act)
-	mux.HandleFunc("POST /jobs/{id}/priority", s.act)
+	ctl := s.o.Control
+	mux.HandleFunc("POST /jobs/{id}/cancel", s.act(func(ctx context.Context, id string, _ *http.Request) (dispatch.Answer, error) {
+		return one(ctl.Cancel(ctx, []string{id}))
+	}))
+	mux.HandleFunc("POST /jobs/{id}/retry", s.act(func(ctx context.Context, id string, _ *http.Request) (dispatch.Answer, error) {
+		return one(ctl.Retry(ctx, []string{id}))
+	}))
+	mux.HandleFunc("POST /jobs/{id}/priority", s.act(func(ctx context.Context, id string, r *http.Request) (dispatch.Answer, error) {
+		prio, err := formInt(r, "priority")
+		if err != nil {
+			return dispatch.Answer{}, err
+		}
+		return ctl.SetPriority(ctx, id, prio)
+	}))
 	return s.guard(mux)
 }
 
@@ -109,18 +120,19 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	render(w, "job", jp)
 }
 
-// log sends a job's whole stdout or stderr, as plain text.
-func (s *Server) log(w http.ResponseWriter, r *http.Request) {
-	j := s.jobOf(w, r)
-	if j == nil {
-		return
+// log sends the whole of a job's log that which names, as plain text.
+func (s *Server) log(which func(*jobInfo) string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		j := s.jobOf(w, r)
+		if j != nil {
+			serveLog(w, r, j.ID, which(j))
+		}
 	}
-	path := j.Stdout
-	if strings.HasSuffix(r.URL.Path, "/stderr") {
-		path = j.Stderr
-	}
+}
+
+func serveLog(w http.ResponseWriter, r *http.Request, id, path string) {
 	if path == "" {
-		http.Error(w, "job "+j.ID+" has not started: it has no log yet", http.StatusNotFound)
+		http.Error(w, "job "+id+" has not started: it has no log yet", http.StatusNotFound)
 		return
 	}
 	f, err := os.Open(path)
@@ -161,40 +173,33 @@ func (s *Server) add(w http.ResponseWriter, r *http.Request) {
 	s.redirect(w, r, "/", n)
 }
 
-// act cancels, retries or reprioritises the job of the path.
-func (s *Server) act(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	back := r.PostFormValue("back")
-	if back != "/jobs/"+id {
-		back = "/"
-	}
-	var a dispatch.Answer
-	var err error
-	switch {
-	case strings.HasSuffix(r.URL.Path, "/cancel"):
-		var as []dispatch.Answer
-		if as, err = s.o.Control.Cancel(r.Context(), []string{id}); err == nil {
-			a = as[0]
+// act answers a form that does one thing to the job of the path, and
+// returns to the page it came from with the answer.
+func (s *Server) act(do func(ctx context.Context, id string, r *http.Request) (dispatch.Answer, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		back := r.PostFormValue("back")
+		if back != "/jobs/"+id {
+			back = "/"
 		}
-	case strings.HasSuffix(r.URL.Path, "/retry"):
-		var as []dispatch.Answer
-		if as, err = s.o.Control.Retry(r.Context(), []string{id}); err == nil {
-			a = as[0]
-		}
-	default:
-		var prio int
-		if prio, err = formInt(r, "priority"); err == nil {
-			a, err = s.o.Control.SetPriority(r.Context(), id, prio)
+		a, err := do(r.Context(), id, r)
+		switch {
+		case err != nil:
+			s.redirect(w, r, back, note{Bad: true, Lines: []string{err.Error()}})
+		case a.Err != "":
+			s.redirect(w, r, back, note{Bad: true, Lines: []string{a.Err}})
+		default:
+			s.redirect(w, r, back, note{Lines: []string{"job " + id + ": " + a.Message}})
 		}
 	}
-	switch {
-	case err != nil:
-		s.redirect(w, r, back, note{Bad: true, Lines: []string{err.Error()}})
-	case a.Err != "":
-		s.redirect(w, r, back, note{Bad: true, Lines: []string{a.Err}})
-	default:
-		s.redirect(w, r, back, note{Lines: []string{"job " + id + ": " + a.Message}})
+}
+
+// one is the answer about the one job a request named.
+func one(as []dispatch.Answer, err error) (dispatch.Answer, error) {
+	if err != nil || len(as) == 0 {
+		return dispatch.Answer{}, err
 	}
+	return as[0], nil
 }
 
 // formInt reads a whole number from the form; "" is 0.

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -92,9 +93,11 @@ func (l *fakeLock) Key() string           { return l.key }
 func (l *fakeLock) Lost() <-chan struct{} { return l.lost }
 func (l *fakeLock) Release()              { l.once.Do(func() { close(l.lost) }) }
 
-// served is a standing queue on two GPUs of host node1, with its page.
+// served is a run on two GPUs of host node1, with its page.
 type served struct {
-	t      *testing.T
+	t *testing.T
+	// input is a pipe run's input (nil for a standing queue).
+	input  *io.PipeWriter
 	ctl    *dispatch.Control
 	exec   *fakeExec
 	srv    *Server
@@ -103,11 +106,20 @@ type served struct {
 	done   chan struct{}
 }
 
-// serve starts a standing queue and its page (GPUs sampled every
-// sampleEvery), with down the hosts down at its start (until exec.back is
-// closed); the test's end stops both.
-func serve(t *testing.T, sampleEvery time.Duration, down ...string) *served {
+// setup is how a test's run starts: GPUs sampled every sampleEvery (0: an
+// hour), down the hosts down at its start (until exec.back is closed), and
+// with pipe a run that reads its jobs from served.input rather than a
+// standing queue.
+type setup struct {
+	sampleEvery time.Duration
+	down        []string
+	pipe        bool
+}
+
+// serve starts a run and its page as u says; the test's end stops both.
+func serve(t *testing.T, u setup) *served {
 	t.Helper()
+	sampleEvery, down := cmp.Or(u.sampleEvery, time.Hour), u.down
 	s := &served{t: t, ctl: dispatch.NewControl(), exec: &fakeExec{release: make(chan struct{})}, logDir: t.TempDir(), done: make(chan struct{})}
 	var err error
 	s.srv, err = New(Options{Control: s.ctl, Probe: s.exec.ProbeGPUs, SampleEvery: sampleEvery, ListLimit: 5})
@@ -123,13 +135,18 @@ func serve(t *testing.T, sampleEvery time.Duration, down ...string) *served {
 	}
 	inv := &inventory.Inventory{Hosts: []inventory.Host{{Name: "node1", GPUs: []int{0, 1}, SlotsPerGPU: 1}}}
 	ctx, cancel := context.WithCancel(context.Background())
+	var inputs []dispatch.Input
+	if u.pipe {
+		r, w := io.Pipe()
+		s.input, inputs = w, []dispatch.Input{{R: r}}
+	}
 	go s.srv.Run(ctx)
 	go func() {
 		defer close(s.done)
 		_, err := dispatch.Run(ctx, dispatch.Options{
-			Inventory: inv, Executor: s.exec, LogDir: s.logDir, Serve: true,
+			Inventory: inv, Executor: s.exec, LogDir: s.logDir, Serve: !u.pipe,
 			Control: s.ctl, Reporters: []dispatch.Reporter{s.srv}, Down: downs,
-		}, nil)
+		}, inputs)
 		if err != nil {
 			t.Error(err)
 		}
@@ -151,6 +168,9 @@ func serve(t *testing.T, sampleEvery time.Duration, down ...string) *served {
 			}
 		}
 		s.ctl.Stop(context.Background(), true)
+		if s.input != nil {
+			s.input.Close()
+		}
 		<-s.done
 		cancel()
 	})

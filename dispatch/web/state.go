@@ -115,6 +115,4 @@ func (j *jobInfo) Word() string {
 func (j *jobInfo) Ended() bool { return dispatch.Ended(j.State) }
 
 // Retryable reports whether retry would queue the job again.
-func (j *jobInfo) Retryable() bool {
-	return j.Ended() && j.State != dispatch.EventFinished && j.State != dispatch.EventRejected
-}
+func (j *jobInfo) Retryable() bool { return dispatch.Retryable(j.State) }

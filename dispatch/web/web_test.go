@@ -21,7 +21,7 @@ import (
 // Every request needs the token; a change needs it in its form too, and a
 // forged cross-site POST changes nothing.
 func TestTokenAndForgery(t *testing.T) {
-	s := serve(t, time.Hour)
+	s := serve(t, setup{})
 	ids := s.submit("hold")
 	b := s.browser()
 	s.waitPage(b, "/", "job "+ids[0])
@@ -118,7 +118,7 @@ func stranger() *http.Client {
 // The page shows each slot's job, the queue with why each job waits, the
 // finished jobs with their outcome and logs, and the GPUs' sample.
 func TestPageShowsTheRun(t *testing.T) {
-	s := serve(t, 50*time.Millisecond)
+	s := serve(t, setup{sampleEvery: 50 * time.Millisecond})
 	b := s.browser()
 	s.submit("hold\nhold")
 	s.waitPage(b, "/", "2 running · 0 waiting")
@@ -153,7 +153,7 @@ func TestPageShowsTheRun(t *testing.T) {
 // GPUs are sampled only while someone looks at the page, whatever the
 // number of viewers.
 func TestSamplesOnlyWhileWatched(t *testing.T) {
-	s := serve(t, 20*time.Millisecond)
+	s := serve(t, setup{sampleEvery: 20 * time.Millisecond})
 	time.Sleep(200 * time.Millisecond)
 	if n := s.probes(); n != 0 {
 		t.Fatalf("%d samples with no page open, want 0", n)
@@ -187,7 +187,7 @@ func (s *served) probes() int {
 // The updates arrive as server-sent events, gzipped, one per part that
 // changed: a job appears, then ends, without reloading the page.
 func TestUpdatesStream(t *testing.T) {
-	s := serve(t, time.Hour)
+	s := serve(t, setup{})
 	b := s.browser()
 	req, _ := http.NewRequest("GET", s.http.URL+"/events", nil)
 	req.Header.Set("Accept-Encoding", "gzip")
@@ -260,7 +260,7 @@ func readEvents(r io.Reader) <-chan sse {
 // Jobs are added through the form, errors named by line; cancel, retry and
 // priority work from the page.
 func TestActions(t *testing.T) {
-	s := serve(t, time.Hour)
+	s := serve(t, setup{})
 	b := s.browser()
 	resp := s.post(b, "/add", url.Values{"text": {"hold\nhold\n@nowhere print x\nprint third"}, "priority": {"2"}}, true)
 	if resp.StatusCode != http.StatusSeeOther {
@@ -297,17 +297,38 @@ func TestActions(t *testing.T) {
 
 // A pipe run's page has no form to add jobs.
 func TestPipeRunIsReadOnly(t *testing.T) {
-	s := serve(t, time.Hour)
+	s := serve(t, setup{pipe: true})
 	b := s.browser()
-	s.ctl.Stop(context.Background(), false) // a stopping run takes no job either
+	io.WriteString(s.input, "hold\n")
+	page := s.waitPage(b, "/", "job 1")
+	if strings.Contains(page, `action="/add"`) {
+		t.Error("a pipe run's page shows the add form")
+	}
+	// Cancel works on any run.
+	if resp := s.post(b, "/jobs/1/cancel", url.Values{}, true); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("cancel: %s", resp.Status)
+	}
+	s.waitPage(b, "/", "cancelled")
+	// A form posted anyway is refused with the reason.
+	resp := s.post(b, "/add", url.Values{"text": {"print x"}}, true)
+	if _, page := s.get(b, resp.Header.Get("Location")); !strings.Contains(page, "jobs can be submitted to gpudispatch serve only") {
+		t.Errorf("add to a pipe run: the page does not say why it was refused:\n%s", page)
+	}
+}
+
+// A standing queue that is stopping takes no job either.
+func TestStoppingServerIsReadOnly(t *testing.T) {
+	s := serve(t, setup{})
+	b := s.browser()
+	s.ctl.Stop(context.Background(), false)
 	if _, page := s.get(b, "/"); strings.Contains(page, `action="/add"`) {
-		t.Error("a run that takes no job shows the add form")
+		t.Error("a stopping server shows the add form")
 	}
 }
 
 // A job's page shows the tail of its logs, then follows them.
 func TestJobPageFollows(t *testing.T) {
-	s := serve(t, time.Hour)
+	s := serve(t, setup{})
 	b := s.browser()
 	ids := s.submit("hold")
 	page := s.waitPage(b, "/jobs/"+ids[0], "held")
@@ -374,7 +395,7 @@ func TestEventFraming(t *testing.T) {
 // A host that is down says so on its card, with why; the jobs that wait
 // for it say so too; it comes back live.
 func TestHostDown(t *testing.T) {
-	s := serve(t, time.Hour, "node1")
+	s := serve(t, setup{down: []string{"node1"}})
 	b := s.browser()
 	s.submit("print x")
 	page := s.waitPage(b, "/", "connection refused")
