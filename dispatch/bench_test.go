@@ -148,7 +148,7 @@ func peakRSSMB() (float64, bool) {
 //	go test ./dispatch -run '^$' -bench ResumeJournal -benchtime 3x
 func BenchmarkResumeJournal(b *testing.B) {
 	dir := b.TempDir()
-	j, err := openJournal(filepath.Join(dir, JournalName))
+	j, err := openJournal(filepath.Join(dir, JournalName), 0o600)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -24,10 +24,14 @@
 //     that name stays unambiguous).
 //   - A log dir has one live coordinator: Run holds a flock on
 //     gpudispatch.lock in it (which dies with the process) and a second Run
-//     fails at the start, naming the first. The log dir must be the user's
-//     own (or root's and sticky); the journal and the claim are opened
-//     without following links and must be the user's regular files; the
-//     journal is opened for appending.
+//     fails at the start, naming the first. Before anything is written, the
+//     log dir and every directory above it must be the user's or root's and
+//     writable by no group (but the user's private one) or other, except
+//     root's sticky directories above it (CheckLogDir). A new log dir is
+//     0700; new files are 0600, or as readable as the log dir is
+//     (fileMode). The journal and the claim are opened without following
+//     links and must be the user's regular files; the journal is opened for
+//     appending.
 //   - Readers of the journal (status, --resume) skip a damaged line, naming
 //     it with its line number, and read the rest.
 //

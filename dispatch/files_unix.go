@@ -8,33 +8,106 @@ import (
 	"io/fs"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
 // noFollow makes an open fail on a symbolic link.
 const noFollow = syscall.O_NOFOLLOW
 
-// checkOwnDir refuses a directory that another user could turn against
-// this one: owned by someone but this user and root, or writable by
-// everyone without the sticky bit.
-func checkOwnDir(dir string) error {
-	st, err := os.Stat(dir)
+// CheckLogDir refuses a log dir that another user of this machine could
+// turn against this one: one that they may write in (they could plant a
+// socket that answers as gpudispatch, or swap the journal), or under a
+// directory they may write in and so replace the log dir itself. The log
+// dir (when it exists) must be this user's (or root's) and writable by no
+// group or other; every directory above it, the user's or root's and
+// writable by no group or other unless it is root's and sticky, as /tmp
+// is. Both the path as given and where its links lead are checked. Nothing
+// is written.
+func CheckLogDir(dir string) error {
+	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err
+	}
+	paths := []string{abs}
+	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+		paths = append(paths, real)
+	}
+	for _, p := range paths {
+		leaf := true
+		for {
+			if err := checkDir(p, leaf); err != nil {
+				return err
+			}
+			leaf = false
+			up := filepath.Dir(p)
+			if up == p {
+				break
+			}
+			p = up
+		}
+	}
+	return nil
+}
+
+// checkDir checks one directory of CheckLogDir's: the log dir itself when
+// leaf, else one above it. One that does not exist yet passes: it will be
+// made the user's, 0700.
+func checkDir(p string, leaf bool) error {
+	st, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // made by claimLogDir, the user's
+	}
+	if err != nil {
+		return fmt.Errorf("log dir: %w", err)
 	}
 	sys, ok := st.Sys().(*syscall.Stat_t)
 	if !ok {
 		return nil
 	}
 	me := uint32(os.Getuid())
+	what := "log dir " + p
+	if !leaf {
+		what = p + ", above the log dir,"
+	}
+	perm := st.Mode().Perm()
 	switch {
 	case sys.Uid != me && sys.Uid != 0:
-		return fmt.Errorf("%s is owned by %s (mode %s), who could change what gpudispatch writes there: use a log dir of your own", dir, userName(sys.Uid), st.Mode())
-	case st.Mode().Perm()&0o002 != 0 && st.Mode()&fs.ModeSticky == 0:
-		return fmt.Errorf("%s may be written by every user (mode %s), who could change what gpudispatch writes there: chmod o-w or +t it, or use a log dir of your own", dir, st.Mode())
+		return fmt.Errorf("%s is owned by %s (mode %s), who could change what gpudispatch writes there: use a log dir of your own (-o)", what, userName(sys.Uid), st.Mode())
+	case perm&0o022 == 0:
+		return nil
+	case perm&0o002 == 0 && privateGroup(sys.Gid):
+		return nil // the user's own group (umask 002 with user private groups)
+	case !leaf && st.Mode()&fs.ModeSticky != 0 && sys.Uid == 0:
+		return nil // /tmp: others may add entries, never replace ours
+	case perm&0o002 != 0:
+		return fmt.Errorf("%s may be written by every user (mode %s), who could plant files or a socket that answers as gpudispatch there: use a log dir of your own (-o), or chmod o-w it", what, st.Mode())
+	default:
+		return fmt.Errorf("%s may be written by its group %s (mode %s), whose members could plant files or a socket that answers as gpudispatch there: use a log dir of your own (-o), or chmod g-w it; to share logs, let the group read it (chmod 750)", what, groupName(sys.Gid), st.Mode())
 	}
-	return nil
+}
+
+// JournalOwner names the owner of the journal in logDir when it is not this
+// user (root's counts as anyone's own); "" otherwise.
+func JournalOwner(logDir string) string {
+	st, err := os.Stat(filepath.Join(logDir, JournalName))
+	if err != nil {
+		return ""
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok || sys.Uid == uint32(os.Getuid()) || sys.Uid == 0 {
+		return ""
+	}
+	return userName(sys.Uid)
+}
+
+// fileMode is the mode of a new file in a log dir whose mode is dirMode:
+// the user's alone (0600), readable by those who may read the dir (0640
+// in a 0750 dir), never writable by others.
+func fileMode(dirMode fs.FileMode) fs.FileMode {
+	return 0o600 | dirMode.Perm()&0o044
 }
 
 // checkOwnFile refuses an open file that is not a regular file of this
@@ -62,6 +135,45 @@ func lockFile(f *os.File) error {
 		return errWouldBlock
 	}
 	return err
+}
+
+// privateGroup reports whether gid is this user's private group (as
+// Debian's OpenSSH judges one for StrictModes): the user's primary group,
+// named after the user, with no other member in /etc/group. Distributions
+// with user private groups give new directories 0775 under umask 002.
+func privateGroup(gid uint32) bool {
+	u, err := user.Current()
+	if err != nil || u.Gid != strconv.Itoa(int(gid)) {
+		return false
+	}
+	g, err := user.LookupGroupId(u.Gid)
+	if err != nil || g.Name != u.Username {
+		return false
+	}
+	b, err := os.ReadFile("/etc/group")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Split(strings.TrimSpace(line), ":")
+		if len(f) != 4 || f[0] != g.Name {
+			continue
+		}
+		for _, m := range strings.Split(f[3], ",") {
+			if m != "" && m != u.Username {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+func groupName(gid uint32) string {
+	if g, err := user.LookupGroupId(strconv.Itoa(int(gid))); err == nil {
+		return g.Name
+	}
+	return "gid " + strconv.Itoa(int(gid))
 }
 
 func userName(uid uint32) string {

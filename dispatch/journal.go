@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 )
 
@@ -22,8 +23,8 @@ type journal struct {
 	size int64
 }
 
-func openJournal(path string) (*journal, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|noFollow, 0o644)
+func openJournal(path string, mode fs.FileMode) (*journal, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|noFollow, mode)
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}

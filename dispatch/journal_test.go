@@ -34,7 +34,7 @@ func TestJournalCutsTornTail(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), JournalName)
 	os.WriteFile(path, []byte(`{"event":"finished","text":"a","occurrence":1}`+"\n"+`{"event":"fini`), 0o644)
-	j, err := openJournal(path)
+	j, err := openJournal(path, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}

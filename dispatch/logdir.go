@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -18,21 +19,31 @@ var errWouldBlock = errors.New("locked by another process")
 
 // logDirClaim is a log dir held by this coordinator: one live coordinator per
 // log dir, so that two never write one journal. Its lock dies with the
-// process, so a run that was killed leaves no claim behind.
-type logDirClaim struct{ f *os.File }
+// process, so a run that was killed leaves no claim behind. mode is what
+// new files there get (see fileMode).
+type logDirClaim struct {
+	f    *os.File
+	mode fs.FileMode
+}
 
-// claimLogDir makes dir when it is missing, checks that no other user can
-// turn it against this one, and claims it; it fails, naming the other, when
+// claimLogDir checks that no other user can turn dir against this one
+// (CheckLogDir), before it writes anything, makes it when it is missing
+// (0700: the user's alone), and claims it; it fails, naming the other, when
 // another live gpudispatch holds it.
 func claimLogDir(dir string) (*logDirClaim, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := CheckLogDir(dir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("log dir: %w", err)
 	}
-	if err := checkOwnDir(dir); err != nil {
-		return nil, fmt.Errorf("log dir %w", err)
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("log dir: %w", err)
 	}
+	mode := fileMode(st.Mode())
 	path := filepath.Join(dir, ClaimName)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|noFollow, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|noFollow, mode)
 	if err != nil {
 		return nil, fmt.Errorf("log dir: %w", err)
 	}
@@ -54,7 +65,7 @@ func claimLogDir(dir string) (*logDirClaim, error) {
 	if err := f.Truncate(0); err == nil {
 		f.WriteAt([]byte(who+"\n"), 0)
 	}
-	return &logDirClaim{f: f}, nil
+	return &logDirClaim{f: f, mode: mode}, nil
 }
 
 // release lets the log dir go.

@@ -1,11 +1,14 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -58,9 +61,14 @@ func TestLogDirOfAnotherUser(t *testing.T) {
 	}{
 		{"a log dir of mallory's", "mkdir -m 0755 %[1]s/logs", "logs is owned by gpdmallory", false},
 		{"a log dir everyone may write to", "mkdir -m 0777 %[1]s/logs", "may be written by every user", true},
-		{"a journal linked to the victim's file", "mkdir -m 1777 %[1]s/logs && ln -s %[2]s %[1]s/logs/journal.jsonl", "journal: ", true},
-		{"a claim linked to the victim's file", "mkdir -m 1777 %[1]s/logs && ln -s %[2]s %[1]s/logs/gpudispatch.lock", "log dir: ", true},
-		{"a journal of mallory's", "mkdir -m 1777 %[1]s/logs && echo '{\"event\":\"finished\"}' > %[1]s/logs/journal.jsonl && chmod 666 %[1]s/logs/journal.jsonl", "journal.jsonl belongs to gpdmallory", true},
+		// A shared sticky log dir is refused as a whole, before mallory's
+		// files in it are even looked at.
+		{"a journal linked to the victim's file", "mkdir -m 1777 %[1]s/logs && ln -s %[2]s %[1]s/logs/journal.jsonl", "may be written by every user", true},
+		{"a claim linked to the victim's file", "mkdir -m 1777 %[1]s/logs && ln -s %[2]s %[1]s/logs/gpudispatch.lock", "may be written by every user", true},
+		{"a journal of mallory's", "mkdir -m 1777 %[1]s/logs && echo '{\"event\":\"finished\"}' > %[1]s/logs/journal.jsonl && chmod 666 %[1]s/logs/journal.jsonl", "may be written by every user", true},
+		// A log dir of the victim's own, under mallory's: she could move
+		// it away and put her own in its place.
+		{"a log dir under mallory's dir", "mkdir -m 0700 %[1]s/logs", "above the log dir, is owned by gpdmallory", true},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,6 +90,137 @@ func TestLogDirOfAnotherUser(t *testing.T) {
 			if b, _ := os.ReadFile(precious); string(b) != "mine\n" {
 				t.Errorf("the victim's file is now %q", b)
 			}
+			if _, err := os.Lstat(filepath.Join(base, "logs", JournalName)); tt.rootOwns && !strings.Contains(tt.script, JournalName) && err == nil {
+				t.Errorf("a journal was written in a log dir that was refused")
+			}
 		})
 	}
+}
+
+// A log dir that a group may write to (or that lies under one) is refused
+// before anything is written, naming the group; one the group may only
+// read is used, and its new files are readable by the group too, as the
+// dir is. A new log dir, and its files, are the user's alone.
+func TestLogDirModes(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0")
+	run := func(dir string) error {
+		_, err := Run(context.Background(), Options{Inventory: inv, Executor: newFakeExec(inv), LogDir: dir}, []Input{{R: strings.NewReader("echo hi\n")}})
+		return err
+	}
+	root := t.TempDir()
+	for _, tt := range []struct {
+		name     string
+		parent   os.FileMode // 0: no parent made
+		leaf     os.FileMode // 0: the log dir is made by the run
+		wantErr  string
+		wantFile os.FileMode
+	}{
+		{"new", 0, 0, "", 0o600},
+		{"private", 0, 0o700, "", 0o600},
+		{"group may read", 0, 0o750, "", 0o640},
+		{"everyone may read", 0, 0o755, "", 0o644},
+		{"group may write", 0, 0o770, "may be written by its group users", 0},
+		{"group may write, setgid", 0, 0o2770, "may be written by its group users", 0},
+		{"under a dir the group may write", 0o770, 0o700, "above the log dir, may be written by its group users", 0},
+		{"under a dir everyone may write", 0o777, 0o700, "above the log dir, may be written by every user", 0},
+		{"new, under a dir the group may write", 0o775, 0, "may be written by its group users", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := filepath.Join(root, strings.ReplaceAll(tt.name, " ", "-"))
+			logs := dir
+			if tt.parent != 0 {
+				os.Mkdir(dir, 0o700)
+				os.Chmod(dir, tt.parent)
+				logs = filepath.Join(dir, "logs")
+			}
+			if tt.leaf != 0 {
+				os.Mkdir(logs, 0o700)
+				os.Chmod(logs, tt.leaf)
+			}
+			if (tt.parent|tt.leaf)&0o020 != 0 {
+				// A group of others: "users", with no member here.
+				users := sharedGroup(t)
+				os.Chown(dir, -1, users)
+				os.Chown(logs, -1, users)
+				os.Chmod(dir, tt.parent|tt.leaf&^0o7000) // chown drops setgid
+				os.Chmod(logs, cmp.Or(tt.leaf, tt.parent))
+			}
+			err := run(logs)
+			if tt.wantErr != "" {
+				var se *SetupError
+				if !errors.As(err, &se) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("run: %v, want a setup error saying %q", err, tt.wantErr)
+				}
+				if entries, _ := os.ReadDir(logs); len(entries) > 0 {
+					t.Errorf("a refused log dir was written to: %v", entries)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st, _ := os.Stat(logs); tt.leaf == 0 && st.Mode().Perm() != 0o700 {
+				t.Errorf("new log dir: mode %s, want 0700", st.Mode())
+			}
+			for _, name := range []string{JournalName, ClaimName, "1.out", "1.err"} {
+				st, err := os.Stat(filepath.Join(logs, name))
+				if err != nil || st.Mode().Perm() != tt.wantFile {
+					t.Errorf("%s: %v %v, want mode %s", name, st.Mode(), err, tt.wantFile)
+				}
+			}
+		})
+	}
+}
+
+// sharedGroup is the gid of the group "users" (Debian's base-passwd has
+// it), a group that is not the test's user's own; chgrp to it needs root.
+func sharedGroup(t *testing.T) int {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		sshtest.Missing(t, "GPUDISPATCH_REQUIRE_USERS", "chgrp to a group of others needs root")
+	}
+	g, err := user.LookupGroup("users")
+	if err != nil {
+		t.Fatalf("group users: %v", err)
+	}
+	gid, _ := strconv.Atoi(g.Gid)
+	return gid
+}
+
+// A directory that its group may write is the user's own when the group is
+// the user's private one (umask 002 with user private groups): used.
+func TestLogDirPrivateGroup(t *testing.T) {
+	t.Parallel()
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := user.LookupGroupId(u.Gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "logs")
+	os.Mkdir(dir, 0o700)
+	os.Chmod(dir, 0o775)
+	inv := lab("a:0")
+	_, err = Run(context.Background(), Options{Inventory: inv, Executor: newFakeExec(inv), LogDir: dir}, []Input{{R: strings.NewReader("echo hi\n")}})
+	private := g.Name == u.Username && !strings.Contains(readGroupMembers(t, g.Name), ",")
+	if private && err != nil {
+		t.Errorf("a log dir of the user's private group %s: %v", g.Name, err)
+	}
+	if !private && (err == nil || !strings.Contains(err.Error(), "may be written by its group")) {
+		t.Errorf("a log dir of group %s, not private: %v", g.Name, err)
+	}
+}
+
+// readGroupMembers is the member list of group name in /etc/group.
+func readGroupMembers(t *testing.T, name string) string {
+	b, _ := os.ReadFile("/etc/group")
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Split(strings.TrimSpace(line), ":"); len(f) == 4 && f[0] == name {
+			return f[3]
+		}
+	}
+	return ""
 }

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,20 +37,20 @@ func (w *logWriter) Name() string { return w.f.Name() }
 // openLogs creates dir/ID.out and dir/ID.err, or ID.2.*, ID.3.*... when an
 // earlier attempt (of this run or of a run resumed) has them: output is
 // never overwritten.
-func openLogs(dir, id string) (logFiles, error) {
+func openLogs(dir, id string, mode fs.FileMode) (logFiles, error) {
 	for n := 1; ; n++ {
 		base := id
 		if n > 1 {
 			base += "." + strconv.Itoa(n)
 		}
-		out, err := create(filepath.Join(dir, base+".out"))
+		out, err := create(filepath.Join(dir, base+".out"), mode)
 		if errors.Is(err, os.ErrExist) {
 			continue
 		}
 		if err != nil {
 			return logFiles{}, err
 		}
-		errf, err := create(filepath.Join(dir, base+".err"))
+		errf, err := create(filepath.Join(dir, base+".err"), mode)
 		if err != nil {
 			out.Close()
 			os.Remove(out.Name())
@@ -62,8 +63,8 @@ func openLogs(dir, id string) (logFiles, error) {
 	}
 }
 
-func create(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+func create(path string, mode fs.FileMode) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return nil, fmt.Errorf("log file: %w", err)
 	}

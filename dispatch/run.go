@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -107,7 +108,9 @@ type run struct {
 	opts    Options
 	id      string
 	journal *journal
-	done    map[jobKey]bool // finished in an earlier run (--resume)
+	// fileMode is what the log dir's new files get (see fileMode).
+	fileMode fs.FileMode
+	done     map[jobKey]bool // finished in an earlier run (--resume)
 	// damaged are the journal's lines --resume skipped, for warnings.
 	damaged []string
 	sched   *scheduler
@@ -191,7 +194,8 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	r.rechecks = make(chan recheck)
 	r.lockLost = make(chan lostLock)
 	r.progress = make(chan progress)
-	j, err := openJournal(filepath.Join(opts.LogDir, JournalName))
+	r.fileMode = claim.mode
+	j, err := openJournal(filepath.Join(opts.LogDir, JournalName), claim.mode)
 	if err != nil {
 		return nil, &SetupError{err}
 	}
@@ -443,7 +447,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 	h := a.p.host.host
 	e := r.event(EventStarted, j, q.attempts)
 	e.Host, e.GPUs = h.Name, a.p.gpuIDs()
-	logs, err := openLogs(r.opts.LogDir, j.ID())
+	logs, err := openLogs(r.opts.LogDir, j.ID(), r.fileMode)
 	if err != nil {
 		go func() { r.results <- result{a: a, code: -1, err: err} }()
 		return

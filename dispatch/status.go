@@ -170,7 +170,13 @@ func (st *Status) WriteTable(w io.Writer, jobs []JobStatus, width int) error {
 		if width > 0 {
 			cmd = OneLine(j.Command)
 		}
-		rows = append(rows, []string{j.Job, StateWord(j.State), where, strconv.Itoa(j.Attempts), exit, took, cmd, log})
+		row := []string{j.Job, StateWord(j.State), where, strconv.Itoa(j.Attempts), exit, took, cmd, log}
+		if width > 0 {
+			for i := range row {
+				row[i] = Printable(row[i]) // a terminal shows job text, never obeys it
+			}
+		}
+		rows = append(rows, row)
 	}
 	if width > 0 {
 		fitCommands(rows, width)

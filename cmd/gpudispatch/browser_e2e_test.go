@@ -5,13 +5,18 @@ import (
 	"context"
 	"fmt"
 	"image/png"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
@@ -90,7 +95,7 @@ func has(selector string, words ...string) string {
 	return strings.Join(conds, " && ")
 }
 
-// In a real browser: the page opens with its token and goes live; a job
+// In a real browser: the page opens at its URL and goes live; a job
 // appears on its GPU and finishes without a reload; a job added through the
 // form runs and its page shows its output; a running job is cancelled with
 // its button. The screenshot is checked (and kept with
@@ -104,9 +109,6 @@ func TestBrowserPage(t *testing.T) {
 
 	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL)); err != nil {
 		t.Fatal(err)
-	}
-	if loc, _ := chromedp.Run(ctx, chromedp.Location()); strings.Contains(loc, "token") {
-		t.Errorf("the token stayed in the address: %s", loc)
 	}
 	waitJS(t, ctx, "the page goes live", has("#conn", "live"))
 	// A mark that a reload would wipe: every change below must come live.
@@ -129,12 +131,12 @@ func TestBrowserPage(t *testing.T) {
 	clickToPage(t, ctx, ".add button")
 	waitJS(t, ctx, "the form's answer", has("main", "queued: job 2", "web:2:", "nohost"))
 	waitJS(t, ctx, "job 2 finishes", has("#finished", "job 2", "succeeded"))
-	clickToPage(t, ctx, `#finished a[href="/jobs/2"]`)
+	clickToPage(t, ctx, `#finished a[href$="/jobs/2"]`)
 	waitJS(t, ctx, "job 2's page shows its output", has("#stdout", "added-by-the-form"))
 
 	// Two long jobs take both GPUs; a third waits; one is cancelled with its
 	// button and the third runs.
-	if err := chromedp.Do(ctx, chromedp.Navigate(strings.Split(pageURL, "?")[0])); err != nil {
+	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL)); err != nil {
 		t.Fatal(err)
 	}
 	// A stand-in for training, on the jobs' PATH (~/bin).
@@ -151,7 +153,7 @@ func TestBrowserPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkScreenshot(t, shot)
-	clickToPage(t, ctx, `#hosts form[action="/jobs/train-a/cancel"] button`)
+	clickToPage(t, ctx, `#hosts form[action$="/jobs/train-a/cancel"] button`)
 	waitJS(t, ctx, "train-a is cancelled", has("#finished", "train-a", "cancelled"))
 	waitJS(t, ctx, "eval runs in its place", has("#finished", "eval", "succeeded"))
 	events := journal(t, logDir)
@@ -169,6 +171,86 @@ func TestBrowserPage(t *testing.T) {
 		t.Fatalf("stop: %v\n%s", err, out)
 	}
 	waitExit(t, cmd, &bytes.Buffer{}, time.Minute)
+}
+
+// A colleague's service on another port of 127.0.0.1 gets nothing of the
+// page's token from the browser that has the page open: the page sets no
+// cookie (a browser sends a loopback host's cookies to every port of it),
+// and a request the colleague's page makes to ours, or sends back to its
+// own server, carries no token. Before the token left the cookie, the
+// colleague's server received it and ran commands as the page's user.
+func TestBrowserTokenStaysOnItsPort(t *testing.T) {
+	ctx := browser(t, 800, 600)
+	dir := t.TempDir()
+	_, pageURL, logDir := servePage(t, dir)
+	defer logJournalOnFailure(t, logDir)
+	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "the page goes live", has("#conn", "live"))
+	u, _ := url.Parse(pageURL)
+	token := strings.Split(strings.TrimPrefix(u.Path, "/t/"), "/")[0]
+
+	// The colleague's server: its page loads an image from itself and
+	// one from the gpudispatch page's port, without the token.
+	var mu sync.Mutex
+	var seen []string
+	pixel := make(chan struct{}, 1)
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, fmt.Sprintf("%s %s Cookie=%q Referer=%q", r.Method, r.URL, r.Header.Get("Cookie"), r.Header.Get("Referer")))
+		mu.Unlock()
+		if r.URL.Path == "/pixel" {
+			select {
+			case pixel <- struct{}{}:
+			default:
+			}
+			return
+		}
+		fmt.Fprintf(w, `<!doctype html><img src="/pixel"><img src="http://%s/">`, u.Host)
+	}))
+	defer evil.Close()
+	if err := chromedp.Do(ctx, chromedp.Navigate(evil.URL+"/")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-pixel:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the colleague's page never loaded its image")
+	}
+	cookies, err := chromedp.Call(ctx, network.GetCookies, network.GetCookiesParams{URLs: []string{pageURL, evil.URL + "/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cookies.Cookies) > 0 {
+		t.Errorf("the browser holds cookies for 127.0.0.1: %+v", cookies.Cookies[0])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var cookie string
+	for _, r := range seen {
+		if strings.Contains(r, token) {
+			t.Errorf("the colleague's server received the token: %s", r)
+		}
+		if _, c, ok := strings.Cut(r, "Cookie="); ok {
+			cookie += strings.Split(c, " Referer=")[0]
+		}
+	}
+	// What the colleague would do with what it got: add a job.
+	req, _ := http.NewRequest("POST", "http://"+u.Host+"/add", strings.NewReader("text=id"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Cookie", strings.Trim(cookie, `"`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("the colleague's POST /add: %s, want 403", resp.Status)
+	}
+	if n := count(journal(t, logDir), "queued"); n != 0 {
+		t.Errorf("%d jobs queued, want none", n)
+	}
 }
 
 // clickToPage clicks what selector names and waits for the page it leads

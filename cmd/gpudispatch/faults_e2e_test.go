@@ -436,7 +436,7 @@ func TestE2EFullDisk(t *testing.T) {
 	logs := filepath.Join(dir, "logs")
 	os.Mkdir(logs, 0o755)
 	// The tmpfs lives as long as the namespace: copy what is to be checked.
-	script := `mount -t tmpfs -o size=128k none "$1" || exit 99
+	script := `mount -t tmpfs -o size=128k,mode=0700 none "$1" || exit 99
 "$2" --gpus 0 -o "$1"; rc=$?
 cp "$1/journal.jsonl" "$3/"
 exit $rc`

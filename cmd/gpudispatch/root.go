@@ -101,12 +101,12 @@ func execute(args []string, s streams) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil {
-			fmt.Fprintln(s.err, "gpudispatch:", ee.err)
+			fmt.Fprintln(textTo(s.err), "gpudispatch:", ee.err)
 		}
 		return ee.code
 	}
 	// cobra's own errors: unknown flags, bad values
-	fmt.Fprintln(s.err, "gpudispatch:", err)
+	fmt.Fprintln(textTo(s.err), "gpudispatch:", err)
 	return exitUsage
 }
 
@@ -136,6 +136,18 @@ func isTerminal(stream any) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// textTo is w for lines that may hold job text (commands, names, errors,
+// what a journal says): on a terminal their control characters are shown
+// escaped, so that a job line cannot retitle, clear or write to the
+// clipboard of the terminal that shows it; a pipe or a file gets the
+// bytes as they are.
+func textTo(w io.Writer) io.Writer {
+	if isTerminal(w) {
+		return dispatch.EscapeWriter{W: w}
+	}
+	return w
 }
 
 // bindEnv lets every flag be set as GPUDISPATCH_<FLAG> too.

@@ -258,14 +258,15 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		return exitWith(exitFor(summary))
 	}
 	// On a terminal, the live view; elsewhere a line per start and end.
-	messages := s.err
+	text := textTo(s.err)
+	messages := text
 	var view *live.View
 	if isTerminal(s.err) && !o.quiet && os.Getenv("TERM") != "dumb" {
 		view = live.Start(s.err, lab.Inventory, live.Options{Verbose: o.verbose})
 		opts.Reporters = append(opts.Reporters, view)
 		messages = view // printed above it, never over it
 	} else {
-		opts.Reporters = append(opts.Reporters, &dispatch.TextReporter{W: s.err, Quiet: o.quiet, Verbose: o.verbose})
+		opts.Reporters = append(opts.Reporters, &dispatch.TextReporter{W: text, Quiet: o.quiet, Verbose: o.verbose})
 	}
 	if o.json {
 		opts.Reporters = append(opts.Reporters, dispatch.JSONReporter{W: s.out})
@@ -312,7 +313,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
-	summary.Write(s.err)
+	summary.Write(text)
 	return exitWith(exitFor(summary))
 }
 

@@ -67,8 +67,12 @@ func runStatus(ctx context.Context, s streams, o statusOptions) error {
 	if err != nil {
 		return usageError("%v", err)
 	}
+	warn := textTo(s.err)
+	if owner := dispatch.JournalOwner(o.logDir); owner != "" {
+		fmt.Fprintf(warn, "gpudispatch: warning: the journal in %s is %s's, not yours: what it says was written by them\n", o.logDir, owner)
+	}
 	for _, d := range st.Damaged {
-		fmt.Fprintf(s.err, "gpudispatch: warning: %s; the line was skipped\n", d)
+		fmt.Fprintf(warn, "gpudispatch: warning: %s; the line was skipped\n", d)
 	}
 	jobs := st.Jobs
 	if o.failed {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/cookiejar"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,12 +107,11 @@ func readPageURL(tb testing.TB, stderr io.Reader) string {
 	}
 }
 
-// pageClient is a browser that opened the token URL: it has the cookie.
-// It asks for gzip itself, so that what it counts is what the wire carries.
+// pageClient is a browser that opened the page's URL. It asks for gzip
+// itself, so that what it counts is what the wire carries.
 func pageClient(tb testing.TB, url string) *http.Client {
 	tb.Helper()
-	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, Transport: &http.Transport{DisableCompression: true}}
+	c := &http.Client{Transport: &http.Transport{DisableCompression: true}}
 	resp, err := c.Get(url)
 	if err != nil {
 		tb.Fatal(err)
@@ -126,9 +124,8 @@ func pageClient(tb testing.TB, url string) *http.Client {
 // readPage loads the page and reads its updates until the server ends
 // them, counting the bytes received in n as they come.
 func readPage(tb testing.TB, c *http.Client, url string, n *atomic.Int64) {
-	base := strings.Split(url, "?")[0]
 	for _, path := range []string{"", "events"} {
-		req, _ := http.NewRequest("GET", base+path, nil)
+		req, _ := http.NewRequest("GET", url+path, nil)
 		req.Header.Set("Accept-Encoding", "gzip")
 		resp, err := c.Do(req)
 		if err != nil {

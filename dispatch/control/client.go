@@ -9,7 +9,11 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
@@ -33,13 +37,58 @@ func Dial(logDir string) (*Client, error) {
 		return nil, err
 	}
 	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", addr)
+		if err := checkServer(logDir); err != nil {
+			return nil, err
+		}
+		c, err := (&net.Dialer{}).DialContext(ctx, "unix", addr)
+		if err != nil {
+			return nil, err
+		}
+		if uid, ok := peerUID(c); ok && uid != os.Getuid() {
+			c.Close()
+			return nil, fmt.Errorf("%w: the server on %s runs as %s, not as you; nothing was sent", ErrNotYours, filepath.Join(logDir, SocketName), who(uid))
+		}
+		return c, nil
 	}
 	return &Client{
 		logDir: logDir,
 		http:   &http.Client{Transport: &http.Transport{DialContext: dial, DisableCompression: true}},
 		done:   done,
 	}, nil
+}
+
+// ErrNotYours means the control socket, or the server behind it, is not
+// this user's: someone else may pose as gpudispatch to read what would be
+// sent (job lines hold secrets), so nothing is.
+var ErrNotYours = errors.New("not your gpudispatch")
+
+// checkServer checks, before anything is sent, that the log dir is one no
+// other user could have planted a socket in, and that its socket, when
+// there is one, is this user's.
+func checkServer(logDir string) error {
+	if err := dispatch.CheckLogDir(logDir); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotYours, err)
+	}
+	path := filepath.Join(logDir, SocketName)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil // the dial says there is no server
+	}
+	if fi.Mode().Type() != fs.ModeSocket {
+		return fmt.Errorf("%w: %s is not a socket (%s); nothing was sent", ErrNotYours, path, fi.Mode())
+	}
+	if uid, ok := socketOwner(fi); ok && uid != os.Getuid() {
+		return fmt.Errorf("%w: %s belongs to %s, not to you; nothing was sent", ErrNotYours, path, who(uid))
+	}
+	return nil
+}
+
+// who names a user by uid.
+func who(uid int) string {
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		return u.Username + " (uid " + strconv.Itoa(uid) + ")"
+	}
+	return "uid " + strconv.Itoa(uid)
 }
 
 // Close lets go of the client's connections.
@@ -113,6 +162,13 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
+		if errors.Is(err, ErrNotYours) {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				return ue.Err // not "Post http://gpudispatch/...": the reason
+			}
+			return err
+		}
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
 			return fmt.Errorf("%s: %w (no %s there)", filepath.Clean(c.logDir), ErrNoServer, SocketName)
 		}

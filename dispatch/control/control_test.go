@@ -162,7 +162,7 @@ func TestListenRefuses(t *testing.T) {
 	t.Parallel()
 	open := t.TempDir()
 	os.Chmod(open, 0o777)
-	if _, err := Listen(open); err == nil || !strings.Contains(err.Error(), "writable by everyone") {
+	if _, err := Listen(open); err == nil || !strings.Contains(err.Error(), "may be written by every user") {
 		t.Errorf("world-writable log dir: %v", err)
 	}
 	dir := t.TempDir()

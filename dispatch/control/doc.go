@@ -5,10 +5,16 @@
 //
 // # The socket
 //
-// LOGDIR/gpudispatch.sock, mode 0600, in a log dir that is not
-// world-writable. It is bound in a private directory and renamed into
+// LOGDIR/gpudispatch.sock, mode 0600, in a log dir that no other user may
+// write in (nor any directory above it: see dispatch.CheckLogDir). It is bound in a private directory and renamed into
 // place, so it is never open to others even for a moment, and the server
 // also refuses a connection from any other user (SO_PEERCRED, on Linux).
+// A client checks, before it sends anything, that the log dir is one no
+// other user may write in (dispatch.CheckLogDir), that the socket is its
+// user's, and (Linux) that the server behind it runs as its user: job lines
+// hold secrets, and a socket planted by someone else gets none of them
+// (ErrNotYours). Header and body deadlines, an idle timeout and a cap on
+// connections (connlimit) keep a stuck client from holding the server.
 // A run holds the log dir's claim (gpudispatch.lock) for as long as it
 // lives, so a socket found there by a new run is stale and is replaced.
 // A path longer than a socket address can hold is reached through

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/connlimit"
 )
 
 // SocketName is the control socket's name in the log dir.
@@ -29,12 +30,8 @@ type Listener struct {
 // caller must hold the log dir's claim (dispatch.Run does, which is why a
 // socket found there is stale).
 func Listen(logDir string) (*Listener, error) {
-	st, err := os.Stat(logDir)
-	if err != nil {
+	if err := dispatch.CheckLogDir(logDir); err != nil {
 		return nil, err
-	}
-	if st.Mode().Perm()&0o002 != 0 {
-		return nil, fmt.Errorf("%s is writable by everyone: the control socket needs a log dir of your own (-o)", logDir)
 	}
 	path := filepath.Join(logDir, SocketName)
 	if old, err := os.Lstat(path); err == nil {
@@ -113,13 +110,32 @@ type Server struct {
 // Serve starts answering requests on l for the run c steers, whose log dir
 // is logDir.
 func Serve(l net.Listener, c *dispatch.Control, logDir string) *Server {
-	s := &Server{srv: &http.Server{Handler: Handler(c, logDir), ReadHeaderTimeout: 10 * time.Second}, done: make(chan struct{})}
+	h := Handler(c, logDir)
+	s := &Server{srv: &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			connlimit.Trust(r.Context()) // a client that asks is kept
+			h.ServeHTTP(w, r)
+		}),
+		ConnContext:       connlimit.Context,
+		ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout,
+	}, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		s.srv.Serve(l)
+		s.srv.Serve(connlimit.New(l, connlimit.Budget(maxConns)))
 	}()
 	return s
 }
+
+// The socket's limits: a request's header must come within headerTimeout
+// and its body within bodyTimeout; an idle connection is closed after
+// idleTimeout; at most maxConns are open (see connlimit). A long request
+// (wait) is not idle.
+const (
+	headerTimeout = 10 * time.Second
+	bodyTimeout   = 30 * time.Second
+	idleTimeout   = 60 * time.Second
+	maxConns      = 256
+)
 
 // Close stops listening, answers the requests under way (a stop that ended
 // the run is one) for up to a few seconds, then closes the connections.
@@ -257,7 +273,11 @@ type (
 const maxRequest = 64 << 20
 
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequest)).Decode(v); err != nil {
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(bodyTimeout))
+	err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequest)).Decode(v)
+	rc.SetReadDeadline(time.Time{}) // a wait may then take as long as its jobs
+	if err != nil {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
 		json.NewEncoder(w).Encode(errorReply{Error: "bad request: " + err.Error()})

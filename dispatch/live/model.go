@@ -187,7 +187,13 @@ func (m *model) progress() string {
 	return m.clip(bar + strings.Join(parts, " · "))
 }
 
+// slotLine is a slot's line, its job text made Printable: a terminal shows
+// it, never obeys it.
 func (m *model) slotLine(s slot) string {
+	return dispatch.Printable(m.rawSlotLine(s))
+}
+
+func (m *model) rawSlotLine(s slot) string {
 	where := s.host
 	if s.gpu != noGPU {
 		where += ":" + strconv.Itoa(s.gpu)

@@ -52,7 +52,7 @@ func Start(out io.Writer, inv *inventory.Inventory, o Options) *View {
 func (v *View) Report(e dispatch.Event) {
 	v.p.Send(eventMsg(e))
 	if line, ok := v.lines.Line(e); ok {
-		v.println(line)
+		v.println(dispatch.Printable(line))
 	}
 }
 
@@ -73,7 +73,7 @@ func (v *View) Write(p []byte) (int, error) {
 			v.buf.WriteString(line) // no newline yet: keep it
 			break
 		}
-		v.println(line[:len(line)-1])
+		v.println(dispatch.Printable(line[:len(line)-1]))
 	}
 	return len(p), nil
 }

@@ -1,27 +1,26 @@
 package web
 
 import (
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/hex"
+	"net"
 	"net/http"
 	"net/url"
-)
+	"strings"
+	"time"
 
-// cookieName is the name of the cookie that holds token: two runs' pages
-// on one machine (different ports, same cookie jar) keep theirs apart.
-func cookieName(token string) string {
-	sum := sha256.Sum256([]byte(token))
-	return "gpudispatch_" + hex.EncodeToString(sum[:4])
-}
+	"github.com/gpudispatch/gpudispatch/dispatch/connlimit"
+)
 
 // maxForm bounds a form: a batch of job lines.
 const maxForm = 8 << 20
 
-// guard lets through only requests that carry the token (in the URL once,
-// then in the cookie), and changes only from the page itself: a POST must
-// carry the token in its form too, and come from the page's own origin
-// when the browser says where it comes from.
+// bodyTimeout bounds how long a form may take to arrive: a connection that
+// trickles one in is closed.
+const bodyTimeout = 30 * time.Second
+
+// guard lets through only requests under the page's path (/t/TOKEN/...),
+// addressed to a host name the page answers to, and changes only from the
+// page itself. Requests are passed on with the /t/TOKEN prefix taken off.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
@@ -29,42 +28,76 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "same-origin") // "no-referrer" would make a form's Origin "null"
 		h.Set("Cache-Control", "no-store")
-		if t := r.URL.Query().Get("token"); t != "" {
-			if !s.valid(t) {
-				s.refuse(w, "this is not the page's token: open the URL gpudispatch printed when it started")
-				return
-			}
-			http.SetCookie(w, &http.Cookie{
-				Name: s.cookie, Value: s.o.Token, Path: "/",
-				HttpOnly: true, SameSite: http.SameSiteStrictMode,
-			})
-			if r.Method == http.MethodGet {
-				// The token leaves the address bar and the history.
-				u := *r.URL
-				q := u.Query()
-				q.Del("token")
-				u.RawQuery = q.Encode()
-				http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
-				return
-			}
-		} else if c, err := r.Cookie(s.cookie); err != nil || !s.valid(c.Value) {
-			s.refuse(w, "this page needs its token: open the URL gpudispatch printed when it started (…/?token=…)")
+		if !s.answersTo(r.Host) {
+			s.refuse(w, "this page answers to its own address only (localhost or 127.0.0.1): open the URL gpudispatch printed when it started")
 			return
 		}
+		rest, ok := s.strip(r.URL.Path)
+		if !ok {
+			s.refuse(w, "this page needs its token: open the URL gpudispatch printed when it started (…/t/…/)")
+			return
+		}
+		connlimit.Trust(r.Context())
 		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, maxForm)
-			if !s.valid(r.PostFormValue("csrf")) || !sameOrigin(r) {
+			if !sameOrigin(r) {
 				s.refuse(w, "refused: a change must come from the page itself")
 				return
 			}
+			// The whole form is read now, within bodyTimeout; the handler
+			// finds it parsed.
+			rc := http.NewResponseController(w)
+			rc.SetReadDeadline(time.Now().Add(bodyTimeout))
+			r.Body = http.MaxBytesReader(w, r.Body, maxForm)
+			err := r.ParseForm()
+			rc.SetReadDeadline(time.Time{})
+			if err != nil {
+				http.Error(w, "reading the form: "+err.Error(), http.StatusBadRequest)
+				return
+			}
 		}
-		next.ServeHTTP(w, r)
+		r2 := new(http.Request)
+		*r2 = *r
+		u := *r.URL
+		u.Path, u.RawPath = rest, ""
+		r2.URL = &u
+		next.ServeHTTP(w, r2)
 	})
 }
 
-// valid reports whether t is the token, in constant time.
-func (s *Server) valid(t string) bool {
-	return subtle.ConstantTimeCompare([]byte(t), []byte(s.o.Token)) == 1
+// strip returns path without the page's /t/TOKEN prefix, comparing the
+// token in constant time; ok is false when path does not carry it.
+func (s *Server) strip(path string) (rest string, ok bool) {
+	after, found := strings.CutPrefix(path, "/t/")
+	if !found {
+		return "", false
+	}
+	tok, rest, found := strings.Cut(after, "/")
+	if !found || subtle.ConstantTimeCompare([]byte(tok), []byte(s.o.Token)) != 1 {
+		return "", false
+	}
+	return "/" + rest, true
+}
+
+// answersTo reports whether host (a request's Host) is a name the page
+// answers to. A page on a loopback address answers to loopback names only
+// (127.0.0.1, [::1], localhost, *.localhost: what a browser or an ssh -L
+// tunnel uses), so that a site whose name was made to resolve to
+// 127.0.0.1 (DNS rebinding) is refused. A page listening on another address
+// is meant to be reached by whatever name its users have for the machine;
+// the token alone guards it.
+func (s *Server) answersTo(host string) bool {
+	if !s.loopback {
+		return true
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 // sameOrigin reports whether r, when its browser names its origin, comes
@@ -78,8 +111,11 @@ func sameOrigin(r *http.Request) bool {
 	return err == nil && u.Host == r.Host
 }
 
+// refuse answers 403 with why, and closes the connection: whoever has not
+// the token holds none of the page's connections.
 func (s *Server) refuse(w http.ResponseWriter, why string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Connection", "close")
 	w.WriteHeader(http.StatusForbidden)
 	render(w, "refused", why)
 }

@@ -8,15 +8,21 @@
 //
 // # Security model
 //
-// Anyone who can reach the address may connect, so every request needs the
-// random token printed with the URL at start. The first visit
-// (?token=...) trades it for an HttpOnly, SameSite=Strict cookie and is
-// redirected to a URL without it. A request that changes anything is a
-// POST that carries the token in its form as well (a forged cross-site
-// form has the cookie at most, never the token), and an Origin header, when
-// sent, must be the page's own. Logs are sent as text/plain and the
-// page's Content-Security-Policy allows only its own script and style, so
-// a job's output cannot run in the browser.
+// Anyone who can reach the address may connect, so every address of the
+// page carries the random token printed at start in its path: the page
+// lives under /t/TOKEN/ (Server.Path), compared in constant time. The token
+// is never put in a cookie: browsers scope cookies by host, not port, so a
+// cookie of 127.0.0.1 would go to every other service on it. A request
+// that changes anything is a POST, to an address with the token, whose
+// Origin (when sent) is the page's own. A page on a loopback address
+// answers only to loopback host names (DNS rebinding is refused). Logs are
+// sent as text/plain and the page's Content-Security-Policy allows only its
+// own script and style, so a job's output cannot run in the browser.
+//
+// Someone without the token cannot wear the server out: headers and forms
+// have deadlines, idle connections are closed, the connections are capped
+// (connlimit: at the cap, the oldest one that has not shown the token makes
+// room) and so are the live streams (Options.MaxViewers).
 //
 // # Cost
 //

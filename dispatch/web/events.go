@@ -34,6 +34,10 @@ const heartbeat = 30 * time.Second
 // events streams the main page's updates (server-sent events), each part
 // as an event named after it whose data is its HTML.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	if !s.admit(w) {
+		return
+	}
+	defer s.leave()
 	st, ok := openStream(w, r)
 	if !ok {
 		return
@@ -157,6 +161,21 @@ func event(name, id, data string) []byte {
 	b.WriteByte('\n')
 	return b.Bytes()
 }
+
+// admit takes a place for a live stream, or answers 503 when every place
+// is taken (Options.MaxViewers): the browser tries again by itself.
+func (s *Server) admit(w http.ResponseWriter) bool {
+	select {
+	case s.viewers <- struct{}{}:
+		return true
+	default:
+		http.Error(w, "too many pages of this run are open: close one", http.StatusServiceUnavailable)
+		return false
+	}
+}
+
+// leave gives a live stream's place back.
+func (s *Server) leave() { <-s.viewers }
 
 // stream is a response of server-sent events, gzipped when the browser
 // takes it: one compressor for the whole stream, so that a part sent again

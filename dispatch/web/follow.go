@@ -98,6 +98,10 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request) {
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
 		fmt.Sscanf(id, "%d,%d", &out, &errOff)
 	}
+	if !s.admit(w) {
+		return
+	}
+	defer s.leave()
 	st, ok := openStream(w, r)
 	if !ok {
 		return
@@ -132,7 +136,7 @@ func (s *Server) follow(w http.ResponseWriter, r *http.Request) {
 		if now.version != version {
 			version = now.version
 			var b bytes.Buffer
-			p := &page{Token: s.o.Token, Live: true, Now: time.Now()}
+			p := &page{Base: s.base, Live: true, Now: time.Now()}
 			render(&b, "jobhead", jobView{Page: p, Job: now, Back: "/jobs/" + now.ID})
 			msg = append(msg, event("job", "", b.String())...)
 		}

@@ -113,7 +113,7 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	if j == nil {
 		return
 	}
-	p := &page{Token: s.o.Token, Now: time.Now(), Note: s.note(r)}
+	p := &page{Base: s.base, Now: time.Now(), Note: s.note(r)}
 	jp := jobPage{jobView: jobView{Page: p, Job: j, Back: "/jobs/" + j.ID}}
 	jp.Out, jp.Err = readTail(j.Stdout, -1), readTail(j.Stderr, -1)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -220,7 +220,7 @@ func (s *Server) redirect(w http.ResponseWriter, r *http.Request, back string, n
 	s.mu.Lock()
 	id := s.notes.add(n)
 	s.mu.Unlock()
-	http.Redirect(w, r, back+"?note="+strconv.Itoa(id), http.StatusSeeOther)
+	http.Redirect(w, r, s.base+back+"?note="+strconv.Itoa(id), http.StatusSeeOther)
 }
 
 // note is the page's answer to a form, shown on the page it returns to.

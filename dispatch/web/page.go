@@ -11,7 +11,8 @@ import (
 
 // page is what the templates draw: the run at one moment.
 type page struct {
-	Token string
+	// Base is the path the page's addresses start with: /t/TOKEN.
+	Base string
 	// Live is set for a part sent as an update: elapsed times are left to
 	// the script (so that a part changes only when the run does).
 	Live     bool
@@ -70,7 +71,7 @@ type gpuRow struct {
 // build makes the page from the run's overview o (its last one, once the
 // run has ended) and what the events said. The caller holds s.mu.
 func (s *Server) build(o *dispatch.Overview, ended bool, now time.Time, live bool) *page {
-	p := &page{Token: s.o.Token, Live: live, Now: now, Ended: ended}
+	p := &page{Base: s.base, Live: live, Now: now, Ended: ended}
 	if o == nil {
 		o = &dispatch.Overview{}
 	}

@@ -27,7 +27,12 @@ var tmpl = template.Must(template.New("page.html").Funcs(template.FuncMap{
 		return strings.Join(s, ",")
 	},
 	"jobAt": func(p *page, j *jobInfo) jobView { return jobView{Page: p, Job: j, Back: "/"} },
+	"head":  func(title, base string) headView { return headView{Title: title, Base: base} },
 }).ParseFS(assets, "assets/page.html"))
+
+// headView is what a page's <head> needs: its title and where its
+// files are.
+type headView struct{ Title, Base string }
 
 // jobView is a job as a part of a page draws it; Back is where its forms
 // return to.

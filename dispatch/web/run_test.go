@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
 	"strconv"
@@ -187,27 +186,28 @@ func (s *served) submit(lines string) []string {
 	return out.IDs
 }
 
-// browser is an HTTP client that has opened the page's token URL, so it
-// holds the cookie, and follows no redirect by itself.
+// browser is an HTTP client as a browser that opened the page's URL is:
+// it holds no cookie (the page sets none) and follows no redirect by
+// itself. Its requests go under the page's path (s.url).
 func (s *served) browser() *http.Client {
-	s.t.Helper()
-	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Get(s.http.URL + "/?token=" + s.srv.Token())
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusSeeOther {
-		s.t.Fatalf("token URL: %s, want 303", resp.Status)
-	}
-	return c
+	return &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
-// get fetches path with c and returns its status and body.
+// url is the address of path on the page, under its /t/TOKEN prefix.
+func (s *served) url(path string) string {
+	return s.http.URL + strings.TrimSuffix(s.srv.Path(), "/") + path
+}
+
+// get fetches path of the page with c and returns its status and body.
 func (s *served) get(c *http.Client, path string) (int, string) {
 	s.t.Helper()
-	resp, err := c.Get(s.http.URL + path)
+	return s.getURL(c, s.url(path))
+}
+
+// getURL fetches u with c and returns its status and body.
+func (s *served) getURL(c *http.Client, u string) (int, string) {
+	s.t.Helper()
+	resp, err := c.Get(u)
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -216,13 +216,10 @@ func (s *served) get(c *http.Client, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// post sends a form to path with c; with csrf it carries the token.
-func (s *served) post(c *http.Client, path string, form url.Values, csrf bool) *http.Response {
+// post sends a form to path of the page with c.
+func (s *served) post(c *http.Client, path string, form url.Values) *http.Response {
 	s.t.Helper()
-	if csrf {
-		form.Set("csrf", s.srv.Token())
-	}
-	resp, err := c.PostForm(s.http.URL+path, form)
+	resp, err := c.PostForm(s.url(path), form)
 	if err != nil {
 		s.t.Fatal(err)
 	}

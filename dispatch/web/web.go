@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/connlimit"
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
@@ -26,18 +27,24 @@ type Options struct {
 	Token string
 	// SampleEvery is how often GPUs are sampled while a page is open
 	// (default 5 s); ListLimit how many waiting and finished jobs the page
-	// lists (default 50).
+	// lists (default 50); MaxViewers how many live streams (pages open)
+	// it serves at once (default 64): each holds a gzip writer.
 	SampleEvery time.Duration
 	ListLimit   int
+	MaxViewers  int
 }
 
 // Server is a run's web page. Its zero value is not usable: see New.
 type Server struct {
-	o       Options
-	cookie  string // the cookie's name, which tells two runs' pages apart
-	closed  chan struct{}
-	changed chan struct{} // something to redraw (capacity 1)
-	wake    chan struct{} // a first viewer came (capacity 1)
+	o    Options
+	base string // /t/TOKEN: where the page's addresses start
+	// loopback is set for a page on a loopback address, which answers to
+	// loopback host names only.
+	loopback bool
+	viewers  chan struct{} // a place per live stream (capacity MaxViewers)
+	closed   chan struct{}
+	changed  chan struct{} // something to redraw (capacity 1)
+	wake     chan struct{} // a first viewer came (capacity 1)
 
 	mu      sync.Mutex
 	jobs    map[string]*jobInfo
@@ -76,8 +83,11 @@ func New(o Options) (*Server, error) {
 	if o.ListLimit <= 0 {
 		o.ListLimit = 50
 	}
+	if o.MaxViewers <= 0 {
+		o.MaxViewers = 64
+	}
 	return &Server{
-		o: o, cookie: cookieName(o.Token),
+		o: o, base: "/t/" + o.Token, loopback: true, viewers: make(chan struct{}, o.MaxViewers),
 		closed: make(chan struct{}), changed: make(chan struct{}, 1), wake: make(chan struct{}, 1),
 		jobs: map[string]*jobInfo{}, samples: map[string]sample{}, clients: map[*client]bool{},
 	}, nil
@@ -85,6 +95,11 @@ func New(o Options) (*Server, error) {
 
 // Token is what every request must carry.
 func (s *Server) Token() string { return s.o.Token }
+
+// Path is where the page is, /t/TOKEN/: the token is in the path of every
+// address of the page, never in a cookie, since a browser sends a
+// loopback host's cookies to every port of it.
+func (s *Server) Path() string { return s.base + "/" }
 
 // Report implements dispatch.Reporter: the page learns the run's jobs from
 // its events. It never blocks the run.
@@ -145,12 +160,17 @@ func Listen(addr string, o Options) (*Listening, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--listen %s: %w", addr, err)
 	}
+	s.loopback = IsLoopback(addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Listening{
 		Server: s, cancel: cancel,
-		url: fmt.Sprintf("http://%s/?token=%s", hostPort(ln.Addr()), s.o.Token),
-		srv: &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second},
+		url: fmt.Sprintf("http://%s%s", hostPort(ln.Addr()), s.Path()),
+		srv: &http.Server{
+			Handler: s.Handler(), ConnContext: connlimit.Context,
+			ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout,
+		},
 	}
+	ln = connlimit.New(ln, connlimit.Budget(maxConns))
 	l.done.Add(2)
 	go func() {
 		defer l.done.Done()
@@ -164,6 +184,17 @@ func Listen(addr string, o Options) (*Listening, error) {
 	}()
 	return l, nil
 }
+
+// The page's connection limits: a request's header must come within
+// headerTimeout, an idle connection is closed after idleTimeout, and at
+// most maxConns are open (fewer when descriptors are scarce; see
+// connlimit). Event streams are not idle: they say they live every
+// heartbeat.
+const (
+	headerTimeout = 5 * time.Second
+	idleTimeout   = 60 * time.Second
+	maxConns      = 1024
+)
 
 // hostPort is where a browser reaches addr: a wildcard address is this
 // machine, by its loopback address.

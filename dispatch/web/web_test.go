@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"net/http/cookiejar"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,74 +17,82 @@ import (
 	"github.com/gpudispatch/gpudispatch/dispatch"
 )
 
-// Every request needs the token; a change needs it in its form too, and a
-// forged cross-site POST changes nothing.
+// Every request needs the token in its path, and a change must come from
+// the page itself: a forged cross-site POST changes nothing. No cookie
+// stands for the token (a browser would send a loopback host's cookies to
+// every port of it), and a request for another host name (DNS rebinding)
+// is refused.
 func TestTokenAndForgery(t *testing.T) {
 	s := serve(t, setup{})
 	ids := s.submit("hold")
 	b := s.browser()
 	s.waitPage(b, "/", "job "+ids[0])
 
-	none := stranger()
+	wrong := s.http.URL + "/t/" + strings.Repeat("A", len(s.srv.Token()))
 	for _, tc := range []struct {
-		name   string
-		client *http.Client
-		path   string
-		want   int
+		name string
+		url  string
+		host string
+		want int
 	}{
-		{"no token", none, "/", http.StatusForbidden},
-		{"no token, a job's log", none, "/jobs/" + ids[0] + "/stdout", http.StatusForbidden},
-		{"no token, the updates", none, "/events", http.StatusForbidden},
-		{"no token, the script", none, "/static/app.js", http.StatusForbidden},
-		{"wrong token", none, "/?token=" + strings.Repeat("A", len(s.srv.Token())), http.StatusForbidden},
-		{"the token's cookie", b, "/", http.StatusOK},
-		{"the token's cookie, a job's log", b, "/jobs/" + ids[0] + "/stdout", http.StatusOK},
-		{"the token's cookie, the script", b, "/static/app.js", http.StatusOK},
+		{"no token", s.http.URL + "/", "", http.StatusForbidden},
+		{"no token, a job's log", s.http.URL + "/jobs/" + ids[0] + "/stdout", "", http.StatusForbidden},
+		{"no token, the updates", s.http.URL + "/events", "", http.StatusForbidden},
+		{"no token, the script", s.http.URL + "/static/app.js", "", http.StatusForbidden},
+		{"the token as a query", s.http.URL + "/?token=" + s.srv.Token(), "", http.StatusForbidden},
+		{"wrong token", wrong + "/", "", http.StatusForbidden},
+		{"wrong token, a job's log", wrong + "/jobs/" + ids[0] + "/stdout", "", http.StatusForbidden},
+		{"a token's prefix", s.http.URL + "/t/" + s.srv.Token()[:10] + "/", "", http.StatusForbidden},
+		{"the token", s.url("/"), "", http.StatusOK},
+		{"the token, a job's log", s.url("/jobs/" + ids[0] + "/stdout"), "", http.StatusOK},
+		{"the token, the script", s.url("/static/app.js"), "", http.StatusOK},
+		{"the token, as localhost", s.url("/"), "localhost", http.StatusOK},
+		{"the token, a name of localhost", s.url("/"), "gpd-x.localhost", http.StatusOK},
+		{"the token, IPv6 loopback", s.url("/"), "[::1]", http.StatusOK},
+		{"the token, another host name (DNS rebinding)", s.url("/"), "evil.example", http.StatusForbidden},
+		{"the token, another address", s.url("/"), "10.1.2.3", http.StatusForbidden},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if code, body := s.get(tc.client, tc.path); code != tc.want {
-				t.Errorf("GET %s: %d, want %d\n%s", tc.path, code, tc.want, body)
+			req, _ := http.NewRequest("GET", tc.url, nil)
+			if tc.host != "" {
+				req.Host = tc.host + ":8420"
+			}
+			resp, err := b.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("GET %s (Host %s): %d, want %d\n%s", tc.url, req.Host, resp.StatusCode, tc.want, body)
+			}
+			if c := resp.Header.Values("Set-Cookie"); len(c) > 0 {
+				t.Errorf("GET %s set a cookie: %q", tc.url, c)
+			}
+			if tc.want == http.StatusForbidden && !resp.Close {
+				t.Errorf("GET %s: refused, but the connection was kept open", tc.url)
 			}
 		})
 	}
 
-	// The cookie the token URL set: HttpOnly, SameSite=Strict.
-	resp, err := stranger().Get(s.http.URL + "/?token=" + s.srv.Token())
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	c := resp.Cookies()
-	if len(c) != 1 || !c[0].HttpOnly || c[0].SameSite != http.SameSiteStrictMode || c[0].Value != s.srv.Token() {
-		t.Errorf("cookie %+v: want the token, HttpOnly, SameSite=Strict", c)
-	}
-	if loc := resp.Header.Get("Location"); strings.Contains(loc, "token") {
-		t.Errorf("redirected to %q: the token should leave the address", loc)
-	}
-
 	cancel := "/jobs/" + ids[0] + "/cancel"
-	forged := []struct {
+	for _, tc := range []struct {
 		name   string
-		client *http.Client
-		csrf   bool
+		url    string
 		origin string
 	}{
-		{"no cookie, no token", stranger(), false, ""},
-		{"cookie without the form's token (a cross-site form)", b, false, ""},
-		{"cookie and token from another origin", b, true, "http://evil.example"},
-	}
-	for _, tc := range forged {
+		{"no token", s.http.URL + cancel, ""},
+		{"no token, the page's origin", s.http.URL + cancel, s.http.URL},
+		{"the token, from another origin", s.url(cancel), "http://evil.example"},
+		{"the token, from another port of this host", s.url(cancel), "http://127.0.0.1:1"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			form := url.Values{}
-			if tc.csrf {
-				form.Set("csrf", s.srv.Token())
-			}
-			req, _ := http.NewRequest("POST", s.http.URL+cancel, strings.NewReader(form.Encode()))
+			req, _ := http.NewRequest("POST", tc.url, strings.NewReader(""))
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 			if tc.origin != "" {
 				req.Header.Set("Origin", tc.origin)
 			}
-			resp, err := tc.client.Do(req)
+			resp, err := b.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,16 +110,18 @@ func TestTokenAndForgery(t *testing.T) {
 		t.Fatalf("after forged cancels the job is %s, want running", st.Jobs[0].State)
 	}
 	// The page's own form does it.
-	if resp := s.post(b, cancel, url.Values{}, true); resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("cancel from the page: %s, want 303", resp.Status)
+	req, _ := http.NewRequest("POST", s.url(cancel), strings.NewReader(""))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", s.http.URL)
+	resp, err := b.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), s.srv.Path()) {
+		t.Fatalf("cancel from the page: %s to %q, want 303 to the page", resp.Status, resp.Header.Get("Location"))
 	}
 	s.waitPage(b, "/", "cancelled")
-}
-
-// stranger is a browser that never had the token.
-func stranger() *http.Client {
-	jar, _ := cookiejar.New(nil)
-	return &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // The page shows each slot's job, the queue with why each job waits, the
@@ -127,9 +136,9 @@ func TestPageShowsTheRun(t *testing.T) {
 	for _, want := range []string{
 		"<h3>node1", "job 1", "job 2", "<code>hold</code>", // both slots' jobs
 		"priority 3", "waits for a free slot; first in line", // the queue, in order, with why
-		"1024/81920 MiB · 37%",                      // the sample
-		`name="csrf" value="` + s.srv.Token() + `"`, // the forms carry the token
-		`action="/add"`,                             // a standing queue takes jobs
+		"1024/81920 MiB · 37%",                       // the sample
+		`action="` + s.srv.base + `/add"`,            // a standing queue takes jobs, under the page's path
+		`href="` + s.srv.base + `/static/style.css"`, // so do its files
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
@@ -140,7 +149,7 @@ func TestPageShowsTheRun(t *testing.T) {
 	}
 	close(s.exec.release)
 	page = s.waitPage(b, "/", "4/4 done")
-	for _, want := range []string{"succeeded", "failed</b> · exit 3", `href="/jobs/4/stdout"`, ">retry</button>"} {
+	for _, want := range []string{"succeeded", "failed</b> · exit 3", `href="` + s.srv.base + `/jobs/4/stdout"`, ">retry</button>"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q after the jobs ended", want)
 		}
@@ -162,7 +171,7 @@ func TestSamplesOnlyWhileWatched(t *testing.T) {
 	b := s.browser()
 	for range 5 {
 		go func() {
-			req, _ := http.NewRequestWithContext(ctx, "GET", s.http.URL+"/events", nil)
+			req, _ := http.NewRequestWithContext(ctx, "GET", s.url("/events"), nil)
 			if resp, err := b.Do(req); err == nil {
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
@@ -188,11 +197,10 @@ func (s *served) probes() int {
 // changed: a job appears, then ends, without reloading the page.
 func TestUpdatesStream(t *testing.T) {
 	s := serve(t, setup{})
-	b := s.browser()
-	req, _ := http.NewRequest("GET", s.http.URL+"/events", nil)
+	req, _ := http.NewRequest("GET", s.url("/events"), nil)
 	req.Header.Set("Accept-Encoding", "gzip")
 	tr := &http.Transport{DisableCompression: true}
-	c := &http.Client{Jar: b.Jar, Transport: tr}
+	c := &http.Client{Transport: tr}
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -262,34 +270,34 @@ func readEvents(r io.Reader) <-chan sse {
 func TestActions(t *testing.T) {
 	s := serve(t, setup{})
 	b := s.browser()
-	resp := s.post(b, "/add", url.Values{"text": {"hold\nhold\n@nowhere print x\nprint third"}, "priority": {"2"}}, true)
+	resp := s.post(b, "/add", url.Values{"text": {"hold\nhold\n@nowhere print x\nprint third"}, "priority": {"2"}})
 	if resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("add: %s", resp.Status)
 	}
-	_, page := s.get(b, resp.Header.Get("Location"))
+	_, page := s.getURL(b, s.http.URL+resp.Header.Get("Location"))
 	for _, want := range []string{"queued: job 1, 2, 4", "web:3: ", "nowhere"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("after add, the page lacks %q", want)
 		}
 	}
 	s.waitPage(b, "/", "priority 2")
-	if resp := s.post(b, "/jobs/4/priority", url.Values{"priority": {"9"}}, true); resp.StatusCode != http.StatusSeeOther {
+	if resp := s.post(b, "/jobs/4/priority", url.Values{"priority": {"9"}}); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("priority: %s", resp.Status)
 	}
 	s.waitPage(b, "/", "priority 9")
-	resp = s.post(b, "/jobs/1/cancel", url.Values{"back": {"/jobs/1"}}, true)
-	if loc := resp.Header.Get("Location"); !strings.HasPrefix(loc, "/jobs/1?note=") {
+	resp = s.post(b, "/jobs/1/cancel", url.Values{"back": {"/jobs/1"}})
+	if loc := resp.Header.Get("Location"); !strings.HasPrefix(loc, s.srv.base+"/jobs/1?note=") {
 		t.Errorf("cancel from the job's page went back to %q", loc)
 	}
 	s.waitPage(b, "/jobs/1", "cancelled")
 	s.waitPage(b, "/", "job 4")
-	resp = s.post(b, "/jobs/1/retry", url.Values{}, true)
-	_, page = s.get(b, resp.Header.Get("Location"))
+	resp = s.post(b, "/jobs/1/retry", url.Values{})
+	_, page = s.getURL(b, s.http.URL+resp.Header.Get("Location"))
 	if !strings.Contains(page, "job 1: queued again") {
 		t.Errorf("retry: the page does not say so:\n%s", page)
 	}
-	resp = s.post(b, "/jobs/4/retry", url.Values{}, true)
-	_, page = s.get(b, resp.Header.Get("Location"))
+	resp = s.post(b, "/jobs/4/retry", url.Values{})
+	_, page = s.getURL(b, s.http.URL+resp.Header.Get("Location"))
 	if !strings.Contains(page, "has not ended") && !strings.Contains(page, "succeeded") {
 		t.Errorf("retry of a job that did not fail: no reason shown:\n%s", page)
 	}
@@ -301,17 +309,17 @@ func TestPipeRunIsReadOnly(t *testing.T) {
 	b := s.browser()
 	io.WriteString(s.input, "hold\n")
 	page := s.waitPage(b, "/", "job 1")
-	if strings.Contains(page, `action="/add"`) {
+	if strings.Contains(page, `/add"`) {
 		t.Error("a pipe run's page shows the add form")
 	}
 	// Cancel works on any run.
-	if resp := s.post(b, "/jobs/1/cancel", url.Values{}, true); resp.StatusCode != http.StatusSeeOther {
+	if resp := s.post(b, "/jobs/1/cancel", url.Values{}); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("cancel: %s", resp.Status)
 	}
 	s.waitPage(b, "/", "cancelled")
 	// A form posted anyway is refused with the reason.
-	resp := s.post(b, "/add", url.Values{"text": {"print x"}}, true)
-	if _, page := s.get(b, resp.Header.Get("Location")); !strings.Contains(page, "jobs can be submitted to gpudispatch serve only") {
+	resp := s.post(b, "/add", url.Values{"text": {"print x"}})
+	if _, page := s.getURL(b, s.http.URL+resp.Header.Get("Location")); !strings.Contains(page, "jobs can be submitted to gpudispatch serve only") {
 		t.Errorf("add to a pipe run: the page does not say why it was refused:\n%s", page)
 	}
 }
@@ -321,7 +329,7 @@ func TestStoppingServerIsReadOnly(t *testing.T) {
 	s := serve(t, setup{})
 	b := s.browser()
 	s.ctl.Stop(context.Background(), false)
-	if _, page := s.get(b, "/"); strings.Contains(page, `action="/add"`) {
+	if _, page := s.get(b, "/"); strings.Contains(page, `/add"`) {
 		t.Error("a stopping server shows the add form")
 	}
 }
@@ -337,7 +345,7 @@ func TestJobPageFollows(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", s.http.URL+"/jobs/"+ids[0]+"/follow?out=5&err=0", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.url("/jobs/"+ids[0]+"/follow?out=5&err=0"), nil)
 	resp, err := b.Do(req)
 	if err != nil {
 		t.Fatal(err)
