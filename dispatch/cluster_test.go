@@ -165,3 +165,11 @@ func TestClusterDrainCancelsPending(t *testing.T) {
 		t.Errorf("counts %v, want the pending job cancelled", sum.Counts)
 	}
 }
+
+// Adopt finds nothing to follow: the fake keeps no attempt.
+func (*clusterExec) Adopt(context.Context, string, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
+	return -1, time.Now(), executor.ErrJobLost
+}
+
+// Home has nothing to remove.
+func (*clusterExec) Home(string, string) {}

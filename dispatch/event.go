@@ -70,6 +70,9 @@ type Event struct {
 	// SlurmJobID is the job's id in its Slurm cluster (pending, started
 	// and final events of a job that ran there).
 	SlurmJobID string `json:"slurm_job_id,omitempty"`
+	// Tag names the attempt on its host (pending and started events): a
+	// later run of the log dir finds it there by it (--resume).
+	Tag string `json:"tag,omitempty"`
 	// ByUser is set on a cancelled or retried event that someone asked for
 	// (cancel, retry), rather than the run deciding it: serve --resume does
 	// not bring back a job its user cancelled.

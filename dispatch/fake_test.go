@@ -53,6 +53,18 @@ type fakeExec struct {
 	reaps      []string                  // tags reaped, in order
 	usage      map[string][]executor.GPU // host -> what ProbeGPUs says
 	probes     int
+	// detached are the attempts an earlier run left on the hosts, by tag,
+	// for Adopt; homes the tags whose outcome was said to be home.
+	detached map[string]detached
+	homes    []string
+}
+
+// detached is an attempt that runs, or ran, with no coordinator: Adopt
+// writes out, then returns code once release is closed (nil: at once).
+type detached struct {
+	out     string
+	code    int
+	release chan struct{}
 }
 
 // fakeLocks are the GPU locks of every host, shared by the runs of a test.
@@ -429,4 +441,30 @@ func runJobsWith(t *testing.T, f *fakeExec, opts Options, input string) (*fakeEx
 
 func repeat(line string, n int) string {
 	return strings.Repeat(line+"\n", n)
+}
+
+// Adopt follows an attempt of detached, or finds nothing.
+func (f *fakeExec) Adopt(ctx context.Context, host, tag string, outOff, _ int64, stdout, _ io.Writer) (int, time.Time, error) {
+	f.mu.Lock()
+	d, ok := f.detached[tag]
+	f.mu.Unlock()
+	if !ok {
+		return -1, time.Now(), fmt.Errorf("%s: %w: nothing kept of %s", host, executor.ErrJobLost, tag)
+	}
+	io.WriteString(stdout, d.out[min(int(outOff), len(d.out)):])
+	if d.release != nil {
+		select {
+		case <-d.release:
+		case <-ctx.Done():
+			return -1, time.Now(), context.Cause(ctx)
+		}
+	}
+	return d.code, time.Now(), nil
+}
+
+// Home notes that the outcome of tag is home.
+func (f *fakeExec) Home(_, tag string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.homes = append(f.homes, tag)
 }

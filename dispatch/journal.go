@@ -92,39 +92,6 @@ type jobKey struct {
 	occurrence int
 }
 
-// succeeded reads the journal at path and returns the jobs that finished
-// with exit status 0, and the lines it had to skip as damaged. A missing
-// journal is empty.
-func succeeded(path string) (map[jobKey]bool, []string, error) {
-	done := map[jobKey]bool{}
-	damaged, err := scanJournal(path, func(line []byte) error {
-		// Only finished events matter: skip the rest without decoding.
-		if !bytes.Contains(line, []byte(`"event":"finished"`)) {
-			return nil
-		}
-		var e struct {
-			Event      string `json:"event"`
-			Text       string `json:"text"`
-			TextBytes  []byte `json:"text_bytes"`
-			Occurrence int    `json:"occurrence"`
-		}
-		if err := json.Unmarshal(line, &e); err != nil {
-			return err
-		}
-		if e.TextBytes != nil {
-			e.Text = string(e.TextBytes)
-		}
-		if e.Event == EventFinished {
-			done[jobKey{e.Text, e.Occurrence}] = true
-		}
-		return nil
-	})
-	if errors.Is(err, os.ErrNotExist) {
-		return done, nil, nil
-	}
-	return done, damaged, err
-}
-
 // scanJournal calls f with each whole line of the journal at path. A last
 // line without its newline is being written (or was torn by a crash) and is
 // left out. A line that f cannot read (two writers tore it, a disk that

@@ -111,6 +111,16 @@ type run struct {
 	// fileMode is what the log dir's new files get (see fileMode).
 	fileMode fs.FileMode
 	done     map[jobKey]bool // finished in an earlier run (--resume)
+	// open are the attempts earlier runs started and journaled no outcome
+	// for (--resume): they are followed, not run again (adopt).
+	open map[jobKey]Event
+	// adoptions are the running jobs an earlier server left (Serve with
+	// Resume), followed as the run starts.
+	adoptions []adoption
+	// inFlight counts the attempts started (or being claimed) that have
+	// not ended; jobsCtx is their context, which stop --now cancels.
+	inFlight int
+	jobsCtx  context.Context
 	// damaged are the journal's lines --resume skipped, for warnings.
 	damaged []string
 	sched   *scheduler
@@ -220,6 +230,12 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	// The jobs' context: stop --now cancels it, as a second Ctrl-C does.
 	ctx, r.killJobs = context.WithCancelCause(ctx)
 	defer r.killJobs(nil)
+	r.jobsCtx = ctx
+	for _, a := range r.adoptions {
+		if !r.adopt(a.q, a.attempt) {
+			r.requeue = append(r.requeue, a.q)
+		}
+	}
 	for _, q := range r.requeue {
 		if err := r.sched.table.check(q.job); err != nil {
 			e := r.event(EventFailed, q.job, 0)
@@ -263,11 +279,11 @@ func prepare(opts Options) (*run, error) {
 		return r, nil
 	}
 	if opts.Resume {
-		done, damaged, err := succeeded(filepath.Join(opts.LogDir, JournalName))
+		done, open, damaged, err := openAttempts(filepath.Join(opts.LogDir, JournalName))
 		if err != nil {
 			return nil, &SetupError{fmt.Errorf("--resume: %w", err)}
 		}
-		r.done, r.damaged = done, damaged
+		r.done, r.open, r.damaged = done, open, damaged
 	}
 	return r, nil
 }
@@ -317,8 +333,7 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 	if r.opts.Control != nil {
 		reqs = r.opts.Control.reqs
 	}
-	running := 0
-	for jobs != nil || running > 0 || len(r.sched.waiting) > 0 && !r.stopping || r.opts.Serve && !r.stopping {
+	for jobs != nil || r.inFlight > 0 || len(r.sched.waiting) > 0 && !r.stopping || r.opts.Serve && !r.stopping {
 		select {
 		case f := <-reqs:
 			f(r)
@@ -329,7 +344,7 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			}
 			r.admit(p)
 		case res := <-r.results:
-			running--
+			r.inFlight--
 			r.finish(res)
 		case h := <-r.ups:
 			r.hostUp(h)
@@ -339,7 +354,7 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			r.release(p)
 		case c := <-r.claims:
 			if !r.claimed(ctx, c) {
-				running--
+				r.inFlight--
 			}
 		case rc := <-r.rechecks:
 			r.rechecked(rc)
@@ -369,7 +384,7 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			again = false
 			for _, a := range r.sched.next() {
 				if r.launch(ctx, a) {
-					running++
+					r.inFlight++
 				} else {
 					again = true
 				}
@@ -379,8 +394,12 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 	}
 }
 
-// skipped is the verdict on a job that succeeded in an earlier run.
-const skipped = "skipped"
+// skipped is the verdict on a job that succeeded in an earlier run, and
+// adopted on one whose attempt an earlier run left running.
+const (
+	skipped = "skipped"
+	adopted = "adopted"
+)
 
 // verdict says what becomes of a job as it arrives: EventQueued;
 // EventRejected or EventFailed and why; skipped (Resume); or "" when its
@@ -405,6 +424,9 @@ func (r *run) verdict(p parsed) (j *Job, kind string, why error) {
 	case r.done[jobKey{j.Text, j.Occurrence}]:
 		return j, skipped, nil
 	}
+	if _, ok := r.open[jobKey{j.Text, j.Occurrence}]; ok {
+		return j, adopted, nil
+	}
 	if why := r.sched.table.unrunnable(j, r.opts.HostDownTimeout); why != "" {
 		return j, EventFailed, errors.New(why)
 	}
@@ -422,6 +444,15 @@ func (r *run) admit(p parsed) (j *Job, kind string, why error) {
 		r.final(e)
 	case skipped:
 		r.summary.Skipped++
+	case adopted:
+		k := jobKey{j.Text, j.Occurrence}
+		e := r.open[k]
+		delete(r.open, k)
+		q := &queued{job: j}
+		r.jobs[j.ID()] = q
+		if !r.adopt(q, e) {
+			r.queue(q, "")
+		}
 	case EventQueued:
 		q := &queued{job: j}
 		r.jobs[j.ID()] = q
@@ -455,12 +486,14 @@ func (r *run) start(ctx context.Context, a assignment) {
 	e.Stdout, e.Stderr = logs.out.Name(), logs.err.Name()
 	start := time.Now()
 	e.Start = &start
+	q.tag = r.tag(j, q.attempts)
+	e.Tag = q.tag
 	c := executor.Command{
 		Script:  j.Command,
 		Env:     jobEnv(h, j, a.p),
 		Workdir: h.Workdir,
 		Setup:   h.Setup,
-		Tag:     r.tag(j, q.attempts),
+		Tag:     q.tag,
 		GPUs:    j.GPUs,
 	}
 	timeout := r.opts.Timeout
@@ -574,9 +607,11 @@ func (r *run) finish(res result) {
 	if lost {
 		// Its processes may still hold the GPUs: the slots stay taken until
 		// the host confirms they are gone.
-		go r.reap(p, p.host.host.Name, r.tag(j, q.attempts))
+		go r.reap(p, p.host.host.Name, q.tag)
 	} else {
 		r.release(p)
+		// Recorded below: what the host kept of the attempt may go.
+		defer r.opts.Executor.Home(p.host.host.Name, q.tag)
 	}
 	kind := EventFinished
 	switch {

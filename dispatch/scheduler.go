@@ -35,6 +35,8 @@ type queued struct {
 	pending  bool
 	ran      *time.Time
 	slurmID  string
+	// tag names its current attempt on its host (executor.Command.Tag).
+	tag string
 }
 
 // ahead reports whether a comes before b in the queue: the higher

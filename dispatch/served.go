@@ -81,15 +81,26 @@ func (r *run) loadServed() error {
 			q.ended = &last
 		}
 		if !Ended(state) || state == EventCancelled && !rec.last.ByUser {
-			if r.opts.Resume {
+			switch {
+			case !r.opts.Resume:
+				r.unfinished++
+			case rec.last.Event == EventStarted || rec.last.Event == EventPending:
+				// It may run on where it was started: followed, not run again.
+				q.ended = nil
+				r.adoptions = append(r.adoptions, adoption{q, rec.last})
+			default:
 				q.ended = nil
 				r.requeue = append(r.requeue, q)
-			} else {
-				r.unfinished++
 			}
 		}
 	}
 	return nil
+}
+
+// adoption is a served job and the attempt an earlier server left running.
+type adoption struct {
+	q       *queued
+	attempt Event
 }
 
 // rebuild makes a served job again from its queued event: its line gives

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/slurm"
@@ -40,6 +41,22 @@ func (l *Lab) Reap(ctx context.Context, host, tag string) error {
 		return err
 	}
 	return r.Reap(ctx, tag)
+}
+
+// Adopt follows, on host, the attempt tagged tag of an earlier coordinator.
+func (l *Lab) Adopt(ctx context.Context, host, tag string, outOff, errOff int64, stdout, stderr io.Writer) (int, time.Time, error) {
+	r, err := l.lookup(host)
+	if err != nil {
+		return -1, time.Now(), err
+	}
+	return r.Adopt(ctx, tag, outOff, errOff, stdout, stderr)
+}
+
+// Home says the outcome of the attempt tagged tag on host is recorded.
+func (l *Lab) Home(host, tag string) {
+	if r := l.runner(host); r != nil {
+		r.Home(tag)
+	}
 }
 
 // LockGPU takes GPU gpu of host for run.

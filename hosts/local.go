@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/gpulock"
@@ -44,6 +45,16 @@ func (l *Local) Run(ctx context.Context, c executor.Command, stdout, stderr io.W
 }
 
 func (l *Local) name() string { return cmp.Or(l.Name, "local") }
+
+// Adopt implements Runner: a job shell kills its job once its coordinator
+// has gone, so a job an earlier coordinator started here is gone, and runs
+// again.
+func (l *Local) Adopt(context.Context, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
+	return -1, time.Now(), fmt.Errorf("%s: %w: its job shell ended it when its coordinator went away", l.name(), executor.ErrJobLost)
+}
+
+// Home implements Runner: a job's output is not kept on the machine.
+func (*Local) Home(string) {}
 
 func (l *Local) init() {
 	l.once.Do(func() {

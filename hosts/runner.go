@@ -3,6 +3,7 @@ package hosts
 import (
 	"context"
 	"io"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
@@ -15,9 +16,14 @@ type Runner interface {
 	Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (exitCode int, err error)
 	// WaitUp returns once the machine can take jobs.
 	WaitUp(ctx context.Context) error
+	// Adopt follows the attempt tagged tag that an earlier coordinator
+	// started, from the byte offsets its logs reached.
+	Adopt(ctx context.Context, tag string, outOff, errOff int64, stdout, stderr io.Writer) (exitCode int, end time.Time, err error)
 	// Reap returns once nothing is left on the machine of the lost command
-	// tagged tag.
+	// tagged tag: it ends it if it still runs.
 	Reap(ctx context.Context, tag string) error
+	// Home says the outcome of the attempt tagged tag is recorded.
+	Home(tag string)
 	// LockGPU takes GPU gpu of the machine for run.
 	LockGPU(ctx context.Context, gpu int, run string) (executor.GPULock, error)
 }

@@ -234,23 +234,73 @@ func TestE2ESlurmStop(t *testing.T) {
 	waitQueueEmpty(t, sc, 5*time.Second)
 }
 
-// A coordinator killed outright leaves nothing in the cluster: the agent on
-// the login node cancels the run's jobs once it has heard nothing for three
-// keepalives and the grace.
+// A coordinator killed outright ends no cluster job: the run's jobs stay in
+// Slurm, and run, after the agent on the login node stopped hearing it (3
+// keepalives and the grace); --resume tracks them again (the pending one
+// too), completes their output and records their outcomes: no job runs
+// twice, the queue ends empty.
 func TestE2ESlurmCoordinatorKilled(t *testing.T) {
 	t.Parallel()
 	r := newSlurmRun(t, 2, "")
 	sc, logDir := r.sc, r.logDir
+	gate := filepath.Join(r.dir, "go")
+	lines := ""
+	for i := range 3 {
+		lines += fmt.Sprintf("[host=hpc name=c%d] echo start >> %s/ran.%d; echo start; while [ ! -e %s ]; do sleep 0.2; done; echo end\n", i, r.dir, i, gate)
+	}
 	cmd, stdin, _ := r.start(t)
-	io.WriteString(stdin, "@hpc sleep 300\n@hpc sleep 300\n@hpc sleep 300\n")
+	io.WriteString(stdin, lines)
 	waitJournal(t, logDir, func(events []map[string]any) bool { return count(events, "started") == 2 })
 	cmd.Process.Kill()
 	cmd.Wait()
-	if len(runJobs(sc)) != 3 {
-		t.Fatalf("squeue lists %v right after the kill, want the 3 jobs", runJobs(sc))
+	// Past the agent's silence limit (3 × 1 s and the 10 s grace): nothing
+	// was cancelled.
+	time.Sleep(15 * time.Second)
+	if jobs := runJobs(sc); len(jobs) != 3 {
+		t.Fatalf("squeue lists %v after the coordinator died, want its 3 jobs", jobs)
 	}
-	// Three keepalives of 1 s, the grace of 10 s, a poll.
-	waitQueueEmpty(t, sc, 30*time.Second)
+	os.WriteFile(gate, nil, 0o644)
+	resumed, in, errOut := r.start(t, "--resume")
+	io.WriteString(in, lines)
+	in.Close()
+	if err := resumed.Wait(); err != nil {
+		t.Fatalf("resume: exit %v\n%s", err, errOut)
+	}
+	for i := range 3 {
+		if got := readFile(t, filepath.Join(r.dir, fmt.Sprintf("ran.%d", i))); got != "start\n" {
+			t.Errorf("job c%d ran %d times, want once", i, strings.Count(got, "start"))
+		}
+		if got := readFile(t, filepath.Join(logDir, fmt.Sprintf("c%d.out", i))); got != "start\nend\n" {
+			t.Errorf("c%d.out = %q, want its whole output once", i, got)
+		}
+	}
+	if n := count(journal(t, logDir), "finished"); n != 3 {
+		t.Errorf("%d finished, want 3", n)
+	}
+	waitQueueEmpty(t, sc, 10*time.Second)
+}
+
+// A cluster that sets Slurm up in the login profile (here SLURM_CONF, only
+// in the login node's ~/.profile, as Lmod's module load slurm does): the
+// agent sees the login shell's whole environment, as jobs do.
+func TestE2ESlurmProfileEnv(t *testing.T) {
+	t.Parallel()
+	sc := slurmtest.Start(t, slurmtest.Options{GPUs: 1})
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1})
+	home := l.Hosts[0].Home
+	os.Remove(filepath.Join(home, ".bash_profile"))
+	os.WriteFile(filepath.Join(home, ".profile"), []byte("PATH=$HOME/bin:$PATH\nexport SLURM_CONF="+sc.Conf+"\n"), 0o644)
+	dir := t.TempDir()
+	lab := sshSlurmLab(t, dir, l, sc, ", poll: 1s")
+	logDir := filepath.Join(dir, "logs")
+	logJournalOnFailure(t, logDir)
+	r := gpd(t, dir, "[name=j] echo ran\n", "--inventory", lab, "-o", logDir, "--keepalive", "1s")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(logDir, "j.out")); got != "ran\n" {
+		t.Errorf("j.out = %q", got)
+	}
 }
 
 // A job whose node fails is lost and run again: by Slurm's NODE_FAIL, not

@@ -189,3 +189,11 @@ func TestWaitBlocks(t *testing.T) {
 	client.Stop(ctx, true)
 	<-done
 }
+
+// Adopt finds nothing to follow: the fake keeps no attempt.
+func (instant) Adopt(context.Context, string, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
+	return -1, time.Now(), executor.ErrJobLost
+}
+
+// Home has nothing to remove.
+func (instant) Home(string, string) {}

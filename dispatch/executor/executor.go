@@ -23,6 +23,16 @@ type Executor interface {
 	// whose Run ended with ErrConnectionLost: until then its GPUs may still
 	// be in use. It waits for the host to be reachable, or for ctx to end.
 	Reap(ctx context.Context, host, tag string) error
+	// Adopt follows the command tagged tag that an earlier coordinator
+	// started on host and that may still run there (a batch system's job
+	// outlives its coordinator): it streams what the command writes past
+	// the byte offsets its logs reached (outOff of stdout, errOff of
+	// stderr), and returns as Run does once it ends, with when it ended. An
+	// error wraps ErrJobLost when nothing of it runs there any more.
+	Adopt(ctx context.Context, host, tag string, outOff, errOff int64, stdout, stderr io.Writer) (exitCode int, end time.Time, err error)
+	// Home says that the outcome of the command tagged tag on host is
+	// recorded: what the host keeps of it may go.
+	Home(host, tag string)
 	// LockGPU takes the lock that keeps other gpudispatch runs off GPU gpu
 	// of host, for the run whose commands' tags start with run + "-". An
 	// error wraps ErrGPULocked when another run holds it, ErrNoLocks when

@@ -243,3 +243,11 @@ func (s *served) waitPage(c *http.Client, path, want string) string {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Adopt finds nothing to follow: the fake keeps no attempt.
+func (*fakeExec) Adopt(context.Context, string, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
+	return -1, time.Now(), executor.ErrJobLost
+}
+
+// Home has nothing to remove.
+func (*fakeExec) Home(string, string) {}

@@ -1,14 +1,16 @@
 # gpudispatch's agent on a Slurm cluster's login node: one per run and
 # cluster, on one SSH session (or here, for a local login node). It submits
-# the run's jobs, asks squeue about all of them once per poll, streams the
-# output of the running ones back, and cancels them all if the coordinator
-# falls silent.
+# the run's jobs, asks squeue about all of them once per poll, and streams
+# the output of the running ones back. It never cancels a job on its own: a
+# coordinator that falls silent or goes away leaves the run's jobs running
+# in Slurm, and the agent exits; a later agent (the same run back, or a
+# resumed one) tracks them again ("t") from the bytes that are home.
 #
 # Arguments (set by the coordinator before this code): _a_run (the run's
 # tag prefix), _a_wd (the cluster workdir, "~/" is home), _a_poll (seconds),
 # _a_silence (seconds without a word from the coordinator after which the
-# run's jobs are cancelled; "check": only see whether sbatch would take a
-# job, and say r or F), _a_tick (seconds, may be fractional: how often
+# agent exits, leaving the jobs to Slurm; _a_run "check": only see whether
+# sbatch would take a job, and say r or F), _a_tick (seconds, may be fractional: how often
 # output is looked at), then the common sbatch options in _a_args.
 #
 # stdin, one command a line:
@@ -18,7 +20,7 @@
 #                                      OUT/ERR bytes of its output already home
 #                                      (ID "-": not known, found by its name)
 #   c ID...                            scancel those jobs
-#   q                                  quit: cancel what is still tracked, exit
+#   q                                  quit (the jobs still tracked run on)
 # stdout, one record a line (output records are followed by their bytes):
 #   r                                  ready
 #   S TAG ID | F TAG message           submitted | sbatch refused (one line)
@@ -28,8 +30,6 @@
 #   O TAG N | E TAG N  + N bytes       new stdout | stderr bytes
 #   X TAG STATE CODE                   ended: Slurm's last state (GONE when it
 #                                      left the queue), exit file's code or -
-#   W                                  an earlier agent of this run cancelled
-#                                      its jobs after the coordinator fell silent
 # A later agent of the same run writes its pid to .gpd-RUN.agent: an
 # earlier one that sees it exits without cancelling anything.
 # shellcheck disable=SC2154 # the arguments are set before this code
@@ -43,12 +43,18 @@ if ! { mkdir -p -- "$_a_wd" && cd -- "$_a_wd"; }; then
   printf 'F - cannot use workdir %s\n' "$_a_wd"
   exit 1
 fi
-# The login shell's PATH: sbatch and squeue are often put there by
-# /etc/profile.d on clusters.
+# The login shell's whole environment, as jobs get it: clusters set up
+# Slurm in the profile (PATH from /etc/profile.d, Lmod's module load slurm
+# exporting SLURM_CONF and LD_LIBRARY_PATH). Its exports, after a marker that
+# the profile's own output cannot hold, are taken over here.
 # shellcheck disable=SC2016 # expanded by the login shell
-_a_path=$("${SHELL:-/bin/bash}" -lc 'printf "\n@gpd-path@%s" "$PATH"' </dev/null 2>/dev/null) &&
-  case $_a_path in *@gpd-path@*) PATH=${_a_path##*@gpd-path@} ;; esac
-export PATH
+if _a_env=$("${SHELL:-/bin/bash}" -lc 'printf "\n@gpd-env@\n"; export -p' </dev/null 2>/dev/null); then
+  case $_a_env in
+    *@gpd-env@*) eval "${_a_env##*@gpd-env@}" 2>/dev/null ;;
+  esac
+fi
+unset -v _a_env
+export LC_ALL=C
 if [ "$_a_run" = check ]; then
   # Would the cluster take a job with these options?
   if _a_out=$(sbatch --test-only --gres=gpu:1 "${_a_args[@]}" --wrap=true 2>&1); then
@@ -69,7 +75,6 @@ _a_heard=$SECONDS
 _a_polled=-1000000
 _a_tailed=-1
 _a_eof=
-if [ -e ".gpd-$_a_run.watcher-cancelled" ]; then echo W; fi
 echo r
 
 _a_sbatch() { # TAG GPUS TIME SCRIPT
@@ -171,10 +176,6 @@ _a_poll() {
   done
 }
 
-_a_cancel_all() {
-  if [ ${#_a_id[@]} -gt 0 ]; then scancel -- "${_a_id[@]}" 2>/dev/null; fi
-}
-
 while :; do
   _a_line=
   if [ -z "$_a_eof" ]; then
@@ -201,14 +202,12 @@ while :; do
     t) _a_id[$2]=$3 _a_out[$2]=$4 _a_err[$2]=$5 _a_state[$2]=PENDING _a_why[$2]= ;;
     c) shift && scancel -- "$@" 2>/dev/null ;;
     q)
-      _a_cancel_all
       rm -f -- "$_a_pidfile"
       exit 0
       ;;
   esac
   if ((SECONDS - _a_heard >= _a_silence)); then
-    : >".gpd-$_a_run.watcher-cancelled"
-    _a_cancel_all
+    # The coordinator is gone: the jobs run on in Slurm.
     rm -f -- "$_a_pidfile"
     exit 0
   fi

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"al.essio.dev/pkg/shellescape"
@@ -38,7 +37,8 @@ type Options struct {
 	Spawn  spawn.Func
 	WaitUp func(context.Context) error
 	// Heartbeat is how often the agent hears from the coordinator; after
-	// three missed ones and Grace, it cancels the run's jobs.
+	// three missed ones and Grace, it exits, and the run's jobs run on in
+	// Slurm.
 	Heartbeat, Grace time.Duration
 }
 
@@ -47,16 +47,13 @@ type Options struct {
 type Cluster struct {
 	o Options
 
-	mu   sync.Mutex
-	run  string // the tag prefix of this coordinator's run
-	ag   *agent
-	jobs map[string]*job // by tag, from submit to end
-	// watcherCancelled is set when an agent found that an earlier one
-	// cancelled the run's jobs after the coordinator fell silent.
-	watcherCancelled atomic.Bool
-	closed           bool
-	bg               context.Context
-	stop             context.CancelFunc
+	mu     sync.Mutex
+	run    string // the tag prefix of this coordinator's run
+	ag     *agent
+	jobs   map[string]*job // by tag, from submit to end
+	closed bool
+	bg     context.Context
+	stop   context.CancelFunc
 }
 
 // New returns a cluster runner; it reaches the login node on first use.
@@ -237,8 +234,7 @@ func (c *Cluster) wait(ctx context.Context, j *job) (int, error) {
 			done = nil
 			cancelled = true
 			c.cancel(j)
-			// Slurm says CANCELLED at the next poll; if the login node
-			// cannot be reached, the agent's watcher cancels the job.
+			// Slurm says CANCELLED at the next poll.
 			giveUp = time.After(2*c.o.Slurm.Poll + 3*c.o.Heartbeat + c.o.Grace)
 		case <-giveUp:
 			c.forget(j)
@@ -297,9 +293,6 @@ func (c *Cluster) outcome(j *job, r record) (int, error) {
 	case "NODE_FAIL", "PREEMPTED", "BOOT_FAIL":
 		return -1, fmt.Errorf("%s %w: %s", where, executor.ErrJobLost, r.state)
 	case "CANCELLED":
-		if c.watcherCancelled.Load() {
-			return -1, fmt.Errorf("%s %w: cancelled on the login node while the coordinator could not be reached", where, executor.ErrJobLost)
-		}
 		return -1, fmt.Errorf("%s was cancelled in Slurm by someone else (scancel)", where)
 	}
 	return -1, fmt.Errorf("%s ended %s", where, r.state)
@@ -340,14 +333,65 @@ func (c *Cluster) WaitUp(ctx context.Context) error { return c.o.WaitUp(ctx) }
 // is ever left to wait for.
 func (*Cluster) Reap(context.Context, string) error { return nil }
 
+// Adopt implements the executor contract: it tracks again the job tagged tag
+// that an earlier coordinator submitted (found by its name in squeue), from
+// the bytes of its output that are home, until Slurm is done with it.
+func (c *Cluster) Adopt(ctx context.Context, tag string, outOff, errOff int64, stdout, stderr io.Writer) (int, time.Time, error) {
+	run, _, ok := cutTag(tag)
+	if !ok {
+		return -1, time.Now(), fmt.Errorf("%s: job tag %q: want RUN-SEQ-ATTEMPT", c.o.Name, tag)
+	}
+	j := &job{tag: tag, stdout: stdout, stderr: stderr, progress: func(executor.Progress) {},
+		events: make(chan record, 16), gone: make(chan struct{}), outN: outOff, errN: errOff}
+	defer close(j.gone)
+	c.mu.Lock()
+	if c.run == "" {
+		c.run = run
+	}
+	c.jobs[tag] = j
+	ag := c.ag
+	c.mu.Unlock()
+	if ag != nil {
+		ag.send(fmt.Sprintf("t %s - %d %d\n", tag, outOff, errOff))
+	} else if err := c.startFor(ctx); err != nil {
+		c.forget(j)
+		return -1, time.Now(), err
+	}
+	code, err := c.wait(ctx, j)
+	return code, time.Now(), err
+}
+
+// startFor starts the agent, which is told the jobs to track, when there is
+// none.
+func (c *Cluster) startFor(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("%s: %w: the run is ending", c.o.Name, executor.ErrHostDown)
+	}
+	if c.ag != nil {
+		return nil
+	}
+	ag, err := c.startAgent(ctx)
+	if err != nil {
+		return fmt.Errorf("%s: %w: %v", c.o.Name, executor.ErrHostDown, err)
+	}
+	c.ag = ag
+	return nil
+}
+
+// Home implements the executor contract: a cluster job's files stay in the
+// cluster workdir, the user's.
+func (*Cluster) Home(string) {}
+
 // LockGPU implements the executor contract: Slurm gives a cluster's GPUs,
 // so there are none to lock.
 func (c *Cluster) LockGPU(context.Context, int, string) (executor.GPULock, error) {
 	return nil, fmt.Errorf("%s: %w: Slurm gives the GPUs", c.o.Name, executor.ErrNoLocks)
 }
 
-// Close ends the agent: it cancels the jobs it still follows (none, after
-// a run that ended well).
+// Close ends the agent; jobs it still follows (none, after a run that ended
+// well; those of a run stopped with --detach) run on in Slurm.
 func (c *Cluster) Close() {
 	c.stop() // ends a reconnection under way, which holds mu
 	c.mu.Lock()
@@ -505,9 +549,6 @@ func (c *Cluster) records(ag *agent, br *bufio.Reader, ready chan<- error) error
 		switch kind {
 		case "r":
 			ready <- nil
-			continue
-		case "W":
-			c.watcherCancelled.Store(true)
 			continue
 		}
 		tag, text, _ := strings.Cut(rest, " ")

@@ -12,12 +12,17 @@
 // from its exit file; Slurm's last state (squeue --states=all) says when it
 // timed out, lost its node, was preempted or cancelled.
 //
-// The agent hears from the coordinator every heartbeat. When it hears
-// nothing for three of them and the grace (the coordinator died, or the
-// login node cannot be reached for that long), it cancels the run's jobs and
-// leaves a mark that says so, so that nothing is left in the queue. A login
-// node that comes back sooner gets a new agent, told of every job with the
-// bytes of its output already home; the new agent makes the old one exit
-// (the pid file), and no job is submitted twice: a submission whose answer
-// was lost is found again by its job name.
+// It runs with the login shell's whole environment (what the profile
+// exports: PATH, SLURM_CONF, LD_LIBRARY_PATH of a module load), as jobs do.
+//
+// A job's life is its own: the agent never cancels one but on the
+// coordinator's word (a cancel, a second Ctrl-C). It hears from the
+// coordinator every heartbeat; when it hears nothing for three of them and
+// the grace (the coordinator died or was stopped, or the login node cannot
+// be reached for that long), it exits, and the run's jobs run on in Slurm.
+// A coordinator that comes back, or a later run with --resume (Adopt), gets
+// a new agent, told of every job with the bytes of its output already home
+// ("t"); the new agent makes an old one exit (the pid file), and no job is
+// submitted twice: a submission whose answer was lost is found again by its
+// job name.
 package slurm

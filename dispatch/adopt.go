@@ -1,0 +1,150 @@
+package dispatch
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"slices"
+	"time"
+)
+
+// A Slurm job's life does not hang on its coordinator: an attempt that an
+// earlier run of the log dir handed to a cluster, and journaled no outcome
+// for, may still be pending or running there. A run with Resume (and serve
+// --resume) follows such an attempt as its own (adopts it) rather than run
+// the job again: it takes the attempt's slot, completes its logs from the
+// byte they had reached, and records its outcome, real exit status and end
+// time as this run's. The journal thus gets exactly one outcome per
+// attempt. (On other hosts a job shell ends its job when its coordinator
+// goes away: such an attempt is gone, and its job is queued again.)
+
+// openAttempts reads the journal at path for Resume: the jobs that
+// finished with exit status 0, the latest attempt of each job that started
+// (or was handed to a batch system) with no outcome after it, and the lines
+// it had to skip as damaged. A missing journal is empty.
+func openAttempts(path string) (done map[jobKey]bool, open map[jobKey]Event, damaged []string, err error) {
+	done, open = map[jobKey]bool{}, map[jobKey]Event{}
+	marks := [][]byte{[]byte(`"event":"finished"`), []byte(`"event":"started"`), []byte(`"event":"pending"`),
+		[]byte(`"event":"failed"`), []byte(`"event":"timeout"`), []byte(`"event":"lost"`), []byte(`"event":"cancelled"`)}
+	damaged, err = scanJournal(path, func(line []byte) error {
+		// Only these events matter: skip the rest without decoding.
+		if !slices.ContainsFunc(marks, func(m []byte) bool { return bytes.Contains(line, m) }) {
+			return nil
+		}
+		var e Event
+		if err := json.Unmarshal(line, &e); err != nil {
+			return err
+		}
+		if e.TextBytes != nil {
+			e.Text = string(e.TextBytes)
+		}
+		k := jobKey{e.Text, e.Occurrence}
+		switch e.Event {
+		case EventStarted, EventPending:
+			open[k] = e
+		case EventFinished:
+			done[k] = true
+			delete(open, k)
+		default:
+			delete(open, k)
+		}
+		return nil
+	})
+	if errors.Is(err, os.ErrNotExist) {
+		return done, open, nil, nil
+	}
+	return done, open, damaged, err
+}
+
+// adopt follows attempt e of q's job, which an earlier run started, as this
+// run's attempt (see above). It reports false, doing nothing, when the
+// attempt's host or GPUs are no longer in the run: then the job is queued
+// as any other.
+func (r *run) adopt(q *queued, e Event) bool {
+	h := r.sched.table.byName[e.Host]
+	if h == nil || h.removed || !h.cluster {
+		return false
+	}
+	p := placement{host: h}
+	if h.cluster {
+		p.gpus = h.gpus[:1]
+	} else {
+		for _, id := range e.GPUs {
+			i := slices.IndexFunc(h.gpus, func(g *gpu) bool { return g.id == id })
+			if i < 0 {
+				return false
+			}
+			p.gpus = append(p.gpus, h.gpus[i])
+		}
+	}
+	if len(p.gpus) == 0 {
+		return false
+	}
+	logs, outOff, errOff, err := appendLogs(e.Stdout, e.Stderr, r.fileMode)
+	if err != nil {
+		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Job: q.job.ID(),
+			Error: fmt.Sprintf("cannot follow attempt %d, which may still run on %s: %v; it is run again", e.Attempt, e.Host, err)})
+		return false
+	}
+	r.sched.table.take(p)
+	q.attempts = e.Attempt
+	q.tag = cmp.Or(e.Tag, fmt.Sprintf("%s-%d-%d", e.Run, e.Seq, e.Attempt))
+	start := time.Now()
+	if e.Start != nil {
+		start = *e.Start
+	}
+	ev := r.event(EventStarted, q.job, q.attempts)
+	ev.Host, ev.GPUs, ev.Tag, ev.SlurmJobID = e.Host, e.GPUs, q.tag, e.SlurmJobID
+	ev.Stdout, ev.Stderr, ev.Start = logs.out.Name(), logs.err.Name(), &start
+	ev.Message = "re-adopted: attempt of run " + e.Run + ", followed where it runs"
+	q.launched, q.pending, q.ran = ev, false, &start
+	r.record(ev)
+	jctx, kill := context.WithCancelCause(r.jobsCtx)
+	q.kill = kill
+	r.inFlight++
+	a := assignment{q: q, p: p}
+	go func() {
+		defer kill(nil)
+		code, end, err := r.opts.Executor.Adopt(jctx, e.Host, q.tag, outOff, errOff, logs.out, logs.err)
+		if cerr := logs.close(); err == nil && cerr != nil {
+			err = cerr
+		}
+		r.results <- result{a: a, code: code, err: err, start: start, end: end, logs: logs}
+	}()
+	return true
+}
+
+// appendLogs opens an earlier attempt's logs to complete them, and says
+// how far they reached; missing ones are made.
+func appendLogs(out, errPath string, mode fs.FileMode) (logFiles, int64, int64, error) {
+	if out == "" || errPath == "" {
+		return logFiles{}, 0, 0, errors.New("the journal does not name its logs")
+	}
+	open := func(path string) (*os.File, int64, error) {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|noFollow, mode)
+		if err != nil {
+			return nil, 0, fmt.Errorf("log file: %w", err)
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, 0, err
+		}
+		return f, st.Size(), nil
+	}
+	o, outOff, err := open(out)
+	if err != nil {
+		return logFiles{}, 0, 0, err
+	}
+	e, errOff, err := open(errPath)
+	if err != nil {
+		o.Close()
+		return logFiles{}, 0, 0, err
+	}
+	return logFiles{out: &logWriter{f: o}, err: &logWriter{f: e}}, outOff, errOff, nil
+}
