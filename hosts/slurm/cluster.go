@@ -391,7 +391,7 @@ func (c *Cluster) LockGPU(context.Context, int, string) (executor.GPULock, error
 }
 
 // Close ends the agent; jobs it still follows (none, after a run that ended
-// well; those of a run stopped with --detach) run on in Slurm.
+// well) run on in Slurm.
 func (c *Cluster) Close() {
 	c.stop() // ends a reconnection under way, which holds mu
 	c.mu.Lock()
