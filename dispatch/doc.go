@@ -34,6 +34,10 @@
 //     appending.
 //   - Readers of the journal (status, --resume) skip a damaged line, naming
 //     it with its line number, and read the rest.
+//   - Each attempt has exactly one outcome in the journal. An attempt on a
+//     Slurm cluster that an earlier run left with none (it outlives its
+//     coordinator) is adopted by a run with Resume (adopt.go), not run
+//     again; started and pending events carry the attempt's tag for that.
 //
 // # Scheduling rule
 //
