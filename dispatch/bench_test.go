@@ -186,6 +186,3 @@ func BenchmarkResumeJournal(b *testing.B) {
 func (instantExec) Adopt(context.Context, string, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
 	return -1, time.Now(), executor.ErrJobLost
 }
-
-// Home has nothing to remove.
-func (instantExec) Home(string, string) {}

@@ -170,6 +170,3 @@ func TestClusterDrainCancelsPending(t *testing.T) {
 func (*clusterExec) Adopt(context.Context, string, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
 	return -1, time.Now(), executor.ErrJobLost
 }
-
-// Home has nothing to remove.
-func (*clusterExec) Home(string, string) {}

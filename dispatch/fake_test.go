@@ -54,9 +54,8 @@ type fakeExec struct {
 	usage      map[string][]executor.GPU // host -> what ProbeGPUs says
 	probes     int
 	// detached are the attempts an earlier run left on the hosts, by tag,
-	// for Adopt; homes the tags whose outcome was said to be home.
+	// for Adopt.
 	detached map[string]detached
-	homes    []string
 }
 
 // detached is an attempt that runs, or ran, with no coordinator: Adopt
@@ -460,11 +459,4 @@ func (f *fakeExec) Adopt(ctx context.Context, host, tag string, outOff, _ int64,
 		}
 	}
 	return d.code, time.Now(), nil
-}
-
-// Home notes that the outcome of tag is home.
-func (f *fakeExec) Home(_, tag string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.homes = append(f.homes, tag)
 }

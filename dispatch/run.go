@@ -610,8 +610,6 @@ func (r *run) finish(res result) {
 		go r.reap(p, p.host.host.Name, q.tag)
 	} else {
 		r.release(p)
-		// Recorded below: what the host kept of the attempt may go.
-		defer r.opts.Executor.Home(p.host.host.Name, q.tag)
 	}
 	kind := EventFinished
 	switch {

@@ -52,13 +52,6 @@ func (l *Lab) Adopt(ctx context.Context, host, tag string, outOff, errOff int64,
 	return r.Adopt(ctx, tag, outOff, errOff, stdout, stderr)
 }
 
-// Home says the outcome of the attempt tagged tag on host is recorded.
-func (l *Lab) Home(host, tag string) {
-	if r := l.runner(host); r != nil {
-		r.Home(tag)
-	}
-}
-
 // LockGPU takes GPU gpu of host for run.
 func (l *Lab) LockGPU(ctx context.Context, host string, gpu int, run string) (executor.GPULock, error) {
 	r, err := l.lookup(host)

@@ -53,9 +53,6 @@ func (l *Local) Adopt(context.Context, string, int64, int64, io.Writer, io.Write
 	return -1, time.Now(), fmt.Errorf("%s: %w: its job shell ended it when its coordinator went away", l.name(), executor.ErrJobLost)
 }
 
-// Home implements Runner: a job's output is not kept on the machine.
-func (*Local) Home(string) {}
-
 func (l *Local) init() {
 	l.once.Do(func() {
 		l.shells = jobshell.New(spawn.Local, l.Supervision)

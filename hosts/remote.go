@@ -50,9 +50,6 @@ func (r *Remote) Adopt(context.Context, string, int64, int64, io.Writer, io.Writ
 	return -1, time.Now(), fmt.Errorf("%s: %w: its job shell ended it when its coordinator went away", r.name, executor.ErrJobLost)
 }
 
-// Home implements Runner: a job's output is not kept on the host.
-func (*Remote) Home(string) {}
-
 // Close ends the idle job shells, and those of jobs still running once they
 // end, and the GPU lock holders, which keep the locks still held for
 // as long as those jobs may take to die. The connections stay.

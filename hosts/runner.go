@@ -22,8 +22,6 @@ type Runner interface {
 	// Reap returns once nothing is left on the machine of the lost command
 	// tagged tag: it ends it if it still runs.
 	Reap(ctx context.Context, tag string) error
-	// Home says the outcome of the attempt tagged tag is recorded.
-	Home(tag string)
 	// LockGPU takes GPU gpu of the machine for run.
 	LockGPU(ctx context.Context, gpu int, run string) (executor.GPULock, error)
 }

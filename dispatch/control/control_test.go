@@ -194,6 +194,3 @@ func TestWaitBlocks(t *testing.T) {
 func (instant) Adopt(context.Context, string, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
 	return -1, time.Now(), executor.ErrJobLost
 }
-
-// Home has nothing to remove.
-func (instant) Home(string, string) {}

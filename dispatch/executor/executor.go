@@ -30,9 +30,6 @@ type Executor interface {
 	// stderr), and returns as Run does once it ends, with when it ended. An
 	// error wraps ErrJobLost when nothing of it runs there any more.
 	Adopt(ctx context.Context, host, tag string, outOff, errOff int64, stdout, stderr io.Writer) (exitCode int, end time.Time, err error)
-	// Home says that the outcome of the command tagged tag on host is
-	// recorded: what the host keeps of it may go.
-	Home(host, tag string)
 	// LockGPU takes the lock that keeps other gpudispatch runs off GPU gpu
 	// of host, for the run whose commands' tags start with run + "-". An
 	// error wraps ErrGPULocked when another run holds it, ErrNoLocks when

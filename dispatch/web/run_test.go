@@ -248,6 +248,3 @@ func (s *served) waitPage(c *http.Client, path, want string) string {
 func (*fakeExec) Adopt(context.Context, string, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
 	return -1, time.Now(), executor.ErrJobLost
 }
-
-// Home has nothing to remove.
-func (*fakeExec) Home(string, string) {}

@@ -380,10 +380,6 @@ func (c *Cluster) startFor(ctx context.Context) error {
 	return nil
 }
 
-// Home implements the executor contract: a cluster job's files stay in the
-// cluster workdir, the user's.
-func (*Cluster) Home(string) {}
-
 // LockGPU implements the executor contract: Slurm gives a cluster's GPUs,
 // so there are none to lock.
 func (c *Cluster) LockGPU(context.Context, int, string) (executor.GPULock, error) {
