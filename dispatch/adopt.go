@@ -61,30 +61,26 @@ func openAttempts(path string) (done map[jobKey]bool, open map[jobKey]Event, dam
 	return done, open, damaged, err
 }
 
+// adoptable is the cluster that attempt e may still run on, or nil: its
+// host is gone from the run, or is not a cluster.
+func (r *run) adoptable(e Event) *hostSlots {
+	h := r.sched.table.byName[e.Host]
+	if h == nil || h.removed || !h.cluster || len(h.gpus) == 0 {
+		return nil
+	}
+	return h
+}
+
 // adopt follows attempt e of q's job, which an earlier run started, as this
 // run's attempt (see above). It reports false, doing nothing, when the
-// attempt's host or GPUs are no longer in the run: then the job is queued
-// as any other.
+// attempt cannot be followed (adoptable, or its logs cannot be opened):
+// then the job is queued as any other.
 func (r *run) adopt(q *queued, e Event) bool {
-	h := r.sched.table.byName[e.Host]
-	if h == nil || h.removed || !h.cluster {
+	h := r.adoptable(e)
+	if h == nil {
 		return false
 	}
-	p := placement{host: h}
-	if h.cluster {
-		p.gpus = h.gpus[:1]
-	} else {
-		for _, id := range e.GPUs {
-			i := slices.IndexFunc(h.gpus, func(g *gpu) bool { return g.id == id })
-			if i < 0 {
-				return false
-			}
-			p.gpus = append(p.gpus, h.gpus[i])
-		}
-	}
-	if len(p.gpus) == 0 {
-		return false
-	}
+	p := placement{host: h, gpus: h.gpus[:1]} // a cluster's one slot pool
 	logs, outOff, errOff, err := appendLogs(e.Stdout, e.Stderr, r.fileMode)
 	if err != nil {
 		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Job: q.job.ID(),

@@ -424,7 +424,7 @@ func (r *run) verdict(p parsed) (j *Job, kind string, why error) {
 	case r.done[jobKey{j.Text, j.Occurrence}]:
 		return j, skipped, nil
 	}
-	if _, ok := r.open[jobKey{j.Text, j.Occurrence}]; ok {
+	if e, ok := r.open[jobKey{j.Text, j.Occurrence}]; ok && r.adoptable(e) != nil {
 		return j, adopted, nil
 	}
 	if why := r.sched.table.unrunnable(j, r.opts.HostDownTimeout); why != "" {

@@ -2,6 +2,8 @@ package web
 
 import (
 	"crypto/subtle"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/url"
@@ -51,7 +53,11 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			err := r.ParseForm()
 			rc.SetReadDeadline(time.Time{})
 			if err != nil {
-				http.Error(w, "reading the form: "+err.Error(), http.StatusBadRequest)
+				why := "the form did not arrive whole: try again"
+				if errors.As(err, new(*http.MaxBytesError)) {
+					why = fmt.Sprintf("the form is larger than %d MiB: add fewer job lines at once, or use gpudispatch submit", maxForm>>20)
+				}
+				http.Error(w, why, http.StatusBadRequest)
 				return
 			}
 		}

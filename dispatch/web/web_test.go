@@ -418,3 +418,18 @@ func TestHostDown(t *testing.T) {
 		t.Error("the host is back, the page still says it is down")
 	}
 }
+
+// A form over the size limit is refused in words, with what to do instead.
+func TestFormTooLarge(t *testing.T) {
+	s := serve(t, setup{})
+	b := s.browser()
+	resp, err := b.PostForm(s.url("/add"), url.Values{"text": {strings.Repeat("x", maxForm+1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "larger than 8 MiB") {
+		t.Errorf("%s: %s", resp.Status, body)
+	}
+}

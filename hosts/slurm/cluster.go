@@ -199,18 +199,8 @@ func cutTag(tag string) (run, rest string, ok bool) {
 func (c *Cluster) submit(ctx context.Context, run string, j *job, cmd executor.Command) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
-		return fmt.Errorf("%s: %w: the run is ending", c.o.Name, executor.ErrHostDown)
-	}
-	if c.run == "" {
-		c.run = run
-	}
-	if c.ag == nil {
-		ag, err := c.startAgent(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w: %v", c.o.Name, executor.ErrHostDown, err)
-		}
-		c.ag = ag
+	if err := c.agentLocked(ctx, run); err != nil {
+		return err
 	}
 	script := batchScript(cmd, j.tag)
 	gpus := max(cmd.GPUs, 1)
@@ -345,29 +335,30 @@ func (c *Cluster) Adopt(ctx context.Context, tag string, outOff, errOff int64, s
 		events: make(chan record, 16), gone: make(chan struct{}), outN: outOff, errN: errOff}
 	defer close(j.gone)
 	c.mu.Lock()
-	if c.run == "" {
-		c.run = run
-	}
+	had := c.ag != nil
 	c.jobs[tag] = j
+	err := c.agentLocked(ctx, run) // a new agent is told of every job: this one too
 	ag := c.ag
 	c.mu.Unlock()
-	if ag != nil {
-		ag.send(fmt.Sprintf("t %s - %d %d\n", tag, outOff, errOff))
-	} else if err := c.startFor(ctx); err != nil {
+	if err != nil {
 		c.forget(j)
 		return -1, time.Now(), err
+	}
+	if had {
+		ag.send(fmt.Sprintf("t %s - %d %d\n", tag, outOff, errOff))
 	}
 	code, err := c.wait(ctx, j)
 	return code, time.Now(), err
 }
 
-// startFor starts the agent, which is told the jobs to track, when there is
-// none.
-func (c *Cluster) startFor(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// agentLocked starts the agent of run's jobs when there is none; c.mu is
+// held.
+func (c *Cluster) agentLocked(ctx context.Context, run string) error {
 	if c.closed {
 		return fmt.Errorf("%s: %w: the run is ending", c.o.Name, executor.ErrHostDown)
+	}
+	if c.run == "" {
+		c.run = run
 	}
 	if c.ag != nil {
 		return nil
