@@ -3,6 +3,7 @@ package dispatch
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -39,27 +40,11 @@ func needsEscape(r rune) bool {
 		(r >= 0x202a && r <= 0x202e) || (r >= 0x2066 && r <= 0x2069)
 }
 
+// escapeRune is r as Go writes it in a quoted rune (\x1b, \n, \u202e),
+// without the quotes.
 func escapeRune(r rune) string {
-	switch r {
-	case '\a':
-		return `\a`
-	case '\b':
-		return `\b`
-	case '\t':
-		return `\t`
-	case '\n':
-		return `\n`
-	case '\v':
-		return `\v`
-	case '\f':
-		return `\f`
-	case '\r':
-		return `\r`
-	}
-	if r < 0x80 {
-		return fmt.Sprintf(`\x%02x`, r)
-	}
-	return fmt.Sprintf(`\u%04x`, r)
+	q := strconv.QuoteRune(r)
+	return q[1 : len(q)-1]
 }
 
 // EscapeWriter passes whole lines to W with their text made Printable, the

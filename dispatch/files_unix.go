@@ -75,7 +75,7 @@ func checkDir(p string, leaf bool) error {
 	perm := st.Mode().Perm()
 	switch {
 	case sys.Uid != me && sys.Uid != 0:
-		return fmt.Errorf("%s is owned by %s (mode %s), who could change what gpudispatch writes there: use a log dir of your own (-o)", what, userName(sys.Uid), st.Mode())
+		return fmt.Errorf("%s is owned by %s (mode %s), who could change what gpudispatch writes there: use a log dir of your own (-o)", what, UserName(int(sys.Uid)), st.Mode())
 	case perm&0o022 == 0:
 		return nil
 	case perm&0o002 == 0 && privateGroup(sys.Gid):
@@ -100,7 +100,7 @@ func JournalOwner(logDir string) string {
 	if !ok || sys.Uid == uint32(os.Getuid()) || sys.Uid == 0 {
 		return ""
 	}
-	return userName(sys.Uid)
+	return UserName(int(sys.Uid))
 }
 
 // fileMode is the mode of a new file in a log dir whose mode is dirMode:
@@ -117,12 +117,11 @@ func checkOwnFile(f *os.File) error {
 	if err != nil {
 		return err
 	}
-	sys, ok := st.Sys().(*syscall.Stat_t)
-	switch {
-	case !st.Mode().IsRegular():
+	if !st.Mode().IsRegular() {
 		return fmt.Errorf("%s is not a regular file (%s)", f.Name(), st.Mode())
-	case ok && sys.Uid != uint32(os.Getuid()):
-		return fmt.Errorf("%s belongs to %s, not to you", f.Name(), userName(sys.Uid))
+	}
+	if owner := ForeignOwner(st); owner != "" {
+		return fmt.Errorf("%s belongs to %s, not to you", f.Name(), owner)
 	}
 	return nil
 }
@@ -176,9 +175,12 @@ func groupName(gid uint32) string {
 	return "gid " + strconv.Itoa(int(gid))
 }
 
-func userName(uid uint32) string {
-	if u, err := user.LookupId(strconv.Itoa(int(uid))); err == nil {
-		return u.Username
+// ForeignOwner names the owner of the file fi when that is another user;
+// "" when it is this user's.
+func ForeignOwner(fi fs.FileInfo) string {
+	sys, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || sys.Uid == uint32(os.Getuid()) {
+		return ""
 	}
-	return "uid " + strconv.Itoa(int(uid))
+	return UserName(int(sys.Uid))
 }

@@ -11,9 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"syscall"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
@@ -46,7 +44,7 @@ func Dial(logDir string) (*Client, error) {
 		}
 		if uid, ok := peerUID(c); ok && uid != os.Getuid() {
 			c.Close()
-			return nil, fmt.Errorf("%w: the server on %s runs as %s, not as you; nothing was sent", ErrNotYours, filepath.Join(logDir, SocketName), who(uid))
+			return nil, fmt.Errorf("%w: the server on %s runs as %s, not as you; nothing was sent", ErrNotYours, filepath.Join(logDir, SocketName), dispatch.UserName(uid))
 		}
 		return c, nil
 	}
@@ -77,18 +75,10 @@ func checkServer(logDir string) error {
 	if fi.Mode().Type() != fs.ModeSocket {
 		return fmt.Errorf("%w: %s is not a socket (%s); nothing was sent", ErrNotYours, path, fi.Mode())
 	}
-	if uid, ok := socketOwner(fi); ok && uid != os.Getuid() {
-		return fmt.Errorf("%w: %s belongs to %s, not to you; nothing was sent", ErrNotYours, path, who(uid))
+	if owner := dispatch.ForeignOwner(fi); owner != "" {
+		return fmt.Errorf("%w: %s belongs to %s, not to you; nothing was sent", ErrNotYours, path, owner)
 	}
 	return nil
-}
-
-// who names a user by uid.
-func who(uid int) string {
-	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
-		return u.Username + " (uid " + strconv.Itoa(uid) + ")"
-	}
-	return "uid " + strconv.Itoa(uid)
 }
 
 // Close lets go of the client's connections.

@@ -155,7 +155,7 @@ func (m *model) view() string {
 			fmt.Fprintf(&b, "… %d more slots (%d idle)\n", len(m.slots)-i, idle)
 			break
 		}
-		b.WriteString(m.clip(m.slotLine(s)))
+		b.WriteString(m.clip(dispatch.Printable(m.slotLine(s)))) // a terminal shows job text, never obeys it
 		b.WriteByte('\n')
 	}
 	return b.String()
@@ -187,13 +187,9 @@ func (m *model) progress() string {
 	return m.clip(bar + strings.Join(parts, " · "))
 }
 
-// slotLine is a slot's line, its job text made Printable: a terminal shows
-// it, never obeys it.
+// slotLine is a slot's line, job text as it came: the view makes it
+// Printable.
 func (m *model) slotLine(s slot) string {
-	return dispatch.Printable(m.rawSlotLine(s))
-}
-
-func (m *model) rawSlotLine(s slot) string {
 	where := s.host
 	if s.gpu != noGPU {
 		where += ":" + strconv.Itoa(s.gpu)
