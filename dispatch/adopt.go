@@ -11,6 +11,8 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // A Slurm job's life does not hang on its coordinator: an attempt that an
@@ -98,7 +100,13 @@ func (r *run) adopt(q *queued, e Event) bool {
 	ev.Host, ev.GPUs, ev.Tag, ev.SlurmJobID = e.Host, e.GPUs, q.tag, e.SlurmJobID
 	ev.Stdout, ev.Stderr, ev.Start = logs.out.Name(), logs.err.Name(), &start
 	ev.Message = "re-adopted: attempt of run " + e.Run + ", followed where it runs"
-	q.launched, q.pending, q.ran = ev, false, &start
+	q.launched, q.pending, q.ran, q.slurmID = ev, false, &start, e.SlurmJobID
+	if e.Event == EventPending {
+		// Still waiting in Slurm, as far as the journal knows: the
+		// cluster says when it starts, as for any submitted job.
+		ev.Event, ev.Start, ev.Message = EventPending, nil, "re-adopted: attempt of run "+e.Run+", waiting in Slurm"
+		q.pending, q.ran = true, nil
+	}
 	r.record(ev)
 	jctx, kill := context.WithCancelCause(r.jobsCtx)
 	q.kill = kill
@@ -106,7 +114,8 @@ func (r *run) adopt(q *queued, e Event) bool {
 	a := assignment{q: q, p: p}
 	go func() {
 		defer kill(nil)
-		code, end, err := r.opts.Executor.Adopt(jctx, e.Host, q.tag, outOff, errOff, logs.out, logs.err)
+		c := executor.Command{Tag: q.tag, Progress: r.progressOf(q)}
+		code, end, err := r.opts.Executor.Adopt(jctx, e.Host, c, outOff, errOff, logs.out, logs.err)
 		if cerr := logs.close(); err == nil && cerr != nil {
 			err = cerr
 		}

@@ -183,6 +183,6 @@ func BenchmarkResumeJournal(b *testing.B) {
 }
 
 // Adopt finds nothing to follow: the fake keeps no attempt.
-func (instantExec) Adopt(context.Context, string, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
+func (instantExec) Adopt(context.Context, string, executor.Command, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
 	return -1, time.Now(), executor.ErrJobLost
 }

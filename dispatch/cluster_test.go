@@ -167,6 +167,6 @@ func TestClusterDrainCancelsPending(t *testing.T) {
 }
 
 // Adopt finds nothing to follow: the fake keeps no attempt.
-func (*clusterExec) Adopt(context.Context, string, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
+func (*clusterExec) Adopt(context.Context, string, executor.Command, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
 	return -1, time.Now(), executor.ErrJobLost
 }

@@ -443,7 +443,8 @@ func repeat(line string, n int) string {
 }
 
 // Adopt follows an attempt of detached, or finds nothing.
-func (f *fakeExec) Adopt(ctx context.Context, host, tag string, outOff, _ int64, stdout, _ io.Writer) (int, time.Time, error) {
+func (f *fakeExec) Adopt(ctx context.Context, host string, c executor.Command, outOff, _ int64, stdout, _ io.Writer) (int, time.Time, error) {
+	tag := c.Tag
 	f.mu.Lock()
 	d, ok := f.detached[tag]
 	f.mu.Unlock()

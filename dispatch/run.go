@@ -506,13 +506,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 		// Slurm holds the job until it runs it, and times it itself.
 		e.Event, e.Start, e.Message = EventPending, nil, "submitting to Slurm"
 		c.Timeout, timeout = timeout, 0
-		attempt := q.attempts
-		c.Progress = func(p executor.Progress) {
-			select {
-			case r.progress <- progress{q, attempt, p}:
-			case <-r.bg.Done():
-			}
-		}
+		c.Progress = r.progressOf(q)
 	}
 	r.record(e)
 	jctx, kill := context.WithCancelCause(ctx)
@@ -551,6 +545,17 @@ type progress struct {
 	q       *queued
 	attempt int
 	executor.Progress
+}
+
+// progressOf passes what a cluster says of q's current attempt to the run.
+func (r *run) progressOf(q *queued) func(executor.Progress) {
+	attempt := q.attempts
+	return func(p executor.Progress) {
+		select {
+		case r.progress <- progress{q, attempt, p}:
+		case <-r.bg.Done():
+		}
+	}
 }
 
 // progressed records a cluster job's new reason to wait, or its start.

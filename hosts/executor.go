@@ -43,13 +43,13 @@ func (l *Lab) Reap(ctx context.Context, host, tag string) error {
 	return r.Reap(ctx, tag)
 }
 
-// Adopt follows, on host, the attempt tagged tag of an earlier coordinator.
-func (l *Lab) Adopt(ctx context.Context, host, tag string, outOff, errOff int64, stdout, stderr io.Writer) (int, time.Time, error) {
+// Adopt follows, on host, the attempt tagged c.Tag of an earlier coordinator.
+func (l *Lab) Adopt(ctx context.Context, host string, c executor.Command, outOff, errOff int64, stdout, stderr io.Writer) (int, time.Time, error) {
 	r, err := l.lookup(host)
 	if err != nil {
 		return -1, time.Now(), err
 	}
-	return r.Adopt(ctx, tag, outOff, errOff, stdout, stderr)
+	return r.Adopt(ctx, c, outOff, errOff, stdout, stderr)
 }
 
 // LockGPU takes GPU gpu of host for run.

@@ -49,7 +49,7 @@ func (l *Local) name() string { return cmp.Or(l.Name, "local") }
 // Adopt implements Runner: a job shell kills its job once its coordinator
 // has gone, so a job an earlier coordinator started here is gone, and runs
 // again.
-func (l *Local) Adopt(context.Context, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
+func (l *Local) Adopt(context.Context, executor.Command, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
 	return -1, time.Now(), fmt.Errorf("%s: %w: its job shell ended it when its coordinator went away", l.name(), executor.ErrJobLost)
 }
 

@@ -46,7 +46,7 @@ func (r *Remote) Run(ctx context.Context, c executor.Command, stdout, stderr io.
 // Adopt implements Runner: a job shell kills its job once its coordinator
 // has gone silent, so a job an earlier coordinator started here is gone,
 // and runs again.
-func (r *Remote) Adopt(context.Context, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
+func (r *Remote) Adopt(context.Context, executor.Command, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
 	return -1, time.Now(), fmt.Errorf("%s: %w: its job shell ended it when its coordinator went away", r.name, executor.ErrJobLost)
 }
 

@@ -16,9 +16,10 @@ type Runner interface {
 	Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (exitCode int, err error)
 	// WaitUp returns once the machine can take jobs.
 	WaitUp(ctx context.Context) error
-	// Adopt follows the attempt tagged tag that an earlier coordinator
-	// started, from the byte offsets its logs reached.
-	Adopt(ctx context.Context, tag string, outOff, errOff int64, stdout, stderr io.Writer) (exitCode int, end time.Time, err error)
+	// Adopt follows the attempt tagged c.Tag that an earlier coordinator
+	// started, from the byte offsets its logs reached, telling c.Progress
+	// how it gets on.
+	Adopt(ctx context.Context, c executor.Command, outOff, errOff int64, stdout, stderr io.Writer) (exitCode int, end time.Time, err error)
 	// Reap returns once nothing is left on the machine of the lost command
 	// tagged tag: it ends it if it still runs.
 	Reap(ctx context.Context, tag string) error

@@ -274,8 +274,26 @@ func TestE2ESlurmCoordinatorKilled(t *testing.T) {
 			t.Errorf("c%d.out = %q, want its whole output once", i, got)
 		}
 	}
-	if n := count(journal(t, logDir), "finished"); n != 3 {
+	events := journal(t, logDir)
+	if n := count(events, "finished"); n != 3 {
 		t.Errorf("%d finished, want 3", n)
+	}
+	// The job still pending in Slurm is followed as pending, and journaled
+	// started once Slurm runs it.
+	waiting := ""
+	for _, e := range events {
+		switch {
+		case e["event"] == "pending" && strings.Contains(fmt.Sprint(e["message"]), "re-adopted"):
+			waiting = fmt.Sprint(e["job"])
+		case waiting != "" && e["job"] == waiting && e["event"] == "started":
+			if e["slurm_job_id"] == nil || e["start"] == nil {
+				t.Errorf("%s started with no Slurm job or start: %v", waiting, e)
+			}
+			waiting = "seen"
+		}
+	}
+	if waiting != "seen" {
+		t.Errorf("no re-adopted job journaled pending, then started:\n%v", events)
 	}
 	waitQueueEmpty(t, sc, 10*time.Second)
 }

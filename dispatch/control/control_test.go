@@ -191,6 +191,6 @@ func TestWaitBlocks(t *testing.T) {
 }
 
 // Adopt finds nothing to follow: the fake keeps no attempt.
-func (instant) Adopt(context.Context, string, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
+func (instant) Adopt(context.Context, string, executor.Command, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
 	return -1, time.Now(), executor.ErrJobLost
 }

@@ -23,13 +23,15 @@ type Executor interface {
 	// whose Run ended with ErrConnectionLost: until then its GPUs may still
 	// be in use. It waits for the host to be reachable, or for ctx to end.
 	Reap(ctx context.Context, host, tag string) error
-	// Adopt follows the command tagged tag that an earlier coordinator
+	// Adopt follows the command tagged c.Tag that an earlier coordinator
 	// started on host and that may still run there (a batch system's job
 	// outlives its coordinator): it streams what the command writes past
 	// the byte offsets its logs reached (outOff of stdout, errOff of
-	// stderr), and returns as Run does once it ends, with when it ended. An
-	// error wraps ErrJobLost when nothing of it runs there any more.
-	Adopt(ctx context.Context, host, tag string, outOff, errOff int64, stdout, stderr io.Writer) (exitCode int, end time.Time, err error)
+	// stderr), tells c.Progress how it gets on as Run does, and returns as
+	// Run does once it ends, with when it ended. The rest of c is not read:
+	// the command was given long ago. An error wraps ErrJobLost when nothing
+	// of it runs there any more.
+	Adopt(ctx context.Context, host string, c Command, outOff, errOff int64, stdout, stderr io.Writer) (exitCode int, end time.Time, err error)
 	// LockGPU takes the lock that keeps other gpudispatch runs off GPU gpu
 	// of host, for the run whose commands' tags start with run + "-". An
 	// error wraps ErrGPULocked when another run holds it, ErrNoLocks when

@@ -245,6 +245,6 @@ func (s *served) waitPage(c *http.Client, path, want string) string {
 }
 
 // Adopt finds nothing to follow: the fake keeps no attempt.
-func (*fakeExec) Adopt(context.Context, string, string, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
+func (*fakeExec) Adopt(context.Context, string, executor.Command, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
 	return -1, time.Now(), executor.ErrJobLost
 }

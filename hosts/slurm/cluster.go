@@ -166,20 +166,29 @@ func (c *Cluster) prelude(run string) string {
 // Run implements the executor contract for the cluster: it submits c and
 // returns once Slurm is done with it.
 func (c *Cluster) Run(ctx context.Context, cmd executor.Command, stdout, stderr io.Writer) (int, error) {
-	run, _, ok := cutTag(cmd.Tag)
-	if !ok {
-		return -1, fmt.Errorf("%s: job tag %q: want RUN-SEQ-ATTEMPT", c.o.Name, cmd.Tag)
+	run, j, err := c.newJob(cmd, stdout, stderr)
+	if err != nil {
+		return -1, err
 	}
-	j := &job{tag: cmd.Tag, stdout: stdout, stderr: stderr, progress: cmd.Progress,
-		events: make(chan record, 16), gone: make(chan struct{})}
 	defer close(j.gone)
-	if j.progress == nil {
-		j.progress = func(executor.Progress) {}
-	}
 	if err := c.submit(ctx, run, j, cmd); err != nil {
 		return -1, err
 	}
 	return c.wait(ctx, j)
+}
+
+// newJob is the job that follows cmd, and the run its tag names.
+func (c *Cluster) newJob(cmd executor.Command, stdout, stderr io.Writer) (string, *job, error) {
+	run, _, ok := cutTag(cmd.Tag)
+	if !ok {
+		return "", nil, fmt.Errorf("%s: job tag %q: want RUN-SEQ-ATTEMPT", c.o.Name, cmd.Tag)
+	}
+	j := &job{tag: cmd.Tag, stdout: stdout, stderr: stderr, progress: cmd.Progress,
+		events: make(chan record, 16), gone: make(chan struct{})}
+	if j.progress == nil {
+		j.progress = func(executor.Progress) {}
+	}
+	return run, j, nil
 }
 
 // cutTag splits RUN-SEQ-ATTEMPT.
@@ -323,21 +332,22 @@ func (c *Cluster) WaitUp(ctx context.Context) error { return c.o.WaitUp(ctx) }
 // is ever left to wait for.
 func (*Cluster) Reap(context.Context, string) error { return nil }
 
-// Adopt implements the executor contract: it tracks again the job tagged tag
-// that an earlier coordinator submitted (found by its name in squeue), from
-// the bytes of its output that are home, until Slurm is done with it.
-func (c *Cluster) Adopt(ctx context.Context, tag string, outOff, errOff int64, stdout, stderr io.Writer) (int, time.Time, error) {
-	run, _, ok := cutTag(tag)
-	if !ok {
-		return -1, time.Now(), fmt.Errorf("%s: job tag %q: want RUN-SEQ-ATTEMPT", c.o.Name, tag)
+// Adopt implements the executor contract: it tracks again the job tagged
+// cmd.Tag that an earlier coordinator submitted (found by its name in
+// squeue), from the bytes of its output that are home, until Slurm is done
+// with it.
+func (c *Cluster) Adopt(ctx context.Context, cmd executor.Command, outOff, errOff int64, stdout, stderr io.Writer) (int, time.Time, error) {
+	run, j, err := c.newJob(cmd, stdout, stderr)
+	if err != nil {
+		return -1, time.Now(), err
 	}
-	j := &job{tag: tag, stdout: stdout, stderr: stderr, progress: func(executor.Progress) {},
-		events: make(chan record, 16), gone: make(chan struct{}), outN: outOff, errN: errOff}
 	defer close(j.gone)
+	j.outN, j.errN = outOff, errOff
+	tag := cmd.Tag
 	c.mu.Lock()
 	had := c.ag != nil
 	c.jobs[tag] = j
-	err := c.agentLocked(ctx, run) // a new agent is told of every job: this one too
+	err = c.agentLocked(ctx, run) // a new agent is told of every job: this one too
 	ag := c.ag
 	c.mu.Unlock()
 	if err != nil {
