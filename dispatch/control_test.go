@@ -229,7 +229,7 @@ func TestServeResume(t *testing.T) {
 	s.stop(t, false)
 	var warned bool
 	for _, e := range readJournal(t, dir) {
-		warned = warned || e.Event == EventWarning && strings.Contains(e.Error, "1 jobs of an earlier run in this log dir did not finish")
+		warned = warned || e.Event == EventWarning && strings.Contains(e.Error, "1 job of an earlier run in this log dir did not finish")
 	}
 	if !warned {
 		t.Error("no warning about the job left unfinished")

@@ -33,6 +33,10 @@ const (
 	// EventPriority says that a waiting job's priority was changed (Spec
 	// has the new one).
 	EventPriority = "priority"
+	// EventRun is a run's first line in the journal: Resume says whether
+	// it goes on with the runs before it (--resume, serve) or starts
+	// afresh, which is where status's latest run begins.
+	EventRun = "run"
 )
 
 // Event is one line of journal.jsonl and of --json output.
@@ -77,6 +81,9 @@ type Event struct {
 	// (cancel, retry), rather than the run deciding it: serve --resume does
 	// not bring back a job its user cancelled.
 	ByUser bool `json:"by_user,omitempty"`
+	// Resume is set on a run event of a run that goes on with the earlier
+	// ones.
+	Resume bool `json:"resume,omitempty"`
 	// Spec is how a served job was queued (on queued and priority events
 	// of serve): with Text it rebuilds the job after a restart.
 	Spec *JobSpec `json:"spec,omitempty"`

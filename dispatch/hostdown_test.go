@@ -207,6 +207,10 @@ func TestHostDownAtStart(t *testing.T) {
 		t.Fatalf("on b: %v; summary %+v", got, s)
 	}
 	events := readJournal(t, dir)
+	if events[0].Event != EventRun {
+		t.Fatalf("first event %+v, want the run's", events[0])
+	}
+	events = events[1:]
 	if events[0].Event != EventHostDown || events[0].Host != "b" || events[0].Error != "connection refused" {
 		t.Errorf("first event %+v, want b's host_down", events[0])
 	}

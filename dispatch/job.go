@@ -7,7 +7,11 @@ import (
 
 // Job is one command from the input and where it may run.
 type Job struct {
-	// Seq numbers jobs 1, 2, 3... in input order, rejected lines included.
+	// Seq is the job's number, its id unless Name is set: jobs are
+	// numbered in input order, rejected lines included, 1, 2, 3... in a new
+	// log dir and after the earlier runs' numbers in one that has some,
+	// and a job that --resume matches keeps its number (see numbers).
+	// Waiting jobs of equal priority go in its order.
 	Seq int
 	// Name is the name= option; "" when not given.
 	Name string

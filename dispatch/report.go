@@ -152,7 +152,7 @@ func (s *Summary) Write(w io.Writer) {
 	if len(parts) == 0 {
 		parts = append(parts, "nothing to do")
 	}
-	fmt.Fprintf(w, "gpudispatch: %d jobs: %s\n", total, strings.Join(parts, ", "))
+	fmt.Fprintf(w, "gpudispatch: %s: %s\n", Count(total, "job"), strings.Join(parts, ", "))
 	for _, e := range s.Unsuccessful {
 		switch {
 		case e.Event == EventCancelled && e.Host == "":

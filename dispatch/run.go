@@ -111,6 +111,9 @@ type run struct {
 	// fileMode is what the log dir's new files get (see fileMode).
 	fileMode fs.FileMode
 	done     map[jobKey]bool // finished in an earlier run (--resume)
+	// numbers numbers the jobs read from the inputs; nil for a served run,
+	// whose jobs are numbered as they are submitted.
+	numbers *numbers
 	// open are the attempts earlier runs started and journaled no outcome
 	// for (--resume): they are followed, not run again (adopt).
 	open map[jobKey]Event
@@ -211,6 +214,10 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	}
 	r.journal = j
 	defer j.close()
+	// Not reported: it moves no job, and says nothing a user watches for.
+	if err := j.append(Event{Time: time.Now(), Event: EventRun, Run: r.id, Resume: opts.Resume || opts.Serve}); err != nil {
+		return nil, &SetupError{err}
+	}
 	if opts.Started != nil {
 		if err := opts.Started(); err != nil {
 			return nil, &SetupError{err}
@@ -220,7 +227,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "--resume: " + d + "; the line was skipped"})
 	}
 	if r.unfinished > 0 {
-		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: fmt.Sprintf("%d jobs of an earlier run in this log dir did not finish: serve --resume queues them again", r.unfinished)})
+		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: Count(r.unfinished, "job") + " of an earlier run in this log dir did not finish: serve --resume queues them again"})
 	}
 	for _, h := range r.sched.table.hosts {
 		if err := opts.Down[h.host.Name]; err != nil {
@@ -278,6 +285,11 @@ func prepare(opts Options) (*run, error) {
 		}
 		return r, nil
 	}
+	nums, err := readNumbers(filepath.Join(opts.LogDir, JournalName))
+	if err != nil {
+		return nil, &SetupError{fmt.Errorf("numbering the jobs after the log dir's earlier runs: %w", err)}
+	}
+	r.numbers = nums
 	if opts.Resume {
 		done, open, damaged, err := openAttempts(filepath.Join(opts.LogDir, JournalName))
 		if err != nil {
@@ -408,12 +420,18 @@ func (r *run) verdict(p parsed) (j *Job, kind string, why error) {
 	var le *LineError
 	switch {
 	case errors.As(p.err, &le):
+		if r.numbers != nil {
+			r.numbers.number(le.Job, r.opts.Resume)
+		}
 		return le.Job, EventRejected, le.Err
 	case p.err != nil:
 		r.summary.InputErrors = append(r.summary.InputErrors, p.err.Error())
 		return nil, "", nil
 	}
 	j = p.job
+	if r.numbers != nil {
+		r.numbers.number(j, r.opts.Resume)
+	}
 	err := cmp.Or(r.sched.table.check(j), r.sched.table.checkPrefer(j))
 	if why := r.opts.LeftOut[j.Host]; j.Host != "" && why != nil {
 		err = fmt.Errorf("host %s is left out of this run: %w", j.Host, why)
@@ -604,7 +622,7 @@ func (r *run) finish(res result) {
 		q.attempts--
 		res.logs.remove()
 		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: p.host.host.Name, Job: j.ID(),
-			Error: res.err.Error() + fmt.Sprintf("; it takes at most %d jobs of this run until one of them ends", p.host.gpus[0].cap)})
+			Error: res.err.Error() + fmt.Sprintf("; it takes at most %s of this run until one of them ends", Count(p.host.gpus[0].cap, "job"))})
 		r.sched.add(q)
 		return
 	}

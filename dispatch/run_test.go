@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,7 +17,7 @@ import (
 func kinds(events []Event, job string) []string {
 	var out []string
 	for _, e := range events {
-		if e.Job == job {
+		if e.Job == job && e.Event != EventRun {
 			out = append(out, e.Event)
 		}
 	}
@@ -84,6 +85,58 @@ func TestResume(t *testing.T) {
 	for _, name := range []string{"n.out", "n.err", "n.2.out", "n.2.err"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("log %s: %v", name, err)
+		}
+	}
+}
+
+// A job's id holds for the life of its log dir: --resume keeps the ids of
+// the jobs it matches (whatever lines were added before them), new lines
+// and runs without --resume take ids never used there, and so ID.N.out is
+// always attempt N of one job.
+func TestIDsStableInLogDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ids := func(events []Event, run string) map[string]string { // id -> command, queued or rejected in run
+		m := map[string]string{}
+		for _, e := range events {
+			if e.Run == run && (e.Event == EventQueued || e.Event == EventRejected) {
+				m[e.Job] = e.Command
+			}
+		}
+		return m
+	}
+	runs := func() []string {
+		var out []string
+		for _, e := range readJournal(t, dir) {
+			if e.Event == EventRun {
+				out = append(out, e.Run)
+			}
+		}
+		return out
+	}
+	for _, step := range []struct {
+		name   string
+		input  string
+		resume bool
+		want   map[string]string
+		logs   []string
+	}{
+		{"first run", "sleep 0s #one\nsleep 0s #two\n@nowhere x\nexit 1\n", false,
+			map[string]string{"1": "sleep 0s #one", "2": "sleep 0s #two", "3": "x", "4": "exit 1"}, []string{"1.out", "4.err"}},
+		{"a line added on top, resumed", "sleep 0s #zero\nsleep 0s #one\nsleep 0s #two\n@nowhere x\nexit 1\n", true,
+			map[string]string{"5": "sleep 0s #zero", "3": "x", "4": "exit 1"}, []string{"5.out", "4.2.err"}},
+		{"the same file again, afresh", "sleep 0s #one\n", false,
+			map[string]string{"6": "sleep 0s #one"}, []string{"6.out"}},
+	} {
+		runJobs(t, lab("a:0"), step.input, func(o *Options) { o.LogDir = dir; o.Resume = step.resume; o.Retries = 0 })
+		r := runs()
+		if got := ids(readJournal(t, dir), r[len(r)-1]); !maps.Equal(got, step.want) {
+			t.Errorf("%s: ids %v, want %v", step.name, got, step.want)
+		}
+		for _, name := range step.logs {
+			if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+				t.Errorf("%s: %v", step.name, err)
+			}
 		}
 	}
 }

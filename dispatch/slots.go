@@ -545,7 +545,7 @@ func (t *slotTable) whyWaiting(j *Job, ahead int) string {
 	if ahead == 1 {
 		return why + "; 1 job ahead of it"
 	}
-	return fmt.Sprintf("%s; %d jobs ahead of it", why, ahead)
+	return fmt.Sprintf("%s; %s ahead of it", why, Count(ahead, "job"))
 }
 
 // allDown reports whether every host j may run on is down.

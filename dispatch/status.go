@@ -37,14 +37,17 @@ type JobStatus struct {
 	// the live run was asked (Control.Status).
 	Priority int    `json:"priority,omitempty"`
 	Why      string `json:"why,omitempty"`
+	// Earlier is set on a job of an earlier run than the latest one: one
+	// before the latest run started without --resume.
+	Earlier bool `json:"earlier,omitempty"`
 }
 
 // Succeeded reports whether the job finished with exit status 0.
 func (s JobStatus) Succeeded() bool { return s.State == EventFinished }
 
 // Status is what a journal says about every job it names, in the order
-// they first appear. A job is the same across runs (--resume) when its line
-// and occurrence are.
+// they first appear. A job is the same across runs (--resume) when its id,
+// line and occurrence are.
 type Status struct {
 	Jobs []JobStatus
 	// Damaged lists the journal's lines that could not be read and were
@@ -59,12 +62,27 @@ type Status struct {
 func ReadStatus(logDir string, now time.Time) (*Status, error) {
 	path := filepath.Join(logDir, JournalName)
 	st := &Status{}
-	index := map[jobKey]int{}
+	type key struct {
+		id string
+		jobKey
+	}
+	index := map[key]int{}
+	// The runs of the latest run's story: from the latest that started
+	// afresh on. nil when no run said how it started (an older journal):
+	// then every run.
+	var latest map[string]bool
 	var err error
 	st.Damaged, err = scanJournal(path, func(line []byte) error {
 		var e Event
 		if err := json.Unmarshal(line, &e); err != nil {
 			return err
+		}
+		if e.Event == EventRun {
+			if !e.Resume || latest == nil {
+				latest = map[string]bool{}
+			}
+			latest[e.Run] = true
+			return nil
 		}
 		if e.JobState() == "" {
 			return nil // a host event, or one that moves no job
@@ -72,7 +90,7 @@ func ReadStatus(logDir string, now time.Time) (*Status, error) {
 		if e.TextBytes != nil {
 			e.Text = string(e.TextBytes)
 		}
-		k := jobKey{e.Text, e.Occurrence}
+		k := key{e.Job, jobKey{e.Text, e.Occurrence}}
 		i, ok := index[k]
 		if !ok {
 			i = len(st.Jobs)
@@ -87,6 +105,7 @@ func ReadStatus(logDir string, now time.Time) (*Status, error) {
 	}
 	for i := range st.Jobs {
 		j := &st.Jobs[i]
+		j.Earlier = latest != nil && !latest[j.Run]
 		switch {
 		case j.Start != nil && j.End != nil:
 			j.Seconds = j.End.Sub(*j.Start).Seconds()
@@ -129,6 +148,20 @@ func (s *JobStatus) apply(e Event) {
 	if e.Stdout != "" {
 		s.Stdout, s.Stderr = e.Stdout, e.Stderr
 	}
+}
+
+// Latest is st with only the jobs of the latest run (and of the runs it
+// resumed), and how many jobs of earlier runs it leaves out.
+func (st *Status) Latest() (latest *Status, earlier int) {
+	latest = &Status{Damaged: st.Damaged}
+	for _, j := range st.Jobs {
+		if j.Earlier {
+			earlier++
+			continue
+		}
+		latest.Jobs = append(latest.Jobs, j)
+	}
+	return latest, earlier
 }
 
 // Counts holds the number of jobs in each state.
@@ -228,7 +261,7 @@ func (st *Status) Totals() string {
 	if len(parts) == 0 {
 		parts = append(parts, "none")
 	}
-	return fmt.Sprintf("%d jobs: %s", len(st.Jobs), strings.Join(parts, ", "))
+	return Count(len(st.Jobs), "job") + ": " + strings.Join(parts, ", ")
 }
 
 // WriteJSON prints one JSON object per job.

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,12 +21,17 @@ func TestStatus(t *testing.T) {
 		return e
 	}
 	ended := func(e Event, s, exit int) Event { e = started(e, 0); e.End, e.Exit = at(s), code(exit); return e }
+	run := func(id string, resume bool) Event { return Event{Run: id, Event: EventRun, Resume: resume} }
 	for _, tc := range []struct {
 		name   string
 		events []Event
 		tail   string
 		want   []string // job:state:attempts
 		totals string
+		// latest and earlier are what Latest keeps (job:state:attempts)
+		// and leaves out; latest nil: all of want.
+		latest  []string
+		earlier int
 	}{
 		{
 			name: "one run",
@@ -49,7 +55,7 @@ func TestStatus(t *testing.T) {
 			},
 			tail:   `{"event":"finished","run":"r1","job":"1","te`,
 			want:   []string{"1:running:1"},
-			totals: "1 jobs: 1 running",
+			totals: "1 job: 1 running",
 		},
 		{
 			name: "a later run tells the latest story of a job",
@@ -57,13 +63,42 @@ func TestStatus(t *testing.T) {
 				ended(ev("r1", EventFinished, "1", "a", 1), 1, 0),
 				ended(ev("r1", EventFailed, "2", "b", 1), 1, 3),
 				ended(ev("r1", EventTimeout, "3", "c", 1), 1, 137),
-				// --resume, with the lines in another order: b is now job 1.
-				ev("r2", EventQueued, "1", "b", 0), started(ev("r2", EventStarted, "1", "b", 1), 0),
-				ended(ev("r2", EventFinished, "1", "b", 1), 4, 0),
-				ev("r2", EventCancelled, "2", "c", 0),
+				// --resume, with the lines in another order: b keeps its id.
+				ev("r2", EventQueued, "2", "b", 0), started(ev("r2", EventStarted, "2", "b", 1), 0),
+				ended(ev("r2", EventFinished, "2", "b", 1), 4, 0),
+				ev("r2", EventCancelled, "3", "c", 0),
 			},
-			want:   []string{"1:finished:1", "1:finished:1", "2:cancelled:0"},
+			want:   []string{"1:finished:1", "2:finished:1", "3:cancelled:0"},
 			totals: "3 jobs: 2 succeeded, 1 cancelled",
+		},
+		{
+			name: "the latest run is from the last run started afresh on",
+			events: []Event{
+				run("r1", false),
+				ended(ev("r1", EventFailed, "1", "a", 1), 1, 3),
+				ended(ev("r1", EventFinished, "2", "b", 1), 1, 0),
+				// A second run of the same file without --resume: new ids.
+				run("r2", false),
+				ended(ev("r2", EventFinished, "3", "a", 1), 1, 0),
+				ended(ev("r2", EventFailed, "4", "b", 1), 1, 1),
+				// It resumed: a is skipped, b runs again.
+				run("r3", true),
+				ev("r3", EventQueued, "4", "b", 0),
+				ended(ev("r3", EventFinished, "4", "b", 1), 2, 0),
+			},
+			want:    []string{"1:failed:1", "2:finished:1", "3:finished:1", "4:finished:1"},
+			totals:  "4 jobs: 3 succeeded, 1 failed",
+			latest:  []string{"3:finished:1", "4:finished:1"},
+			earlier: 2,
+		},
+		{
+			name: "a journal that names no runs is all the latest run",
+			events: []Event{
+				ended(ev("r1", EventFailed, "1", "a", 1), 1, 3),
+				ended(ev("r2", EventFinished, "1", "b", 1), 1, 0),
+			},
+			want:   []string{"1:failed:1", "1:finished:1"},
+			totals: "2 jobs: 1 succeeded, 1 failed",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,6 +115,18 @@ func TestStatus(t *testing.T) {
 			}
 			if st.Totals() != tc.totals {
 				t.Errorf("totals %q, want %q", st.Totals(), tc.totals)
+			}
+			latest, earlier := st.Latest()
+			got = nil
+			for _, j := range latest.Jobs {
+				got = append(got, strings.Join([]string{j.Job, j.State, string(rune('0' + j.Attempts))}, ":"))
+			}
+			want := tc.latest
+			if want == nil {
+				want = tc.want
+			}
+			if !slices.Equal(got, want) || earlier != tc.earlier {
+				t.Errorf("latest run: jobs %v and %d earlier, want %v and %d", got, earlier, want, tc.earlier)
 			}
 		})
 	}

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -30,4 +31,13 @@ func Clip(s string, n int) string {
 	}
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
+}
+
+// Count says n of a thing for people: "1 job", "3 jobs" (plural adds an
+// s; irregular words are not used).
+func Count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return strconv.Itoa(n) + " " + thing + "s"
 }

@@ -611,3 +611,65 @@ func TestE2ELoginPerSlotOrJob(t *testing.T) {
 		}
 	}
 }
+
+// ID.N.out is attempt N of job ID for the life of the log dir: a line added
+// on top and --resume, or another run into the same log dir, never moves an
+// id to another job; status sums up the latest run (with the runs it
+// resumed), and says when no coordinator is left for jobs it shows running.
+func TestE2ELogNamesAndLatestRun(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "gpudispatch-logs")
+	r := gpd(t, dir, "echo one\necho two\nexit 1\n", "--gpus", "0")
+	if r.code != 1 {
+		t.Fatalf("first run: exit %d\n%s", r.code, r.stderr)
+	}
+	r = gpd(t, dir, "echo zero\necho one\necho two\nexit 1\n", "--gpus", "0", "--resume")
+	if r.code != 1 || !strings.Contains(r.stderr, "job 3 failed") {
+		t.Fatalf("resumed run: exit %d\n%s", r.code, r.stderr)
+	}
+	for name, want := range map[string]string{"1.out": "one\n", "2.out": "two\n", "4.out": "zero\n", "3.2.out": ""} {
+		if got := readFile(t, filepath.Join(logs, name)); got != want {
+			t.Errorf("%s holds %q, want %q", name, got, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(logs, "1.2.out")); err == nil {
+		t.Errorf("1.2.out exists: job 1 (echo one) succeeded and did not run again")
+	}
+	r = gpd(t, dir, "", "status")
+	if r.code != 1 || !regexpMatch(`(?m)^4 jobs: 3 succeeded, 1 failed$`, r.stdout) || strings.Count(r.stdout, "\n3 ") != 1 {
+		t.Errorf("status of the resumed run: exit %d\n%s", r.code, r.stdout)
+	}
+
+	// Another run into the same log dir, afresh: its job is number 5, and
+	// status is about it alone.
+	if r = gpd(t, dir, "echo again\n", "--gpus", "0"); r.code != 0 {
+		t.Fatalf("second run: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(logs, "5.out")); got != "again\n" {
+		t.Errorf("5.out holds %q", got)
+	}
+	r = gpd(t, dir, "", "status")
+	if r.code != 0 || !regexpMatch(`(?m)^1 job: 1 succeeded$`, r.stdout) || !strings.Contains(r.stderr, "4 jobs of earlier runs") {
+		t.Errorf("status of the latest run: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r = gpd(t, dir, "", "status", "--all"); r.code != 1 || !regexpMatch(`(?m)^5 jobs: 4 succeeded, 1 failed$`, r.stdout) {
+		t.Errorf("status --all: exit %d\n%s", r.code, r.stdout)
+	}
+
+	// A coordinator killed mid-job: status says no one is there.
+	cmd, stdin, _ := startGPD(t, dir, "--gpus", "0")
+	io.WriteString(stdin, "touch started; sleep 30\n")
+	waitForFile(t, filepath.Join(dir, "started"), func(string) bool { return true })
+	r = gpd(t, dir, "", "status")
+	if strings.Contains(r.stderr, "no gpudispatch is running") {
+		t.Errorf("status of a live run says no coordinator:\n%s", r.stderr)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	r = gpd(t, dir, "", "status")
+	if !regexpMatch(`(?m)^6\s+running\s`, r.stdout) || !strings.Contains(r.stderr, "no gpudispatch is running on gpudispatch-logs: the 1 job shown running or waiting lost their coordinator") ||
+		!strings.Contains(r.stderr, "--resume -o gpudispatch-logs") {
+		t.Errorf("status after the coordinator was killed:\n%s%s", r.stdout, r.stderr)
+	}
+}

@@ -17,8 +17,8 @@ import (
 // statusOptions are status's flags after viper merged GPUDISPATCH_* into
 // them.
 type statusOptions struct {
-	logDir       string
-	failed, json bool
+	logDir            string
+	failed, json, all bool
 }
 
 func newStatusCommand(s streams, runF func(context.Context, streams, statusOptions) error) *cobra.Command {
@@ -32,14 +32,16 @@ func newStatusCommand(s streams, runF func(context.Context, streams, statusOptio
 		Long: `Print a line per job of the journal in LOGDIR (or -o; default gpudispatch-logs):
 its id, state, host:gpu, attempts, exit status, duration, command and log
 (for a waiting job, why it waits, when the run is live), then the totals. It
-only reads, so it works while the run is going on. A job run again by
---resume shows its latest run. On a terminal the commands are
+only reads, so it works while the run is going on. It shows the latest run
+of the log dir, with the runs it resumed (a job run again by --resume shows
+its latest attempt), and its exit status is that run's; --all shows every
+run. On a terminal the commands are
 cut to fit its width; piped or redirected, every value is printed whole.
 
 ` + exitHelp(func(c exitCode) string { return c.status }),
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o := statusOptions{logDir: v.GetString("log-dir"), failed: v.GetBool("failed"), json: v.GetBool("json")}
+			o := statusOptions{logDir: v.GetString("log-dir"), failed: v.GetBool("failed"), json: v.GetBool("json"), all: v.GetBool("all")}
 			if len(args) == 1 {
 				o.logDir = args[0]
 			}
@@ -50,6 +52,7 @@ cut to fit its width; piped or redirected, every value is printed whole.
 	f.StringP("log-dir", "o", "gpudispatch-logs", "the log dir of the run")
 	f.Bool("failed", false, "list only the jobs that ended without success")
 	f.Bool("json", false, "one JSON object per job")
+	f.Bool("all", false, "every run of the log dir, not only the latest (and the runs it resumed)")
 	bindEnv(v, f)
 	return cmd
 }
@@ -58,7 +61,8 @@ func runStatus(ctx context.Context, s streams, o statusOptions) error {
 	// The live run, when there is one, adds why each waiting job waits;
 	// else (or if it cannot answer) the journal says the rest.
 	st, err := liveStatus(ctx, o.logDir)
-	if st == nil || err != nil {
+	live := st != nil && err == nil
+	if !live {
 		st, err = dispatch.ReadStatus(o.logDir, time.Now())
 	}
 	if errors.Is(err, os.ErrNotExist) {
@@ -74,6 +78,10 @@ func runStatus(ctx context.Context, s streams, o statusOptions) error {
 	for _, d := range st.Damaged {
 		fmt.Fprintf(warn, "gpudispatch: warning: %s; the line was skipped\n", d)
 	}
+	earlier := 0
+	if !o.all {
+		st, earlier = st.Latest()
+	}
 	jobs := st.Jobs
 	if o.failed {
 		jobs = st.Unsuccessful()
@@ -85,6 +93,14 @@ func runStatus(ctx context.Context, s streams, o statusOptions) error {
 	}
 	if err != nil {
 		return err
+	}
+	if earlier > 0 && !o.json {
+		fmt.Fprintf(warn, "gpudispatch: %s of earlier runs in %s not shown (status --all shows them)\n", dispatch.Count(earlier, "job"), o.logDir)
+	}
+	if open := st.Counts()[dispatch.StateRunning] + st.Counts()[dispatch.StateWaiting]; open > 0 && !live {
+		fmt.Fprintf(warn, "gpudispatch: no gpudispatch is running on %s: the %s shown running or waiting lost their coordinator (killed, or its machine asleep). "+
+			"Run it again with --resume -o %s (serve --resume for a standing queue): it follows the jobs still running on Slurm clusters and runs the others again\n",
+			o.logDir, dispatch.Count(open, "job"), o.logDir)
 	}
 	for _, j := range st.Jobs {
 		if !j.Succeeded() {
