@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kballard/go-shellquote"
 )
 
 // MaxJobBytes is the longest job accepted. Linux passes the job to the shell
@@ -165,7 +167,42 @@ func (d Defaults) words() []string {
 
 // optionsRE matches a bracket prefix: only key=value words, so that a
 // command starting with the test builtin ("[ -f x ] && ...") is no prefix.
-var optionsRE = regexp.MustCompile(`^\[([A-Za-z_]+=\S*(?:[ \t]+[A-Za-z_]+=\S*)*)[ \t]*\]`)
+// isOptions reports whether a line (after any @HOST) begins with a
+// [key=value ...] prefix: a "[" followed by neither a blank nor "[", so
+// that the shell's own "[ -f x ]" and "[[ ... ]]" stay commands.
+func isOptions(rest string) bool {
+	return len(rest) > 1 && rest[0] == '[' && !strings.ContainsRune(" \t\n[", rune(rest[1]))
+}
+
+// splitOptions splits the [key=value ...] prefix that begins rest into its
+// words, a value quoted as in the shell ('a b', "a b", a\ b), and returns
+// what follows it. The prefix ends at the first "]" outside quotes: the
+// first one before which the words split whole.
+func splitOptions(rest string) (words []string, after string, err error) {
+	const hint = "a line that begins with [ starts a [key=value ...] prefix; quote a value as in the shell ([name='a b']), and put a blank after a [ that is the shell's test ([ -f x ])"
+	for i := 1; i < len(rest); i++ {
+		if rest[i] == '\n' {
+			break
+		}
+		if rest[i] != ']' {
+			continue
+		}
+		words, err := shellquote.Split(rest[1:i])
+		if err != nil {
+			continue // the ] is quoted or escaped
+		}
+		for _, w := range words {
+			if !optionWordRE.MatchString(w) {
+				return nil, "", fmt.Errorf("[%s]: want key=value: %s", w, hint)
+			}
+		}
+		return words, rest[i+1:], nil
+	}
+	return nil, "", fmt.Errorf("no closing ] on the line (or a quote left open): %s", hint)
+}
+
+// optionWordRE is the form of one word of a [key=value ...] prefix.
+var optionWordRE = regexp.MustCompile(`^[A-Za-z_]+=`)
 
 var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]*$`)
 
@@ -201,10 +238,17 @@ func parsePrefix(j *Job) error {
 			j.GPU = id
 		}
 	}
-	if m := optionsRE.FindStringSubmatch(rest); m != nil {
-		rest = strings.TrimLeft(rest[len(m[0]):], " \t")
-		if err := parseOptions(j, strings.Fields(m[1])); err != nil {
+	if isOptions(rest) {
+		words, after, err := splitOptions(rest)
+		if err != nil {
 			return err
+		}
+		rest = strings.TrimLeft(after, " \t")
+		if err := parseOptions(j, words); err != nil {
+			return err
+		}
+		if isOptions(rest) {
+			return errors.New("a second [key=value ...] prefix: put every option in one")
 		}
 	}
 	if strings.TrimSpace(rest) == "" {

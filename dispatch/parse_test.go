@@ -59,6 +59,13 @@ func TestParseJobs(t *testing.T) {
 			want: []Job{{Seq: 1, Line: 1, Host: "n1", GPU: -1, GPUs: 2, Name: "run-7", Timeout: 90 * time.Minute, Command: "python a.py", Text: "[host=n1 gpus=2 name=run-7 timeout=90m] python a.py", Occurrence: 1}}},
 		{name: "timeout in seconds, gpu pin", input: "[timeout=30 host=n1 gpu=1] x\n",
 			want: []Job{{Seq: 1, Line: 1, Host: "n1", GPU: 1, GPUs: 1, Timeout: 30 * time.Second, Command: "x", Text: "[timeout=30 host=n1 gpu=1] x", Occurrence: 1}}},
+		{name: "quoted values", input: "[name='lr1e-2_sgd' host=\"n1\" timeout=9\\0] x\n",
+			want: []Job{{Seq: 1, Line: 1, Host: "n1", GPU: -1, GPUs: 1, Name: "lr1e-2_sgd", Timeout: 90 * time.Second, Command: "x", Text: "[name='lr1e-2_sgd' host=\"n1\" timeout=9\\0] x", Occurrence: 1}}},
+		{name: "a ] in quotes is the value's", input: "[host='a]b'] x ]\n",
+			want: []Job{{Seq: 1, Line: 1, Host: "a]b", GPU: -1, GPUs: 1, Command: "x ]", Text: "[host='a]b'] x ]", Occurrence: 1}}},
+		{name: "the shell's test commands", input: "[ -f x ] && y\n[[ -d d ]] || z\n",
+			want: []Job{{Seq: 1, Line: 1, Command: "[ -f x ] && y", Text: "[ -f x ] && y", GPU: -1, GPUs: 1, Occurrence: 1},
+				{Seq: 2, Line: 2, Command: "[[ -d d ]] || z", Text: "[[ -d d ]] || z", GPU: -1, GPUs: 1, Occurrence: 1}}},
 		{name: "pin and options", input: "@n1 [gpus=2] x\n",
 			want: []Job{{Seq: 1, Line: 1, Host: "n1", GPU: -1, GPUs: 2, Command: "x", Text: "@n1 [gpus=2] x", Occurrence: 1}}},
 		{name: "priority and preference", input: "[priority=5 prefer=n2:1] x\n[priority=-3 prefer=n1] y\n",
@@ -115,6 +122,12 @@ func TestParseRejects(t *testing.T) {
 		{"[name=train.2] x", `cmds.txt:1: [name=train.2]: a name must not be a number, nor end in .N for a number N from 2 (ID.N.out is attempt N of job ID): write train_2 for instance`, 1},
 		{"[timeout=soon] x", `cmds.txt:1: [timeout=soon]: want a duration such as 90s, 30m or 2h`, 1},
 		{"@n1 ", `cmds.txt:1: no command after the placement prefix`, 1},
+		{"[name=lr1e-2_'sgd nesterov'] x", `cmds.txt:1: [name=lr1e-2_sgd nesterov]: a name is letters, digits, '.', '_' and '-', not starting with '.' (it names the log files)`, 1},
+		{"[name=lr1e-2_sgd nesterov] x", `cmds.txt:1: [nesterov]: want key=value: a line that begins with [ starts a [key=value ...] prefix; quote a value as in the shell ([name='a b']), and put a blank after a [ that is the shell's test ([ -f x ])`, 1},
+		{"[name='a] x", `cmds.txt:1: no closing ] on the line (or a quote left open): a line that begins with [ starts a [key=value ...] prefix; quote a value as in the shell ([name='a b']), and put a blank after a [ that is the shell's test ([ -f x ])`, 1},
+		{"[name=a x\n] y", `cmds.txt:1: no closing ] on the line (or a quote left open): a line that begins with [ starts a [key=value ...] prefix; quote a value as in the shell ([name='a b']), and put a blank after a [ that is the shell's test ([ -f x ])`, 1},
+		{"[gpus=2] [name=a] x", `cmds.txt:1: a second [key=value ...] prefix: put every option in one`, 1},
+		{"@n1 [gpus=2 x", `cmds.txt:1: no closing ] on the line (or a quote left open): a line that begins with [ starts a [key=value ...] prefix; quote a value as in the shell ([name='a b']), and put a blank after a [ that is the shell's test ([ -f x ])`, 1},
 		{"echo a\x00b", `cmds.txt:1: job contains a NUL byte, which no shell can receive`, 1},
 		{"[name=a] x\n[name=a] y", `cmds.txt:2: name=a is already used at cmds.txt:1: names must be unique, they name the log files`, 2},
 		{"echo " + strings.Repeat("x", MaxJobBytes), `cmds.txt:1: job is longer than 131071 bytes, the most a shell accepts as one argument: put it in a script and run that`, 1},
@@ -159,6 +172,7 @@ func FuzzParse(f *testing.F) {
 		"python train.py --lr 0.1\n", "@node1:2 x\n", "[host=a gpus=2 name=n timeout=1h] x\n",
 		"a \\\n b\n", "# c\n\n", "[ -f x ] && y\n", "@\n", "[gpus=99999999999] x", "echo \"a'b\" '$HOME' \\\\ ;\n",
 		"\xff\xfe\n", "a\r\n", "\\", "[name=a] x\n[name=a] x\n",
+		"[name='a b' host=\"n\\\"1\"] x\n", "[host='a]b'] x ]\n", "[[ -f x ]] && y\n", "[name=a x\n", "@n [gpus=2 x\n",
 	} {
 		f.Add(s)
 	}
@@ -175,6 +189,10 @@ func FuzzParse(f *testing.F) {
 			}
 			// The command is the text's own bytes, after the prefix, and each
 			// of its lines stands in the input as it was written.
+			// A line that begins with a prefix runs only once it parsed.
+			if isOptions(j.Command) {
+				t.Fatalf("job %q runs a [ prefix as its command", j.Text)
+			}
 			if !strings.HasSuffix(j.Text, j.Command) {
 				t.Fatalf("command %q is not the end of the job text %q", j.Command, j.Text)
 			}

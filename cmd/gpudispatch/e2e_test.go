@@ -673,3 +673,26 @@ func TestE2ELogNamesAndLatestRun(t *testing.T) {
 		t.Errorf("status after the coordinator was killed:\n%s%s", r.stdout, r.stderr)
 	}
 }
+
+// A sweep value with a space, in a name= of its template's prefix: the line
+// sweep writes parses, is rejected for its name with its line number, and
+// never runs as a command.
+func TestE2EBadPrefixNeverRuns(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := gpd(t, dir, "", "sweep", "[name=lr{lr}_{opt}] echo {opt} >> ran", "-p", "lr", "1e-2", "-p", "opt", "adam", "sgd nesterov")
+	if r.code != 0 || !strings.Contains(r.stdout, `[name=lr1e-2_'sgd nesterov']`) {
+		t.Fatalf("sweep: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = gpd(t, dir, r.stdout+"[gpus=1 echo unclosed >> ran\n", "--gpus", "0")
+	if r.code != 1 || !strings.Contains(r.stderr, "line 2: job 2 rejected: [name=lr1e-2_sgd nesterov]: a name is letters") ||
+		!strings.Contains(r.stderr, "line 3: job 3 rejected: no closing ]") {
+		t.Errorf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(dir, "ran")); got != "adam\n" {
+		t.Errorf("jobs ran %q, want only adam's", got)
+	}
+	if out := readFile(t, filepath.Join(dir, "gpudispatch-logs", "journal.jsonl")); strings.Contains(out, "command not found") {
+		t.Errorf("a prefix ran as a command:\n%s", out)
+	}
+}
