@@ -96,22 +96,27 @@ func (t *Tally) Count(state string) int { return t.counts[state] }
 // Jobs is how many jobs the events named.
 func (t *Tally) Jobs() int { return len(t.state) }
 
-// Ended is how many jobs' stories have ended, well or not.
-func (t *Tally) Ended() int {
-	return len(t.state) - t.counts[StateWaiting] - t.counts[StateRunning]
+// Done is how many jobs ran to their own end: succeeded, failed or timed
+// out. A job cancelled, rejected or given up as lost is not done: it ran
+// to no end of its own.
+func (t *Tally) Done() int {
+	return t.counts[EventFinished] + t.counts[EventFailed] + t.counts[EventTimeout]
 }
 
-// Pace is how fast the jobs end: per second since first (when the run's
-// first job started) until now, and how long the jobs left need at that
-// pace. Both are 0 until a job has ended; eta is 0 when none is left.
+// Left is how many jobs are still to run or running.
+func (t *Tally) Left() int { return t.counts[StateWaiting] + t.counts[StateRunning] }
+
+// Pace is how fast the jobs get done: per second since first (when the
+// run's first job started) until now, and how long the jobs left need at
+// that pace. Both are 0 until a job is done; eta is 0 when none is left.
+// Cancelled jobs, which end all at once, count for neither.
 func (t *Tally) Pace(first, now time.Time) (perSecond float64, eta time.Duration) {
-	done, elapsed := t.Ended(), now.Sub(first)
+	done, elapsed := t.Done(), now.Sub(first)
 	if first.IsZero() || done == 0 || elapsed <= 0 {
 		return 0, 0
 	}
 	perSecond = float64(done) / elapsed.Seconds()
-	left := t.Jobs() - done
-	return perSecond, time.Duration(float64(left) / perSecond * float64(time.Second))
+	return perSecond, time.Duration(float64(t.Left()) / perSecond * float64(time.Second))
 }
 
 // RateString says a pace in words: "2.5 jobs/s", or per minute below one a

@@ -163,8 +163,9 @@ func (m *model) view() string {
 
 // progress is the bar and counts: "[####----] 12/40 done · 1 failed · ...".
 func (m *model) progress() string {
-	total := m.jobs.Jobs()
-	done := m.jobs.Ended()
+	// Done out of what runs: cancelled and rejected jobs are in neither.
+	done := m.jobs.Done()
+	total := done + m.jobs.Left()
 	const width = 20
 	filled := 0
 	if total > 0 {

@@ -76,6 +76,27 @@ func TestModelView(t *testing.T) {
 			},
 		},
 		{
+			name: "cancelled jobs are not done, and the pace and ETA are of the jobs that ran",
+			events: []dispatch.Event{
+				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"}, {Event: dispatch.EventQueued, Job: "3"},
+				{Event: dispatch.EventQueued, Job: "4"},
+				{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []int{0}, Command: "a", Start: at(0)},
+				{Event: dispatch.EventFinished, Job: "1", Host: "n1", GPUs: []int{0}},
+				{Event: dispatch.EventStarted, Job: "2", Host: "n1", GPUs: []int{0}, Command: "b", Start: at(1)},
+				{Event: dispatch.EventCancelled, Job: "3"}, {Event: dispatch.EventCancelled, Job: "4"},
+			},
+			after: 10 * time.Second,
+			want: []string{
+				"[##########----------] 1/2 done · 2 cancelled · 1 running · 6.0 jobs/min · ETA 10s",
+				"n1:0         job 2           9s  b",
+				"n1:1         idle",
+				"n2:0         idle",
+				"n2:0         idle",
+				"hpc          idle",
+				"hpc          idle",
+			},
+		},
+		{
 			name: "a Slurm cluster's jobs take its places, not GPUs; pending in Slurm is waiting",
 			events: []dispatch.Event{
 				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"}, {Event: dispatch.EventQueued, Job: "3"},

@@ -133,7 +133,7 @@ func (s *Server) build(o *dispatch.Overview, ended bool, now time.Time, live boo
 func (s *Server) progress(now time.Time) progress {
 	t := &s.tally
 	p := progress{
-		Total: t.Jobs(), Done: t.Ended(),
+		Total: t.Done() + t.Left(), Done: t.Done(),
 		Running: t.Count(dispatch.StateRunning), Waiting: t.Count(dispatch.StateWaiting),
 	}
 	for _, o := range dispatch.Outcomes {
