@@ -6,7 +6,8 @@
 // Where the login shell is bash (and Supervision.Login is LoginPerSlot), a
 // job shell reads the login profile once, at its start, and each job is a
 // fork of it that takes back what the profile set (functions, aliases,
-// options, traps: saved to a private file once; variables stay in the
+// options, traps: saved once, through a temporary file removed at once, so
+// that nothing is left in /tmp however the shell ends; variables stay in the
 // shell), then the job's environment: what bash -lc would see, for the cost
 // of a fork. A fork's $$ is the job shell's, so a job line that names $$
 // gets a bash of its own, with its own $$; a TERM to the job shell goes to

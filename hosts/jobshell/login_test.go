@@ -213,3 +213,35 @@ func BenchmarkLogin(b *testing.B) {
 		}
 	}
 }
+
+// Nothing of a job shell stays in TMPDIR, even while it runs (so not after
+// a kill either): the profile's state goes through a file removed at once,
+// and its time, which tells a profile edited since, through the open file.
+func TestLoginLeavesNothingInTmp(t *testing.T) {
+	t.Parallel()
+	home := homeWith(t, "hello() { echo hello from the profile; }\n")
+	tmp := t.TempDir()
+	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, "export HOME="+shellescape.Quote(home)+" SHELL=/bin/bash TMPDIR="+shellescape.Quote(tmp)+"; "+line, stdout, stderr)
+	}
+	ss := New(start, Supervision{Heartbeat: fast.Heartbeat, Grace: fast.Grace, Login: LoginPerSlot})
+	t.Cleanup(ss.Close)
+	var shells []string // the parent of each job: its shell
+	const shell = "read -r _ _ _ p _ </proc/$BASHPID/stat; echo $p"
+	for range 2 {
+		if got := runJob(t, ss, "hello; echo $$ > /dev/null"); got != "hello from the profile\n" {
+			t.Fatalf("job printed %q", got)
+		}
+		shells = append(shells, runJob(t, ss, "hello >/dev/null; "+shell), runJob(t, ss, shell))
+		if left, _ := os.ReadDir(tmp); len(left) != 0 {
+			t.Errorf("the job shell left %d entries in TMPDIR (%s)", len(left), left[0].Name())
+		}
+		// A profile edited since the shell read it: the next job gets a
+		// new shell.
+		time.Sleep(20 * time.Millisecond)
+		os.WriteFile(filepath.Join(home, ".bashrc"), []byte("hello() { echo hello from the profile; }\n"), 0o644)
+	}
+	if shells[0] != shells[1] || shells[2] != shells[3] || shells[1] == shells[2] {
+		t.Errorf("the jobs' shells were %q: want one shell until the profile was edited, then another", shells)
+	}
+}

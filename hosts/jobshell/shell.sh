@@ -15,8 +15,8 @@
 # the first of ~/.bash_profile, ~/.bash_login, ~/.profile), with no input
 # and its output thrown away, and each job is a fork of it. The profile's
 # variables stay in this shell as they are; its functions, aliases, options
-# and traps are saved to a private file and put away, so that this script
-# runs in a clean shell, and each job's fork takes them back from the file,
+# and traps are saved aside (through a file removed at once) and put away, so that this script
+# runs in a clean shell, and each job's fork takes them back,
 # after its own environment (so a profile cannot override
 # CUDA_VISIBLE_DEVICES). A fork costs no bash start: the job's $$ is this
 # shell's, as in any subshell; its BASHPID, RANDOM and SECONDS are its own.
@@ -46,6 +46,7 @@ IFS= read -r -d '' _g_hb || exit 125
 IFS= read -r -d '' _g_grace || exit 125
 IFS= read -r -d '' _g_login || exit 125
 _g_profiled=
+_g_ref=
 if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
   _g_profiled=1
   # At the top level, not in a function: the profile's declarations must be
@@ -64,10 +65,11 @@ if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
   \builtin shopt -u expand_aliases
   _g_ifs_set=${IFS+1} _g_ifs=${IFS-}
   # What a job's fork takes back: the functions (and which are exported),
-  # aliases, options and traps the profile set. The file's time is when the
-  # profile was read.
-  if _g_dir=$(builtin command mktemp -d 2>/dev/null); then
-    _g_state=$_g_dir/state
+  # aliases, options and traps the profile set, in _g_state. They go through
+  # a file that is removed at once: its descriptor, _g_ref, stays open for
+  # its time, when the profile was read, so that nothing of the shell is
+  # left in /tmp however it ends.
+  if _g_tmp=$(builtin command mktemp 2>/dev/null); then
     {
       builtin declare -f
       while IFS=' ' builtin read -r _ _g_o _g_f; do
@@ -77,9 +79,12 @@ if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
       builtin set +o
       builtin shopt -p
       builtin trap -p
-    } >"$_g_state" 2>/dev/null
-    builtin trap 'rm -rf -- "$_g_dir"' EXIT
-  else
+    } >"$_g_tmp" 2>/dev/null
+    exec {_g_ref}<"$_g_tmp"
+    builtin command rm -f -- "$_g_tmp"
+    IFS= builtin read -r -d '' -u "$_g_ref" _g_state
+  fi
+  if [ -z "$_g_ref" ]; then
     _g_profiled=
   fi
   # A clean shell for this script, whatever the profile named its functions
@@ -91,6 +96,8 @@ if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
   builtin set +e +u +f +C +o pipefail +o errtrace +o functrace
   IFS=$' \t\n'
 fi
+# A job's fork closes _g_ref: one is open whatever the login.
+[ -n "$_g_ref" ] || exec {_g_ref}</dev/null
 # read -N counts characters of the locale; in C, bytes. Jobs get back the
 # locale the shell started with (the profile's, where this shell read it).
 _g_lc_set=${LC_ALL+1} _g_lc_all=${LC_ALL-}
@@ -181,7 +188,7 @@ _g_wait() {
 _g_stale() {
   local f
   for f in /etc/profile ~/.bash_profile ~/.bash_login ~/.profile ~/.bashrc; do
-    [ "$f" -nt "$_g_state" ] && return 0
+    [ "$f" -nt "/dev/fd/$_g_ref" ] && return 0
   done
   return 1
 }
@@ -240,7 +247,7 @@ $_g_script"
       *'$$'* | *'${$}'*)
         # A job that names $$ gets a bash of its own, so that $$ is its own
         # (to kill itself, or to name its files): it takes up the profile's
-        # variables from here, the rest from the file, then the job's
+        # variables from here, the rest from what was saved, then the job's
         # environment again.
         _g_vars=$(
           builtin unset -v RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIME \
@@ -250,7 +257,7 @@ $_g_script"
         )
         # shellcheck disable=SC2016 # expanded by the job's bash
         exec "${SHELL:-/bin/bash}" --noprofile --norc -c 'builtin eval "$1" 2>/dev/null
-builtin . "$2" 2>/dev/null
+builtin eval "$2" 2>/dev/null
 _g_s=$3
 builtin shift 3
 for _g_kv; do builtin export "$_g_kv"; done
@@ -261,9 +268,9 @@ builtin eval "builtin unset -v _g_s; $_g_s"' bash "$_g_vars" "$_g_state" "$_g_sc
     esac
     RANDOM=$BASHPID${EPOCHREALTIME//[!0-9]/} SECONDS=0 BASH_ARGV0=bash
     set -- "$_g_state"
-    builtin eval "builtin unset -f ${_g_funcs//$'\n'/ }; builtin unset -v ${!_g_*}; builtin . \"\$1\" 2>/dev/null; builtin set --
+    builtin eval "builtin unset -f ${_g_funcs//$'\n'/ }; builtin unset -v ${!_g_*}; builtin eval \"\$1\" 2>/dev/null; builtin set --
 $_g_script"
-  ) 2>&4 4>&- 3<&- &
+  ) 2>&4 4>&- 3<&- {_g_ref}<&- &
   _g_pid=$!
   set +m
   _g_wait
