@@ -235,3 +235,33 @@ func TestREADMEExitStatus(t *testing.T) {
 		}
 	}
 }
+
+// Every command's help ends with examples, and says its exit statuses in
+// lines of their own (none cut mid-sentence by the help's layout).
+func TestEveryCommandHasExamples(t *testing.T) {
+	var out bytes.Buffer
+	root := newRootCommand(streams{in: strings.NewReader(""), out: &out, err: &out})
+	for _, c := range append(root.Commands(), root) {
+		if c.Name() == "help" {
+			continue
+		}
+		out.Reset()
+		args := []string{c.Name(), "--help"}
+		if c == root {
+			args = []string{"--help"}
+		}
+		root.SetArgs(args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		help := out.String()
+		if !strings.Contains(help, "\nExamples:\n  ") {
+			t.Errorf("gpudispatch %s --help has no examples:\n%s", c.Name(), help)
+		}
+		for _, line := range strings.Split(help, "\n") {
+			if len(line) > 110 && !strings.HasPrefix(line, "  ") {
+				t.Errorf("gpudispatch %s --help: a line of %d characters: %q", c.Name(), len(line), line)
+			}
+		}
+	}
+}

@@ -30,6 +30,8 @@ people's work (another gpudispatch run's lock, compute processes, more than
 the inventory's busy_memory_mb used).
 
 ` + exitHelp(func(c exitCode) string { return c.hosts }),
+		Example: `  gpudispatch hosts -i lab.yaml            # who is up, their GPUs and slots
+  gpudispatch hosts -i lab.yaml --json     # one JSON object per host`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			lab, err := readLabOptions(v)

@@ -33,6 +33,9 @@ the log dir's journal; --resume queues again what an earlier server left
 waiting or running (stopped or killed), with its priority.
 
 ` + exitHelp(func(c exitCode) string { return c.run })
+	cmd.Example = `  gpudispatch serve -i lab.yaml -o ~/gpd                         # then: gpudispatch submit -o ~/gpd < jobs.txt
+  gpudispatch serve -i lab.yaml -o ~/gpd --listen 127.0.0.1:8080 # with its web page
+  gpudispatch serve -i lab.yaml -o ~/gpd --resume                # after a stop or a crash`
 	cmd.Args = cobra.NoArgs
 	return cmd
 }
@@ -67,6 +70,9 @@ once they are in the journal; a rejected line is said with its line number
 (submit:3: ...) and the others are queued.
 
 ` + exitHelp(func(c exitCode) string { return c.submit }),
+		Example: `  gpudispatch submit -o ~/gpd < more-jobs.txt
+  gpudispatch submit -o ~/gpd --priority 5 -- python train.py --lr 0.1
+  gpudispatch submit -o ~/gpd --wait -- 'python eval.py | tee eval.log'   # exits as the job did`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := submitOptions{
 				logDir: v.GetString("log-dir"),
@@ -243,13 +249,35 @@ type steerOptions struct {
 	now      bool
 }
 
-// steerVerbs are the commands that steer a run, with their arguments and
-// what they do.
-var steerVerbs = map[string]struct{ use, short string }{
-	"cancel":   {"cancel [flags] ID...", "Cancel jobs: a waiting one leaves the queue, a running one is killed"},
-	"retry":    {"retry [flags] ID...", "Queue again jobs that failed, timed out, were lost or were cancelled"},
-	"priority": {"priority [flags] ID N", "Give a waiting job priority N (higher runs first)"},
-	"stop":     {"stop [flags]", "Stop the run: no new job starts, running jobs finish (--now: killed)"},
+// steerVerbs are the commands that steer a run, with their arguments, what
+// they do, and examples.
+var steerVerbs = map[string]struct{ use, short, long, example string }{
+	"cancel": {"cancel [flags] ID...", "Cancel jobs: a waiting one leaves the queue, a running one is killed",
+		`Cancel jobs of the run whose log dir is -o (gpudispatch serve, or a run
+still reading its input): a waiting job leaves the queue, a running one is
+killed (TERM to its processes, KILL after the grace). IDs are job numbers or
+names, as status shows.`,
+		`  gpudispatch cancel -o ~/gpd 17 18        # two jobs of a standing queue
+  gpudispatch cancel baseline               # the job named baseline, in gpudispatch-logs`},
+	"retry": {"retry [flags] ID...", "Queue again jobs that failed, timed out, were lost or were cancelled",
+		`Queue again jobs of the run whose log dir is -o that ended without success
+(failed, timed out, lost, cancelled); a job that is waiting, running or
+succeeded is not retried. Each new attempt has its own logs (ID.2.out...).
+IDs are job numbers or names, as status shows.`,
+		`  gpudispatch retry -o ~/gpd 4             # job 4 failed: run it again
+  gpudispatch status --failed --json -o ~/gpd | jq -r .job | xargs gpudispatch retry -o ~/gpd`},
+	"priority": {"priority [flags] ID N", "Give a waiting job priority N (higher runs first)",
+		`Give a waiting job of the run whose log dir is -o the priority N: waiting
+jobs with a higher priority start first (default 0; equal ones in the order
+they came). ID is a job number or name, as status shows.`,
+		`  gpudispatch priority -o ~/gpd 23 10      # job 23 next
+  gpudispatch priority -o ~/gpd -- sweep-7 -5   # after the others (-- before a negative N)`},
+	"stop": {"stop [flags]", "Stop the run: no new job starts, running jobs finish (--now: killed)",
+		`Stop the run whose log dir is -o, as a Ctrl-C does: no new job starts, the
+running jobs finish, then the run ends. With --now the running jobs are
+killed too, as a second Ctrl-C does.`,
+		`  gpudispatch stop -o ~/gpd                # let the running jobs finish
+  gpudispatch stop -o ~/gpd --now          # kill them too`},
 }
 
 func newSteerCommand(s streams, verb string, runF func(context.Context, streams, steerOptions) error) *cobra.Command {
@@ -260,10 +288,16 @@ func newSteerCommand(s streams, verb string, runF func(context.Context, streams,
 	cmd := &cobra.Command{
 		Use:   steerVerbs[verb].use,
 		Short: steerVerbs[verb].short,
-		Long: steerVerbs[verb].short + `, on the run (gpudispatch serve, or a run reading its
-input) whose log dir is -o. IDs are job numbers or names, as status shows.
-
-` + exitHelp(func(c exitCode) string { return c.steer }),
+		Long: steerVerbs[verb].long + "\n\n" + exitHelp(func(c exitCode) string {
+			switch {
+			case verb == "stop" && c.code == exitOK:
+				return "the run was told to stop"
+			case verb == "stop" && c.code == exitFailed:
+				return "" // stop names no job
+			}
+			return c.steer
+		}),
+		Example: steerVerbs[verb].example,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := steerOptions{verb: verb, logDir: v.GetString("log-dir"), ids: args}
 			switch verb {

@@ -43,7 +43,7 @@ var exitCodes = []exitCode{
 	{exitOK, "every job succeeded", "every job succeeded", "every host is up",
 		"every line was queued (with --wait: and every job succeeded)", "done for every job named"},
 	{exitFailed, "at least one job failed, timed out, was lost or was rejected", "some job did not succeed (or has not yet)", "some host is down",
-		"some line was rejected (with --wait: or some job did not succeed)", "some job named is unknown, or cannot be (it has ended, it is not waiting)"},
+		"some line was rejected (with --wait: or some job did not succeed)", "some job named is unknown, or not in a state the command takes (cancel: waiting or running; retry: ended without success; priority: waiting)"},
 	{exitUsage, "usage or configuration error before any job ran", "no journal there, or a usage error", "the inventory is bad, or a usage error",
 		"no gpudispatch serve on that log dir, or a usage error", "no gpudispatch running on that log dir, or a usage error"},
 	{exitInterrupted, "interrupted (SIGINT/SIGTERM, gpudispatch stop), also after a drain that let running jobs finish", "", "",
@@ -120,6 +120,14 @@ func newRootCommand(s streams) *cobra.Command {
 	root.AddCommand(newRunCommand(s, nil), newServeCommand(s, nil), newSubmitCommand(s, nil),
 		newSteerCommand(s, "cancel", nil), newSteerCommand(s, "retry", nil), newSteerCommand(s, "priority", nil), newSteerCommand(s, "stop", nil),
 		newSweepCommand(s), newHostsCommand(s, nil), newStatusCommand(s, nil), newVersionCommand(s))
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Example = `  source <(gpudispatch completion bash)           # in ~/.bashrc: commands, flags, --hosts names
+  gpudispatch completion zsh > "${fpath[1]}/_gpudispatch"
+  gpudispatch completion fish > ~/.config/fish/completions/gpudispatch.fish`
+		}
+	}
 	root.SetIn(s.in)
 	root.SetOut(s.out)
 	root.SetErr(s.err)

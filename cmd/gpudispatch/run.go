@@ -57,6 +57,11 @@ arrives and a slot is free. Every flag can also be set as GPUDISPATCH_<FLAG>
 (e.g. GPUDISPATCH_LOG_DIR).
 
 ` + exitHelp(func(c exitCode) string { return c.run })
+	cmd.Example = `  gpudispatch --gpus 0,1,2 < jobs.txt               # the GPUs of this machine
+  gpudispatch -i lab.yaml jobs.txt                  # the GPUs of several servers, over SSH
+  gpudispatch -i lab.yaml --resume jobs.txt         # again, skipping the jobs that succeeded
+  gpudispatch -i lab.yaml --dry-run jobs.txt        # where each job would run
+  tail -f -n 0 gpu.queue | gpudispatch --gpus 0,1   # a queue: append lines to gpu.queue`
 	cmd.Args = cobra.ArbitraryArgs
 	return cmd
 }

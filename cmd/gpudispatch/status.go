@@ -39,6 +39,9 @@ run. On a terminal the commands are
 cut to fit its width; piped or redirected, every value is printed whole.
 
 ` + exitHelp(func(c exitCode) string { return c.status }),
+		Example: `  gpudispatch status                       # the latest run in gpudispatch-logs
+  gpudispatch status -o ~/gpd --failed     # what did not succeed, with its log
+  gpudispatch status --all --json | jq -r 'select(.state == "failed") | .stderr'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o := statusOptions{logDir: v.GetString("log-dir"), failed: v.GetBool("failed"), json: v.GetBool("json"), all: v.GetBool("all")}

@@ -34,11 +34,18 @@ GPUDISPATCH_SAMPLING_MODE set the options of the same names; the command
 line wins.
 `
 
+// sweepExamples are sweep's examples; its help, which sweep prints itself
+// (it parses its own arguments), ends with them.
+const sweepExamples = `  gpudispatch sweep "python train.py --lr {lr} --bs {bs}" -p lr 1e-3 1e-4 -p bs 32 64 > jobs.txt
+  gpudispatch sweep "[name=lr{lr}] python train.py --lr {lr}" -p lr 0.1 0.01 --ordered
+  gpudispatch sweep "python train.py --seed {s}" -p s $(seq 1 100) --samples 10 | gpudispatch -i lab.yaml`
+
 func newSweepCommand(s streams) *cobra.Command {
 	return &cobra.Command{
-		Use:   "sweep TEMPLATE -p NAME V1 V2 ... [-p ...] [--samples N] [--seed S] [--ordered]",
-		Short: "Print a command per configuration of a parameter grid",
-		Long:  sweepHelp,
+		Use:     "sweep TEMPLATE -p NAME V1 V2 ... [-p ...] [--samples N] [--seed S] [--ordered]",
+		Short:   "Print a command per configuration of a parameter grid",
+		Long:    sweepHelp,
+		Example: sweepExamples,
 		// -p takes several values, which pflag cannot express: the sweep
 		// package parses its own arguments.
 		DisableFlagParsing: true,
@@ -71,7 +78,7 @@ func runSweep(s streams, args []string) error {
 		return usageError("sweep: %v", err)
 	}
 	if a.Help {
-		fmt.Fprint(s.out, sweepHelp)
+		fmt.Fprint(s.out, sweepHelp+"\nExamples:\n"+sweepExamples+"\n")
 		return nil
 	}
 	tpl, unused, err := sweep.Compile(a.Template, a.Params)

@@ -12,9 +12,10 @@ var version = ""
 
 func newVersionCommand(s streams) *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version of gpudispatch",
-		Args:  cobra.NoArgs,
+		Use:     "version",
+		Short:   "Print the version of gpudispatch",
+		Example: "  gpudispatch version",
+		Args:    cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			v := version
 			if v == "" {
