@@ -18,7 +18,7 @@ func Plan(opts Options, inputs []Input, w io.Writer) (*Summary, error) {
 		return nil, err
 	}
 	for _, d := range r.damaged {
-		fmt.Fprintf(w, "warning: --resume: %s; the line was skipped\n", d)
+		fmt.Fprintf(w, "gpudispatch: warning: --resume: %s; the line was skipped\n", d)
 	}
 	for _, h := range r.sched.table.hosts {
 		if why := opts.Down[h.host.Name]; why != nil {

@@ -90,9 +90,9 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 		line = fmt.Sprintf("job %s waits: %s; the GPU is tried again later, its other slots are used meanwhile", e.Job, e.Error)
 	case EventWarning:
 		if e.Host != "" {
-			line = fmt.Sprintf("warning: host %s: %s", e.Host, e.Error)
+			line = fmt.Sprintf("gpudispatch: warning: host %s: %s", e.Host, e.Error)
 		} else {
-			line = "warning: " + e.Error
+			line = "gpudispatch: warning: " + e.Error
 		}
 	case EventReloaded:
 		line = "inventory reloaded: " + e.Message
@@ -106,7 +106,7 @@ func elapsed(e Event) time.Duration {
 	if e.Start == nil || e.End == nil {
 		return 0
 	}
-	return e.End.Sub(*e.Start).Round(time.Millisecond)
+	return RoundDuration(e.End.Sub(*e.Start))
 }
 
 // gpuList writes GPU ids as CUDA_VISIBLE_DEVICES does: "0,1".

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,7 +22,8 @@ type JobStatus struct {
 	Command string `json:"command"`
 	Host    string `json:"host,omitempty"`
 	GPUs    []int  `json:"gpus,omitempty"`
-	// Attempts counts the attempts of the latest run that saw the job.
+	// Attempts counts the job's attempts in every run of the log dir (its
+	// logs are ID.out, ID.2.out... up to ID.Attempts.out).
 	Attempts int        `json:"attempts"`
 	Exit     *int       `json:"exit,omitempty"`
 	Start    *time.Time `json:"start,omitempty"`
@@ -40,6 +42,8 @@ type JobStatus struct {
 	// Earlier is set on a job of an earlier run than the latest one: one
 	// before the latest run started without --resume.
 	Earlier bool `json:"earlier,omitempty"`
+	// before is how many attempts earlier runs made.
+	before int
 }
 
 // Succeeded reports whether the job finished with exit status 0.
@@ -119,11 +123,12 @@ func ReadStatus(logDir string, now time.Time) (*Status, error) {
 // apply moves the job's status on by one of its events.
 func (s *JobStatus) apply(e Event) {
 	if e.Run != s.Run {
-		// A later run (--resume) starts the job's story again.
-		*s = JobStatus{Run: e.Run}
+		// A later run (--resume) starts the job's story again; its
+		// attempts come after the earlier ones.
+		*s = JobStatus{Run: e.Run, Attempts: s.Attempts, before: s.Attempts}
 	}
 	s.Job, s.Source, s.Command = e.Job, e.Source, e.Command
-	s.Attempts = max(s.Attempts, e.Attempt)
+	s.Attempts = max(s.Attempts, s.before+e.Attempt)
 	s.State = e.JobState()
 	switch s.State {
 	case StateWaiting:
@@ -191,9 +196,9 @@ func (st *Status) WriteTable(w io.Writer, jobs []JobStatus, width int) error {
 			took = RoundDuration(time.Duration(j.Seconds * float64(time.Second))).String()
 		}
 		// The log to look at: stdout while it runs or once it succeeded,
-		// stderr when it failed.
+		// stderr when it failed or wrote only there.
 		log := j.Stdout
-		if j.Unsuccessful() && j.Stderr != "" {
+		if j.Stderr != "" && (j.Unsuccessful() || emptyFile(j.Stdout) && !emptyFile(j.Stderr)) {
 			log = j.Stderr
 		}
 		if log == "" {
@@ -223,6 +228,12 @@ func (st *Status) WriteTable(w io.Writer, jobs []JobStatus, width int) error {
 	}
 	_, err := fmt.Fprintln(w, st.Totals())
 	return err
+}
+
+// emptyFile reports whether the file at path is there and empty.
+func emptyFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Size() == 0
 }
 
 // commandColumn is where WriteTable's rows hold the command.
@@ -264,10 +275,12 @@ func (st *Status) Totals() string {
 	return Count(len(st.Jobs), "job") + ": " + strings.Join(parts, ", ")
 }
 
-// WriteJSON prints one JSON object per job.
+// WriteJSON prints one JSON object per job, its state in the table's words
+// ("succeeded", "timed out").
 func (st *Status) WriteJSON(w io.Writer, jobs []JobStatus) error {
 	enc := json.NewEncoder(w)
 	for _, j := range jobs {
+		j.State = StateWord(j.State)
 		if err := enc.Encode(j); err != nil {
 			return err
 		}

@@ -68,7 +68,8 @@ func TestStatus(t *testing.T) {
 				ended(ev("r2", EventFinished, "2", "b", 1), 4, 0),
 				ev("r2", EventCancelled, "3", "c", 0),
 			},
-			want:   []string{"1:finished:1", "2:finished:1", "3:cancelled:0"},
+			// Attempts count every run's: b ran once in each, c once before.
+			want:   []string{"1:finished:1", "2:finished:2", "3:cancelled:1"},
 			totals: "3 jobs: 2 succeeded, 1 cancelled",
 		},
 		{
@@ -86,9 +87,9 @@ func TestStatus(t *testing.T) {
 				ev("r3", EventQueued, "4", "b", 0),
 				ended(ev("r3", EventFinished, "4", "b", 1), 2, 0),
 			},
-			want:    []string{"1:failed:1", "2:finished:1", "3:finished:1", "4:finished:1"},
+			want:    []string{"1:failed:1", "2:finished:1", "3:finished:1", "4:finished:2"},
 			totals:  "4 jobs: 3 succeeded, 1 failed",
-			latest:  []string{"3:finished:1", "4:finished:1"},
+			latest:  []string{"3:finished:1", "4:finished:2"},
 			earlier: 2,
 		},
 		{

@@ -15,9 +15,13 @@ func OneLine(cmd string) string {
 	return cmd
 }
 
-// RoundDuration keeps a tenth of a second under a minute, whole seconds
-// above: how long jobs ran or will run, for people.
+// RoundDuration keeps milliseconds under a second, a tenth of a second
+// under a minute, whole seconds above: how long jobs ran or will run, for
+// people, the same in the run's lines, status and the page.
 func RoundDuration(d time.Duration) time.Duration {
+	if d < time.Second {
+		return d.Round(time.Millisecond)
+	}
 	if d < time.Minute {
 		return d.Round(100 * time.Millisecond)
 	}

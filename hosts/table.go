@@ -31,7 +31,12 @@ func WriteTable(w io.Writer, states []HostState, busyMB int) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", st.Host.Name, st.Addr, state, cmp.Or(st.ServerVersion, "-"), gpuList(st), slots(st))
 		for _, g := range st.GPUs {
 			busy := cmp.Or(g.BusyWhy(busyMB), "free")
-			fmt.Fprintf(tw, "\t  gpu %d\t%s\t%d/%d MiB, %d%%\t%s\t%d slots\t%s\n", g.Index, g.Name, g.MemoryUsedMB, g.MemoryTotalMB, g.Utilization, g.UUID, gpuSlots(st.Host, g.Index), busy)
+			n := gpuSlots(st.Host, g.Index)
+			slotsWord := strconv.Itoa(n) + " slots"
+			if n == 1 {
+				slotsWord = "1 slot"
+			}
+			fmt.Fprintf(tw, "\t  gpu %d\t%s\t%d/%d MiB, %d%%\t%s\t%s\t%s\n", g.Index, g.Name, g.MemoryUsedMB, g.MemoryTotalMB, g.Utilization, g.UUID, slotsWord, busy)
 		}
 		if st.Slurm != nil && st.Err == nil {
 			fmt.Fprintf(tw, "\t  partition %s\t%s\t\t\t\t\n", st.Host.Slurm.Partition, cmp.Or(st.Slurm.Partition, "-"))

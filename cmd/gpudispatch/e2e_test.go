@@ -161,6 +161,29 @@ func TestE2EDrainOnFirstSignal(t *testing.T) {
 	if !strings.Contains(errOut.String(), "draining") {
 		t.Errorf("no drain message:\n%s", errOut)
 	}
+	if !strings.Contains(errOut.String(), "run the same command again with --resume (log dir gpudispatch-logs)") {
+		t.Errorf("the summary says nothing of --resume:\n%s", errOut)
+	}
+}
+
+// submit's words: --gpus is a count, --host a host name, and a mistake in
+// either is told in words that say what to write instead.
+func TestE2ESubmitFlagsInWords(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--gpus", "0,1"}, "submit's --gpus is how many GPUs each job needs (--gpus 2); to put a job on given GPUs, begin its line with @HOST:GPU"},
+		{[]string{"--gpus", "two"}, "--gpus two: want how many GPUs each job needs, a number from 1"},
+		{[]string{"--host", "node1:2"}, "--host takes a host name; for GPU 2 of node1, begin the job line with @node1:2"},
+	} {
+		r := gpd(t, dir, "", append(append([]string{"submit"}, tc.args...), "--", "true")...)
+		if r.code != 2 || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, "strconv") {
+			t.Errorf("submit %v: exit %d\n%s", tc.args, r.code, r.stderr)
+		}
+	}
 }
 
 // Ctrl-C twice kills the running jobs' whole process groups: no child is

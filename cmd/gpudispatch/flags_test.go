@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -262,6 +263,31 @@ func TestEveryCommandHasExamples(t *testing.T) {
 			if len(line) > 110 && !strings.HasPrefix(line, "  ") {
 				t.Errorf("gpudispatch %s --help: a line of %d characters: %q", c.Name(), len(line), line)
 			}
+		}
+	}
+}
+
+// version names the build: a release's version, else the commit.
+func TestBuildVersion(t *testing.T) {
+	set := func(kv ...string) *debug.BuildInfo {
+		bi := &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}
+		for i := 0; i < len(kv); i += 2 {
+			bi.Settings = append(bi.Settings, debug.BuildSetting{Key: kv[i], Value: kv[i+1]})
+		}
+		return bi
+	}
+	for _, tc := range []struct {
+		bi   *debug.BuildInfo
+		want string
+	}{
+		{&debug.BuildInfo{Main: debug.Module{Version: "v1.2.3"}}, "v1.2.3"},
+		{set("vcs.revision", "429e6ad0123456789", "vcs.time", "2026-11-24T06:00:00Z", "vcs.modified", "false"), "devel 429e6ad01234 of 2026-11-24"},
+		{set("vcs.revision", "429e6ad0123456789", "vcs.modified", "true"), "devel 429e6ad01234, with uncommitted changes"},
+		{set(), "devel (built without version control information)"},
+		{nil, "devel (no build information)"},
+	} {
+		if got := buildVersion(tc.bi); got != tc.want {
+			t.Errorf("buildVersion = %q, want %q", got, tc.want)
 		}
 	}
 }

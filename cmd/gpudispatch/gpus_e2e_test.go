@@ -123,7 +123,7 @@ func TestSSHSkipBusy(t *testing.T) {
 	noCollisions(t, l)
 	for _, want := range []string{
 		"GPU 0 is busy with other work: 4000 MiB used (more than 500)",
-		"GPU 1 is busy with other work: 1 processes, 300 MiB used",
+		"GPU 1 is busy with other work: 1 process, 300 MiB used",
 	} {
 		if !strings.Contains(errOut.String(), want) {
 			t.Errorf("stderr does not say %q:\n%s", want, errOut)

@@ -74,11 +74,19 @@ once they are in the journal; a rejected line is said with its line number
   gpudispatch submit -o ~/gpd --priority 5 -- python train.py --lr 0.1
   gpudispatch submit -o ~/gpd --wait -- 'python eval.py | tee eval.log'   # exits as the job did`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			gpus, err := submitGPUs(v.GetString("gpus"))
+			if err != nil {
+				return err
+			}
+			host := v.GetString("host")
+			if name, gpu, ok := strings.Cut(host, ":"); ok {
+				return usageError("submit: --host takes a host name; for GPU %s of %s, begin the job line with @%s:%s", gpu, name, name, gpu)
+			}
 			o := submitOptions{
 				logDir: v.GetString("log-dir"),
 				wait:   v.GetBool("wait"),
 				defaults: dispatch.Defaults{
-					Name: v.GetString("name"), Host: v.GetString("host"), GPUs: v.GetInt("gpus"),
+					Name: v.GetString("name"), Host: host, GPUs: gpus,
 					Priority: v.GetInt("priority"), Timeout: v.GetDuration("timeout"),
 				},
 			}
@@ -96,8 +104,8 @@ once they are in the journal; a rejected line is said with its line number
 			switch {
 			case o.defaults.Name != "" && o.command == nil:
 				return usageError("submit: --name names one job: give it with -- COMMAND")
-			case o.defaults.GPUs < 0 || o.defaults.Timeout < 0:
-				return usageError("submit: --gpus and --timeout: want a positive value")
+			case o.defaults.Timeout < 0:
+				return usageError("submit: --timeout: want a positive value")
 			}
 			return runF(cmd.Context(), s, o)
 		},
@@ -107,12 +115,28 @@ once they are in the journal; a rejected line is said with its line number
 	f.StringP("log-dir", "o", "gpudispatch-logs", "the log dir of the gpudispatch serve")
 	f.String("name", "", "the job's name (its log files' name); with -- COMMAND only")
 	f.String("host", "", "run on this host only (as @HOST)")
-	f.Int("gpus", 0, "GPUs of one host each job needs together (default 1)")
+	f.String("gpus", "", "how many GPUs of one host each job needs together (default 1); given GPUs: @HOST:GPU")
 	f.Int("priority", 0, "higher runs first; equal priorities in arrival order")
 	f.Duration("timeout", 0, "each job's wall-clock limit (e.g. 2h)")
 	f.Bool("wait", false, "wait until the jobs end, and exit as a run would")
 	bindEnv(v, f)
 	return cmd
+}
+
+// submitGPUs reads submit's --gpus: a number of GPUs, not ids as run's
+// --gpus takes ("" is the default, 1).
+func submitGPUs(v string) (int, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	switch {
+	case err == nil && n > 0:
+		return n, nil
+	case strings.ContainsAny(v, ", "):
+		return 0, usageError("submit: --gpus %s: submit's --gpus is how many GPUs each job needs (--gpus 2); to put a job on given GPUs, begin its line with @HOST:GPU", v)
+	}
+	return 0, usageError("submit: --gpus %s: want how many GPUs each job needs, a number from 1", v)
 }
 
 func runSubmit(ctx context.Context, s streams, o submitOptions) error {

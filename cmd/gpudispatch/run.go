@@ -319,6 +319,9 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		return usageError("%v", err)
 	}
 	summary.Write(text)
+	if summary.Interrupted && !o.serve && !summary.Succeeded() {
+		fmt.Fprintf(text, "gpudispatch: to go on, run the same command again with --resume (log dir %s): the jobs that succeeded are skipped, the others run\n", o.logDir)
+	}
 	return exitWith(exitFor(summary))
 }
 

@@ -334,9 +334,9 @@ func TestSSHHostsCommand(t *testing.T) {
 	waitForFile(t, filepath.Join(l.Hosts[1].Home, "started"), func(string) bool { return true })
 	r = labRun(t, l, "", "hosts", "-i", inv)
 	for _, want := range []string{
-		`(?m)^\s+gpu 1\s+Fake GPU 80GB\s+0/81920 MiB, 0%\s+GPU-y\s+1 slots\s+1 processes, 0 MiB used$`,
-		`(?m)^\s+gpu 0\s+Fake GPU 80GB\s+0/81920 MiB, 0%\s+` + l.Hosts[1].UUID(0) + `\s+1 slots\s+locked by run \S+ of \S+@\S+ \(pid \d+\)$`,
-		`(?m)^\s+gpu 1\s+Fake GPU 80GB\s+0/81920 MiB, 0%\s+` + l.Hosts[1].UUID(1) + `\s+1 slots\s+free$`,
+		`(?m)^\s+gpu 1\s+Fake GPU 80GB\s+0/81920 MiB, 0%\s+GPU-y\s+1 slot\s+1 process, 0 MiB used$`,
+		`(?m)^\s+gpu 0\s+Fake GPU 80GB\s+0/81920 MiB, 0%\s+` + l.Hosts[1].UUID(0) + `\s+1 slot\s+locked by run \S+ of \S+@\S+ \(pid \d+\)$`,
+		`(?m)^\s+gpu 1\s+Fake GPU 80GB\s+0/81920 MiB, 0%\s+` + l.Hosts[1].UUID(1) + `\s+1 slot\s+free$`,
 	} {
 		if !regexpMatch(want, r.stdout) {
 			t.Errorf("table has no line like %s:\n%s", want, r.stdout)

@@ -24,6 +24,9 @@ func (g GPU) BusyWhy(memoryMB int) string {
 	case g.LockedBy != "":
 		return "locked by " + g.LockedBy
 	case g.Processes > 0:
+		if g.Processes == 1 {
+			return fmt.Sprintf("1 process, %d MiB used", g.MemoryUsedMB)
+		}
 		return fmt.Sprintf("%d processes, %d MiB used", g.Processes, g.MemoryUsedMB)
 	case g.MemoryUsedMB > memoryMB:
 		return fmt.Sprintf("%d MiB used (more than %d)", g.MemoryUsedMB, memoryMB)

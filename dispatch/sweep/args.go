@@ -121,6 +121,12 @@ func ParseArgs(args []string) (Args, error) {
 		return a, nil
 	}
 	if !gotTemplate {
+		// The template may be the last value a -p took.
+		for _, p := range a.Params {
+			if last := p.Values; len(last) > 0 && strings.ContainsAny(last[len(last)-1], "{ ") {
+				return a, fmt.Errorf("no template: -p %s took every word after it, %q too; put the template first (gpudispatch sweep TEMPLATE -p NAME V1 V2 ...), or end the values with --", p.Name, last[len(last)-1])
+			}
+		}
 		return a, errors.New("no template: gpudispatch sweep TEMPLATE -p NAME V1 V2 ...")
 	}
 	return a, nil

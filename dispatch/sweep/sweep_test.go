@@ -189,6 +189,7 @@ func TestParseArgs(t *testing.T) {
 		{args: strings.Fields("-- -t -p a 1"), want: Args{Template: "-t"}, err: `"-p" after --`},
 		{args: strings.Fields("--help"), want: Args{Help: true}},
 		{args: strings.Fields("-p a 1"), err: "no template"},
+		{args: []string{"-p", "lr", "1", "2", "python t.py --lr {lr}"}, err: `no template: -p lr took every word after it, "python t.py --lr {lr}" too`},
 		{args: strings.Fields("t 1"), err: "needs a -p NAME"},
 		{args: strings.Fields("t -p"), err: "-p needs a value"},
 		{args: strings.Fields("t -p a 1 --samples 0"), err: "want a positive number"},
