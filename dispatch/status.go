@@ -239,10 +239,16 @@ func emptyFile(path string) bool {
 // commandColumn is where WriteTable's rows hold the command.
 const commandColumn = 6
 
-// fitCommands cuts the commands of rows so that a row, laid out with two
-// spaces between columns, fits in width; a command keeps at least 20
-// characters, and the other columns stay whole.
+// fitCommands cuts the commands of rows in their middle so that a row, laid
+// out with two spaces between columns, fits in width; a command keeps at
+// least 20 characters. The last column (the log, or why a job waits) is
+// cut at its end to a third of the width at most, so that it never wraps
+// and breaks the table; the other columns stay whole.
 func fitCommands(rows [][]string, width int) {
+	last := len(rows[0]) - 1
+	for _, r := range rows[1:] {
+		r[last] = Clip(r[last], max(24, width/3))
+	}
 	widths := make([]int, len(rows[0]))
 	for _, r := range rows {
 		for i, v := range r {
@@ -255,7 +261,7 @@ func fitCommands(rows [][]string, width int) {
 	}
 	room := max(20, width-(total-widths[commandColumn]))
 	for _, r := range rows[1:] {
-		r[commandColumn] = Clip(r[commandColumn], room)
+		r[commandColumn] = ClipMiddle(r[commandColumn], room)
 	}
 }
 

@@ -37,6 +37,19 @@ func Clip(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
+// ClipMiddle shortens s to at most n runes by cutting out a piece of its
+// middle, marked "…": a command keeps its start (the program) and more of
+// its end, where the jobs of a sweep differ (--lr 0.1, --seed 3).
+func ClipMiddle(s string, n int) string {
+	if n < 1 || utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	head := (n - 1) * 2 / 5
+	tail := n - 1 - head
+	return string(r[:head]) + "…" + string(r[len(r)-tail:])
+}
+
 // Count says n of a thing for people: "1 job", "3 jobs" (plural adds an
 // s; irregular words are not used).
 func Count(n int, thing string) string {

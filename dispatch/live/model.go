@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
 	"github.com/gpudispatch/gpudispatch/inventory"
@@ -197,7 +198,14 @@ func (m *model) slotLine(s slot) string {
 	}
 	switch {
 	case s.job != "":
-		return fmt.Sprintf("%-12s job %-6s %7s  %s", where, s.job, dispatch.RoundDuration(m.now().Sub(s.since)), dispatch.OneLine(s.cmd))
+		// The command is cut in its middle to fit: a sweep's jobs differ
+		// at its end.
+		head := fmt.Sprintf("%-12s job %-6s %7s  ", where, s.job, dispatch.RoundDuration(m.now().Sub(s.since)))
+		cmd := dispatch.OneLine(s.cmd)
+		if m.width > 1 {
+			cmd = dispatch.ClipMiddle(cmd, max(10, m.width-utf8.RuneCountInString(head)))
+		}
+		return head + cmd
 	case m.down[s.host] != "":
 		return fmt.Sprintf("%-12s host down: %s", where, m.down[s.host])
 	case m.busy[gpuKey{s.host, s.gpu}] != "":

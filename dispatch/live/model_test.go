@@ -147,3 +147,18 @@ func TestModelFitsTerminal(t *testing.T) {
 		t.Errorf("view:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// A slot's command is cut in its middle, so that what tells a sweep's jobs
+// apart, at its end, stays in sight.
+func TestModelCutsCommandsInTheMiddle(t *testing.T) {
+	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	m := testModel(t, &now)
+	m.width, m.height = 60, 10
+	m.apply(dispatch.Event{Event: dispatch.EventQueued, Job: "1"})
+	m.apply(dispatch.Event{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []int{0},
+		Command: "python train.py --model resnet50 --data /scratch/imagenet --lr 0.001 --seed 3", Start: &now})
+	line := strings.Split(m.view(), "\n")[1]
+	if len([]rune(line)) != 60 || !strings.HasPrefix(line, "n1:0         job 1           0s  python") || !strings.HasSuffix(line, "0.001 --seed 3") {
+		t.Errorf("slot line %q (%d runes): want 60, the program first and the end of the command", line, len([]rune(line)))
+	}
+}
