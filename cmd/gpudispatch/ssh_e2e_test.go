@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -290,6 +291,28 @@ func TestSSHProxyJump(t *testing.T) {
 	}
 }
 
+// A hung server (it takes the TCP connection and never speaks SSH) is left
+// out in words that name it, its address and the flag, not in the network
+// stack's.
+func TestSSHHungHostInWords(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	port := strconv.Itoa(silentListener(t))
+	f, _ := os.OpenFile(l.SSHConfig, os.O_APPEND|os.O_WRONLY, 0)
+	fmt.Fprintf(f, "\nHost nodehung\n  HostName 127.0.0.1\n  Port %s\n", port)
+	f.Close()
+	inv := filepath.Join(l.Dir, "hung.yaml")
+	os.WriteFile(inv, []byte(fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: nodehung\n    gpus: [0]\n  - name: node1\n    gpus: auto\n", l.SSHConfig)), 0o644)
+	r := labRun(t, l, "echo $FAKE_HOST\n", "-i", inv, "-o", "logs", "--connect-timeout", "1s")
+	if r.code != 0 || !strings.Contains(r.stderr, "no SSH greeting from 127.0.0.1:"+port+" within 1s (--connect-timeout)") ||
+		strings.Contains(r.stderr, "closed network connection") || strings.Contains(r.stderr, "i/o timeout") {
+		t.Errorf("exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(l.Dir, "logs", "1.out")); got != "node1\n" {
+		t.Errorf("the job printed %q", got)
+	}
+}
+
 // A host that is down at start is left out with a warning; with every host
 // down the run cannot start and says why for each.
 func TestSSHHostDownAtStart(t *testing.T) {
@@ -298,7 +321,7 @@ func TestSSHHostDownAtStart(t *testing.T) {
 	inv := l.Inventory("")
 	l.Hosts[1].Stop()
 	r := labRun(t, l, "echo $FAKE_HOST\n", "-i", inv, "-o", "logs")
-	if r.code != 0 || !strings.Contains(r.stderr, "warning: leaving out node2") || !strings.Contains(r.stderr, "connection refused") {
+	if r.code != 0 || !strings.Contains(r.stderr, "warning: leaving out node2") || !strings.Contains(r.stderr, "refused the connection: no SSH server listens there") {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
 	l.Hosts[0].Stop()
@@ -363,7 +386,7 @@ func TestSSHHostsCommand(t *testing.T) {
 		if h.Up && h.Slots == 2 {
 			up++
 		}
-		if !h.Up && h.Name == "node2" && strings.Contains(h.Error, "connection refused") {
+		if !h.Up && h.Name == "node2" && strings.Contains(h.Error, "refused the connection") {
 			down++
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,7 +126,7 @@ func (d *dialer) connectOnce(ctx context.Context, t Target, cfg *ssh.ClientConfi
 		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", t.Addr())
 	}
 	if err != nil {
-		return nil, err
+		return nil, d.explain(ctx, err, t.Addr(), false)
 	}
 	// x/crypto's handshake takes no context: a deadline and a watcher bound it.
 	deadline, _ := ctx.Deadline()
@@ -145,11 +146,52 @@ func (d *dialer) connectOnce(ctx context.Context, t Target, cfg *ssh.ClientConfi
 			}
 			err = fmt.Errorf("%w: %w", errShed, err)
 		}
-		return nil, err
+		return nil, d.explain(ctx, err, t.Addr(), banner)
 	}
 	bw.done.Store(true)
 	conn.SetDeadline(time.Time{})
 	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// ReasonError is why a host could not be reached, in words a user acts on
+// (which address, what to check or change), wrapping the network's own
+// error.
+type ReasonError struct {
+	Reason string
+	Err    error
+}
+
+func (e *ReasonError) Error() string { return e.Reason }
+func (e *ReasonError) Unwrap() error { return e.Err }
+
+// explain puts err, from dialing addr or the SSH handshake with it within
+// ctx (the connect timeout), in words; greeted says whether the server sent
+// its SSH version line. Errors it has no words for are returned as they are.
+func (d *dialer) explain(ctx context.Context, err error, addr string, greeted bool) error {
+	timeout := d.connectTimeout.String()
+	// The connection's deadline is the context's: either may fire first.
+	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)
+	var dns *net.DNSError
+	var reason string
+	switch {
+	case errors.As(err, &dns) && dns.IsNotFound:
+		reason = fmt.Sprintf("no such host name %s (a typo? not on the VPN? no HostName for it in ssh_config?)", dns.Name)
+	case errors.As(err, &dns):
+		reason = fmt.Sprintf("the name %s could not be looked up (%s): is the network or the VPN up?", dns.Name, dns.Err)
+	case errors.Is(err, syscall.ECONNREFUSED):
+		reason = fmt.Sprintf("%s refused the connection: no SSH server listens there (a wrong port? the host still booting?)", addr)
+	case errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH):
+		reason = fmt.Sprintf("no route to %s: is the network or the VPN up?", addr)
+	case timedOut && greeted:
+		reason = fmt.Sprintf("%s greeted but the SSH handshake did not finish within %s (--connect-timeout): the host is overloaded, or the network drops packets", addr, timeout)
+	case timedOut && errors.Is(err, errShed):
+		return err
+	case timedOut:
+		reason = fmt.Sprintf("no SSH greeting from %s within %s (--connect-timeout): the host hangs, a firewall drops the packets, or what listens there is not an SSH server", addr, timeout)
+	default:
+		return err
+	}
+	return &ReasonError{Reason: reason, Err: err}
 }
 
 // bannerWatch keeps the first bytes a server sends, to tell a server that

@@ -2,6 +2,7 @@ package sshpool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -72,7 +73,10 @@ func (ps *Pools) Acquire(ctx context.Context, t Target) (p *Pool, version string
 	// The pool keeps the agent connection: later connections sign with it.
 	sp.p = newPool(t, sshCfg, ps.dialer, closeAgent)
 	if sp.version, err = sp.p.connect(ctx); err != nil {
-		sp.err = fmt.Errorf("connect %s: %w", t.Addr(), err)
+		sp.err = err
+		if !errors.As(err, new(*ReasonError)) {
+			sp.err = fmt.Errorf("connect %s: %w", t.Addr(), err)
+		}
 	}
 	return sp.p, sp.version, sp.err
 }
