@@ -132,6 +132,12 @@ func (r *run) settle(ctx context.Context, c claim) claimResult {
 	case unreachable(err) || ctx.Err() != nil:
 		res.err = err
 		return res
+	case errors.Is(err, executor.ErrProbeTimeout):
+		// A sick host: its GPUs are set aside, and tried again later.
+		for _, g := range c.check {
+			res.busy[g] = fmt.Sprintf("%s: %v; no new job on GPU %d until it answers", host, err, g.id)
+		}
+		return res
 	case err != nil:
 		res.noProbe = err
 		return res

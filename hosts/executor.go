@@ -70,7 +70,7 @@ func (l *Lab) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, error
 	if _, ok := r.(*slurm.Cluster); ok {
 		return nil, fmt.Errorf("%s: a Slurm cluster's GPUs are Slurm's: nvidia-smi is not asked", host)
 	}
-	return ProbeGPUs(ctx, r)
+	return l.probes.gpus(ctx, host, r, l.opts.ProbeTimeout)
 }
 
 func (l *Lab) lookup(host string) (Runner, error) {

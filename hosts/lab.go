@@ -37,6 +37,9 @@ type Options struct {
 	ProbeGPUs bool
 	// LockDir is where GPU locks live on every host ("": gpulock.DefaultDir).
 	LockDir string
+	// ProbeTimeout bounds each look at a host's GPUs (nvidia-smi, their
+	// locks) (0: DefaultProbeTimeout).
+	ProbeTimeout time.Duration
 }
 
 // Defaults for Options: a dead host or coordinator is noticed within about
@@ -45,6 +48,10 @@ const (
 	DefaultKeepalive      = 10 * time.Second
 	DefaultGrace          = 10 * time.Second
 	DefaultConnectTimeout = 10 * time.Second
+	// DefaultProbeTimeout is longer than nvidia-smi takes on a busy
+	// 8-GPU server (a second or two), far shorter than one stuck in a
+	// driver that lost a GPU.
+	DefaultProbeTimeout = 20 * time.Second
 )
 
 // HostState is what opening a host found.
@@ -93,6 +100,8 @@ type Lab struct {
 	runners map[string]Runner
 	// autoGPUs holds the GPUs found on the `gpus: auto` hosts.
 	autoGPUs map[string][]int
+	// probes holds, per host, the look at its GPUs under way, if any.
+	probes probes
 }
 
 // Open connects to every host of inv at once. A host that refuses us (login,
@@ -111,6 +120,9 @@ func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error
 	}
 	if o.LockDir == "" {
 		o.LockDir = gpulock.DefaultDir
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = DefaultProbeTimeout
 	}
 	lab := &Lab{opts: o, cfg: &sshpool.Config{}, pools: sshpool.NewPools(o.ConnectTimeout, o.Keepalive),
 		runners: map[string]Runner{}, autoGPUs: map[string][]int{}}
@@ -212,7 +224,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	if h.Login == inventory.LoginPerJob {
 		sup.Login = jobshell.LoginPerJob
 	}
-	var r machine = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name}
+	var r machine = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name, ProbeTimeout: o.ProbeTimeout}
 	// release lets go of the host's pool when the host is left out.
 	release := func() {}
 	var login spawn.Func = spawn.Local
@@ -238,7 +250,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			return st, nil
 		}
 		release = func() { l.pools.Release(t) }
-		rem := newRemote(h.Name, p, sup, o.LockDir)
+		rem := newRemote(h.Name, p, sup, o.LockDir, o.ProbeTimeout)
 		r, login, waitUp = rem, rem.spawn, p.WaitUp
 		if st.ServerVersion = version; err != nil {
 			st.Err = err
@@ -277,12 +289,14 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		return st, nil
 	}
 	if h.AutoGPUs || o.ProbeGPUs {
-		st.GPUs, st.GPUErr = ProbeGPUs(ctx, r)
+		st.GPUs, st.GPUErr = l.probes.gpus(ctx, h.Name, r, o.ProbeTimeout)
 		if o.ProbeGPUs && st.GPUErr == nil {
-			st.LockErr = ProbeLocks(ctx, r, o.LockDir, st.GPUs)
+			st.LockErr = l.probes.locks(ctx, h.Name, r, o.LockDir, st.GPUs, o.ProbeTimeout)
 		}
 		if h.AutoGPUs {
 			switch {
+			case errors.Is(st.GPUErr, executor.ErrProbeTimeout):
+				st.Err = fmt.Errorf("gpus: auto: %w: its GPUs are unknown, so the host is left out of this run", st.GPUErr)
 			case st.GPUErr != nil:
 				st.Err = fmt.Errorf("gpus: auto: %w", st.GPUErr)
 			case len(st.GPUs) == 0:

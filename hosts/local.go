@@ -24,6 +24,9 @@ type Local struct {
 	// Name is the inventory's name for this machine, for messages ("":
 	// "local").
 	Name string
+	// ProbeTimeout bounds the lock holders' look at nvidia-smi (0:
+	// DefaultProbeTimeout).
+	ProbeTimeout time.Duration
 
 	once   sync.Once
 	shells *jobshell.Shells
@@ -56,7 +59,7 @@ func (l *Local) Adopt(context.Context, executor.Command, int64, int64, io.Writer
 func (l *Local) init() {
 	l.once.Do(func() {
 		l.shells = jobshell.New(spawn.Local, l.Supervision)
-		l.locks = newLockers(spawn.Local, l.name(), l.LockDir, l.Supervision)
+		l.locks = newLockers(spawn.Local, l.name(), l.LockDir, l.Supervision, l.ProbeTimeout)
 	})
 }
 
@@ -88,7 +91,8 @@ func (l *Local) checkLockDir(ctx context.Context) error {
 
 // newLockers are the GPU lock holders of a machine whose job shells are
 // supervised by sup: a holder whose coordinator went silent keeps its locks
-// for as long as those shells take to notice and kill their jobs.
-func newLockers(start spawn.Func, where, dir string, sup jobshell.Supervision) *gpulock.Lockers {
-	return gpulock.New(start, where, cmp.Or(dir, gpulock.DefaultDir), sup.Heartbeat, sup.Grace+2*sup.Heartbeat)
+// for as long as those shells take to notice and kill their jobs. probe
+// bounds their look at nvidia-smi.
+func newLockers(start spawn.Func, where, dir string, sup jobshell.Supervision, probe time.Duration) *gpulock.Lockers {
+	return gpulock.New(start, where, cmp.Or(dir, gpulock.DefaultDir), sup.Heartbeat, sup.Grace+2*sup.Heartbeat, cmp.Or(probe, DefaultProbeTimeout))
 }

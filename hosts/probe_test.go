@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
@@ -71,5 +72,56 @@ func TestProbeGPUsWithoutNvidiaSMI(t *testing.T) {
 	_, err := ProbeGPUs(context.Background(), envRunner{local(t, perJob), []string{"HOME=" + home, "PATH=/nonexistent"}})
 	if !errors.Is(err, ErrNoNvidiaSMI) {
 		t.Fatalf("err = %v, want ErrNoNvidiaSMI", err)
+	}
+}
+
+// Every look at a host's GPUs returns within its limit, and a host whose
+// last look still hangs is not looked at again until that one returns.
+func TestProbeLimit(t *testing.T) {
+	t.Parallel()
+	var p probes
+	ctx := context.Background()
+	const limit = 100 * time.Millisecond
+	quick := func(context.Context) error { return nil }
+	stuck := make(chan struct{})
+	hangs := func(context.Context) error { <-stuck; return nil } // deaf to its context, as a process in state D
+	obeys := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	for _, step := range []struct {
+		name, host string
+		look       func(context.Context) error
+		still      bool // want a HungError saying an earlier look still hangs
+		hung       bool
+	}{
+		{"an answer", "a", quick, false, false},
+		{"a look that hangs", "a", hangs, false, true},
+		{"again while it hangs: not started", "a", quick, true, true},
+		{"another host meanwhile", "b", quick, false, false},
+		{"a look that stops at its limit", "b", obeys, false, true},
+		{"once it stopped: started", "b", quick, false, false},
+	} {
+		if step.name == "once it stopped: started" {
+			// The look returns just after its limit, when its context ends.
+			p.mu.Lock()
+			done := p.pending["b"]
+			p.mu.Unlock()
+			<-done
+		}
+		start := time.Now()
+		err := p.run(ctx, step.host, "nvidia-smi", limit, step.look)
+		took := time.Since(start)
+		var he *HungError
+		switch {
+		case step.hung != errors.As(err, &he), step.hung && he.Still != step.still:
+			t.Fatalf("%s: %v", step.name, err)
+		case step.hung && !errors.Is(err, executor.ErrProbeTimeout):
+			t.Fatalf("%s: %v does not wrap ErrProbeTimeout", step.name, err)
+		case took > limit+time.Second:
+			t.Fatalf("%s: took %v, over the limit %v", step.name, took, limit)
+		}
+	}
+	close(stuck)
+	time.Sleep(10 * time.Millisecond)
+	if err := p.run(ctx, "a", "nvidia-smi", limit, quick); err != nil {
+		t.Errorf("once the hung look returned, a new one: %v", err)
 	}
 }

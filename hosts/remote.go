@@ -24,10 +24,10 @@ type Remote struct {
 	locks       *gpulock.Lockers
 }
 
-func newRemote(name string, p *sshpool.Pool, sup jobshell.Supervision, lockDir string) *Remote {
+func newRemote(name string, p *sshpool.Pool, sup jobshell.Supervision, lockDir string, probe time.Duration) *Remote {
 	r := &Remote{name: name, pool: p, supervision: sup, lockDir: lockDir}
 	r.shells = jobshell.New(r.spawn, sup)
-	r.locks = newLockers(r.spawn, name, lockDir, sup)
+	r.locks = newLockers(r.spawn, name, lockDir, sup, probe)
 	return r
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -195,5 +196,48 @@ func TestSSHInventoryReload(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "inventory reloaded: added host node2 (GPUs 0)") {
 		t.Errorf("stderr does not say the inventory was reloaded:\n%s", errOut)
+	}
+}
+
+// A host whose nvidia-smi hangs (a GPU fallen off the bus) stalls nothing:
+// with gpus: auto it is left out, with --skip-busy and with GPU locks its
+// GPUs are set aside, and hosts answers; every look has --probe-timeout,
+// the line names the host and nvidia-smi, and no look is left running.
+func TestSSHNvidiaSMIHangs(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	l.Hosts[0].HangNvidiaSMI()
+	jobs := strings.Repeat("echo $FAKE_HOST\n", 4)
+	hung := "nvidia-smi did not answer within 2s"
+
+	r := labRun(t, l, jobs, "-i", l.Inventory(""), "-o", "auto", "--probe-timeout", "2s")
+	if r.code != 0 || !strings.Contains(r.stderr, "node1") || !strings.Contains(r.stderr, hung) {
+		t.Errorf("gpus: auto: exit %d\n%s", r.code, r.stderr)
+	}
+	for i := 1; i <= 4; i++ {
+		if got := readFile(t, filepath.Join(l.Dir, "auto", fmt.Sprintf("%d.out", i))); got != "node2\n" {
+			t.Errorf("gpus: auto: job %d ran on %q", i, got)
+		}
+	}
+
+	fixed := filepath.Join(l.Dir, "fixed.yaml")
+	os.WriteFile(fixed, []byte(fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    gpus: [0]\n  - name: node2\n    gpus: [0]\n", l.SSHConfig)), 0o644)
+	for _, flags := range [][]string{nil, {"--skip-busy"}} {
+		args := append([]string{"-i", fixed, "-o", "fixed" + strings.Join(flags, ""), "--probe-timeout", "2s", "--busy-recheck", "1s"}, flags...)
+		r = labRun(t, l, jobs, args...)
+		if r.code != 0 || !strings.Contains(r.stderr, hung) {
+			t.Errorf("gpus: [0] %v: exit %d\n%s", flags, r.code, r.stderr)
+		}
+	}
+
+	start := time.Now()
+	r = labRun(t, l, "", "hosts", "-i", l.Inventory(""), "--probe-timeout", "2s")
+	if took := time.Since(start); r.code != 1 || !strings.Contains(r.stdout, hung) || took > 15*time.Second {
+		t.Errorf("hosts: exit %d after %v\n%s%s", r.code, took, r.stdout, r.stderr)
+	}
+	// The looks that hung were killed on the host: none is left.
+	time.Sleep(3 * time.Second) // TERM, and KILL after the grace
+	if out, _ := exec.Command("pgrep", "-f", "sleep 3601").Output(); len(out) > 0 {
+		t.Errorf("hung looks left running: pids %s", out)
 	}
 }

@@ -26,4 +26,8 @@ var (
 	// ErrNoLocks means the host cannot lock its GPUs: jobs still run there,
 	// but other gpudispatch runs may share its GPUs.
 	ErrNoLocks = errors.New("GPUs cannot be locked: other gpudispatch runs may share them")
+	// ErrProbeTimeout is wrapped by ProbeGPUs's error when the host's
+	// nvidia-smi did not answer in time: the host is sick, and its GPUs
+	// take no new job until it answers.
+	ErrProbeTimeout = errors.New("the host's GPUs did not answer in time")
 )

@@ -2,6 +2,7 @@ package gpulock
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -85,6 +86,8 @@ type Lockers struct {
 	// holder that hears nothing for three keeps its locks for linger, then
 	// exits.
 	heartbeat, linger time.Duration
+	// probe bounds the holder's look at nvidia-smi.
+	probe time.Duration
 
 	// mu guards the holders and their requests, and orders what is written
 	// to a holder's stdin.
@@ -119,9 +122,11 @@ type answer struct {
 }
 
 // New returns the lock holders of the machine that start runs bash on,
-// named where in messages, with their lock files in dir.
-func New(start spawn.Func, where, dir string, heartbeat, linger time.Duration) *Lockers {
-	return &Lockers{spawn: start, where: where, dir: dir, heartbeat: heartbeat, linger: linger}
+// named where in messages, with their lock files in dir. A holder gives the
+// machine's nvidia-smi probe to tell the GPUs' UUIDs (0: a minute), then
+// fails with an error wrapping executor.ErrProbeTimeout.
+func New(start spawn.Func, where, dir string, heartbeat, linger, probe time.Duration) *Lockers {
+	return &Lockers{spawn: start, where: where, dir: dir, heartbeat: heartbeat, linger: linger, probe: cmp.Or(probe, time.Minute)}
 }
 
 // Lock takes GPU gpu for run, through the run's holder on the machine. An
@@ -190,6 +195,7 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 		ls.dir, coordinator(), strconv.Itoa(os.Getpid()),
 		strconv.FormatFloat(3*ls.heartbeat.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(ls.linger.Seconds(), 'f', 3, 64),
+		strconv.FormatFloat(ls.probe.Seconds(), 'f', 3, 64),
 	}, "\x00")+"\x00")
 	go func() {
 		err := p.Wait()
@@ -318,6 +324,8 @@ func (h *holder) deathErr(gpu int) error {
 		return fmt.Errorf("%s: locking GPU %d: %w: %v", where, gpu, executor.ErrHostDown, h.err)
 	case code == 126:
 		return fmt.Errorf("%s: %w: %s", where, ErrUnsafeLockDir, strings.TrimPrefix(strings.TrimSpace(h.errs.String()), "gpudispatch: "))
+	case code == 124:
+		return fmt.Errorf("%s: locking GPU %d: nvidia-smi did not answer within %s (a GPU fallen off the bus? a driver in a bad state? --probe-timeout): %w", where, gpu, h.ls.probe, executor.ErrProbeTimeout)
 	}
 	return fmt.Errorf("%s: locking GPU %d in %s: exit status %d: %s", where, gpu, h.ls.dir, code, strings.TrimSpace(h.errs.String()))
 }

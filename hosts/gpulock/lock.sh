@@ -27,9 +27,16 @@ IFS= read -r -d '' who || exit 125
 IFS= read -r -d '' cpid || exit 125
 IFS= read -r -d '' hb || exit 125
 IFS= read -r -d '' linger || exit 125
+IFS= read -r -d '' probe || exit 125
 command -v flock >/dev/null || exit 127
 lock_dir "$dir" || exit 126
-uuids=$("${SHELL:-/bin/bash}" -lc 'nvidia-smi --query-gpu=index,uuid --format=csv,noheader' 2>/dev/null </dev/null)
+# A GPU's lock is named by its UUID: nvidia-smi is given the probe time (a
+# hung one, a GPU fallen off the bus, fails the holder with 124; where
+# timeout(1) is missing, it is not bounded).
+limit=()
+if command -v timeout >/dev/null; then limit=(timeout -k 2 "$probe"); fi
+uuids=$("${limit[@]}" "${SHELL:-/bin/bash}" -lc 'nvidia-smi --query-gpu=index,uuid --format=csv,noheader' 2>/dev/null </dev/null)
+case $? in 124 | 137) exit 124 ;; esac
 fds=()  # by GPU index: the open lock directory of each GPU held
 recs=() # by GPU index: the record saying so
 # take locks GPU $1 and says how it went.

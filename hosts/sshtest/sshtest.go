@@ -431,9 +431,22 @@ func randomID(t testing.TB) string {
 	return fmt.Sprintf("%x", b)
 }
 
+// HangNvidiaSMI makes the host's nvidia-smi hang (sleep 3601, as one stuck
+// in a driver that lost a GPU) until ResumeNvidiaSMI.
+func (h *Host) HangNvidiaSMI() {
+	must(h.t, os.WriteFile(filepath.Join(h.Home, "nvidia-smi.hang"), nil, 0o644))
+}
+
+// ResumeNvidiaSMI makes the host's nvidia-smi answer again.
+func (h *Host) ResumeNvidiaSMI() {
+	must(h.t, os.Remove(filepath.Join(h.Home, "nvidia-smi.hang")))
+}
+
 // fakeNvidiaSMI answers the --query-gpu form from ~/gpus.csv, the
-// --query-compute-apps form from ~/apps.csv and -L.
+// --query-compute-apps form from ~/apps.csv and -L; it hangs while
+// ~/nvidia-smi.hang is there.
 const fakeNvidiaSMI = `#!/bin/sh
+if [ -e "$HOME/nvidia-smi.hang" ]; then exec sleep 3601; fi
 case "$*" in
   *--query-gpu=*) cat "$HOME/gpus.csv" ;;
   *--query-compute-apps=*) cat "$HOME/apps.csv" 2>/dev/null ;;
