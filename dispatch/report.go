@@ -54,6 +54,9 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 	case EventFailed:
 		if e.Exit != nil && e.Error == "" {
 			line = fmt.Sprintf("job %s failed on %s with exit status %d after %s: see %s", e.Job, where, *e.Exit, elapsed(e), e.Stderr)
+		} else if e.Host == "" {
+			// It never had a place: it failed before it could start.
+			line = fmt.Sprintf("job %s failed: %s", e.Job, e.Error)
 		} else {
 			line = fmt.Sprintf("job %s failed on %s: %s", e.Job, where, e.Error)
 		}

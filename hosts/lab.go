@@ -254,8 +254,11 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		r, login, waitUp = rem, rem.spawn, p.WaitUp
 		if st.ServerVersion = version; err != nil {
 			st.Err = err
-			// A host whose GPUs are still to be found cannot be given slots.
-			if sshpool.Refused(err) || h.AutoGPUs {
+			// A host whose GPUs are still to be found cannot be given slots,
+			// and a name that resolves nowhere is a typo, or a name only a
+			// VPN knows: left out at once, so that its pinned jobs are
+			// rejected rather than wait for it.
+			if sshpool.Refused(err) || sshpool.NoSuchHost(err) || h.AutoGPUs {
 				release()
 				return st, nil
 			}

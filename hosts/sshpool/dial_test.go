@@ -72,8 +72,13 @@ func TestUnreachableInWords(t *testing.T) {
 		{&net.OpError{Op: "dial", Err: syscall.EHOSTUNREACH}, "no route to 10.9.9.9:22: is the network or the VPN up?"},
 		{errors.New("something else"), "something else"},
 	} {
-		if got := d.explain(ctx, tc.err, "10.9.9.9:22", false); !strings.HasPrefix(got.Error(), tc.want) || !errors.Is(got, tc.err) {
+		got := d.explain(ctx, tc.err, "10.9.9.9:22", false)
+		if !strings.HasPrefix(got.Error(), tc.want) || !errors.Is(got, tc.err) {
 			t.Errorf("explain(%v) = %v, want %q... wrapping it", tc.err, got, tc.want)
+		}
+		// A name that resolves nowhere is left out at once, not retried.
+		if dns, ok := tc.err.(*net.DNSError); NoSuchHost(got) != (ok && dns.IsNotFound) {
+			t.Errorf("NoSuchHost(%v) = %v", got, NoSuchHost(got))
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -210,6 +211,14 @@ func retryAfter(n int, err error) time.Duration {
 func Refused(err error) bool {
 	return errors.Is(err, ErrHostKeyChanged) || errors.Is(err, ErrHostKeyUnknown) ||
 		err != nil && strings.Contains(err.Error(), "unable to authenticate")
+}
+
+// NoSuchHost reports whether err says that the host's name resolves
+// nowhere (no DNS answer, no HostName in ssh_config): at start, a typo or a
+// name only a VPN knows, which a retry does not mend.
+func NoSuchHost(err error) bool {
+	var dns *net.DNSError
+	return errors.As(err, &dns) && dns.IsNotFound
 }
 
 // connect makes the first connection, to learn early whether the host is

@@ -1,0 +1,31 @@
+package dispatch
+
+import (
+	"testing"
+	"time"
+)
+
+// The lines of a run say where a job ran only when it had a place, and
+// every warning is gpudispatch's.
+func TestTextReporterLines(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 24, 8, 0, 0, 0, time.UTC)
+	t1 := t0.Add(40 * time.Millisecond)
+	three := 3
+	for _, tc := range []struct {
+		e    Event
+		want string
+	}{
+		{Event{Event: EventFailed, Job: "3", Error: `host nodee2 is left out of this run: no such host name nodee2`},
+			`job 3 failed: host nodee2 is left out of this run: no such host name nodee2`},
+		{Event{Event: EventFailed, Job: "4", Host: "n1", GPUs: []int{2}, Exit: &three, Start: &t0, End: &t1, Stderr: "logs/4.err"},
+			"job 4 failed on n1:2 with exit status 3 after 40ms: see logs/4.err"},
+		{Event{Event: EventFinished, Job: "5", Host: "n1", GPUs: []int{0}, Start: &t0, End: &t1}, "job 5 finished on n1:0 in 40ms"},
+		{Event{Event: EventWarning, Host: "n1", Error: "no flock"}, "gpudispatch: warning: host n1: no flock"},
+		{Event{Event: EventWarning, Error: "the inventory does not load"}, "gpudispatch: warning: the inventory does not load"},
+	} {
+		if got, _ := (&TextReporter{}).Line(tc.e); got != tc.want {
+			t.Errorf("line %q, want %q", got, tc.want)
+		}
+	}
+}
