@@ -196,10 +196,19 @@ func (c *Control) Stop(ctx context.Context, now bool) error {
 // errCancelAsked and errStopNow are the causes given to a job's context
 // when it is killed on request.
 var (
-	errCancelAsked = fmt.Errorf("cancelled on request: %w", context.Canceled)
-	errStopNow     = fmt.Errorf("stopped with --now: %w", context.Canceled)
-	errStopPending = fmt.Errorf("the run is stopping and the job had not started: %w", context.Canceled)
+	errCancelAsked = StopCause("cancelled on request")
+	errStopNow     = StopCause("stopped with --now")
+	errStopPending = StopCause("the run is stopping and the job had not started")
 )
+
+// StopCause is why jobs were stopped, as the cause of their context: it is
+// said in words alone (not "context canceled"), and is a context.Canceled.
+type StopCause string
+
+func (c StopCause) Error() string { return string(c) }
+
+// Is makes a StopCause a context.Canceled.
+func (c StopCause) Is(target error) bool { return target == context.Canceled }
 
 // waiter is a Wait call: the ids whose story has not ended, and the final
 // events of those that have.

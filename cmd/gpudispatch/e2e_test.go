@@ -207,8 +207,15 @@ func TestE2ECancelOnSecondSignal(t *testing.T) {
 			t.Errorf("process %d is still running after the cancel", pid)
 		}
 	}
-	if n := count(journal(t, filepath.Join(dir, "gpudispatch-logs")), "cancelled"); n != 2 {
+	events := journal(t, filepath.Join(dir, "gpudispatch-logs"))
+	if n := count(events, "cancelled"); n != 2 {
 		t.Errorf("%d jobs recorded cancelled, want 2", n)
+	}
+	// Why, in words: not Go's "context canceled".
+	for _, e := range events {
+		if why, _ := e["error"].(string); e["event"] == "cancelled" && (!strings.Contains(why, "cancelled by a second Ctrl-C or SIGTERM") || strings.Contains(why, "context canceled")) {
+			t.Errorf("cancelled job's error: %q", why)
+		}
 	}
 }
 
@@ -703,7 +710,7 @@ func TestE2ELogNamesAndLatestRun(t *testing.T) {
 func TestE2EBadPrefixNeverRuns(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	r := gpd(t, dir, "", "sweep", "[name=lr{lr}_{opt}] echo {opt} >> ran", "-p", "lr", "1e-2", "-p", "opt", "adam", "sgd nesterov")
+	r := gpd(t, dir, "", "sweep", "[name=lr{lr}_{opt}] echo {opt} >> ran", "-p", "lr", "1e-2", "-p", "opt", "adam", "sgd nesterov", "--ordered")
 	if r.code != 0 || !strings.Contains(r.stdout, `[name=lr1e-2_'sgd nesterov']`) {
 		t.Fatalf("sweep: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}

@@ -234,8 +234,8 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		}
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	lab, err := openHosts(ctx, s, o.labOptions, inv)
 	if err != nil {
 		return err
@@ -375,7 +375,7 @@ func exitWith(code int) error {
 // handleSignals turns the first SIGINT or SIGTERM into a drain and the
 // second into a cancel. SIGHUP (a closed terminal or ssh session) is noted
 // and otherwise ignored: the run goes on. It returns when ctx ends.
-func handleSignals(ctx context.Context, messages io.Writer, drain chan<- struct{}, cancel context.CancelFunc) {
+func handleSignals(ctx context.Context, messages io.Writer, drain chan<- struct{}, cancel context.CancelCauseFunc) {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
@@ -394,7 +394,7 @@ func handleSignals(ctx context.Context, messages io.Writer, drain chan<- struct{
 				fmt.Fprintln(messages, "gpudispatch: draining: no new job starts, running jobs finish; send it again (Ctrl-C) to kill them")
 			default:
 				fmt.Fprintln(messages, "gpudispatch: cancelling: killing the running jobs")
-				cancel()
+				cancel(dispatch.StopCause("cancelled by a second Ctrl-C or SIGTERM"))
 				return
 			}
 		}
