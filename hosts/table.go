@@ -7,7 +7,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/slurm"
@@ -15,20 +15,45 @@ import (
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
-// WriteTable prints one line per host — its address, whether it is up and
-// why not, its SSH server, its GPUs and slots — and under it a line per GPU
-// that nvidia-smi reported: name, memory, utilisation, this inventory's
-// slots on it, and whether other people's work makes it busy (a run's lock,
-// compute processes, more than busyMB used).
-func WriteTable(w io.Writer, states []HostState, busyMB int) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tADDRESS\tSTATE\tSERVER\tGPUS\tSLOTS\t")
+// TableOptions say how WriteTable lays the table out.
+type TableOptions struct {
+	// Width is the terminal's width, to which reasons are cut so that no
+	// line wraps; 0 (a pipe, a file) prints everything whole.
+	Width int
+	// Verbose adds each host's SSH server and each GPU's UUID.
+	Verbose bool
+}
+
+// WriteTable prints one line per host — its address, whether it is up, its
+// GPUs and slots (and with Verbose its SSH server) — with why it is down on
+// a line of its own under it, and under it a line per GPU that nvidia-smi
+// reported: name, memory, utilisation (with Verbose its UUID), this
+// inventory's slots on it, and whether other people's work makes it busy (a
+// run's lock, compute processes, more than busyMB used). Reasons never
+// widen the columns.
+func WriteTable(w io.Writer, states []HostState, busyMB int, o TableOptions) error {
+	var t table
+	head := []string{"HOST", "ADDRESS", "STATE", "GPUS", "SLOTS"}
+	if o.Verbose {
+		head = []string{"HOST", "ADDRESS", "STATE", "SERVER", "GPUS", "SLOTS"}
+	}
+	t.row(head...)
 	for _, st := range states {
 		state := "up"
 		if st.Err != nil {
-			state = "down: " + st.Err.Error()
+			state = "down"
+			if !st.Retrying {
+				state = "left out"
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", st.Host.Name, st.Addr, state, cmp.Or(st.ServerVersion, "-"), gpuList(st), slots(st))
+		cells := []string{st.Host.Name, st.Addr, state, gpuList(st), slots(st)}
+		if o.Verbose {
+			cells = []string{st.Host.Name, st.Addr, state, cmp.Or(st.ServerVersion, "-"), gpuList(st), slots(st)}
+		}
+		t.row(cells...)
+		if st.Err != nil {
+			t.note(st.Err.Error())
+		}
 		for _, g := range st.GPUs {
 			busy := cmp.Or(g.BusyWhy(busyMB), "free")
 			n := gpuSlots(st.Host, g.Index)
@@ -36,20 +61,81 @@ func WriteTable(w io.Writer, states []HostState, busyMB int) error {
 			if n == 1 {
 				slotsWord = "1 slot"
 			}
-			fmt.Fprintf(tw, "\t  gpu %d\t%s\t%d/%d MiB, %d%%\t%s\t%s\t%s\n", g.Index, g.Name, g.MemoryUsedMB, g.MemoryTotalMB, g.Utilization, g.UUID, slotsWord, busy)
+			usage := fmt.Sprintf("%d/%d MiB, %d%%", g.MemoryUsedMB, g.MemoryTotalMB, g.Utilization)
+			if o.Verbose {
+				t.row("", "  gpu "+strconv.Itoa(g.Index), g.Name, usage, g.UUID, slotsWord, busy)
+			} else {
+				t.row("", "  gpu "+strconv.Itoa(g.Index), g.Name, usage, slotsWord, busy)
+			}
 		}
 		if st.Slurm != nil && st.Err == nil {
-			fmt.Fprintf(tw, "\t  partition %s\t%s\t\t\t\t\n", st.Host.Slurm.Partition, cmp.Or(st.Slurm.Partition, "-"))
-			fmt.Fprintf(tw, "\t  your queue\t%s\t\t\t\t\n", cmp.Or(st.Slurm.Queue, "empty"))
+			t.note(fmt.Sprintf("partition %s: %s", st.Host.Slurm.Partition, cmp.Or(st.Slurm.Partition, "-")))
+			t.note("your queue: " + cmp.Or(st.Slurm.Queue, "empty"))
 		}
 		if st.GPUErr != nil && st.Err == nil {
-			fmt.Fprintf(tw, "\t  nvidia-smi\t%v\t\t\t\t\n", st.GPUErr)
+			t.note(fmt.Sprintf("nvidia-smi: %v", st.GPUErr))
 		}
 		if st.LockErr != nil {
-			fmt.Fprintf(tw, "\t  locks\t%v\t\t\t\t\n", st.LockErr)
+			t.note(fmt.Sprintf("locks: %v", st.LockErr))
 		}
 	}
-	return tw.Flush()
+	return t.write(w, o.Width)
+}
+
+// table is WriteTable's layout: rows whose cells line up, two spaces apart,
+// and notes, each on a line of its own under the row before it, indented,
+// which no column makes room for. The last cell of a row does not either.
+type table struct {
+	lines [][]string // a row, or a note: one cell, marked by note
+	notes map[int]bool
+}
+
+func (t *table) row(cells ...string) { t.lines = append(t.lines, cells) }
+
+func (t *table) note(text string) {
+	if t.notes == nil {
+		t.notes = map[int]bool{}
+	}
+	t.notes[len(t.lines)] = true
+	t.lines = append(t.lines, []string{text})
+}
+
+// write prints the table, cutting notes (and the last cells of rows) to
+// width when it is not 0.
+func (t *table) write(w io.Writer, width int) error {
+	var widths []int
+	for i, cells := range t.lines {
+		if t.notes[i] {
+			continue
+		}
+		for j, c := range cells[:len(cells)-1] {
+			if j >= len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[j] = max(widths[j], utf8.RuneCountInString(c))
+		}
+	}
+	var b strings.Builder
+	for i, cells := range t.lines {
+		var line string
+		if t.notes[i] {
+			line = "    " + cells[0]
+		} else {
+			var l strings.Builder
+			for j, c := range cells[:len(cells)-1] {
+				l.WriteString(c + strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c)+2))
+			}
+			l.WriteString(cells[len(cells)-1])
+			line = strings.TrimRight(l.String(), " ")
+		}
+		if width > 0 && utf8.RuneCountInString(line) > width {
+			r := []rune(line)
+			line = string(r[:width-1]) + "…"
+		}
+		b.WriteString(line + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // gpuSlots counts h's slots on GPU id.

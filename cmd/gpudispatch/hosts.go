@@ -12,7 +12,7 @@ import (
 // hostsOptions are hosts's flags after viper merged GPUDISPATCH_* into them.
 type hostsOptions struct {
 	labOptions
-	json bool
+	json, verbose bool
 }
 
 func newHostsCommand(s streams, runF func(context.Context, streams, hostsOptions) error) *cobra.Command {
@@ -38,13 +38,14 @@ the inventory's busy_memory_mb used).
 			if err != nil {
 				return err
 			}
-			return runF(cmd.Context(), s, hostsOptions{labOptions: lab, json: v.GetBool("json")})
+			return runF(cmd.Context(), s, hostsOptions{labOptions: lab, json: v.GetBool("json"), verbose: v.GetBool("verbose")})
 		},
 	}
 	f := cmd.Flags()
 	f.SortFlags = false
 	addLabFlags(f)
 	f.Bool("json", false, "one JSON object per host")
+	f.BoolP("verbose", "v", false, "also each host's SSH server and each GPU's UUID")
 	bindEnv(v, f)
 	completeHosts(cmd, v)
 	return cmd
@@ -62,11 +63,12 @@ func runHosts(ctx context.Context, s streams, o hostsOptions) error {
 		return usageError("%v", err)
 	}
 	defer lab.Close()
-	write := hosts.WriteTable
 	if o.json {
-		write = hosts.WriteJSON
+		err = hosts.WriteJSON(s.out, lab.States, inv.BusyMemoryMB)
+	} else {
+		err = hosts.WriteTable(s.out, lab.States, inv.BusyMemoryMB, hosts.TableOptions{Width: terminalWidth(s.out), Verbose: o.verbose})
 	}
-	if err := write(s.out, lab.States, inv.BusyMemoryMB); err != nil {
+	if err != nil {
 		return err
 	}
 	for _, st := range lab.States {

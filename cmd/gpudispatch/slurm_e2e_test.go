@@ -418,7 +418,7 @@ func TestE2ESlurmHosts(t *testing.T) {
 	cmd = exec.Command(binary, "hosts", "--inventory", bad)
 	cmd.Dir, cmd.Env = dir, append(sc.Env(), lockEnv(dir))
 	out, _ = cmd.CombinedOutput()
-	if !regexpMatch(`hpc .*down: hpc: slurm: .*[Ii]nvalid partition`, string(out)) {
+	if !regexpMatch(`hpc .*left out.*\n\s+hpc: slurm: .*[Ii]nvalid partition`, string(out)) {
 		t.Errorf("a bad partition does not say so:\n%s", out)
 	}
 }

@@ -1,0 +1,62 @@
+package hosts
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// The hosts table fits a terminal: a long reason goes on a line of its own
+// and is cut to the width, the banner and UUIDs only with Verbose, and no
+// column widens for a reason.
+func TestWriteTable(t *testing.T) {
+	t.Parallel()
+	states := []HostState{
+		{Host: inventory.Host{Name: "node1", GPUs: []int{0}, SlotsPerGPU: 1}, Addr: "alice@10.0.0.11:22", ServerVersion: "SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3",
+			GPUs: []executor.GPU{{Index: 0, Name: "NVIDIA A100", UUID: "GPU-5d1c2c4e-1f1e-7a2b-9b1d-3f5e6a7b8c9d", MemoryTotalMB: 81920}}},
+		{Host: inventory.Host{Name: "node2", GPUs: []int{0, 1}, SlotsPerGPU: 1}, Addr: "alice@10.0.0.12:22", Retrying: true,
+			Err: errors.New("no SSH greeting from 10.0.0.12:22 within 10s (--connect-timeout): the host hangs, a firewall drops the packets, or what listens there is not an SSH server")},
+	}
+	for _, tc := range []struct {
+		name     string
+		o        TableOptions
+		want     []string
+		wantNot  []string
+		maxWidth int
+	}{
+		{"a terminal", TableOptions{Width: 80},
+			[]string{"node2  alice@10.0.0.12:22  down", "    no SSH greeting from 10.0.0.12:22 within 10s", "1 slot  free"},
+			[]string{"OpenSSH", "GPU-5d1c"}, 80},
+		{"verbose, piped", TableOptions{Verbose: true},
+			[]string{"SSH-2.0-OpenSSH_9.2p1", "GPU-5d1c2c4e-1f1e-7a2b-9b1d-3f5e6a7b8c9d", "what listens there is not an SSH server"}, nil, 0},
+	} {
+		var b bytes.Buffer
+		if err := WriteTable(&b, states, 500, tc.o); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		for _, w := range tc.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%s: no %q in\n%s", tc.name, w, out)
+			}
+		}
+		for _, w := range tc.wantNot {
+			if strings.Contains(out, w) {
+				t.Errorf("%s: %q in\n%s", tc.name, w, out)
+			}
+		}
+		for _, line := range strings.Split(out, "\n") {
+			if tc.maxWidth > 0 && len([]rune(line)) > tc.maxWidth {
+				t.Errorf("%s: a line of %d runes: %q", tc.name, len([]rune(line)), line)
+			}
+		}
+		// The host rows stay narrow: the reason widens no column.
+		if first := strings.SplitN(out, "\n", 2)[0]; !tc.o.Verbose && len(first) > 70 {
+			t.Errorf("%s: header %q is widened", tc.name, first)
+		}
+	}
+}
