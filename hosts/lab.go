@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,6 +77,9 @@ type HostState struct {
 	// Slurm is what a cluster's sinfo and squeue said, for a host with a
 	// slurm block.
 	Slurm *slurm.Info
+	// Warnings say what of the host's ssh_config gpudispatch does not
+	// follow.
+	Warnings []string
 }
 
 // Lab is the hosts of a run, opened. It runs jobs on them (it implements
@@ -236,6 +240,9 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		}
 	} else {
 		t, err := sshpool.Resolve(inv, l.cfg, h, o.AcceptNewHostKeys)
+		if len(t.Unhonoured) > 0 {
+			st.Warnings = append(st.Warnings, fmt.Sprintf("%s: ssh_config sets %s, which gpudispatch does not follow: it may connect otherwise than ssh %s does", h.Name, strings.Join(t.Unhonoured, ", "), h.Name))
+		}
 		st.Addr = t.User + "@" + t.Addr()
 		if t.Jump != nil {
 			st.Addr += " via " + t.Jump.Name

@@ -135,11 +135,13 @@ func (p *probes) run(ctx context.Context, host, what string, limit time.Duration
 	done := make(chan struct{})
 	p.pending[host] = done
 	p.mu.Unlock()
+	// Cancelled as run returns: at once for a look that answered (its
+	// Done must not race its result), at the limit for one that hangs.
 	lookCtx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
 	result := make(chan error, 1)
 	go func() {
 		defer close(done)
-		defer cancel()
 		result <- look(lookCtx)
 	}()
 	select {

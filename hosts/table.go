@@ -54,6 +54,9 @@ func WriteTable(w io.Writer, states []HostState, busyMB int, o TableOptions) err
 		if st.Err != nil {
 			t.note(st.Err.Error())
 		}
+		for _, w := range st.Warnings {
+			t.note("warning: " + w)
+		}
 		for _, g := range st.GPUs {
 			busy := cmp.Or(g.BusyWhy(busyMB), "free")
 			n := gpuSlots(st.Host, g.Index)

@@ -145,6 +145,7 @@ func openHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inve
 	}
 	var down, warnings []string
 	for _, st := range lab.States {
+		warnings = append(warnings, st.Warnings...)
 		if st.Err == nil {
 			continue
 		}

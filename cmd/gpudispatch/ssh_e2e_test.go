@@ -270,6 +270,36 @@ func TestSSHCoordinatorKilledLeavesNoRemoteProcess(t *testing.T) {
 	sshtest.WaitGone(t, pids, 15*time.Second)
 }
 
+// A host reached through ssh_config's ProxyCommand, as ssh reaches it: the
+// command (here OpenSSH's own ssh -W through node1) carries the
+// connection, and the HostName, which resolves nowhere, is never looked up.
+func TestSSHProxyCommand(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("ssh"); err != nil {
+		sshtest.Missing(t, "GPUDISPATCH_REQUIRE_SSHD", "no ssh client here (apt-get install openssh-client)")
+	}
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	f, _ := os.OpenFile(l.SSHConfig, os.O_APPEND|os.O_WRONLY, 0)
+	fmt.Fprintf(f, "\nHost nodebehind\n  HostName behind.invalid\n  Port %d\n  ProxyCommand ssh -F %s -o BatchMode=yes -W 127.0.0.1:%%p node1\n  ServerAliveInterval 15\n", l.Hosts[1].Port, l.SSHConfig)
+	f.Close()
+	inv := filepath.Join(l.Dir, "proxy.yaml")
+	os.WriteFile(inv, []byte("ssh_config: "+l.SSHConfig+"\nhosts:\n  - name: nodebehind\n    gpus: 1\n"), 0o644)
+	r := labRun(t, l, "echo $FAKE_HOST\n", "-i", inv, "-o", "logs", "--accept-new-host-keys")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(l.Dir, "logs", "1.out")); got != "node2\n" {
+		t.Errorf("job printed %q", got)
+	}
+	if log := readFile(t, filepath.Join(l.Hosts[0].Dir, "sshd.log")); !strings.Contains(log, "Accepted publickey for") {
+		t.Errorf("nobody logged in to node1, through which the ProxyCommand goes; its log:\n%s", log)
+	}
+	// A key that would change the connection, not followed: said.
+	if !strings.Contains(r.stderr, "warning: nodebehind: ssh_config sets ServerAliveInterval 15, which gpudispatch does not follow") {
+		t.Errorf("no warning for the key not followed:\n%s", r.stderr)
+	}
+}
+
 // A host behind a jump host: the jump host's client carries the connection.
 // node1 is not a job host of this inventory, so a login on node1 can only
 // be the jump.

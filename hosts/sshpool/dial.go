@@ -116,17 +116,24 @@ var errShed = errors.New("connection closed by the server before the SSH handsha
 func (d *dialer) connectOnce(ctx context.Context, t Target, cfg *ssh.ClientConfig) (*ssh.Client, error) {
 	var conn net.Conn
 	var err error
-	if t.Jump != nil {
+	switch {
+	case t.ProxyCommand != "":
+		conn, err = proxyConn(t)
+	case t.Jump != nil:
 		var b *ssh.Client
 		if b, err = d.bastion(ctx, *t.Jump); err != nil {
 			return nil, fmt.Errorf("jump host %s: %w", t.Jump.Name, err)
 		}
 		conn, err = b.DialContext(ctx, "tcp", t.Addr())
-	} else {
+	default:
 		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", t.Addr())
 	}
+	addr := t.Addr()
+	if t.ProxyCommand != "" {
+		addr += " (through its ProxyCommand)"
+	}
 	if err != nil {
-		return nil, d.explain(ctx, err, t.Addr(), false)
+		return nil, d.explain(ctx, err, addr, false)
 	}
 	// x/crypto's handshake takes no context: a deadline and a watcher bound it.
 	deadline, _ := ctx.Deadline()
@@ -140,13 +147,15 @@ func (d *dialer) connectOnce(ctx context.Context, t Target, cfg *ssh.ClientConfi
 			return nil, ctx.Err()
 		}
 		said, banner := bw.preBanner()
-		if !banner && ctx.Err() == nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
+		// sshd's MaxStartups closes a connection before its greeting; a
+		// ProxyCommand that ends does too, and is not retried.
+		if !banner && t.ProxyCommand == "" && ctx.Err() == nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)) {
 			if said != "" {
 				err = fmt.Errorf("%w (it said %q)", err, said)
 			}
 			err = fmt.Errorf("%w: %w", errShed, err)
 		}
-		return nil, d.explain(ctx, err, t.Addr(), banner)
+		return nil, d.explain(ctx, err, addr, banner)
 	}
 	bw.done.Store(true)
 	conn.SetDeadline(time.Time{})

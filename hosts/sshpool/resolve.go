@@ -30,6 +30,16 @@ type Target struct {
 	IdentitiesOnly bool
 	// Jump is the bastion to go through (ProxyJump), or nil.
 	Jump *Target
+	// Unhonoured names the keys ssh_config sets for this host that would
+	// change how ssh connects, and that gpudispatch does not honour (yet):
+	// the user is told, rather than left to wonder why ssh and gpudispatch
+	// disagree.
+	Unhonoured []string
+	// ProxyCommand, when set, is the command (run by sh, its tokens
+	// expanded) whose stdin and stdout are the connection to the server, as
+	// ssh_config's ProxyCommand: no TCP connection is made, and HostName
+	// need not resolve here.
+	ProxyCommand string
 	// KnownHosts are the files host keys are checked against (missing ones
 	// count as empty); new keys are recorded in the first.
 	KnownHosts []string
@@ -109,6 +119,11 @@ func (c *Config) getAll(alias, key string) ([]string, error) {
 	return v, nil
 }
 
+// unhonoured are the ssh_config keys that change how ssh connects which
+// gpudispatch does not follow: a host that sets one is warned about.
+var unhonoured = []string{"HostKeyAlias", "IdentityAgent", "CertificateFile", "ConnectTimeout",
+	"ServerAliveInterval", "ServerAliveCountMax", "ProxyUseFdpass", "AddressFamily", "BindAddress", "CanonicalizeHostname"}
+
 // Resolve works out how to reach h: its inventory entry first, then
 // ssh_config for its name, then the inventory's defaults, then OpenSSH's.
 // acceptNew is --accept-new-host-keys.
@@ -179,7 +194,22 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 	t.AcceptNew = t.AcceptNew || acceptNew
 	t.HashKnownHosts = strings.EqualFold(get("HashKnownHosts"), "yes")
 
+	for _, key := range unhonoured {
+		if v := get(key); v != "" {
+			t.Unhonoured = append(t.Unhonoured, key+" "+v)
+		}
+	}
 	jump := cmp.Or(entry.ProxyJump, get("ProxyJump"), defaults.ProxyJump)
+	if pc := get("ProxyCommand"); pc != "" && !strings.EqualFold(pc, "none") && entry.ProxyJump == "" && defaults.ProxyJump == "" {
+		// As OpenSSH, whichever of ProxyCommand and ProxyJump ssh_config
+		// gives: the inventory's proxy_jump wins over both.
+		t.ProxyCommand = strings.NewReplacer("%p", strconv.Itoa(t.Port)).Replace(expandTokens(strings.ReplaceAll(pc, "%%", "\x00"), name, t.Hostname, t.User))
+		t.ProxyCommand = strings.ReplaceAll(t.ProxyCommand, "\x00", "%")
+		if jump != "" && get("ProxyJump") != "" {
+			errs = append(errs, fmt.Errorf("ssh_config %s: %s has both ProxyCommand and ProxyJump: keep one", cfg.path, name))
+		}
+		jump = ""
+	}
 	if err := errors.Join(errs...); err != nil {
 		return t, err
 	}

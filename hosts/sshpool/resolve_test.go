@@ -112,3 +112,45 @@ func TestSSHConfigErrors(t *testing.T) {
 		t.Errorf("jump chain: %v", err)
 	}
 }
+
+// ProxyCommand is honoured as ssh does: its tokens expanded (%h the
+// HostName, %p the port, %r the user, %n the name, %% a %), no jump host
+// with it, "none" for none, and the inventory's proxy_jump wins over it.
+func TestResolveProxyCommand(t *testing.T) {
+	cfg, err := LoadConfig(writeConfig(t, `Host behind
+  HostName behind.invalid
+  Port 2222
+  User bob
+  ProxyCommand ssh -W %h:%p -l %r bastion %n 100%%
+
+Host direct
+  ProxyCommand none
+  HostKeyAlias lab-direct
+  IdentityAgent ~/.1password/agent.sock
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := &inventory.Inventory{}
+	for _, tc := range []struct {
+		name  string
+		entry inventory.Connection
+		want  string
+		jump  bool
+	}{
+		{"behind", inventory.Connection{}, "ssh -W behind.invalid:2222 -l bob bastion behind 100%", false},
+		{"direct", inventory.Connection{}, "", false},
+		{"behind", inventory.Connection{ProxyJump: "bastion"}, "", true},
+	} {
+		got, err := resolveAlias(inv, cfg, tc.name, tc.entry, inv.Defaults, false, 0)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if tc.name == "direct" && !reflect.DeepEqual(got.Unhonoured, []string{"HostKeyAlias lab-direct", "IdentityAgent ~/.1password/agent.sock"}) {
+			t.Errorf("direct: the keys not followed are %q", got.Unhonoured)
+		}
+		if got.ProxyCommand != tc.want || (got.Jump != nil) != tc.jump {
+			t.Errorf("%s %+v: ProxyCommand %q, jump %v; want %q, %v", tc.name, tc.entry, got.ProxyCommand, got.Jump != nil, tc.want, tc.jump)
+		}
+	}
+}
