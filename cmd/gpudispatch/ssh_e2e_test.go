@@ -280,7 +280,7 @@ func TestSSHProxyCommand(t *testing.T) {
 	}
 	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
 	f, _ := os.OpenFile(l.SSHConfig, os.O_APPEND|os.O_WRONLY, 0)
-	fmt.Fprintf(f, "\nHost nodebehind\n  HostName behind.invalid\n  Port %d\n  ProxyCommand ssh -F %s -o BatchMode=yes -W 127.0.0.1:%%p node1\n  ServerAliveInterval 15\n", l.Hosts[1].Port, l.SSHConfig)
+	fmt.Fprintf(f, "\nHost nodebehind\n  HostName behind.invalid\n  Port %d\n  ProxyCommand ssh -F %s -o BatchMode=yes -W 127.0.0.1:%%p node1\n  ServerAliveInterval 15\n  HostKeyAlias behind-key\n", l.Hosts[1].Port, l.SSHConfig)
 	f.Close()
 	inv := filepath.Join(l.Dir, "proxy.yaml")
 	os.WriteFile(inv, []byte("ssh_config: "+l.SSHConfig+"\nhosts:\n  - name: nodebehind\n    gpus: 1\n"), 0o644)
@@ -293,6 +293,14 @@ func TestSSHProxyCommand(t *testing.T) {
 	}
 	if log := readFile(t, filepath.Join(l.Hosts[0].Dir, "sshd.log")); !strings.Contains(log, "Accepted publickey for") {
 		t.Errorf("nobody logged in to node1, through which the ProxyCommand goes; its log:\n%s", log)
+	}
+	// The host key is recorded under its HostKeyAlias, and found by it the
+	// next time, with no --accept-new-host-keys.
+	if known := readFile(t, l.KnownHosts); !strings.Contains(known, fmt.Sprintf("[behind-key]:%d ", l.Hosts[1].Port)) {
+		t.Errorf("known_hosts has no line for the HostKeyAlias:\n%s", known)
+	}
+	if r2 := labRun(t, l, "true\n", "-i", inv, "-o", "logs2"); r2.code != 0 {
+		t.Errorf("again, by the recorded key: exit %d\n%s", r2.code, r2.stderr)
 	}
 	// A key that would change the connection, not followed: said.
 	if !strings.Contains(r.stderr, "warning: nodebehind: ssh_config sets ServerAliveInterval 15, which gpudispatch does not follow") {

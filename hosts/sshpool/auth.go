@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strings"
 
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/agent"
@@ -28,7 +29,14 @@ func signers(t Target) ([]ssh.Signer, func(), error) {
 	var out []ssh.Signer
 	closer := func() {}
 	var agentKeys []ssh.Signer
-	if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" {
+	sock := os.Getenv("SSH_AUTH_SOCK")
+	switch {
+	case strings.EqualFold(t.IdentityAgent, "none"):
+		sock = ""
+	case t.IdentityAgent != "" && t.IdentityAgent != "SSH_AUTH_SOCK":
+		sock = t.IdentityAgent
+	}
+	if sock != "" {
 		if conn, err := net.Dial("unix", sock); err == nil {
 			closer = func() { conn.Close() }
 			agentKeys, _ = agent.NewClient(conn).Signers()

@@ -108,3 +108,35 @@ func TestSignersAgentAndIdentitiesOnly(t *testing.T) {
 		t.Errorf("without IdentitiesOnly: got %d keys, want both of the agent's", len(all))
 	}
 }
+
+// IdentityAgent picks the agent as ssh does: a socket of its own (macOS
+// agents such as 1Password's or Secretive's), none, or SSH_AUTH_SOCK's.
+func TestSignersIdentityAgent(t *testing.T) {
+	_, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveAgent(t, priv)
+	sock := os.Getenv("SSH_AUTH_SOCK")
+	t.Setenv("HOME", t.TempDir()) // no default identity files
+	for _, tc := range []struct {
+		agent, env string
+		keys       int
+	}{
+		{"", sock, 1},
+		{"SSH_AUTH_SOCK", sock, 1},
+		{"none", sock, 0},
+		{sock, "", 1}, // its own socket, SSH_AUTH_SOCK unset
+	} {
+		t.Setenv("SSH_AUTH_SOCK", tc.env)
+		keys, closeAgent, err := signers(Target{IdentityAgent: tc.agent})
+		if err == nil {
+			closeAgent()
+		} else if tc.keys > 0 {
+			t.Fatalf("IdentityAgent %q: %v", tc.agent, err)
+		}
+		if len(keys) != tc.keys {
+			t.Errorf("IdentityAgent %q with SSH_AUTH_SOCK %q: %d keys, want %d", tc.agent, tc.env, len(keys), tc.keys)
+		}
+	}
+}

@@ -40,7 +40,7 @@ func (d *dialer) hostKeyCheck(t Target) (ssh.HostKeyCallback, []string, error) {
 			return nil, nil, fmt.Errorf("known_hosts: %w", err)
 		}
 	}
-	addr := t.Addr()
+	addr := t.keyName()
 	var algos []string
 	if db != nil {
 		algos = db.HostKeyAlgorithms(addr)
@@ -84,7 +84,7 @@ func (d *dialer) recordHostKey(t Target, key ssh.PublicKey) error {
 		return errors.New("no known_hosts file to record the host key in")
 	}
 	file := t.KnownHosts[0]
-	name := knownhosts.Normalize(t.Addr())
+	name := knownhosts.Normalize(t.keyName())
 	if t.HashKnownHosts {
 		name = xknownhosts.HashHostname(name)
 	}

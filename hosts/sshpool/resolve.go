@@ -30,6 +30,13 @@ type Target struct {
 	IdentitiesOnly bool
 	// Jump is the bastion to go through (ProxyJump), or nil.
 	Jump *Target
+	// HostKeyAlias, when set, is the name the host key is looked up and
+	// recorded under in known_hosts instead of HostName (ssh_config's
+	// HostKeyAlias).
+	HostKeyAlias string
+	// IdentityAgent is the ssh-agent socket to use ("": SSH_AUTH_SOCK's;
+	// "none": no agent), as ssh_config's IdentityAgent.
+	IdentityAgent string
 	// Unhonoured names the keys ssh_config sets for this host that would
 	// change how ssh connects, and that gpudispatch does not honour (yet):
 	// the user is told, rather than left to wonder why ssh and gpudispatch
@@ -64,6 +71,15 @@ func (t Target) Key() string {
 
 // Addr is host:port.
 func (t Target) Addr() string { return net.JoinHostPort(t.Hostname, strconv.Itoa(t.Port)) }
+
+// keyName is the host:port that known_hosts records the host's key under:
+// its HostKeyAlias when it has one, as ssh does.
+func (t Target) keyName() string {
+	if t.HostKeyAlias != "" {
+		return net.JoinHostPort(t.HostKeyAlias, strconv.Itoa(t.Port))
+	}
+	return t.Addr()
+}
 
 // Config is a parsed ssh_config file, or nil when there is none.
 type Config struct {
@@ -121,7 +137,7 @@ func (c *Config) getAll(alias, key string) ([]string, error) {
 
 // unhonoured are the ssh_config keys that change how ssh connects which
 // gpudispatch does not follow: a host that sets one is warned about.
-var unhonoured = []string{"HostKeyAlias", "IdentityAgent", "CertificateFile", "ConnectTimeout",
+var unhonoured = []string{"CertificateFile", "ConnectTimeout",
 	"ServerAliveInterval", "ServerAliveCountMax", "ProxyUseFdpass", "AddressFamily", "BindAddress", "CanonicalizeHostname"}
 
 // Resolve works out how to reach h: its inventory entry first, then
@@ -194,6 +210,13 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 	t.AcceptNew = t.AcceptNew || acceptNew
 	t.HashKnownHosts = strings.EqualFold(get("HashKnownHosts"), "yes")
 
+	t.HostKeyAlias = get("HostKeyAlias")
+	switch agent := get("IdentityAgent"); {
+	case agent == "", strings.EqualFold(agent, "none"), agent == "SSH_AUTH_SOCK":
+		t.IdentityAgent = agent
+	default:
+		t.IdentityAgent = expandTilde(os.ExpandEnv(expandTokens(agent, name, t.Hostname, t.User)))
+	}
 	for _, key := range unhonoured {
 		if v := get(key); v != "" {
 			t.Unhonoured = append(t.Unhonoured, key+" "+v)

@@ -127,6 +127,7 @@ Host direct
   ProxyCommand none
   HostKeyAlias lab-direct
   IdentityAgent ~/.1password/agent.sock
+  CertificateFile ~/.ssh/id_ed25519-cert.pub
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -146,8 +147,10 @@ Host direct
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if tc.name == "direct" && !reflect.DeepEqual(got.Unhonoured, []string{"HostKeyAlias lab-direct", "IdentityAgent ~/.1password/agent.sock"}) {
-			t.Errorf("direct: the keys not followed are %q", got.Unhonoured)
+		home, _ := os.UserHomeDir()
+		if tc.name == "direct" && (!reflect.DeepEqual(got.Unhonoured, []string{"CertificateFile ~/.ssh/id_ed25519-cert.pub"}) ||
+			got.HostKeyAlias != "lab-direct" || got.IdentityAgent != home+"/.1password/agent.sock") {
+			t.Errorf("direct: HostKeyAlias %q, IdentityAgent %q, keys not followed %q", got.HostKeyAlias, got.IdentityAgent, got.Unhonoured)
 		}
 		if got.ProxyCommand != tc.want || (got.Jump != nil) != tc.jump {
 			t.Errorf("%s %+v: ProxyCommand %q, jump %v; want %q, %v", tc.name, tc.entry, got.ProxyCommand, got.Jump != nil, tc.want, tc.jump)
