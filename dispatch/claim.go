@@ -33,8 +33,10 @@ type claim struct {
 type claimResult struct {
 	claim
 	locks map[*gpu]executor.GPULock
-	// busy says why some GPUs cannot take the job now.
-	busy map[*gpu]string
+	// busy says why some GPUs cannot take the job now; holders, for those
+	// whose lock another run holds, whose run it is.
+	busy    map[*gpu]string
+	holders map[*gpu]string
 	// noLocks is set when the host cannot lock (executor.ErrNoLocks), noProbe
 	// when its nvidia-smi cannot be asked: the job goes on regardless.
 	noLocks, noProbe error
@@ -98,7 +100,7 @@ func (r *run) launch(ctx context.Context, a assignment) bool {
 
 // settle takes the locks and asks nvidia-smi, off the loop.
 func (r *run) settle(ctx context.Context, c claim) claimResult {
-	res := claimResult{claim: c, locks: map[*gpu]executor.GPULock{}, busy: map[*gpu]string{}}
+	res := claimResult{claim: c, locks: map[*gpu]executor.GPULock{}, busy: map[*gpu]string{}, holders: map[*gpu]string{}}
 	host := c.host
 	for _, ch := range c.unlocked {
 		select {
@@ -122,6 +124,9 @@ func (r *run) settle(ctx context.Context, c claim) claimResult {
 			// Taken by another run, or the lock file cannot be used: either
 			// way the GPU is set aside and tried again later.
 			res.busy[g] = err.Error()
+			if le := (*executor.LockedError)(nil); errors.As(err, &le) {
+				res.holders[g] = le.Holder
+			}
 		}
 	}
 	if len(res.busy) > 0 || len(c.check) == 0 {
@@ -203,7 +208,7 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 		}
 		slices.SortFunc(gs, func(x, y *gpu) int { return x.id - y.id })
 		for _, g := range gs {
-			r.setBusy(g, res.busy[g], a.q)
+			r.setBusy(g, res.busy[g], res.holders[g], a.q)
 		}
 		r.sched.add(a.q)
 		return false
@@ -216,14 +221,15 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 }
 
 // setBusy sets g aside for Options.Recheck, and tells why the job q waits
-// (once for as long as the reason stays the same).
-func (r *run) setBusy(g *gpu, why string, q *queued) {
+// (once for as long as the reason stays the same); holder is the run that
+// holds g's lock, when that is why.
+func (r *run) setBusy(g *gpu, why, holder string, q *queued) {
 	r.sched.table.setBlocked(g, func() { g.busy = why })
 	g.busyEpoch++
 	if why != g.reported {
 		g.reported = why
 		e := r.event(EventBusy, q.job, q.attempts)
-		e.Host, e.GPUs, e.Error = g.host.host.Name, []int{g.id}, why
+		e.Host, e.GPUs, e.Error, e.Message = g.host.host.Name, []int{g.id}, why, holder
 		r.record(e)
 	}
 	epoch := g.busyEpoch

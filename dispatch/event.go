@@ -69,7 +69,8 @@ type Event struct {
 	Stdout string     `json:"stdout,omitempty"`
 	Stderr string     `json:"stderr,omitempty"`
 	Error  string     `json:"error,omitempty"`
-	// Message says what happened, for events that are not about a job.
+	// Message says what happened, for events that are not about a job; on
+	// a gpu_busy event, the run that holds the GPU's lock, when that is why.
 	Message string `json:"message,omitempty"`
 	// SlurmJobID is the job's id in its Slurm cluster (pending, started
 	// and final events of a job that ran there).

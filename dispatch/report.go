@@ -16,6 +16,9 @@ type TextReporter struct {
 	W io.Writer
 	// Quiet keeps only what went wrong; Verbose adds queued and skipped jobs.
 	Quiet, Verbose bool
+	// locksSaid holds the hosts and holders whose locks were said: another
+	// run's locks are said once per host, not once per GPU.
+	locksSaid map[string]bool
 }
 
 // Report implements Reporter.
@@ -90,7 +93,19 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 	case EventHostUp:
 		line = fmt.Sprintf("host %s is back", e.Host)
 	case EventBusy:
-		line = fmt.Sprintf("job %s waits: %s; the GPU is tried again later, its other slots are used meanwhile", e.Job, e.Error)
+		if e.Message == "" {
+			line = fmt.Sprintf("job %s waits: %s; the GPU is tried again later, its other slots are used meanwhile", e.Job, e.Error)
+			break
+		}
+		key := e.Host + "\x00" + e.Message
+		if t.locksSaid[key] {
+			return "", false
+		}
+		if t.locksSaid == nil {
+			t.locksSaid = map[string]bool{}
+		}
+		t.locksSaid[key] = true
+		line = fmt.Sprintf("job %s waits: %s; the GPUs of %s that it holds are each tried again later (said once), other slots are used meanwhile", e.Job, e.Error, e.Host)
 	case EventWarning:
 		if e.Host != "" {
 			line = fmt.Sprintf("gpudispatch: warning: host %s: %s", e.Host, e.Error)

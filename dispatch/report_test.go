@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -27,5 +28,27 @@ func TestTextReporterLines(t *testing.T) {
 		if got, _ := (&TextReporter{}).Line(tc.e); got != tc.want {
 			t.Errorf("line %q, want %q", got, tc.want)
 		}
+	}
+}
+
+// Another run's locks are said once per host and holder, not once per GPU.
+func TestTextReporterLocksOncePerHost(t *testing.T) {
+	t.Parallel()
+	holder := "run R of bob@laptop (pid 4242)"
+	busy := func(host string, gpu int, holder string) Event {
+		return Event{Event: EventBusy, Job: "1", Host: host, GPUs: []int{gpu}, Message: holder,
+			Error: host + ": GPU " + string(rune('0'+gpu)) + " (GPU-x) is locked by another gpudispatch run: " + holder}
+	}
+	var tr TextReporter
+	var said []string
+	for _, e := range []Event{busy("n1", 0, holder), busy("n1", 1, holder), busy("n2", 0, holder), busy("n1", 2, "run S of eve@box (pid 7)"),
+		{Event: EventBusy, Job: "2", Host: "n1", GPUs: []int{3}, Error: "n1: GPU 3 is busy with other work: 1 process, 10 MiB used"}} {
+		if line, ok := tr.Line(e); ok {
+			said = append(said, line)
+		}
+	}
+	if len(said) != 4 || !strings.Contains(said[0], "n1: GPU 0") || !strings.Contains(said[0], "(said once)") ||
+		!strings.Contains(said[1], "n2: GPU 0") || !strings.Contains(said[2], "run S") || !strings.Contains(said[3], "GPU 3 is busy with other work") {
+		t.Errorf("lines:\n%s", strings.Join(said, "\n"))
 	}
 }

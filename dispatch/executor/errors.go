@@ -1,6 +1,9 @@
 package executor
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrConnectionLost is wrapped by Run's error when the host stopped
@@ -31,3 +34,21 @@ var (
 	// take no new job until it answers.
 	ErrProbeTimeout = errors.New("the host's GPUs did not answer in time")
 )
+
+// LockedError says which gpudispatch run holds a GPU's lock; it is an
+// ErrGPULocked.
+type LockedError struct {
+	// Where is the machine, GPU the GPU's index, Key its lock's name (its
+	// UUID); Holder says whose run holds it ("run R of user@host (pid N)").
+	Where  string
+	GPU    int
+	Key    string
+	Holder string
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("%s: GPU %d (%s) is %v: %s", e.Where, e.GPU, e.Key, ErrGPULocked, e.Holder)
+}
+
+// Unwrap makes a LockedError an ErrGPULocked.
+func (e *LockedError) Unwrap() error { return ErrGPULocked }

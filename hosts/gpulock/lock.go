@@ -307,7 +307,7 @@ func (h *holder) answered(gpu int, a answer) (executor.GPULock, error) {
 		return a.lock, nil
 	case "busy":
 		key, owner, _ := strings.Cut(a.rest, " ")
-		return nil, fmt.Errorf("%s: GPU %d (%s) is %w: %s", where, gpu, key, executor.ErrGPULocked, owner)
+		return nil, &executor.LockedError{Where: where, GPU: gpu, Key: key, Holder: owner}
 	}
 	return nil, fmt.Errorf("%s: locking GPU %d in %s: %s", where, gpu, h.ls.dir, a.rest)
 }
