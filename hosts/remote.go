@@ -7,6 +7,8 @@ import (
 	"io"
 	"time"
 
+	"golang.org/x/crypto/ssh"
+
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/gpulock"
 	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
@@ -119,6 +121,17 @@ func (r *Remote) tagged(ctx context.Context, tag string) (bool, error) {
 	return false, fmt.Errorf("%s: looking for job %s: %w", r.name, tag, err)
 }
 
+// cutOffError is a session that ended with no exit status: said in words,
+// not x/crypto's ("wait: remote command exited without exit status or exit
+// signal").
+type cutOffError struct{ err error }
+
+func (e *cutOffError) Error() string {
+	return "the connection closed before the remote shell said how it ended (the host or the network went away)"
+}
+
+func (e *cutOffError) Unwrap() error { return e.err }
+
 // spawn is r's spawner: it starts bash on r's host over the pool.
 func (r *Remote) spawn(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
 	s, release, err := r.pool.Session(ctx)
@@ -141,7 +154,11 @@ func (r *Remote) spawn(ctx context.Context, line string, stdout, stderr io.Write
 	wait := func() error {
 		defer release()
 		defer s.Close()
-		return s.Wait()
+		err := s.Wait()
+		if errors.As(err, new(*ssh.ExitMissingError)) {
+			return &cutOffError{err: err}
+		}
+		return err
 	}
 	return &spawn.Proc{Stdin: stdin, Wait: wait}, nil
 }

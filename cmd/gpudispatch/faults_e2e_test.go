@@ -196,6 +196,12 @@ func TestSSHHostKilledMidRun(t *testing.T) {
 			}
 		}
 	}
+	// Why a job was lost is in words, not x/crypto's.
+	for _, e := range events {
+		if why, _ := e["error"].(string); e["event"] == "lost" && (strings.Contains(why, "without exit status") || strings.Count(why, "node2:") > 1) {
+			t.Errorf("lost job's reason in x/crypto's words: %q", why)
+		}
+	}
 	if len(lostJobs) < 2 {
 		t.Errorf("lost jobs %v, want node2's two", lostJobs)
 	}
