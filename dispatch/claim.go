@@ -124,7 +124,8 @@ func (r *run) settle(ctx context.Context, c claim) claimResult {
 			// Taken by another run, or the lock file cannot be used: either
 			// way the GPU is set aside and tried again later.
 			res.busy[g] = err.Error()
-			if le := (*executor.LockedError)(nil); errors.As(err, &le) {
+			var le *executor.LockedError
+			if errors.As(err, &le) {
 				res.holders[g] = le.Holder
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"slices"
 )
 
 // A job's number is its id (unless name= gives one) for the life of its log
@@ -29,8 +30,7 @@ func readNumbers(path string) (*numbers, error) {
 	// a Slurm job adopted by a resumed run): its number is there.
 	marks := [][]byte{[]byte(`"event":"queued"`), []byte(`"event":"rejected"`), []byte(`"event":"pending"`), []byte(`"event":"started"`)}
 	_, err := scanJournal(path, func(line []byte) error {
-		if !bytes.Contains(line, marks[0]) && !bytes.Contains(line, marks[1]) &&
-			!bytes.Contains(line, marks[2]) && !bytes.Contains(line, marks[3]) {
+		if !slices.ContainsFunc(marks, func(m []byte) bool { return bytes.Contains(line, m) }) {
 			return nil
 		}
 		var e Event

@@ -28,7 +28,9 @@ func (t *TextReporter) Report(e Event) {
 	}
 }
 
-// Line is what Report prints for e, and whether it prints anything.
+// Line is what Report prints for e, and whether it prints anything. It
+// remembers the lock waits it said, so that each host and holder is said
+// once: call it once per event.
 func (t *TextReporter) Line(e Event) (string, bool) {
 	where := e.Host
 	if len(e.GPUs) > 0 {

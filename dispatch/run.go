@@ -418,19 +418,19 @@ const (
 // input could not be read (then the summary says so).
 func (r *run) verdict(p parsed) (j *Job, kind string, why error) {
 	var le *LineError
+	j = p.job
+	if errors.As(p.err, &le) {
+		j = le.Job // a rejected line takes a number too
+	}
+	if j != nil && r.numbers != nil {
+		r.numbers.number(j, r.opts.Resume)
+	}
 	switch {
-	case errors.As(p.err, &le):
-		if r.numbers != nil {
-			r.numbers.number(le.Job, r.opts.Resume)
-		}
-		return le.Job, EventRejected, le.Err
+	case le != nil:
+		return j, EventRejected, le.Err
 	case p.err != nil:
 		r.summary.InputErrors = append(r.summary.InputErrors, p.err.Error())
 		return nil, "", nil
-	}
-	j = p.job
-	if r.numbers != nil {
-		r.numbers.number(j, r.opts.Resume)
 	}
 	err := cmp.Or(r.sched.table.check(j), r.sched.table.checkPrefer(j))
 	if why := r.opts.LeftOut[j.Host]; j.Host != "" && why != nil {

@@ -88,30 +88,29 @@ func WriteTable(w io.Writer, states []HostState, busyMB int, o TableOptions) err
 // table is WriteTable's layout: rows whose cells line up, two spaces apart,
 // and notes, each on a line of its own under the row before it, indented,
 // which no column makes room for. The last cell of a row does not either.
-type table struct {
-	lines [][]string // a row, or a note: one cell, marked by note
-	notes map[int]bool
+type table struct{ lines []tableLine }
+
+// tableLine is a row's cells, or a note's text (one cell).
+type tableLine struct {
+	cells []string
+	note  bool
 }
 
-func (t *table) row(cells ...string) { t.lines = append(t.lines, cells) }
+func (t *table) row(cells ...string) { t.lines = append(t.lines, tableLine{cells: cells}) }
 
 func (t *table) note(text string) {
-	if t.notes == nil {
-		t.notes = map[int]bool{}
-	}
-	t.notes[len(t.lines)] = true
-	t.lines = append(t.lines, []string{text})
+	t.lines = append(t.lines, tableLine{cells: []string{text}, note: true})
 }
 
 // write prints the table, cutting notes (and the last cells of rows) to
 // width when it is not 0.
 func (t *table) write(w io.Writer, width int) error {
 	var widths []int
-	for i, cells := range t.lines {
-		if t.notes[i] {
+	for _, l := range t.lines {
+		if l.note {
 			continue
 		}
-		for j, c := range cells[:len(cells)-1] {
+		for j, c := range l.cells[:len(l.cells)-1] {
 			if j >= len(widths) {
 				widths = append(widths, 0)
 			}
@@ -119,17 +118,15 @@ func (t *table) write(w io.Writer, width int) error {
 		}
 	}
 	var b strings.Builder
-	for i, cells := range t.lines {
-		var line string
-		if t.notes[i] {
-			line = "    " + cells[0]
-		} else {
-			var l strings.Builder
-			for j, c := range cells[:len(cells)-1] {
-				l.WriteString(c + strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c)+2))
+	for _, l := range t.lines {
+		line := "    " + l.cells[0]
+		if !l.note {
+			var row strings.Builder
+			for j, c := range l.cells[:len(l.cells)-1] {
+				row.WriteString(c + strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c)+2))
 			}
-			l.WriteString(cells[len(cells)-1])
-			line = strings.TrimRight(l.String(), " ")
+			row.WriteString(l.cells[len(l.cells)-1])
+			line = strings.TrimRight(row.String(), " ")
 		}
 		if width > 0 && utf8.RuneCountInString(line) > width {
 			r := []rune(line)

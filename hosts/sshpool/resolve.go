@@ -155,7 +155,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 		errs = append(errs, err)
 		return v
 	}
-	t.Hostname = cmp.Or(entry.Hostname, expandTokens(get("HostName"), name, "", ""), name)
+	t.Hostname = cmp.Or(entry.Hostname, expandTokens(get("HostName"), name, "", "", 0), name)
 	port := get("Port")
 	t.Port = entry.Port
 	if t.Port == 0 && port != "" {
@@ -181,7 +181,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 	}
 	for _, id := range ids {
 		if id != "" {
-			t.IdentityFiles = append(t.IdentityFiles, expandTilde(expandTokens(id, name, t.Hostname, t.User)))
+			t.IdentityFiles = append(t.IdentityFiles, expandTilde(expandTokens(id, name, t.Hostname, t.User, t.Port)))
 		}
 	}
 	t.IdentitiesOnly = strings.EqualFold(get("IdentitiesOnly"), "yes")
@@ -199,7 +199,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 		t.KnownHosts = append(t.KnownHosts, global...)
 	}
 	for i, f := range t.KnownHosts {
-		t.KnownHosts[i] = expandTilde(expandTokens(f, name, t.Hostname, t.User))
+		t.KnownHosts[i] = expandTilde(expandTokens(f, name, t.Hostname, t.User, t.Port))
 	}
 	switch strings.ToLower(get("StrictHostKeyChecking")) {
 	case "accept-new", "no", "off":
@@ -215,7 +215,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 	case agent == "", strings.EqualFold(agent, "none"), agent == "SSH_AUTH_SOCK":
 		t.IdentityAgent = agent
 	default:
-		t.IdentityAgent = expandTilde(os.ExpandEnv(expandTokens(agent, name, t.Hostname, t.User)))
+		t.IdentityAgent = expandTilde(os.ExpandEnv(expandTokens(agent, name, t.Hostname, t.User, t.Port)))
 	}
 	for _, key := range unhonoured {
 		if v := get(key); v != "" {
@@ -226,8 +226,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 	if pc := get("ProxyCommand"); pc != "" && !strings.EqualFold(pc, "none") && entry.ProxyJump == "" && defaults.ProxyJump == "" {
 		// As OpenSSH, whichever of ProxyCommand and ProxyJump ssh_config
 		// gives: the inventory's proxy_jump wins over both.
-		t.ProxyCommand = strings.NewReplacer("%p", strconv.Itoa(t.Port)).Replace(expandTokens(strings.ReplaceAll(pc, "%%", "\x00"), name, t.Hostname, t.User))
-		t.ProxyCommand = strings.ReplaceAll(t.ProxyCommand, "\x00", "%")
+		t.ProxyCommand = expandTokens(pc, name, t.Hostname, t.User, t.Port)
 		if jump != "" && get("ProxyJump") != "" {
 			errs = append(errs, fmt.Errorf("ssh_config %s: %s has both ProxyCommand and ProxyJump: keep one", cfg.path, name))
 		}
@@ -278,8 +277,9 @@ func resolveJump(inv *inventory.Inventory, cfg *Config, spec string, acceptNew b
 }
 
 // expandTokens expands ssh_config's %h (host name), %n (the name as given),
-// %r (remote user), %u (local user), %d (local home) and %%.
-func expandTokens(s, name, hostname, remoteUser string) string {
+// %r (remote user), %p (port, when known: not 0), %u (local user), %d
+// (local home) and %%.
+func expandTokens(s, name, hostname, remoteUser string, port int) string {
 	if !strings.Contains(s, "%") {
 		return s
 	}
@@ -287,8 +287,11 @@ func expandTokens(s, name, hostname, remoteUser string) string {
 	if hostname == "" {
 		hostname = name
 	}
-	r := strings.NewReplacer("%%", "%", "%h", hostname, "%n", name, "%r", remoteUser, "%u", localUser(), "%d", home)
-	return r.Replace(s)
+	pairs := []string{"%%", "%", "%h", hostname, "%n", name, "%r", remoteUser, "%u", localUser(), "%d", home}
+	if port != 0 {
+		pairs = append(pairs, "%p", strconv.Itoa(port))
+	}
+	return strings.NewReplacer(pairs...).Replace(s)
 }
 
 func expandTilde(p string) string {
