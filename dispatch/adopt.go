@@ -15,15 +15,16 @@ import (
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
-// A Slurm job's life does not hang on its coordinator: an attempt that an
-// earlier run of the log dir handed to a cluster, and journaled no outcome
-// for, may still be pending or running there. A run with Resume (and serve
+// A job's life does not hang on its coordinator: an attempt that an
+// earlier run of the log dir started on a host (kept there by its job
+// shell, see hosts/jobshell) or handed to a cluster, and journaled no
+// outcome for, may still run there. A run with Resume (and serve
 // --resume) follows such an attempt as its own (adopts it) rather than run
 // the job again: it takes the attempt's slot, completes its logs from the
 // byte they had reached, and records its outcome, real exit status and end
 // time as this run's. The journal thus gets exactly one outcome per
-// attempt. (On other hosts a job shell ends its job when its coordinator
-// goes away: such an attempt is gone, and its job is queued again.)
+// attempt. An attempt of which its host keeps nothing (the host was
+// started again) is lost, and its job queued again.
 
 // openAttempts reads the journal at path for Resume: the jobs that
 // finished with exit status 0, the latest attempt of each job that started
@@ -63,14 +64,32 @@ func openAttempts(path string) (done map[jobKey]bool, open map[jobKey]Event, dam
 	return done, open, damaged, err
 }
 
-// adoptable is the cluster that attempt e may still run on, or nil: its
-// host is gone from the run, or is not a cluster.
-func (r *run) adoptable(e Event) *hostSlots {
+// adoptable reports whether attempt e may be followed where it ran: its
+// host is still in the run, with the GPUs it had.
+func (r *run) adoptable(e Event) bool {
+	_, ok := r.adoptedPlace(e)
+	return ok
+}
+
+// adoptedPlace is where attempt e runs: a cluster's one slot pool, or the
+// GPUs it was given.
+func (r *run) adoptedPlace(e Event) (placement, bool) {
 	h := r.sched.table.byName[e.Host]
-	if h == nil || h.removed || !h.cluster || len(h.gpus) == 0 {
-		return nil
+	if h == nil || h.removed || len(h.gpus) == 0 || e.Tag == "" && !h.cluster {
+		return placement{}, false
 	}
-	return h
+	if h.cluster {
+		return placement{host: h, gpus: h.gpus[:1]}, true
+	}
+	var gs []*gpu
+	for _, id := range e.GPUs {
+		g := h.byID[id]
+		if g == nil {
+			return placement{}, false
+		}
+		gs = append(gs, g)
+	}
+	return placement{host: h, gpus: gs}, len(gs) > 0
 }
 
 // adopt follows attempt e of q's job, which an earlier run started, as this
@@ -78,11 +97,10 @@ func (r *run) adoptable(e Event) *hostSlots {
 // attempt cannot be followed (adoptable, or its logs cannot be opened):
 // then the job is queued as any other.
 func (r *run) adopt(q *queued, e Event) bool {
-	h := r.adoptable(e)
-	if h == nil {
+	p, ok := r.adoptedPlace(e)
+	if !ok {
 		return false
 	}
-	p := placement{host: h, gpus: h.gpus[:1]} // a cluster's one slot pool
 	logs, outOff, errOff, err := appendLogs(e.Stdout, e.Stderr, r.fileMode)
 	if err != nil {
 		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Job: q.job.ID(),

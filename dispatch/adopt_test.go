@@ -11,11 +11,11 @@ import (
 	"time"
 )
 
-// --resume follows an attempt an earlier run left in a Slurm cluster
-// (started, no outcome) rather than run its job again: the attempt's slot
-// is taken, its log completed from where it stopped, and its outcome
-// recorded as this run's, once. An attempt left on another host (whose job
-// shell ended it with its coordinator) is queued again as before.
+// --resume follows an attempt an earlier run left in a Slurm cluster or on
+// a host (started, no outcome) rather than run its job again: the
+// attempt's slot is taken, its log completed from where it stopped, and its
+// outcome recorded as this run's, once. An attempt of which its host keeps
+// nothing (the host was started again) is lost, and its job runs again.
 func TestResumeAdoptsOpenAttempt(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -31,6 +31,8 @@ func TestResumeAdoptsOpenAttempt(t *testing.T) {
 			Host: "hpc", Attempt: 1, Start: &start, Stdout: out, Stderr: filepath.Join(dir, "1.err"), Tag: "old-1-1"},
 		{Event: EventStarted, Run: "old", Job: "2", Seq: 2, Text: "@a sleep 1ms", Occurrence: 1, Command: "sleep 1ms",
 			Host: "a", GPUs: []int{0}, Attempt: 1, Start: &start, Stdout: filepath.Join(dir, "2.out"), Stderr: filepath.Join(dir, "2.err"), Tag: "old-2-1"},
+		{Event: EventStarted, Run: "old", Job: "3", Seq: 3, Text: "@a sleep 3ms", Occurrence: 1, Command: "sleep 3ms",
+			Host: "a", GPUs: []int{1}, Attempt: 1, Start: &start, Stdout: filepath.Join(dir, "3.out"), Stderr: filepath.Join(dir, "3.err"), Tag: "old-3-1"},
 	} {
 		b, err := json.Marshal(e)
 		if err != nil {
@@ -40,22 +42,22 @@ func TestResumeAdoptsOpenAttempt(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, JournalName), []byte(strings.Join(lines, "")), 0o600)
 	f := newFakeExec(inv)
-	f.detached = map[string]detached{"old-1-1": {out: "before\nafter\n", code: 0}}
+	f.detached = map[string]detached{"old-1-1": {out: "before\nafter\n", code: 0}, "old-2-1": {code: 0}}
 	s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: dir, Resume: true, Retries: 1},
-		[]Input{{R: strings.NewReader("@hpc exit 0\n@a sleep 1ms\n@a sleep 2ms\n")}})
+		[]Input{{R: strings.NewReader("@hpc exit 0\n@a sleep 1ms\n@a sleep 3ms\n@a sleep 4ms\n")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Counts[EventFinished] != 3 {
-		t.Errorf("summary %+v, want 3 finished: %+v", s.Counts, s.Unsuccessful)
+	if s.Counts[EventFinished] != 4 {
+		t.Errorf("summary %+v, want 4 finished: %+v", s.Counts, s.Unsuccessful)
 	}
 	var ran []string
 	for _, st := range f.starts {
 		ran = append(ran, st.command)
 	}
 	slices.Sort(ran) // two GPUs: they start in either order
-	if strings.Join(ran, ",") != "sleep 1ms,sleep 2ms" {
-		t.Errorf("jobs started %v, want job 2 (its job shell ended it) and job 3, not job 1", ran)
+	if strings.Join(ran, ",") != "sleep 3ms,sleep 4ms" {
+		t.Errorf("jobs started %v, want job 3 (its host kept nothing of it) and job 4, not jobs 1 and 2", ran)
 	}
 	if b, _ := os.ReadFile(out); string(b) != "before\nafter\n" {
 		t.Errorf("job 1's log %q, want it completed from where it stopped", b)
@@ -73,7 +75,7 @@ func TestResumeAdoptsOpenAttempt(t *testing.T) {
 	if strings.Join(story, ",") != "started,finished" {
 		t.Errorf("job 1's story in this run: %v, want started (re-adopted), finished", story)
 	}
-	if n := countKind(events, EventLost); n != 0 {
-		t.Errorf("%d lost events, want none", n)
+	if n := countKind(events, EventLost); n != 1 {
+		t.Errorf("%d lost events, want job 3's", n)
 	}
 }

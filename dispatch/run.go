@@ -442,7 +442,7 @@ func (r *run) verdict(p parsed) (j *Job, kind string, why error) {
 	case r.done[jobKey{j.Text, j.Occurrence}]:
 		return j, skipped, nil
 	}
-	if e, ok := r.open[jobKey{j.Text, j.Occurrence}]; ok && r.adoptable(e) != nil {
+	if e, ok := r.open[jobKey{j.Text, j.Occurrence}]; ok && r.adoptable(e) {
 		return j, adopted, nil
 	}
 	if why := r.sched.table.unrunnable(j, r.opts.HostDownTimeout); why != "" {
@@ -518,12 +518,16 @@ func (r *run) start(ctx context.Context, a assignment) {
 	if j.Timeout > 0 {
 		timeout = j.Timeout
 	}
+	// The time limit is kept where the job runs, with or without this
+	// coordinator; this one times it too (the first to act ends it).
+	c.Timeout = timeout
+	c.About = fmt.Sprintf("log dir %s, run %s, job %s, attempt %d, GPUs %s", r.opts.LogDir, r.id, j.ID(), q.attempts, gpuList(a.p.gpuIDs()))
 	cluster := a.p.host.cluster
 	q.launched, q.pending, q.ran = e, cluster, nil
 	if cluster {
 		// Slurm holds the job until it runs it, and times it itself.
 		e.Event, e.Start, e.Message = EventPending, nil, "submitting to Slurm"
-		c.Timeout, timeout = timeout, 0
+		timeout = 0
 		c.Progress = r.progressOf(q)
 	}
 	r.record(e)

@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,10 +24,10 @@ type Options struct {
 	// ConnectTimeout bounds the TCP connect plus SSH handshake per host
 	// (0: DefaultConnectTimeout).
 	ConnectTimeout time.Duration
-	// Keepalive is how often connections are checked and job shells
-	// hear from the coordinator; a connection that does not answer within
-	// two more intervals is closed, and a job shell that hears nothing for
-	// three kills its job (0: DefaultKeepalive).
+	// Keepalive is how often connections are checked, and a host that was
+	// cut off is looked at again; a connection that does not answer within
+	// two more intervals is closed (0: DefaultKeepalive). A job runs on
+	// whatever its connection does.
 	Keepalive time.Duration
 	// Grace is the time between TERM and KILL for a stopped job (0:
 	// DefaultGrace).
@@ -41,10 +42,15 @@ type Options struct {
 	// ProbeTimeout bounds each look at a host's GPUs (nvidia-smi, their
 	// locks) (0: DefaultProbeTimeout).
 	ProbeTimeout time.Duration
+	// LostAfter is how long a host that stopped answering keeps its jobs,
+	// presumed running, while this coordinator is awake and reaches other
+	// hosts; then they are lost (0: DefaultLostAfter).
+	LostAfter time.Duration
 }
 
-// Defaults for Options: a dead host or coordinator is noticed within about
-// 30 s, and a job gets 10 s to exit after TERM.
+// Defaults for Options: a dead connection is noticed within about 30 s, a
+// silent host's jobs are lost after 5 min, and a job gets 10 s to exit
+// after TERM.
 const (
 	DefaultKeepalive      = 10 * time.Second
 	DefaultGrace          = 10 * time.Second
@@ -53,6 +59,9 @@ const (
 	// 8-GPU server (a second or two), far shorter than one stuck in a
 	// driver that lost a GPU.
 	DefaultProbeTimeout = 20 * time.Second
+	// DefaultLostAfter is Slurm's SlurmdTimeout: a host is not called
+	// dead for less.
+	DefaultLostAfter = 5 * time.Minute
 )
 
 // HostState is what opening a host found.
@@ -257,7 +266,9 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			return st, nil
 		}
 		release = func() { l.pools.Release(t) }
-		rem := newRemote(h.Name, p, sup, o.LockDir, o.ProbeTimeout)
+		quiet := &silence{lostAfter: cmp.Or(o.LostAfter, DefaultLostAfter), tick: cmp.Or(o.Keepalive, DefaultKeepalive),
+			othersAnswer: func() bool { return l.othersAnswer(h.Name) }}
+		rem := newRemote(h.Name, p, sup, o.LockDir, o.ProbeTimeout, quiet)
 		r, login, waitUp = rem, rem.spawn, p.WaitUp
 		if st.ServerVersion = version; err != nil {
 			st.Err = err
@@ -374,3 +385,16 @@ func (l *Lab) runner(host string) Runner {
 
 // Runner returns the runner of host, or nil when it is not in the run.
 func (l *Lab) Runner(host string) Runner { return l.runner(host) }
+
+// othersAnswer reports whether a remote host of the run other than name has
+// a live connection.
+func (l *Lab) othersAnswer(name string) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for n, r := range l.runners {
+		if rem, ok := r.(*Remote); ok && n != name && rem.pool.Live() {
+			return true
+		}
+	}
+	return false
+}

@@ -33,15 +33,15 @@ type Local struct {
 	locks  *gpulock.Lockers
 }
 
-// Run implements Runner.
+// Run implements Runner. A job whose shell someone killed is stopped: no
+// coordinator would ever hear of it again.
 func (l *Local) Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (int, error) {
 	l.init()
 	code, err := l.shells.Run(ctx, c, stdout, stderr)
-	var lost jobshell.LostError
-	if errors.As(err, &lost) {
-		l.shells.Forget(c.Tag)
-		// Someone killed the shell. Its job's watcher, which is not in the
-		// job's group, kills the job now that the shell's stdin is closed.
+	if lost := (*jobshell.LostError)(nil); errors.As(err, &lost) {
+		if c.Tag != "" {
+			jobshell.Stop(context.WithoutCancel(ctx), spawn.Local, c.Tag, l.Supervision.Grace)
+		}
 		return -1, fmt.Errorf("%s: %w", l.name(), lost)
 	}
 	return code, err
@@ -49,11 +49,17 @@ func (l *Local) Run(ctx context.Context, c executor.Command, stdout, stderr io.W
 
 func (l *Local) name() string { return cmp.Or(l.Name, "local") }
 
-// Adopt implements Runner: a job shell kills its job once its coordinator
-// has gone, so a job an earlier coordinator started here is gone, and runs
-// again.
-func (l *Local) Adopt(context.Context, executor.Command, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
-	return -1, time.Now(), fmt.Errorf("%s: %w: its job shell ended it when its coordinator went away", l.name(), executor.ErrJobLost)
+// Adopt implements Runner: it follows a job an earlier coordinator started
+// here, whose job shell kept its output.
+func (l *Local) Adopt(ctx context.Context, c executor.Command, outOff, errOff int64, stdout, stderr io.Writer) (int, time.Time, error) {
+	code, end, err := jobshell.Follow(ctx, spawn.Local, c.Tag, outOff, errOff, l.Supervision.Grace, stdout, stderr)
+	if lost := (*jobshell.LostError)(nil); errors.As(err, &lost) {
+		return -1, end, fmt.Errorf("%s: %w: %v", l.name(), executor.ErrJobLost, lost)
+	}
+	if err != nil {
+		err = fmt.Errorf("%s: %w", l.name(), err)
+	}
+	return code, end, err
 }
 
 func (l *Local) init() {

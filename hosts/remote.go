@@ -19,6 +19,7 @@ import (
 // Remote runs jobs on a host in job shells on its pooled SSH connections.
 type Remote struct {
 	name        string
+	silence     *silence
 	pool        *sshpool.Pool
 	supervision jobshell.Supervision
 	lockDir     string
@@ -26,35 +27,77 @@ type Remote struct {
 	locks       *gpulock.Lockers
 }
 
-func newRemote(name string, p *sshpool.Pool, sup jobshell.Supervision, lockDir string, probe time.Duration) *Remote {
-	r := &Remote{name: name, pool: p, supervision: sup, lockDir: lockDir}
+func newRemote(name string, p *sshpool.Pool, sup jobshell.Supervision, lockDir string, probe time.Duration, s *silence) *Remote {
+	r := &Remote{name: name, pool: p, supervision: sup, lockDir: lockDir, silence: s}
 	r.shells = jobshell.New(r.spawn, sup)
 	r.locks = newLockers(r.spawn, name, lockDir, sup, probe)
 	return r
 }
 
-// Run implements Runner. A connection that dies while the job runs makes
-// the error wrap executor.ErrConnectionLost: the job's shell on the host
-// kills the job when its heartbeats stop.
+// Run implements Runner. A job's life does not hang on its connection:
+// when the connection of its job shell dies, the job runs on, and Run takes
+// up its output from where it was once the host answers again (see
+// takeUp).
 func (r *Remote) Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (int, error) {
-	code, err := r.shells.Run(ctx, c, stdout, stderr)
-	var lost jobshell.LostError
-	if errors.As(err, &lost) {
-		return -1, fmt.Errorf("%s: %w: %v", r.name, executor.ErrConnectionLost, lost.Err)
-	}
+	code, _, err := r.takeUp(ctx, c.Tag, stdout, stderr, func() (int, time.Time, error) {
+		code, err := r.shells.Run(ctx, c, stdout, stderr)
+		return code, time.Now(), err
+	})
 	return code, err
 }
 
-// Adopt implements Runner: a job shell kills its job once its coordinator
-// has gone silent, so a job an earlier coordinator started here is gone,
-// and runs again.
-func (r *Remote) Adopt(context.Context, executor.Command, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
-	return -1, time.Now(), fmt.Errorf("%s: %w: its job shell ended it when its coordinator went away", r.name, executor.ErrJobLost)
+// Adopt implements Runner: it follows a job an earlier coordinator started
+// here, whose job shell kept its output.
+func (r *Remote) Adopt(ctx context.Context, c executor.Command, outOff, errOff int64, stdout, stderr io.Writer) (int, time.Time, error) {
+	code, end, err := r.takeUp(ctx, c.Tag, stdout, stderr, func() (int, time.Time, error) {
+		return jobshell.Follow(ctx, r.spawn, c.Tag, outOff, errOff, r.supervision.Grace, stdout, stderr)
+	})
+	if errors.Is(err, executor.ErrJobLost) {
+		err = fmt.Errorf("%s: %w", r.name, err)
+	}
+	return code, end, err
+}
+
+// takeUp runs first (a job, or the following of one) and, each time it
+// ends with its connection cut (a *jobshell.LostError), waits for the host
+// to answer and follows the job from the bytes that came. A host that stays
+// silent for the lost-after time while this coordinator is awake and other
+// hosts answer is given up: the error then wraps
+// executor.ErrConnectionLost, and the job is left to Reap.
+func (r *Remote) takeUp(ctx context.Context, tag string, stdout, stderr io.Writer, first func() (int, time.Time, error)) (int, time.Time, error) {
+	code, end, err := first()
+	var lost *jobshell.LostError
+	quiet := r.silence.clock()
+	for tag != "" && ctx.Err() == nil && errors.As(err, &lost) {
+		if werr := quiet.waitBack(ctx, r.pool.WaitUp); werr != nil {
+			return -1, time.Now(), fmt.Errorf("%s: %w: %v", r.name, executor.ErrConnectionLost, lost.Err)
+		}
+		var ferr error
+		code, end, ferr = jobshell.Follow(ctx, r.spawn, tag, lost.OutBytes, lost.ErrBytes, r.supervision.Grace, stdout, stderr)
+		if errors.Is(ferr, executor.ErrHostDown) {
+			// The pool had a connection that turned out dead: still cut
+			// off, from the same bytes.
+			if quiet.pause(ctx) {
+				return -1, time.Now(), fmt.Errorf("%s: %w: %v", r.name, executor.ErrConnectionLost, lost.Err)
+			}
+			continue
+		}
+		err = ferr
+		if errors.Is(err, executor.ErrJobLost) {
+			// The host was started again, or the job's shell killed: what
+			// it ran is gone with it.
+			return -1, end, fmt.Errorf("%s: %w: %v", r.name, executor.ErrConnectionLost, err)
+		}
+	}
+	if errors.As(err, &lost) {
+		return -1, time.Now(), fmt.Errorf("%s: %w: %v", r.name, executor.ErrConnectionLost, lost.Err)
+	}
+	return code, end, err
 }
 
 // Close ends the idle job shells, and those of jobs still running once they
-// end, and the GPU lock holders, which keep the locks still held for
-// as long as those jobs may take to die. The connections stay.
+// end, and the GPU lock holders, which keep the lock of each GPU on which
+// a job still runs until it ends. The connections stay.
 func (r *Remote) Close() {
 	r.shells.Close()
 	r.locks.Close()
@@ -74,12 +117,10 @@ func (r *Remote) WaitUp(ctx context.Context) error {
 	return r.pool.WaitUp(ctx)
 }
 
-// Reap implements Runner: once the host answers, it looks for the shell
-// that ran the job (which lives until the job's group is gone) every
-// heartbeat interval. The shell stops the job itself within three missed
-// heartbeats and the grace period.
+// Reap implements Runner: once the host answers, it stops the job (if it
+// still runs: its host was given up for lost while it was only cut off)
+// and returns once its group is gone.
 func (r *Remote) Reap(ctx context.Context, tag string) error {
-	job, tag := tag, r.shells.ShellOf(tag)
 	if !jobshell.ValidTag(tag) {
 		return fmt.Errorf("reap: bad tag %q", tag)
 	}
@@ -87,9 +128,8 @@ func (r *Remote) Reap(ctx context.Context, tag string) error {
 		if err := r.pool.WaitUp(ctx); err != nil {
 			return err
 		}
-		left, err := r.tagged(ctx, tag)
-		if err == nil && !left {
-			r.shells.Forget(job)
+		err := jobshell.Stop(ctx, r.spawn, tag, r.supervision.Grace)
+		if err == nil {
 			return nil
 		}
 		select {
@@ -98,27 +138,6 @@ func (r *Remote) Reap(ctx context.Context, tag string) error {
 		case <-time.After(r.supervision.Heartbeat):
 		}
 	}
-}
-
-// tagged reports whether a shell started with tag still runs on the host.
-func (r *Remote) tagged(ctx context.Context, tag string) (bool, error) {
-	s, release, err := r.pool.Session(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer release()
-	defer s.Close()
-	stop := context.AfterFunc(ctx, func() { s.Close() })
-	defer stop()
-	err = s.Run("ps -eo args= | grep -q -e '" + jobshell.TagPattern(tag) + "'")
-	code, exited := spawn.ExitStatus(err)
-	switch {
-	case exited && code == 0:
-		return true, nil
-	case exited && code == 1:
-		return false, nil
-	}
-	return false, fmt.Errorf("%s: looking for job %s: %w", r.name, tag, err)
 }
 
 // cutOffError is a session that ended with no exit status: said in words,

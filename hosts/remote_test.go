@@ -3,9 +3,11 @@ package hosts
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,48 +85,82 @@ func TestRemoteHostDownAndBack(t *testing.T) {
 	}
 }
 
-// Reap finds a job by its tag on the host and returns only once it is gone,
-// also when it runs in a shell started for an earlier job; a tag that is a
-// prefix of a running one is not mistaken for it.
-func TestRemoteReapWaitsForTaggedJob(t *testing.T) {
+// Reap stops a job given up for lost, found by its tag, and returns once
+// its group is gone; a tag that is a prefix of a running one is not
+// mistaken for it.
+func TestRemoteReapStopsTheJob(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
 	lab := openLab(t, l)
 	r := lab.Runner("node1")
 	if _, err := r.Run(context.Background(), executor.Command{Script: "true", Tag: "20261121T1.5Z-0-1"}, io.Discard, io.Discard); err != nil {
 		t.Fatal(err)
 	}
-	started := filepath.Join(l.Dir, "started")
-	ctx, stop := context.WithCancel(context.Background())
+	pidFile := filepath.Join(l.Dir, "pid")
 	done := make(chan error, 1)
 	go func() {
-		_, err := r.Run(ctx, executor.Command{Script: "echo > " + started + "; sleep 30", Tag: "20261121T1.5Z-1-1"}, io.Discard, io.Discard)
+		_, err := r.Run(context.Background(), executor.Command{Script: "echo $BASHPID > " + pidFile + "; sleep 30", Tag: "20261121T1.5Z-1-1"}, io.Discard, io.Discard)
 		done <- err
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if _, err := os.Stat(started); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the job never started")
-		}
-	}
-	short, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
-	defer cancel()
-	if err := r.Reap(short, "20261121T1.5Z-1-1"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Reap of a running job returned %v", err)
-	}
+	var pid int
+	waitFor(t, "the job to start", func() bool {
+		b, err := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
 	if err := r.Reap(context.Background(), "20261121T1.5Z-1"); err != nil {
 		t.Fatalf("Reap of a tag that only prefixes a running one: %v", err)
+	}
+	if !sshtest.Running(pid) {
+		t.Fatal("Reap of another tag stopped the job")
 	}
 	if err := r.Reap(context.Background(), "bad tag"); err == nil || !strings.Contains(err.Error(), "bad tag") {
 		t.Errorf("Reap with a bad tag: %v", err)
 	}
-	stop()
-	<-done
-	long, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel2()
-	if err := r.Reap(long, "20261121T1.5Z-1-1"); err != nil {
-		t.Fatalf("Reap after the job ended: %v", err)
+	if err := r.Reap(context.Background(), "20261121T1.5Z-1-1"); err != nil {
+		t.Fatalf("Reap of the running job: %v", err)
+	}
+	sshtest.WaitGone(t, []int{pid}, 0)
+	if err := <-done; err == nil {
+		t.Error("a job stopped by Reap ended without an error")
+	}
+}
+
+// A job's life does not hang on its connection: with the host's sshd
+// killed, every connection with it, the job runs on; once sshd is back, Run
+// takes up its output from the byte it had and returns the job's own exit
+// status.
+func TestRemoteJobOutlivesItsConnection(t *testing.T) {
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	lab := openLab(t, l)
+	r := lab.Runner("node1")
+	var out, errs sshtest.Buffer
+	done := make(chan error, 1)
+	var code int
+	go func() {
+		var err error
+		code, err = r.Run(context.Background(), executor.Command{
+			Script: "for i in $(seq 1 40); do echo line $i; echo err $i >&2; sleep 0.1; done; exit 7", Tag: "cut-1-1"}, &out, &errs)
+		done <- err
+	}()
+	waitFor(t, "the first lines", func() bool { return strings.Contains(out.String(), "line 3\n") })
+	l.Hosts[0].Cut()
+	time.Sleep(time.Second)
+	l.Hosts[0].Start()
+	select {
+	case err := <-done:
+		if err != nil || code != 7 {
+			t.Fatalf("Run: %d, %v; want the job's own 7", code, err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("Run did not return after the host came back")
+	}
+	var wantOut, wantErr strings.Builder
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&wantOut, "line %d\n", i)
+		fmt.Fprintf(&wantErr, "err %d\n", i)
+	}
+	if out.String() != wantOut.String() || errs.String() != wantErr.String() {
+		t.Errorf("output\n%q\n%q\nwant every line once, in order", out.String(), errs.String())
 	}
 }
 
@@ -161,4 +197,14 @@ func TestRemoteLockGPU(t *testing.T) {
 		t.Error("the lock on a host that died is not reported lost")
 	}
 	c.Release()
+}
+
+// waitFor waits up to 20 s for cond.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 20 s for %s", what)
+		}
+	}
 }

@@ -143,7 +143,8 @@ func leftovers(s string) []int {
 }
 
 // A host killed mid-run (sshd and every process of its sessions, as a power
-// cut): its running jobs are lost and run again elsewhere, it gets no job
+// cut): once it has been silent for --lost-after while the other hosts
+// answer, its running jobs are lost and run again elsewhere; it gets no job
 // while down, and once it is back the jobs pinned to it run there. Every
 // job runs to the end exactly once.
 func TestSSHHostKilledMidRun(t *testing.T) {
@@ -152,7 +153,7 @@ func TestSSHHostKilledMidRun(t *testing.T) {
 	effects := filepath.Join(l.Dir, "effects")
 	logDir := filepath.Join(l.Dir, "logs")
 	logJournalOnFailure(t, logDir)
-	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--keepalive", "500ms")
+	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--keepalive", "500ms", "--lost-after", "2s")
 	stdin, errOut := startCmd(t, cmd)
 	io.WriteString(stdin, effectJobs(1, 24, "", "1", effects))
 	waitJournal(t, logDir, func(ev []map[string]any) bool { return len(running(ev, "node2")) == 2 })
@@ -212,22 +213,22 @@ func TestSSHHostKilledMidRun(t *testing.T) {
 }
 
 // A host that hangs mid-run (its sshd stops answering, connections stay
-// open): keepalives notice, its jobs are lost and run elsewhere, and the
-// wrappers on the host kill the lost jobs when the heartbeats stop, so no
-// job runs twice. When it answers again it gets jobs again, and no process
-// of the run is left anywhere.
+// open, its jobs run on): keepalives notice, and once it has been silent
+// for --lost-after while the other host answers, its jobs are lost and run
+// elsewhere. When it answers again the lost attempts, still running there,
+// are stopped before they end, so no job runs twice; the host gets jobs
+// again, and no process of the run is left anywhere.
 func TestSSHHostHangsMidRun(t *testing.T) {
 	t.Parallel()
 	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 2})
 	effects := filepath.Join(l.Dir, "effects")
 	logDir := filepath.Join(l.Dir, "logs")
 	logJournalOnFailure(t, logDir)
-	// The wrappers on the frozen host kill its jobs within 3 × 500 ms of the
-	// last heartbeat, well before their 3 s sleep ends; 500 ms keepalives
-	// (1 s to answer) leave a loaded machine room not to lose a live host.
-	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--keepalive", "500ms", "--connect-timeout", "1s")
+	// The jobs' 8 s leave room for noticing the hang (3 × 500 ms), the
+	// lost-after second and stopping the lost attempts once it answers.
+	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--keepalive", "500ms", "--connect-timeout", "1s", "--lost-after", "1s")
 	stdin, errOut := startCmd(t, cmd)
-	io.WriteString(stdin, effectJobs(1, 12, "", "3", effects))
+	io.WriteString(stdin, effectJobs(1, 6, "", "8", effects))
 	waitJournal(t, logDir, func(ev []map[string]any) bool { return len(running(ev, "node2")) == 2 })
 	l.Hosts[1].Freeze()
 	thawed := false
@@ -237,15 +238,14 @@ func TestSSHHostHangsMidRun(t *testing.T) {
 		}
 	}()
 	waitJournal(t, logDir, func(ev []map[string]any) bool { return count(ev, "lost") >= 2 })
-	time.Sleep(2 * time.Second) // past three missed heartbeats: the wrappers act
 	l.Hosts[1].Thaw()
 	thawed = true
-	io.WriteString(stdin, effectJobs(13, 14, "@node2 ", "0.1", effects))
+	io.WriteString(stdin, effectJobs(7, 8, "@node2 ", "0.1", effects))
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit %v\n%s", err, errOut)
 	}
-	checkEffects(t, effects, 14)
+	checkEffects(t, effects, 8)
 	events := journal(t, logDir)
 	if hostTimeline(t, events, "node2") < 1 {
 		t.Errorf("node2 never went down:\n%s", errOut)

@@ -27,6 +27,7 @@ type labOptions struct {
 	connect   time.Duration
 	keepalive time.Duration
 	probe     time.Duration // --probe-timeout
+	lostAfter time.Duration // --lost-after
 	acceptNew bool
 	lockDir   string
 }
@@ -37,7 +38,8 @@ func addLabFlags(f *pflag.FlagSet) {
 	f.Duration("connect-timeout", hosts.DefaultConnectTimeout, "TCP connect plus SSH handshake limit per host")
 	f.Bool("accept-new-host-keys", false, "record the keys of hosts known_hosts does not know yet (as OpenSSH's accept-new); changed keys are always refused")
 	f.Duration("probe-timeout", hosts.DefaultProbeTimeout, "how long a host's nvidia-smi (and its GPU locks) may take to answer; one that does not is sick: no new job there until it answers")
-	f.Duration("keepalive", hosts.DefaultKeepalive, "how often connections and jobs are checked for life; a dead host or coordinator is noticed within about 3 times this")
+	f.Duration("keepalive", hosts.DefaultKeepalive, "how often connections are checked for life; a dead connection is noticed within about 3 times this")
+	f.Duration("lost-after", hosts.DefaultLostAfter, "how long a host that stopped answering keeps its jobs, presumed running, while this coordinator is awake and reaches other hosts; then they are lost and run elsewhere")
 	f.String("lock-dir", gpulock.DefaultDir, "where GPU locks live on every host: a directory of root's or yours, sticky if everyone may write in it; every run that must not share GPUs must use the same one")
 }
 
@@ -47,14 +49,15 @@ func readLabOptions(v *viper.Viper) (labOptions, error) {
 		connect:   v.GetDuration("connect-timeout"),
 		keepalive: v.GetDuration("keepalive"),
 		probe:     v.GetDuration("probe-timeout"),
+		lostAfter: v.GetDuration("lost-after"),
 		acceptNew: v.GetBool("accept-new-host-keys"),
 		lockDir:   v.GetString("lock-dir"),
 	}
 	if h := v.GetString("hosts"); h != "" {
 		o.hosts = strings.FieldsFunc(h, func(r rune) bool { return r == ',' || r == ' ' })
 	}
-	if o.connect <= 0 || o.keepalive <= 0 || o.probe <= 0 {
-		return o, usageError("--connect-timeout, --keepalive and --probe-timeout: want a positive duration")
+	if o.connect <= 0 || o.keepalive <= 0 || o.probe <= 0 || o.lostAfter <= 0 {
+		return o, usageError("--connect-timeout, --keepalive, --probe-timeout and --lost-after: want a positive duration")
 	}
 	if !strings.HasPrefix(o.lockDir, "/") {
 		return o, usageError("--lock-dir %q: want an absolute path (it is a path on every host)", o.lockDir)
@@ -175,6 +178,7 @@ func hostOptions(o labOptions) hosts.Options {
 		ConnectTimeout:    o.connect,
 		Keepalive:         o.keepalive,
 		ProbeTimeout:      o.probe,
+		LostAfter:         o.lostAfter,
 		AcceptNewHostKeys: o.acceptNew,
 		LockDir:           o.lockDir,
 	}

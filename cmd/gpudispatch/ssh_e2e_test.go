@@ -257,17 +257,106 @@ func TestSSHCancelLeavesNoRemoteProcess(t *testing.T) {
 	sshtest.WaitGone(t, pids, 0)
 }
 
-// A coordinator killed outright: the wrappers notice the silence and kill
-// their jobs on their own.
-func TestSSHCoordinatorKilledLeavesNoRemoteProcess(t *testing.T) {
+// A coordinator killed outright (kill -9) ends no job: both run on, and a
+// run started with --resume on the log dir re-adopts them. The one still
+// running is followed to its end, its log completed from the byte it had:
+// every line once, in order; the one that ended meanwhile is recorded with
+// its real exit status. Neither runs twice.
+func TestSSHCoordinatorKilledJobsRunOnAndAreReadopted(t *testing.T) {
 	t.Parallel()
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
-	cmd, pids, _ := remotePIDs(t, l, "--keepalive", "500ms")
+	effects := filepath.Join(l.Dir, "effects")
+	logDir := filepath.Join(l.Dir, "logs")
+	logJournalOnFailure(t, logDir)
+	jobs := "echo 1 >> " + effects + "; for i in $(seq 1 40); do echo tick $i; sleep 0.1; done; exit 3\n" +
+		"echo 2 >> " + effects + "; sleep 1; echo two; exit 5\n"
+	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs")
+	stdin, _ := startCmd(t, cmd)
+	io.WriteString(stdin, jobs)
+	stdin.Close()
+	waitForFile(t, filepath.Join(logDir, "1.out"), func(s string) bool { return strings.Contains(s, "tick 3\n") })
 	cmd.Process.Kill()
 	cmd.Wait()
-	// Three missed heartbeats (1.5 s) and the 10 s grace for the child that
-	// ignores TERM.
-	sshtest.WaitGone(t, pids, 15*time.Second)
+	time.Sleep(1500 * time.Millisecond) // job 2 ends meanwhile
+	r := labRun(t, l, jobs, "-i", l.Inventory(""), "-o", "logs", "--resume")
+	if r.code != 1 {
+		t.Fatalf("resumed run: exit %d, want 1 (jobs that failed)\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, effects); strings.Count(got, "1\n") != 1 || strings.Count(got, "2\n") != 1 {
+		t.Errorf("each job ran %q; want once each", got)
+	}
+	var want strings.Builder
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&want, "tick %d\n", i)
+	}
+	if got := readFile(t, filepath.Join(logDir, "1.out")); got != want.String() {
+		t.Errorf("1.out is %q; want every tick once, in order", got)
+	}
+	if got := readFile(t, filepath.Join(logDir, "2.out")); got != "two\n" {
+		t.Errorf("2.out is %q", got)
+	}
+	outcomes := map[string]float64{}
+	for _, e := range journal(t, logDir) {
+		if e["event"] == "failed" || e["event"] == "finished" || e["event"] == "lost" {
+			if _, dup := outcomes[e["job"].(string)]; dup {
+				t.Errorf("job %v has two outcomes", e["job"])
+			}
+			code, _ := e["exit"].(float64)
+			outcomes[e["job"].(string)] = code
+		}
+	}
+	if outcomes["1"] != 3 || outcomes["2"] != 5 {
+		t.Errorf("outcomes %v; want job 1 exit 3, job 2 exit 5 (their own)", outcomes)
+	}
+	// What the host kept of them is gone once it is home (the shells end
+	// just after the run).
+	spool := filepath.Join(l.Hosts[0].Home, ".gpudispatch", "jobs")
+	if _, err := os.Stat(spool); err != nil {
+		t.Errorf("no spool on the host: %v", err)
+	}
+	var left []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if left, _ = filepath.Glob(filepath.Join(spool, "*")); len(left) == 0 {
+			break
+		}
+	}
+	if len(left) != 0 {
+		t.Errorf("kept on the host after the run: %v", left)
+	}
+}
+
+// A coordinator paused (a laptop's lid closed: SIGSTOP) for longer than
+// its keepalives would take to call a connection dead ends no job: once it
+// goes on, the job has run to its end with its own exit status, and its log
+// has every line once, in order.
+func TestSSHCoordinatorPausedJobRunsOn(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	logDir := filepath.Join(l.Dir, "logs")
+	logJournalOnFailure(t, logDir)
+	cmd := labCmd(t, l, "for i in $(seq 1 40); do echo line $i; sleep 0.1; done\n", "-i", l.Inventory(""), "-o", "logs", "--keepalive", "300ms")
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitForFile(t, filepath.Join(logDir, "1.out"), func(s string) bool { return strings.Contains(s, "line 3\n") })
+	cmd.Process.Signal(syscall.SIGSTOP)
+	time.Sleep(5 * time.Second) // past the job's end, and 15 keepalives
+	cmd.Process.Signal(syscall.SIGCONT)
+	if err := waitExit(t, cmd, &errOut, 60*time.Second); err != nil {
+		t.Fatalf("exit %v\n%s", err, errOut.String())
+	}
+	var want strings.Builder
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&want, "line %d\n", i)
+	}
+	if got := readFile(t, filepath.Join(logDir, "1.out")); got != want.String() {
+		t.Errorf("1.out is %q; want every line once, in order", got)
+	}
+	if n := count(journal(t, logDir), "finished"); n != 1 {
+		t.Errorf("%d finished events, want 1", n)
+	}
 }
 
 // A host reached through ssh_config's ProxyCommand, as ssh reaches it: the

@@ -53,11 +53,17 @@ type Command struct {
 	// Setup runs in the same shell before Script; if it fails, Script does
 	// not run.
 	Setup string
-	// GPUs is how many GPUs the job asks a batch system for, and Timeout
-	// its time limit there (0: the host's default). Other hosts are given
-	// their GPUs in CUDA_VISIBLE_DEVICES and are timed by the caller.
-	GPUs    int
+	// GPUs is how many GPUs the job asks a batch system for; other hosts
+	// are given their GPUs in CUDA_VISIBLE_DEVICES.
+	GPUs int
+	// Timeout is the job's time limit (0: none, or a batch system's
+	// default), kept where the job runs so that it holds with no
+	// coordinator there. A job ended by it makes Run's error wrap
+	// ErrTimeLimit.
 	Timeout time.Duration
+	// About says on the host whose job this is (log dir, run, job,
+	// attempt, GPUs), for whoever lists what runs there.
+	About string
 	// Progress, when set, is told how a job a batch system holds gets on:
 	// while it waits there and as it starts. It is called from Run's
 	// goroutine and must not block.

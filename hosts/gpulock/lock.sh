@@ -13,9 +13,10 @@
 # in its place, or "released N". Exit 127 when flock(1) is missing, 126 when the lock dir is
 # not safe (stderr says why). Told "exit", the holder lets go of everything
 # at once. One whose coordinator went silent (stdin ended or no heartbeat
-# for the timeout) keeps its locks for the linger time, in which the job
-# shells of that coordinator, which stopped hearing it at the same time,
-# have killed their jobs; then it exits, and the locks die with it. A holder
+# for the timeout) keeps its locks for the linger time; then it keeps the
+# lock of each GPU on which a job of the run still runs (jobs outlive their
+# coordinator), looking every 2 s, and lets go of each as its job ends; it
+# exits holding nothing, and the locks die with it. A holder
 # of the same run that finds such a lingering holder (its run lost the
 # connection and came back) takes the lock over: the jobs it covers are the
 # run's own.
@@ -121,10 +122,36 @@ while IFS= read -r -t "$hb" line; do
     exit) exit 0 ;;
   esac
 done
-# Linger in a child that holds no lock, so that a takeover's kill of this
-# shell frees them at once.
-(
-  for fd in "${fds[@]}"; do exec {fd}<&-; done
-  exec sleep "$linger"
-) </dev/null >/dev/null 2>&1 &
-wait $!
+# nap sleeps $1 seconds in a child that holds no lock, so that a
+# takeover's kill of this shell frees them at once.
+nap() {
+  (
+    for fd in "${fds[@]}"; do exec {fd}<&-; done
+    exec sleep "$1"
+  ) </dev/null >/dev/null 2>&1 &
+  wait $!
+}
+# running_on reports whether a job of this run runs on GPU $1: a record of
+# the user's job shells (~/.gpudispatch/jobs/*.job: tag, files, shell pid,
+# mark, offsets, job pid, boot, start, GPUs) names it, and its process group
+# is alive.
+running_on() {
+  local rec jtag jpid gpus
+  for rec in "$HOME"/.gpudispatch/jobs/*.job; do
+    [ -s "$rec" ] || continue
+    IFS=' ' read -r jtag _ _ _ _ _ jpid _ _ gpus _ <"$rec" || continue
+    case $jtag in "$run"-*) ;; *) continue ;; esac
+    case ",$gpus," in *",$1,"*) ;; *) continue ;; esac
+    kill -0 -- -"$jpid" 2>/dev/null && return 0
+  done
+  return 1
+}
+# The coordinator went silent. A job of the run runs on without it: its GPU
+# stays locked until it ends, and each other lock goes after the linger.
+nap "$linger"
+while [ ${#fds[@]} -gt 0 ]; do
+  for g in "${!fds[@]}"; do
+    running_on "$g" || release "$g"
+  done
+  [ ${#fds[@]} -eq 0 ] || nap 2
+done

@@ -3,12 +3,14 @@ package gpulock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -105,6 +107,63 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 	b, err := l.Lock(ctx, 3, "runB")
 	if err != nil {
 		t.Fatalf("after the holder died: %v", err)
+	}
+	b.Release()
+}
+
+// A job outlives its coordinator, and so does its GPU's lock: a holder
+// that stopped hearing its coordinator keeps the lock of a GPU on which a
+// job of its run still runs (as its job shell's record says), past the
+// linger, and lets go of it once the job ends.
+func TestLockKeptWhileItsJobRuns(t *testing.T) {
+	t.Parallel()
+	spool := filepath.Join(os.Getenv("HOME"), ".gpudispatch", "jobs")
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	job := exec.Command("sleep", "60")
+	job.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := job.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer job.Process.Kill()
+	ended := make(chan struct{})
+	go func() { job.Wait(); close(ended) }()
+	rec := fmt.Sprintf("runK-1-1 sh-0 1 mark 0 0 %d boot 0 1,5\nabout\n", job.Process.Pid)
+	if err := os.WriteFile(filepath.Join(spool, "sh-k.job"), []byte(rec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := local(t, "local", t.TempDir(), linger)
+	ctx := context.Background()
+	held := map[int]executor.GPULock{}
+	for _, gpu := range []int{5, 6} {
+		a, err := l.Lock(ctx, gpu, "runK")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[gpu] = a
+	}
+	held[5].(*heldLock).h.hush() // the coordinator goes away
+	time.Sleep(3 * time.Second)  // past the linger and a look
+	// GPU 6, on which nothing of the run runs, went after the linger.
+	other, err := l.Lock(ctx, 6, "runOther")
+	if err != nil {
+		t.Fatalf("the lock of a GPU with no job was kept: %v", err)
+	}
+	other.Release()
+	if _, err := l.Lock(ctx, 5, "runOther"); !errors.Is(err, executor.ErrGPULocked) {
+		t.Fatalf("another run while the job runs on: %v, want locked", err)
+	}
+	job.Process.Kill()
+	<-ended
+	select {
+	case <-held[5].Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the lock was kept after its job ended")
+	}
+	b, err := l.Lock(ctx, 5, "runOther")
+	if err != nil {
+		t.Fatalf("after the job ended: %v", err)
 	}
 	b.Release()
 }

@@ -18,31 +18,47 @@
 // A machine keeps its idle shells (Shells); a job takes one or starts one,
 // and gives it back when the job ran to its end. Each job's output is
 // followed on stdout and on stderr by NUL and a random mark new for that
-// job, then its exit status on stdout; a stream splits there (stream). A
-// shell is not used again after a cancelled job, a failed write, or bytes
-// that came between jobs: a process that left its job's group and still
-// writes. Such a process can also write while the next job runs in that
-// shell, and its bytes then land in that job's log: a job that starts a
-// daemon should send the daemon's output elsewhere.
+// job, then its end on stdout (exit status, why gpudispatch ended it, when);
+// a stream splits there (stream). A shell is not used again after a
+// cancelled job, a failed write, or bytes that came between jobs: a process
+// that left its job's group and still writes. Such a process can also write
+// while the next job runs in that shell, and its bytes then land in that
+// job's log: a job that starts a daemon should send the daemon's output
+// elsewhere.
+//
+// A job's life is its own. Its output goes through two tee processes of
+// its shell, to the coordinator and to the shell's stream files in the
+// user's spool (~/.gpudispatch/jobs, 0700); the shell writes what runs
+// (TAG.job: the job's tag, end mark, stream offsets, pid, GPUs). A
+// coordinator that goes away (its connection cut, killed, asleep) ends
+// nothing: the job runs to its end, the shell after it, and the files
+// stay. Follow takes up such a job from the bytes a coordinator has (the
+// same one once it reaches the machine again, or a later one), and once
+// the job's end is home removes what was kept. Stop stops a job given up
+// for lost. The time limit is kept by the shell. The spool holds, per
+// shell, at most one job's record and the output of its jobs since its
+// files were last started anew (Run starts new ones past 64 MiB).
 //
 // # Invariants
 //
 //   - The job line reaches the job's shell byte for byte: it travels on the
 //     job shell's stdin and then as one argument of the job's bash, never
 //     through a quoted command line; the command line itself is a constant
-//     (spawn.Bootstrap) plus a tag of safe characters. Fields go with their byte lengths, so
-//     that bash reads each in one system call rather than one per byte
-//     (bash 4.1's read -N).
+//     (spawn.Bootstrap) plus a tag of safe characters. Fields go with their
+//     byte lengths, so that bash reads a job's record in four system calls
+//     rather than one per byte (bash 4.1's read -N).
 //   - A job runs in a subshell of its own (its environment and workdir do
-//     not reach the next job) and a process group of its own. When its
-//     context ends, when the coordinator disappears (stdin closes) or when
-//     heartbeats stop, the shell's watcher sends the group TERM, then KILL
-//     after the grace period. When the job exits on its own, what it left
-//     in its group is reaped as well.
-//   - Run returns only after the job's group is gone, or with a LostError
-//     when the shell's process ended first (a lost connection: the shell
-//     then cleans up on its own once heartbeats stop).
-//   - A shell carries a tag in its argv (its first job's) and lives until
-//     its job's group is gone, so that a machine can be asked whether a
-//     lost job still runs (TagPattern, ShellOf).
+//     not reach the next job) and a process group of its own. A cancel (its
+//     context ended) or its time limit sends the group TERM, then KILL after
+//     the grace period; when the job exits on its own, what it left in its
+//     group is reaped as well. Nothing else ends a job that has a tag: not
+//     its coordinator's going away, nor silence. A command without a tag
+//     (the coordinator's own look at the machine) is stopped when stdin
+//     ends.
+//   - Every byte of a job's output is in its shell's stream file before
+//     its end mark is; the bytes the coordinator got plus what Follow sends
+//     are the job's output, whole, once, in order.
+//   - Run returns only after the job's group is gone, or with a *LostError
+//     when the shell's process ended first (a lost connection): the job may
+//     run on, and Follow takes it up from the bytes the error counts.
 package jobshell

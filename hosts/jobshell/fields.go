@@ -20,7 +20,7 @@ import (
 var script string
 
 // ProcessName is a job shell's $0: with the shell's tag after it, ps shows
-// which shells live on a machine (TagPattern).
+// which shells live on a machine.
 const ProcessName = "gpudispatch-job"
 
 // tagRE is what an executor.Command.Tag may hold: nothing a shell or grep
@@ -31,16 +31,10 @@ var tagRE = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 // and '-'.
 func ValidTag(tag string) bool { return tagRE.MatchString(tag) }
 
-// TagPattern is a grep -e pattern that matches the argv (ps -o args) of the
-// job shell tagged tag, and not the argv of the grep that looks for it.
-func TagPattern(tag string) string {
-	return ProcessName + "[ ]" + strings.ReplaceAll(tag, ".", "[.]") + "$"
-}
-
 // Supervision sets how a job shell runs its jobs and watches over them.
 type Supervision struct {
-	// Heartbeat is how often the coordinator proves it is alive; the shell
-	// kills the job after three missed beats.
+	// Heartbeat is how often a machine that was cut off is looked at
+	// again.
 	Heartbeat time.Duration
 	// Grace is the time between TERM and KILL.
 	Grace time.Duration
@@ -72,17 +66,24 @@ func header(s Supervision) []byte {
 		login = "job"
 	}
 	return []byte(script +
-		strconv.FormatFloat(3*s.Heartbeat.Seconds(), 'f', 3, 64) + "\x00" +
 		strconv.FormatFloat(s.Grace.Seconds(), 'f', 3, 64) + "\x00" +
 		login + "\x00")
 }
 
-// fields encodes c for a job shell's stdin, after the job's end mark: the
-// record "j" and the byte lengths of the fields, space-separated, then NUL,
-// then the fields one after another with nothing between them: end mark,
-// workdir, setup, script, then one per environment entry. The shell reads
-// each field with one system call.
-func fields(c executor.Command, mark string) ([]byte, error) {
+// placing is where a job's output starts in its shell's stream files, and
+// whether the shell starts new ones for it.
+type placing struct {
+	rotate           bool
+	outBase, errBase int64
+}
+
+// fields encodes c for a job shell's stdin, after the job's end mark: "j",
+// the length of the header in 8 decimal digits, the header (the byte
+// length of the fields together, then of each, space-separated), then the fields one after
+// another with nothing between them: end mark, tag, about, time limit in
+// seconds, rotate, the stream offsets, workdir, setup, script, then one per
+// environment entry. The shell reads the record in four system calls.
+func fields(c executor.Command, mark string, at placing) ([]byte, error) {
 	if c.Tag != "" && !ValidTag(c.Tag) {
 		return nil, fmt.Errorf("tag %q: want letters, digits, '.', '_' and '-'", c.Tag)
 	}
@@ -91,20 +92,37 @@ func fields(c executor.Command, mark string) ([]byte, error) {
 			return nil, fmt.Errorf("environment entry %q: want NAME=value with a shell variable name", kv)
 		}
 	}
-	fields := append([]string{mark, c.Workdir, c.Setup, c.Script}, c.Env...)
-	var b bytes.Buffer
-	b.WriteByte('j')
+	limit := "0"
+	if c.Timeout > 0 {
+		limit = strconv.FormatFloat(c.Timeout.Seconds(), 'f', 3, 64)
+	}
+	rotate := ""
+	if at.rotate {
+		rotate = "1"
+	}
+	about := strings.Map(func(r rune) rune {
+		if r == '\n' || r == '\r' {
+			return ' '
+		}
+		return r
+	}, c.About)
+	fields := append([]string{mark, c.Tag, about, limit, rotate,
+		strconv.FormatInt(at.outBase, 10), strconv.FormatInt(at.errBase, 10),
+		c.Workdir, c.Setup, c.Script}, c.Env...)
+	var hdr strings.Builder
+	total := 0
 	for i, f := range fields {
 		// Bash variables cannot hold NUL: it would be dropped.
 		if strings.IndexByte(f, 0) >= 0 {
 			return nil, fmt.Errorf("job shell field %d: %w", i, ErrNUL)
 		}
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(strconv.Itoa(len(f)))
+		hdr.WriteByte(' ')
+		hdr.WriteString(strconv.Itoa(len(f)))
+		total += len(f)
 	}
-	b.WriteByte(0)
+	var b bytes.Buffer
+	head := strconv.Itoa(total) + hdr.String()
+	fmt.Fprintf(&b, "j%08d%s", len(head), head)
 	for _, f := range fields {
 		b.WriteString(f)
 	}

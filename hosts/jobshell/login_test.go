@@ -204,7 +204,7 @@ func BenchmarkLogin(b *testing.B) {
 				ss := New(start, Supervision{Heartbeat: time.Second, Grace: time.Second, Login: login.login})
 				defer ss.Close()
 				for b.Loop() {
-					if code, err := ss.Run(context.Background(), executor.Command{Script: "true"}, io.Discard, io.Discard); code != 0 || err != nil {
+					if code, err := ss.Run(context.Background(), executor.Command{Script: "true", Tag: "bench-1-1"}, io.Discard, io.Discard); code != 0 || err != nil {
 						b.Fatal(code, err)
 					}
 				}

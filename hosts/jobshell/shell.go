@@ -63,9 +63,28 @@ func (sh *shell) gone() bool {
 	}
 }
 
-// close ends the shell: told nothing more, it exits once its job (if any) is
-// gone.
-func (sh *shell) close() { sh.stdin.Close() }
+// close ends the shell: it exits at once, keeping nothing on the machine,
+// or once its job is gone when one runs.
+func (sh *shell) close() {
+	sh.stdin.Write([]byte("q"))
+	sh.stdin.Close()
+}
+
+// rotateAt is how much output a shell's stream files may hold before the
+// next job starts new ones: what is in them is home by then.
+const rotateAt = 64 << 20
+
+// placing says where the next job's output starts in the shell's stream
+// files.
+func (sh *shell) placing() placing {
+	o, e := sh.out.size(), sh.errs.size()
+	if o+e < rotateAt {
+		return placing{outBase: o, errBase: e}
+	}
+	sh.out.restart()
+	sh.errs.restart()
+	return placing{rotate: true}
+}
 
 // Shells keeps a machine's idle job shells, and starts new ones.
 type Shells struct {
@@ -75,9 +94,6 @@ type Shells struct {
 	mu     sync.Mutex
 	idle   []*shell // the last one is the most recently used
 	closed bool
-	// jobs maps the tag of each job running, or lost with its shell and not
-	// yet forgotten, to the tag of its shell.
-	jobs map[string]string
 }
 
 // New returns the job shells of the machine that start runs bash on.
@@ -86,13 +102,11 @@ func New(start spawn.Func, s Supervision) *Shells {
 }
 
 // Run runs c in an idle shell of the machine, or in a new one, and returns
-// its exit status (see shell.run). While c runs, and after its shell was
-// lost until Forget, ShellOf(c.Tag) is the tag of that shell. An error of
-// type LostError means the shell ended before the job did.
+// its exit status (see shell.run). An error of type *LostError means the
+// shell ended before the job did: the job may run on (see Follow).
 func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (code int, err error) {
 	mark := newMark()
-	fields, err := fields(c, mark)
-	if err != nil {
+	if _, err := fields(c, mark, placing{}); err != nil {
 		return -1, err
 	}
 	// A shell whose profile changed runs nothing and answers errStale: the
@@ -104,11 +118,11 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 				return -1, err
 			}
 		}
-		ss.note(c.Tag, sh.tag)
-		code, reuse, err := sh.run(ctx, mark, fields, ss.sup.Heartbeat, stdout, stderr)
-		if !errors.As(err, new(LostError)) {
-			ss.Forget(c.Tag)
+		f, err := fields(c, mark, sh.placing())
+		if err != nil {
+			return -1, err
 		}
+		code, reuse, err := sh.run(ctx, mark, f, stdout, stderr)
 		if reuse {
 			ss.put(sh)
 		} else {
@@ -124,37 +138,6 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 // errStale is a shell's answer to a job when its login profile changed
 // since it read it: the job did not run.
 var errStale = errors.New("the job shell's login profile changed: the job did not run")
-
-// note records that the job tagged job runs in the shell tagged sh.
-func (ss *Shells) note(job, sh string) {
-	if job == "" {
-		return
-	}
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if ss.jobs == nil {
-		ss.jobs = map[string]string{}
-	}
-	ss.jobs[job] = sh
-}
-
-// Forget drops what was recorded of job: once it ended, or was reaped.
-func (ss *Shells) Forget(job string) {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	delete(ss.jobs, job)
-}
-
-// ShellOf is the tag of the shell that runs job, or ran it when it was
-// lost; job itself when there is none.
-func (ss *Shells) ShellOf(job string) string {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if sh, ok := ss.jobs[job]; ok {
-		return sh
-	}
-	return job
-}
 
 // take returns an idle shell fit for a job, or nil.
 func (ss *Shells) take() *shell {
@@ -202,34 +185,35 @@ func newMark() string {
 }
 
 // LostError says the shell's process ended before the job's end mark came:
-// someone killed it, or (remote) its connection is gone. Err is how the
-// process ended.
-type LostError struct{ Err error }
+// its connection is gone, or someone killed it. Err is how the process
+// ended. The job itself may run on: OutBytes and ErrBytes are how many
+// bytes of its stdout and stderr came, from where Follow takes them up.
+type LostError struct {
+	Err                error
+	OutBytes, ErrBytes int64
+}
 
-func (e LostError) Error() string {
+func (e *LostError) Error() string {
 	if e.Err == nil {
 		return "job shell ended before its job"
 	}
 	return "job shell ended before its job: " + e.Err.Error()
 }
 
+func (e *LostError) Unwrap() error { return e.Err }
+
 // run runs the job whose fields (see fields) start with mark, streaming
 // its output to stdout and stderr, and returns its exit status. reuse says
 // whether the shell may run another job: the job ran to its end, nothing
 // but the job's output came out, and the output was written. When ctx ends
-// the job is killed (the shell's stdin closes) and run still waits for it to
-// be gone. An error of type LostError means the shell ended first.
-func (sh *shell) run(ctx context.Context, mark string, fields []byte, hb time.Duration, stdout, stderr io.Writer) (code int, reuse bool, err error) {
+// the job is cancelled (its group stopped) and run still waits for it to be
+// gone. An error of type *LostError means the shell ended first.
+func (sh *shell) run(ctx context.Context, mark string, fields []byte, stdout, stderr io.Writer) (code int, reuse bool, err error) {
 	outEnd := sh.out.start(stdout, mark, true)
 	errEnd := sh.errs.start(stderr, mark, false)
-	// One goroutine writes to stdin: the fields, then the heartbeats.
-	stop, fed := make(chan struct{}), make(chan struct{})
-	go feed(sh.stdin, append(sh.pending, fields...), hb, stop, fed)
+	// One goroutine writes to stdin: the fields, then a cancel.
+	go sh.stdin.Write(append(sh.pending, fields...))
 	sh.pending = nil
-	defer func() {
-		close(stop)
-		<-fed
-	}()
 	var tail string
 	outDone, errDone, cancelled := false, false, false
 	done := ctx.Done()
@@ -241,7 +225,7 @@ func (sh *shell) run(ctx context.Context, mark string, fields []byte, hb time.Du
 			errDone = true
 		case <-done:
 			cancelled, done = true, nil
-			sh.stdin.Close()
+			go sh.stdin.Write([]byte("c"))
 		case <-sh.ended:
 			// Everything the shell wrote has been through the streams.
 			select {
@@ -255,56 +239,75 @@ func (sh *shell) run(ctx context.Context, mark string, fields []byte, hb time.Du
 			default:
 			}
 			if !outDone || !errDone {
-				sh.out.abort()
-				sh.errs.abort()
+				lost := &LostError{Err: sh.err, OutBytes: sh.out.abort(), ErrBytes: sh.errs.abort()}
 				if cancelled {
-					return -1, false, fmt.Errorf("job stopped: %w", context.Cause(ctx))
+					return -1, false, fmt.Errorf("job stopped: %w (%w)", context.Cause(ctx), lost)
 				}
-				return -1, false, LostError{sh.err}
+				return -1, false, lost
 			}
 		}
 	}
 	if strings.TrimSpace(tail) == "stale" {
 		return -1, false, errStale
 	}
-	code, perr := strconv.Atoi(strings.TrimSpace(tail))
-	if perr != nil {
-		return -1, false, fmt.Errorf("job shell: bad end of job %q", tail)
+	end, err := parseEnd(tail)
+	if err != nil {
+		return -1, false, err
 	}
 	if cancelled {
-		return code, false, fmt.Errorf("job stopped: %w", context.Cause(ctx))
+		return end.code, false, fmt.Errorf("job stopped: %w", context.Cause(ctx))
+	}
+	if err := end.err(); err != nil {
+		return end.code, false, err
 	}
 	werr := sh.out.writeErr()
 	if werr == nil {
 		werr = sh.errs.writeErr()
 	}
 	if werr != nil {
-		return code, false, fmt.Errorf("writing the job's output: %w", werr)
+		return end.code, false, fmt.Errorf("writing the job's output: %w", werr)
 	}
-	return code, !sh.out.strayed() && !sh.errs.strayed(), nil
+	return end.code, !sh.out.strayed() && !sh.errs.strayed(), nil
 }
 
-// feed writes first to w, then a heartbeat every interval until stop is
-// closed or a write fails; it closes fed when it returns.
-func feed(w io.Writer, first []byte, interval time.Duration, stop <-chan struct{}, fed chan<- struct{}) {
-	defer close(fed)
-	if _, err := w.Write(first); err != nil {
-		return // the shell is gone; its end says why
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	beat := []byte("h\x00")
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			if _, err := w.Write(beat); err != nil {
-				return
-			}
-		}
-	}
+// jobEnd is what a job shell says after a job's output: its exit status,
+// why gpudispatch ended it ("-" when it ended by itself) and when it ended.
+type jobEnd struct {
+	code int
+	why  string
+	at   time.Time
 }
+
+// parseEnd reads a job's end: "CODE WHY SECONDS".
+func parseEnd(tail string) (jobEnd, error) {
+	f := strings.Fields(tail)
+	if len(f) != 3 {
+		return jobEnd{}, fmt.Errorf("job shell: bad end of job %q", tail)
+	}
+	code, err1 := strconv.Atoi(f[0])
+	secs, err2 := strconv.ParseInt(f[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return jobEnd{}, fmt.Errorf("job shell: bad end of job %q", tail)
+	}
+	return jobEnd{code: code, why: f[1], at: time.Unix(secs, 0)}, nil
+}
+
+// err is why the job did not end by itself, or nil.
+func (e jobEnd) err() error {
+	switch e.why {
+	case "-":
+		return nil
+	case "timeout":
+		return fmt.Errorf("the job shell stopped the job: %w", executor.ErrTimeLimit)
+	case "cancelled":
+		return errCancelledThere
+	}
+	return fmt.Errorf("job shell: the job ended for an unknown reason %q", e.why)
+}
+
+// errCancelledThere is a job cancelled on its machine by another
+// coordinator than the one that follows it.
+var errCancelledThere = errors.New("the job was cancelled where it ran")
 
 // serialized lets one goroutine close a stdin that another writes to: an
 // SSH session's stdin may not be closed during a write (x/crypto's

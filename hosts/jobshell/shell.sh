@@ -1,14 +1,19 @@
 # gpudispatch job shell. Run by bash on the job's machine, it runs the jobs its
 # coordinator sends, one after another. Everything arrives on stdin, so a job
-# line reaches the login shell byte for byte with no quoting at all.
+# line reaches the login shell byte for byte with no quoting at all. $1 is
+# the shell's tag.
 #
-# stdin: NUL-terminated records — heartbeat timeout (seconds), grace
-# (seconds), login ("slot" or "job") — then "h" for each heartbeat, and for each job a record of "j" and
-# the byte lengths of its fields, space-separated, followed by the fields with
-# nothing between them: end mark, workdir, setup, script, then one
-# "NAME=value" per variable. Bash reads a pipe a byte per system call up to a
-# delimiter, but a known length in one call: the lengths keep a job's cost
-# on the machine down.
+# stdin: two NUL-terminated fields — grace (seconds), login ("slot" or
+# "job") — then records: "c" to cancel the running job, "q" to end the
+# shell (what is kept of its last job is home), and for each job "j", the
+# length of a header in 8 decimal digits, the header (the byte lengths of
+# the job's fields, space-separated), then the fields with nothing between
+# them: end mark, tag, about (a line for whoever lists the kept jobs),
+# timeout (seconds, 0 for none), rotate ("1" to start new stream files),
+# the byte offsets at which the job's output starts in the stream files
+# (stdout, stderr), workdir, setup, script, then one "NAME=value" per
+# variable. Bash reads a pipe a byte per system call up to a delimiter, but
+# a known length in one call: a job's record takes four reads.
 #
 # Login shells: where the login shell is bash and login is "slot", this shell
 # is itself the login shell: it reads the profile once (/etc/profile, then
@@ -27,22 +32,36 @@
 # Other login shells, and login "job", run "$SHELL -lc" per job. This
 # shell's own names start with _g_, and a job sees none of them.
 #
-# Each job runs in a subshell of its own (its environment and workdir go with
-# it) and a process group of its own, with the shell's stdout and stderr. Once
-# the job and its group are gone, the shell writes NUL and the end mark on
-# stderr, then NUL, the end mark, a space, the exit status and a newline on
-# stdout: the coordinator splits the streams there. The mark is new for each
-# job and never in a job's environment, so a job cannot end its own output.
+# A job's life is its own. Each job runs in a subshell of its own (its
+# environment and workdir go with it) and a process group of its own. Its
+# stdout and stderr are this shell's: pipes into two tee processes, started
+# once per shell, that copy every byte to the coordinator (the shell's own
+# stdout and stderr) and to the shell's stream files in the spool
+# (~/.gpudispatch/jobs, 0700): TAG-N.out and TAG-N.err. A tee whose
+# coordinator is gone goes on writing the file, so that a coordinator that
+# comes back takes up the output from the byte it had (follow.sh). TAG.job
+# says which job runs: its tag, the stream files, this shell's pid, the
+# end mark, the offsets, the job's pid, the boot, the start, its GPUs
+# (CUDA_VISIBLE_DEVICES, "-" for none), then the about line on a line of
+# its own. Once the job and its group are gone, the shell writes NUL and the
+# end mark on stderr, then NUL, the end mark, a space, the exit status, why
+# gpudispatch ended it ("-", "cancelled" or "timeout") and when it ended
+# (seconds since 1970) and a newline on stdout: the coordinator splits the
+# streams there. The mark is new for each job and never in a job's
+# environment, so a job cannot end its own output.
 #
-# A watcher, forked once, reads stdin and hands the jobs on. When stdin ends
-# (cancel, coordinator gone) or stays silent for the heartbeat timeout, it gives
-# the running job's group TERM, then KILL after the grace. When a job exits,
-# whatever it left in its group is reaped too, so a finished job never leaves a
-# process holding the GPU. The shell exits when stdin ends; while a job runs it
-# lives until the job's group is gone.
+# A watcher, forked once, reads stdin and hands the jobs on. "c" stops the
+# running job's group: TERM, then KILL after the grace; so does the job's
+# timeout, timed by a process of its own. When stdin ends without "q" (the
+# coordinator went away) a job (one with a tag) is not stopped: it runs on,
+# the shell exits after it, and its files stay for the coordinator that
+# comes back. A command without a tag (the coordinator's own look at the
+# machine) is stopped then.
+# When a job exits, whatever it left in its group is reaped too, so a
+# finished job never leaves a process holding the GPU.
 # The bootstrap's copy of this code (spawn.Bootstrap) is not the profile's.
 unset -v w
-IFS= read -r -d '' _g_hb || exit 125
+_g_tag=$1
 IFS= read -r -d '' _g_grace || exit 125
 IFS= read -r -d '' _g_login || exit 125
 _g_profiled=
@@ -111,7 +130,7 @@ _g_alive() {
 # grace is timed by a sleep of its own: the looking costs time on a loaded
 # machine.
 _g_reap() {
-  kill -TERM -- -"$_g_pid" 2>/dev/null || return 0
+  kill -TERM -- -"$_g_pid" || return 0
   sleep "$_g_grace" &
   _g_timer=$!
   while _g_alive; do
@@ -123,10 +142,11 @@ _g_reap() {
   done
   kill "$_g_timer" 2>/dev/null
 }
-# _g_stop reaps the running jobs: the shell's children that lead a group. It
-# fails once the shell is gone; a zombie is gone (a slow init may reap it
-# late).
+# _g_stop reaps the running jobs: the shell's children that lead a group;
+# _g_found says whether there was one. It fails once the shell is gone; a
+# zombie is gone (a slow init may reap it late).
 _g_stop() {
+  _g_found=
   # shellcheck disable=SC2046 # the pids are meant to be split into words
   set -- $(ps -A -o pid= -o ppid= -o pgid= -o stat= 2>/dev/null | awk -v s="$$" '
     $4 ~ /^Z/ { next }
@@ -135,87 +155,151 @@ _g_stop() {
     END { if (!up) print "gone" }')
   for _g_pid; do
     [ "$_g_pid" != gone ] || return 1
+    _g_found=1
     _g_reap
   done
 }
 _g_watch() {
-  local part='' rec rc len n body
-  while :; do
-    IFS= read -r -d '' -t "$_g_hb" rec
-    rc=$?
-    if [ "$rc" -gt 128 ]; then
-      # Silence. What came of a record is kept for the rest of it.
-      part=$part$rec
-      _g_stop
-      continue
-    fi
-    [ "$rc" -eq 0 ] || break
-    rec=$part$rec
-    part=
+  local rec hl hdr body idle tagged=
+  while IFS= read -r -N 1 rec; do
     case $rec in
-      j*)
-        # No job runs while its fields arrive: no timeout.
-        n=0
-        for len in ${rec#j}; do n=$((n + len)); done
-        IFS= read -r -N "$n" body || break
-        printf '%s\0%s' "$rec" "$body"
+      j)
+        if ! IFS= read -r -N 8 hl || ! IFS= read -r -N "$((10#$hl))" hdr; then break; fi
+        tagged=
+        # shellcheck disable=SC2086 # the lengths are meant to be split into words
+        set -- $hdr
+        [ "${3-0}" = 0 ] || tagged=1
+        IFS= read -r -N "$1" body || break
+        printf 'j%s%s%s' "$hl" "$hdr" "$body"
+        ;;
+      c)
+        # The running job, or one about to start from fields already
+        # handed on: the flag stays until the shell has said the job's end
+        # (or nothing ran for a second: the job had ended).
+        echo cancelled >"$_g_flag.why"
+        idle=0
+        while [ -e "$_g_flag.why" ] && [ "$idle" -lt 20 ]; do
+          _g_stop || break
+          if [ -n "$_g_found" ]; then idle=0; else idle=$((idle + 1)); fi
+          sleep 0.05
+        done
+        ;;
+      q)
+        printf q
+        break
         ;;
     esac
   done
-  # stdin ended: no job may run on. One may be starting from fields already
-  # handed on, so stop until the shell, which sees the end once this watcher
-  # has closed its side, is gone.
-  exec >/dev/null
-  while _g_stop; do
-    sleep 0.05
-  done
+  # stdin ended with no "q": the coordinator went away. A job runs on; a
+  # look of the coordinator's own (untagged) has no one to answer to, and
+  # is stopped until the shell, which sees the end once this watcher has
+  # closed its side, is gone.
+  if [ -z "$tagged" ]; then
+    exec >/dev/null
+    while _g_stop; do
+      sleep 0.05
+    done
+  fi
 }
 # _g_forward hands a TERM this shell got to the running job's group: a job
 # that kills $$ ends itself, as under bash -lc, not its slot's shell.
 _g_forward() {
   [ -z "${_g_pid-}" ] || kill -TERM -- -"$_g_pid" 2>/dev/null
 }
-# _g_wait waits for the job; a TERM forwarded meanwhile does not end the
-# wait.
-_g_wait() {
-  while :; do
-    wait "$_g_pid"
-    _g_rc=$?
-    if [ "$_g_rc" -le 128 ] || ! kill -0 "$_g_pid" 2>/dev/null; then return; fi
-  done
-}
-# _g_stale reports whether a profile file changed since this shell read it.
-_g_stale() {
-  local f
-  for f in /etc/profile ~/.bash_profile ~/.bash_login ~/.profile ~/.bashrc; do
-    [ "$f" -nt "/dev/fd/$_g_ref" ] && return 0
-  done
-  return 1
+_g_gen=0
+# _g_tees starts the tees of stream files number _g_gen. A tee ignores
+# SIGPIPE: with its coordinator gone it goes on writing its file. They are
+# not this shell's children (a subshell starts them and is gone), nor
+# process substitutions: bash does work for each of those at every fork.
+_g_tees() {
+  _g_files=$_g_tag-$_g_gen
+  builtin command mkfifo -m 0600 -- "$_g_spool/$_g_files.po" "$_g_spool/$_g_files.pe" || exit 125
+  (
+    trap '' PIPE
+    exec tee -a -- "$_g_spool/$_g_files.out" <"$_g_spool/$_g_files.po" >&5 &
+    exec tee -a -- "$_g_spool/$_g_files.err" <"$_g_spool/$_g_files.pe" >&6 &
+  ) 3<&- 4>&- {_g_ref}<&-
+  exec 1>"$_g_spool/$_g_files.po" 4>"$_g_spool/$_g_files.pe"
+  builtin command rm -f -- "$_g_spool/$_g_files.po" "$_g_spool/$_g_files.pe"
 }
 # This script's functions, which a job's fork puts away.
 _g_funcs=$(compgen -A function _g_)
-# fd 3 is the watcher and fd 4 the jobs' stderr. The shell's own stderr is
+# The spool: the stream files and records of the user's jobs, the user's
+# alone.
+_g_spool=$HOME/.gpudispatch/jobs
+if [ ! -d "$_g_spool" ]; then
+  builtin command mkdir -p -- "${_g_spool%/*}" && builtin command mkdir -m 0700 -- "$_g_spool"
+fi
+if [ ! -O "$_g_spool" ] || [ -L "$_g_spool" ]; then
+  echo "gpudispatch: $_g_spool is not a directory of yours" >&2
+  exit 126
+fi
+_g_flag=$_g_spool/$_g_tag
+_g_boot=-
+IFS= read -r _g_boot </proc/sys/kernel/random/boot_id 2>/dev/null
+# fd 5 and 6 are the coordinator's stdout and stderr; fd 1 and 4 the pipes
+# to their tees, the jobs' stdout and stderr. The shell's own stderr is
 # silenced so that bash's "Killed" job notices never land in a job's log.
-exec 4>&2 2>/dev/null
-exec 3< <(_g_watch)
+exec 5>&1 6>&2 2>/dev/null
+_g_tees
+# fd 3 is the watcher.
+exec 3< <(_g_watch 4>&- 5>&- 6>&-)
 exec </dev/null
-while IFS= read -r -d '' -u 3 _g_rec; do
+while IFS= read -r -N 1 -u 3 _g_rec; do
+  if [ "$_g_rec" = q ]; then
+    # The coordinator has everything: nothing is kept.
+    builtin command rm -f -- "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job" "$_g_flag.why"
+    exit 0
+  fi
+  IFS= read -r -N 8 -u 3 _g_n && IFS= read -r -N "$((10#$_g_n))" -u 3 _g_hdr || exit 125
   # shellcheck disable=SC2086 # the lengths are meant to be split into words
-  set -- ${_g_rec#j}
-  IFS= read -r -N "$1" -u 3 _g_mark &&
-    IFS= read -r -N "$2" -u 3 _g_wd &&
-    IFS= read -r -N "$3" -u 3 _g_setup &&
-    IFS= read -r -N "$4" -u 3 _g_script || exit 125
-  shift 4
+  set -- $_g_hdr
+  IFS= read -r -N "$1" -u 3 _g_body || exit 125
+  shift
+  # No loop and no function call here but for the variables: once it has
+  # had a child, bash blocks and unblocks signals at each turn of a loop.
+  _g_mark=${_g_body:0:$1} _g_at=$1
+  _g_jtag=${_g_body:_g_at:$2} _g_at=$((_g_at + $2))
+  _g_about=${_g_body:_g_at:$3} _g_at=$((_g_at + $3))
+  _g_limit=${_g_body:_g_at:$4} _g_at=$((_g_at + $4))
+  _g_rotate=${_g_body:_g_at:$5} _g_at=$((_g_at + $5))
+  _g_ob=${_g_body:_g_at:$6} _g_at=$((_g_at + $6))
+  _g_eb=${_g_body:_g_at:$7} _g_at=$((_g_at + $7))
+  _g_wd=${_g_body:_g_at:$8} _g_at=$((_g_at + $8))
+  _g_setup=${_g_body:_g_at:$9} _g_at=$((_g_at + $9))
+  _g_script=${_g_body:_g_at:${10}} _g_at=$((_g_at + ${10}))
+  shift 10
   _g_env=()
+  _g_gpus=-
   for _g_len; do
-    IFS= read -r -N "$_g_len" -u 3 _g_kv || exit 125
+    _g_kv=${_g_body:_g_at:_g_len} _g_at=$((_g_at + _g_len))
     _g_env+=("$_g_kv")
+    case $_g_kv in CUDA_VISIBLE_DEVICES=?*) _g_gpus=${_g_kv#*=} ;; esac
   done
-  if [ -n "$_g_profiled" ] && _g_stale; then
+  _g_body=
+  if [ -n "$_g_rotate" ]; then
+    # Everything of the earlier jobs is home: new files.
+    set -- "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err"
+    _g_gen=$((_g_gen + 1))
+    _g_tees
+    builtin command rm -f -- "$@"
+  fi
+  # Whether a profile file changed since this shell read it, unrolled: a
+  # loop costs more than the looks.
+  if [ -n "$_g_profiled" ] && { [ /etc/profile -nt "/dev/fd/$_g_ref" ] || [ ~/.bash_profile -nt "/dev/fd/$_g_ref" ] ||
+    [ ~/.bash_login -nt "/dev/fd/$_g_ref" ] || [ ~/.profile -nt "/dev/fd/$_g_ref" ] || [ ~/.bashrc -nt "/dev/fd/$_g_ref" ]; }; then
     printf '\0%s' "$_g_mark" >&4
     printf '\0%s stale\n' "$_g_mark"
+    builtin command rm -f -- "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"
     exit 0
+  fi
+  if [ -e "$_g_flag.why" ]; then
+    # Cancelled before it started: it does not run.
+    builtin command rm -f -- "$_g_flag.why"
+    printf -v _g_now '%(%s)T' -1
+    printf '\0%s' "$_g_mark" >&4
+    printf '\0%s 143 cancelled %s\n' "$_g_mark" "$_g_now"
+    continue
   fi
   if [ -n "$_g_setup" ]; then
     _g_script="{ $_g_setup
@@ -270,12 +354,55 @@ builtin eval "builtin unset -v _g_s; $_g_s"' bash "$_g_vars" "$_g_state" "$_g_sc
     set -- "$_g_state"
     builtin eval "builtin unset -f ${_g_funcs//$'\n'/ }; builtin unset -v ${!_g_*}; builtin eval \"\$1\" 2>/dev/null; builtin set --
 $_g_script"
-  ) 2>&4 4>&- 3<&- {_g_ref}<&- &
+  ) 2>&4 4>&- 3<&- 5>&- 6>&- {_g_ref}<&- &
   _g_pid=$!
   set +m
-  _g_wait
-  _g_reap
+  _g_now=${EPOCHSECONDS:-}
+  [ -n "$_g_now" ] || printf -v _g_now '%(%s)T' -1
+  # Written in place: ext4 flushes a file that was truncated and written
+  # again as it is closed, a third of a millisecond. What follows the
+  # record's two lines is left from a longer one.
+  if [ -n "$_g_jtag" ]; then
+    printf '%s %s %s %s %s %s %s %s %s %s\n%s\n' "$_g_jtag" "$_g_files" "$$" "$_g_mark" \
+      "$_g_ob" "$_g_eb" "$_g_pid" "$_g_boot" "$_g_now" "$_g_gpus" "$_g_about" 1<>"$_g_flag.job"
+  else
+    : >"$_g_flag.job"
+  fi
+  _g_limiter=
+  if [ "$_g_limit" != 0 ]; then
+    # The job's time limit, kept on the machine: no coordinator needs to be
+    # there.
+    (
+      trap 'kill "$_g_s"; exit' TERM
+      sleep "$_g_limit" &
+      _g_s=$!
+      wait "$_g_s"
+      echo timeout >"$_g_flag.why"
+      _g_reap
+    ) </dev/null >/dev/null 4>&- 3<&- 5>&- 6>&- {_g_ref}<&- &
+    _g_limiter=$!
+  fi
+  # The wait and the reaping, with no function call (see above): a TERM
+  # forwarded meanwhile does not end the wait.
+  while :; do
+    wait "$_g_pid"
+    _g_rc=$?
+    if [ "$_g_rc" -le 128 ] || ! kill -0 "$_g_pid"; then break; fi
+  done
+  [ -z "$_g_limiter" ] || kill "$_g_limiter"
+  ! kill -0 -- -"$_g_pid" || _g_reap
   _g_pid= # a TERM between jobs has no job to go to
+  _g_why=-
+  if [ -e "$_g_flag.why" ]; then
+    # gpudispatch ended it: the watcher (cancel) or the time limit.
+    IFS= read -r _g_why <"$_g_flag.why"
+    builtin command rm -f -- "$_g_flag.why"
+  fi
+  _g_now=${EPOCHSECONDS:-}
+  [ -n "$_g_now" ] || printf -v _g_now '%(%s)T' -1
   printf '\0%s' "$_g_mark" >&4
-  printf '\0%s %d\n' "$_g_mark" "$_g_rc"
+  printf '\0%s %d %s %s\n' "$_g_mark" "$_g_rc" "$_g_why" "$_g_now"
 done
+# stdin ended with no "q": the files stay for a coordinator that takes up
+# the last job, unless one already did (it removed the job's record).
+[ -s "$_g_flag.job" ] || builtin command rm -f -- "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"

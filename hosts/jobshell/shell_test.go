@@ -1,7 +1,6 @@
 package jobshell
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -149,20 +148,19 @@ func TestCancelKillsGroup(t *testing.T) {
 	}
 }
 
-// A job whose coordinator vanished without closing the pipe (stdin silent) is
-// killed after three missed heartbeats, and its shell says so on stdout.
-func TestKillsOnSilence(t *testing.T) {
+// A job's life is its own: its coordinator closing the pipe, or reading
+// nothing more, ends nothing. The job runs to its end, and a later
+// coordinator takes up its output from the byte the first had (Follow):
+// together they have every byte, once, and the job's own exit status.
+func TestJobOutlivesItsCoordinator(t *testing.T) {
 	t.Parallel()
-	pidFile := filepath.Join(t.TempDir(), "pids")
-	// A 3 s silence window: a loaded machine may take a while to start the
-	// login shell, and the shell rightly kills a job it hears nothing for.
-	slow := Supervision{Heartbeat: time.Second, Grace: 300 * time.Millisecond}
 	mark := newMark()
-	body, err := fields(executor.Command{Script: "echo $$ > $PIDS; sleep 300", Env: []string{"PIDS=" + pidFile}}, mark)
+	job := "for i in $(seq 1 30); do echo out $i; echo err $i >&2; sleep 0.05; done; exit 3"
+	body, err := fields(executor.Command{Script: job, Tag: "o-1-1"}, mark, placing{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("bash", "-c", spawn.Bootstrap(script, ProcessName))
+	cmd := exec.Command("bash", "-c", spawn.Bootstrap(script, ProcessName, "sh-o"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -175,25 +173,94 @@ func TestKillsOnSilence(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
-	if _, err := stdin.Write(append(header(slow), body...)); err != nil {
+	defer cmd.Wait()
+	if _, err := stdin.Write(append(header(fast), body...)); err != nil {
 		t.Fatal(err)
 	}
-	pids := pidsFrom(t, pidFile, 1)
-	start := time.Now()
-	// The end of the job comes once the silence was noticed and the group
-	// killed: TERM, so 143.
-	end, err := bufio.NewReader(stdout).ReadString('\n')
-	if want := "\x00" + mark + " 143\n"; end != want || err != nil {
-		t.Errorf("shell wrote %q, %v; want %q", end, err, want)
+	// The first coordinator reads a few bytes, then goes away.
+	first := make([]byte, 12)
+	if _, err := io.ReadFull(stdout, first); err != nil {
+		t.Fatal(err)
 	}
-	if d := time.Since(start); d > 8*time.Second {
-		t.Errorf("shell took %v to notice silence", d)
+	stdin.Close()
+	stdout.Close()
+	var out, errs bytes.Buffer
+	code, end, err := Follow(context.Background(), spawn.Local, "o-1-1", int64(len(first)), 0, fast.Grace, &out, &errs)
+	if err != nil || code != 3 {
+		t.Fatalf("Follow: %d, %v; want 3, nil", code, err)
+	}
+	if d := time.Since(end); d < 0 || d > time.Minute {
+		t.Errorf("end time %v is not the job's", end)
+	}
+	var wantOut, wantErr strings.Builder
+	for i := 1; i <= 30; i++ {
+		fmt.Fprintf(&wantOut, "out %d\n", i)
+		fmt.Fprintf(&wantErr, "err %d\n", i)
+	}
+	if got := string(first) + out.String(); got != wantOut.String() {
+		t.Errorf("stdout %q, want %q", got, wantOut.String())
+	}
+	if errs.String() != wantErr.String() {
+		t.Errorf("stderr %q, want %q", errs.String(), wantErr.String())
+	}
+	// Once its end is home, nothing of the job is kept.
+	var left []string
+	defer func() {
+		if t.Failed() {
+			t.Logf("left in the spool: %v", left)
+		}
+	}()
+	waitFor(t, "the spool to be empty", func() bool {
+		left, _ = filepath.Glob(filepath.Join(os.Getenv("HOME"), ".gpudispatch", "jobs", "sh-o*"))
+		return len(left) == 0
+	})
+	if _, _, err := Follow(context.Background(), spawn.Local, "o-1-1", 0, 0, fast.Grace, io.Discard, io.Discard); !errors.Is(err, executor.ErrJobLost) {
+		t.Errorf("following a job whose end is home: %v, want ErrJobLost", err)
+	}
+}
+
+// waitFor waits up to 10 s for cond.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
+	}
+}
+
+// A job's time limit is kept by its shell; Stop stops a job by its tag
+// whatever follows it.
+func TestTimeLimitAndStop(t *testing.T) {
+	t.Parallel()
+	l := local(t, fast)
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	start := time.Now()
+	_, err := l.Run(context.Background(), executor.Command{Script: "echo $BASHPID > $PIDS; trap '' TERM; sleep 300",
+		Env: []string{"PIDS=" + pidFile}, Timeout: 500 * time.Millisecond, Tag: "t-1-1"}, io.Discard, io.Discard)
+	if !errors.Is(err, executor.ErrTimeLimit) {
+		t.Errorf("a job past its time limit: %v, want ErrTimeLimit", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("the time limit of 0.5 s took %v", d)
+	}
+	sshtest.WaitGone(t, pidsFrom(t, pidFile, 1), 0)
+
+	pidFile = filepath.Join(t.TempDir(), "pids")
+	ran := make(chan error, 1)
+	go func() {
+		_, err := l.Run(context.Background(), executor.Command{Script: "echo $BASHPID > $PIDS; sleep 300",
+			Env: []string{"PIDS=" + pidFile}, Tag: "t-2-1"}, io.Discard, io.Discard)
+		ran <- err
+	}()
+	pids := pidsFrom(t, pidFile, 1)
+	if err := Stop(context.Background(), spawn.Local, "t-2-1", fast.Grace); err != nil {
+		t.Fatal(err)
 	}
 	sshtest.WaitGone(t, pids, 0)
+	if err := <-ran; err == nil || !strings.Contains(err.Error(), "cancelled where it ran") {
+		t.Errorf("a job stopped by another coordinator: %v", err)
+	}
 }
 
 // firstWrite reports when the first write arrives. It must not embed a
@@ -363,40 +430,37 @@ func TestShellNotReusedAfterCancel(t *testing.T) {
 }
 
 // A job whose fields arrive just before stdin ends (the coordinator sent it
-// and was cancelled, or vanished) does not run on unwatched: the shell
-// stops it and exits.
-func TestShellStopsAJobSentAsStdinEnds(t *testing.T) {
+// and went away) runs to its end all the same, and the shell exits after
+// it; a command without a tag (the coordinator's own look at the machine)
+// is stopped.
+func TestShellAsStdinEnds(t *testing.T) {
 	t.Parallel()
-	pidFile := filepath.Join(t.TempDir(), "pids")
-	// Many variables take the shell a while to read (a read each) after
-	// the watcher has handed them on at once and seen the end: the job
-	// starts after that.
-	env := []string{"PIDS=" + pidFile}
-	for i := range 20_000 {
-		env = append(env, fmt.Sprintf("V%d=x", i))
-	}
-	body, err := fields(executor.Command{Script: "echo $$ > $PIDS; sleep 300", Env: env}, newMark())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("bash", "-c", spawn.Bootstrap(script, ProcessName))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Stdin = bytes.NewReader(append(header(fast), body...))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case <-exited:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("the shell did not exit after stdin ended")
-	}
-	// The job may have been stopped before it wrote its pid.
-	if b, err := os.ReadFile(pidFile); err == nil {
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-			sshtest.WaitGone(t, []int{pid}, 0)
+	for _, tt := range []struct {
+		tag     string
+		wantRan bool
+	}{{"e-1-1", true}, {"", false}} {
+		done := filepath.Join(t.TempDir(), "done")
+		body, err := fields(executor.Command{Script: "sleep 1; echo > $DONE", Env: []string{"DONE=" + done}, Tag: tt.tag}, newMark(), placing{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("bash", "-c", spawn.Bootstrap(script, ProcessName, "sh-e"+tt.tag))
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		cmd.Stdin = bytes.NewReader(append(header(fast), body...))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("tag %q: the shell did not exit", tt.tag)
+		}
+		time.Sleep(1500 * time.Millisecond) // past the job's own end
+		if _, err := os.Stat(done); (err == nil) != tt.wantRan {
+			t.Errorf("tag %q: the job ran to its end: %v, want %v", tt.tag, err == nil, tt.wantRan)
 		}
 	}
 }

@@ -21,6 +21,10 @@ type stream struct {
 	end        chan string
 	werr       error // the first error writing to w
 	stray      bool  // bytes came between jobs
+	// total counts every byte that came since the stream files were
+	// started: where the next job's output starts in them. passed counts
+	// the job's bytes given to w.
+	total, passed int64
 }
 
 // The states of a stream.
@@ -37,7 +41,7 @@ func (s *stream) start(w io.Writer, mark string, wantStatus bool) <-chan string 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.state, s.w, s.mark, s.wantStatus = body, w, append([]byte{0}, mark...), wantStatus
-	s.held, s.status, s.werr = s.held[:0], s.status[:0], nil
+	s.held, s.status, s.werr, s.passed = s.held[:0], s.status[:0], nil, 0
 	s.end = make(chan string, 1)
 	return s.end
 }
@@ -47,6 +51,7 @@ func (s *stream) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(p)
+	s.total += int64(n)
 	for len(p) > 0 {
 		switch s.state {
 		case between:
@@ -110,6 +115,7 @@ func (s *stream) finish(tail string) {
 
 // pass writes b to the job's writer, keeping the first error.
 func (s *stream) pass(b []byte) {
+	s.passed += int64(len(b))
 	if len(b) == 0 || s.werr != nil {
 		return
 	}
@@ -118,15 +124,29 @@ func (s *stream) pass(b []byte) {
 	}
 }
 
-// abort gives the job what was held back, when the shell ended before the
-// mark.
-func (s *stream) abort() {
+// abort ends the job on this stream when the shell ended before the mark.
+// What was held back (the start of what may be the mark) is not the job's
+// yet: it is read again from where the job's output was kept. abort returns
+// how many of the job's bytes were given to its writer.
+func (s *stream) abort() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.state == body {
-		s.pass(s.held)
-	}
 	s.state, s.w, s.held = between, nil, nil
+	return s.passed
+}
+
+// size is how many bytes came since the stream files were started.
+func (s *stream) size() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.total
+}
+
+// restart says that the stream files start again from nothing.
+func (s *stream) restart() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.total = 0
 }
 
 // writeErr is the first error writing the job's output.

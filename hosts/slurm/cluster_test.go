@@ -3,18 +3,17 @@
 package slurm
 
 import (
-	"bytes"
 	"context"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/slurmtest"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -40,30 +39,13 @@ func localCluster(t *testing.T, sc *slurmtest.Cluster, s inventory.Slurm) *Clust
 	return c
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A job on the real cluster: Slurm's GPU in CUDA_VISIBLE_DEVICES, stdout
 // and stderr apart, the exit status, and the start Slurm gives (not the
 // poll's that saw it).
 func TestRunOne(t *testing.T) {
 	sc := slurmtest.Start(t, slurmtest.Options{})
 	c := localCluster(t, sc, inventory.Slurm{Poll: 3 * time.Second})
-	var out, errs syncBuffer
+	var out, errs sshtest.Buffer
 	var progress []executor.Progress
 	cmd := executor.Command{Script: "echo cvd=$CUDA_VISIBLE_DEVICES; date +%s >&2; exit 3", Tag: "R1-1-1", GPUs: 1,
 		Env:      []string{"GPUDISPATCH_JOB_ID=1"},

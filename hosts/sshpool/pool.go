@@ -143,6 +143,13 @@ func (p *Pool) live() bool {
 	return len(kept) > 0
 }
 
+// Live reports whether the host has a live connection now.
+func (p *Pool) Live() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.live()
+}
+
 // redial starts a connection attempt of the pool's own. p.mu is held.
 func (p *Pool) redial() {
 	p.dialing = true

@@ -14,6 +14,7 @@
 package sshtest
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
@@ -24,6 +25,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -239,6 +241,18 @@ func (h *Host) checkOwnKey() {
 // Stop kills the host's sshd and every process of its sessions, as a
 // machine that loses power would.
 func (h *Host) Stop() { stop(h.cmd) }
+
+// Cut kills the host's sshd processes, the server and those of every
+// connection, and leaves what their sessions started running: a host whose
+// network went away while its jobs run on. Start brings sshd back.
+func (h *Host) Cut() {
+	for _, pid := range descendants(h.cmd.Process.Pid) {
+		if comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm"); strings.TrimSpace(string(comm)) == "sshd" {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	h.cmd.Wait()
+}
 
 // Freeze stops (SIGSTOP) the host's sshd processes and leaves its jobs
 // running, like a host whose network hangs: connections stay open and
@@ -536,4 +550,23 @@ func envWords(env []string) string {
 		b.WriteString(" " + kv)
 	}
 	return b.String()
+}
+
+// Buffer is a bytes.Buffer that a test may read while a job writes to it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *Buffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String is what was written so far.
+func (s *Buffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

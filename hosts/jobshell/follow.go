@@ -1,0 +1,187 @@
+package jobshell
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
+)
+
+// followScript is run by bash on the job's machine; see follow.sh.
+//
+//go:embed follow.sh
+var followScript string
+
+// FollowerName is a follower's $0.
+const FollowerName = "gpudispatch-follow"
+
+// errNotKept is follow.sh's exit status when the machine keeps nothing of
+// the job.
+const errNotKept = 3
+
+// Follow takes up the job tagged tag that a job shell started on the
+// machine that start runs bash on, and whose shell this coordinator lost
+// (or an earlier coordinator started): it streams the job's stdout and
+// stderr past the first outOff and errOff bytes, from what its shell kept,
+// and returns as Shells.Run does once the job has ended, with when it
+// ended. When ctx ends the job is cancelled and Follow waits for its end.
+// An error wraps executor.ErrJobLost when nothing of the job is kept, or
+// its shell ended before it (the machine was restarted, or someone killed
+// the shell); it is a *LostError when the follower itself was cut off.
+// Once the job's end is home, what the machine kept of it is removed.
+func Follow(ctx context.Context, start spawn.Func, tag string, outOff, errOff int64, grace time.Duration, stdout, stderr io.Writer) (code int, end time.Time, err error) {
+	if !ValidTag(tag) {
+		return -1, time.Time{}, fmt.Errorf("follow: bad tag %q", tag)
+	}
+	out, errs := newHeaded(stdout, true), newHeaded(stderr, false)
+	g := strconv.FormatFloat(grace.Seconds(), 'f', 3, 64)
+	p, err := start(ctx, spawn.Bootstrap(followScript, FollowerName, tag,
+		strconv.FormatInt(outOff, 10), strconv.FormatInt(errOff, 10), g), out, errs)
+	if err != nil {
+		return -1, time.Time{}, err
+	}
+	stdin := &serialized{w: p.Stdin}
+	go stdin.Write([]byte(followScript))
+	ended := make(chan error, 1)
+	go func() { ended <- p.Wait() }()
+	var tail string
+	outDone, errDone, cancelled := false, false, false
+	done := ctx.Done()
+	for !outDone || !errDone {
+		select {
+		case tail = <-out.end:
+			outDone = true
+		case <-errs.end:
+			errDone = true
+		case <-done:
+			cancelled, done = true, nil
+			go stdin.Write([]byte("c\x00"))
+		case werr := <-ended:
+			select {
+			case tail = <-out.end:
+				outDone = true
+			default:
+			}
+			select {
+			case <-errs.end:
+				errDone = true
+			default:
+			}
+			if outDone && errDone {
+				break // the loop ends: the job's end came
+			}
+			lost := &LostError{Err: werr, OutBytes: outOff + out.abort(), ErrBytes: errOff + errs.abort()}
+			code, exited := spawn.ExitStatus(werr)
+			switch {
+			case !exited:
+				return -1, time.Time{}, lost
+			case code == errNotKept:
+				return -1, time.Time{}, fmt.Errorf("%w: nothing of job %s is kept where it ran", executor.ErrJobLost, tag)
+			case code == 0:
+				return -1, time.Time{}, fmt.Errorf("%w: the job shell of job %s ended before it (the machine restarted, or someone killed it)", executor.ErrJobLost, tag)
+			}
+			return -1, time.Time{}, fmt.Errorf("following job %s: %w", tag, lost)
+		}
+	}
+	stdin.Write([]byte("d\x00"))
+	stdin.Close()
+	e, err := parseEnd(tail)
+	if err != nil {
+		return -1, time.Time{}, err
+	}
+	if cancelled {
+		return e.code, e.at, fmt.Errorf("job stopped: %w", context.Cause(ctx))
+	}
+	if err := e.err(); err != nil {
+		return e.code, e.at, err
+	}
+	if werr := cmpErr(out.writeErr(), errs.writeErr()); werr != nil {
+		return e.code, e.at, fmt.Errorf("writing the job's output: %w", werr)
+	}
+	return e.code, e.at, nil
+}
+
+// cmpErr is the first error that is not nil.
+func cmpErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// headed is a follower's output stream: a first line that holds the job's
+// end mark, then the job's stream, split at the mark as a shell's stream
+// is.
+type headed struct {
+	mu         sync.Mutex
+	started    bool // the head came
+	head       []byte
+	s          *stream
+	w          io.Writer
+	wantStatus bool
+	end        chan string // the stream's end, once the head came
+}
+
+func newHeaded(w io.Writer, wantStatus bool) *headed {
+	return &headed{s: &stream{}, w: w, wantStatus: wantStatus, end: make(chan string, 1)}
+}
+
+func (h *headed) Write(p []byte) (int, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := len(p)
+	if !h.started {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			h.head = append(h.head, p...)
+			return n, nil
+		}
+		line := string(append(h.head, p[:i]...))
+		h.head, p, h.started = nil, p[i+1:], true
+		mark, _, _ := strings.Cut(line, " ")
+		end := h.s.start(h.w, mark, h.wantStatus)
+		go func() { h.end <- <-end }()
+	}
+	if len(p) > 0 {
+		h.s.Write(p)
+	}
+	return n, nil
+}
+
+// abort is stream.abort, before or after the head.
+func (h *headed) abort() int64 { return h.s.abort() }
+
+func (h *headed) writeErr() error { return h.s.writeErr() }
+
+// Stop stops the job tagged tag on the machine that start runs bash on, as
+// a cancel does (TERM to its group, KILL after grace), and returns once its
+// group is gone: a job given up for lost is stopped when its machine
+// answers again. Nothing is done when the machine keeps no such job, or
+// was started again since.
+func Stop(ctx context.Context, start spawn.Func, tag string, grace time.Duration) error {
+	if !ValidTag(tag) {
+		return fmt.Errorf("stop: bad tag %q", tag)
+	}
+	g := strconv.FormatFloat(grace.Seconds(), 'f', 3, 64)
+	p, err := start(ctx, spawn.Bootstrap(followScript, FollowerName, tag, "0", "0", g, "kill"), io.Discard, io.Discard)
+	if err != nil {
+		return err
+	}
+	p.Stdin.Write([]byte(followScript))
+	p.Stdin.Close()
+	err = p.Wait()
+	if code, ok := spawn.ExitStatus(err); ok && (code == 0 || code == errNotKept) {
+		return nil
+	}
+	return fmt.Errorf("stopping job %s: %w", tag, err)
+}
