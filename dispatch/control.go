@@ -193,6 +193,17 @@ func (c *Control) Stop(ctx context.Context, now bool) error {
 	})
 }
 
+// Detach ends the run at once and leaves its running jobs running where
+// they run, with their GPUs locked until they end: a run with Resume (or
+// serve --resume) on the log dir re-adopts them. The jobs that waited are
+// recorded cancelled (serve --resume queues a server's again).
+func (c *Control) Detach(ctx context.Context) error {
+	return c.do(ctx, func(r *run) {
+		r.stop()
+		r.detached = true
+	})
+}
+
 // errCancelAsked and errStopNow are the causes given to a job's context
 // when it is killed on request.
 var (

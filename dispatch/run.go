@@ -131,6 +131,9 @@ type run struct {
 	summary *Summary
 	// stopping is set on drain, on cancel and when the journal fails.
 	stopping bool
+	// detached is set by Detach: the run ends without waiting for its
+	// running jobs, which run on.
+	detached bool
 	// Host health, reported by goroutines that wait on the Executor or a
 	// timer; bg ends them when Run returns.
 	bg      context.Context
@@ -253,6 +256,14 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 		r.queue(q, "queued again by serve --resume")
 	}
 	r.loop(ctx, inputs)
+	if r.detached {
+		r.killJobs(executor.ErrDetached)
+		// The lock holders keep the locks of the GPUs whose jobs run on
+		// (hosts/gpulock) once they stop hearing this run.
+		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id,
+			Error: "detached: " + Count(r.inFlight, "running job") + " left running where they run; --resume (or serve --resume) on this log dir re-adopts them"})
+		return r.summary, nil
+	}
 	r.unlockAll()
 	return r.summary, nil
 }
@@ -345,7 +356,7 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 	if r.opts.Control != nil {
 		reqs = r.opts.Control.reqs
 	}
-	for jobs != nil || r.inFlight > 0 || len(r.sched.waiting) > 0 && !r.stopping || r.opts.Serve && !r.stopping {
+	for !r.detached && (jobs != nil || r.inFlight > 0 || len(r.sched.waiting) > 0 && !r.stopping || r.opts.Serve && !r.stopping) {
 		select {
 		case f := <-reqs:
 			f(r)

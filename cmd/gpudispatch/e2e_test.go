@@ -438,28 +438,27 @@ func TestE2EVersion(t *testing.T) {
 // --resume with the same (here reordered) job file completes the rest, so
 // that every job succeeds exactly once. Jobs count their runs in files.
 //
-// The kill lands while jobs 6-8 are in a long sleep: with three slots, by
-// then jobs 0-5 have ended and been journaled (a slot is reused only after
-// its last job's record is written), and 6-8 die with the coordinator (their
-// wrappers kill them) before writing "done". A kill between a job's last
-// write and its record would make that job run twice on resume: gpudispatch
-// runs jobs at least once, not exactly once.
+// The kill lands while jobs 6-8 are in a sleep: with three slots, by then
+// jobs 0-5 have ended and been journaled (a slot is reused only after its
+// last job's record is written). Jobs 6-8 run on without their coordinator;
+// the resumed run re-adopts them (it does not run them again) and records
+// their ends.
 func TestE2EKilledThenResume(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	logJournalOnFailure(t, filepath.Join(dir, "gpudispatch-logs"))
 	var jobs []string
 	for i := 0; i < 30; i++ {
 		nap := ""
 		if i >= 6 && i <= 8 {
-			nap = "if [ -e first-run ]; then sleep 30; fi; " // the same text when resumed
+			nap = "sleep 3; "
 		}
 		jobs = append(jobs, fmt.Sprintf("echo >> started.%d; %secho done >> ran.%d", i, nap, i))
 	}
-	os.WriteFile(filepath.Join(dir, "first-run"), nil, 0o644)
 	os.WriteFile(filepath.Join(dir, "jobs.txt"), []byte(strings.Join(jobs, "\n")+"\n"), 0o644)
 	cmd := exec.Command(binary, "--gpus", "0,1,2", "--keepalive", "200ms", "jobs.txt")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), lockEnv(dir))
+	cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir)) // as gpd's
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -468,22 +467,26 @@ func TestE2EKilledThenResume(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	time.Sleep(time.Second) // the orphaned wrappers notice and kill their jobs
 	wholeJournal(t, filepath.Join(dir, "gpudispatch-logs"))
-	os.Remove(filepath.Join(dir, "first-run"))
 
 	for i, j := 0, len(jobs)-1; i < j; i, j = i+1, j-1 {
 		jobs[i], jobs[j] = jobs[j], jobs[i]
 	}
 	os.WriteFile(filepath.Join(dir, "jobs.txt"), []byte(strings.Join(jobs, "\n")+"\n"), 0o644)
-	// The killed run's GPU locks outlive it by the wrappers' grace (10 s):
-	// the resumed run waits for them, trying again every 300 ms.
+	// The killed run's GPU locks are kept while its jobs run on: the
+	// resumed run waits for them, trying again every 300 ms.
 	r := gpd(t, dir, "", "--gpus", "0,1,2", "--resume", "--busy-recheck", "300ms", "jobs.txt")
 	if r.code != 0 {
 		t.Fatalf("resume: exit %d\n%s", r.code, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "is locked by another gpudispatch run: run ") {
-		t.Errorf("the resumed run did not wait for the killed run's GPU locks:\n%s", r.stderr)
+	readopted := 0
+	for _, e := range journal(t, filepath.Join(dir, "gpudispatch-logs")) {
+		if msg, _ := e["message"].(string); e["event"] == "started" && strings.HasPrefix(msg, "re-adopted") {
+			readopted++
+		}
+	}
+	if readopted != 3 {
+		t.Errorf("%d attempts re-adopted, want jobs 6-8's", readopted)
 	}
 	for i := range jobs {
 		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("ran.%d", i)))

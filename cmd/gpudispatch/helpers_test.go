@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 	"io"
 	"os"
 	"os/exec"
@@ -34,7 +35,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	// Local jobs keep what they print in ~/.gpudispatch: the tests' own.
+	code := sshtest.RunWithOwnHome(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

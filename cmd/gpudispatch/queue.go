@@ -268,9 +268,10 @@ type steerOptions struct {
 	verb   string
 	logDir string
 	ids    []string
-	// priority is priority's N; now is stop --now.
+	// priority is priority's N; now is stop --now, detach stop --detach.
 	priority int
 	now      bool
+	detach   bool
 }
 
 // steerVerbs are the commands that steer a run, with their arguments, what
@@ -296,12 +297,16 @@ jobs with a higher priority start first (default 0; equal ones in the order
 they came). ID is a job number or name, as status shows.`,
 		`  gpudispatch priority -o ~/gpd 23 10      # job 23 next
   gpudispatch priority -o ~/gpd -- sweep-7 -5   # after the others (-- before a negative N)`},
-	"stop": {"stop [flags]", "Stop the run: no new job starts, running jobs finish (--now: killed)",
+	"stop": {"stop [flags]", "Stop the run: no new job starts, running jobs finish (--now: killed; --detach: left running)",
 		`Stop the run whose log dir is -o, as a Ctrl-C does: no new job starts, the
 running jobs finish, then the run ends. With --now the running jobs are
-killed too, as a second Ctrl-C does.`,
+killed too, as a second Ctrl-C does. With --detach the run ends at once and
+its running jobs run on where they run, their GPUs locked until they end:
+serve --resume (or --resume) on the log dir re-adopts them, as after an
+upgrade of gpudispatch.`,
 		`  gpudispatch stop -o ~/gpd                # let the running jobs finish
-  gpudispatch stop -o ~/gpd --now          # kill them too`},
+  gpudispatch stop -o ~/gpd --now          # kill them too
+  gpudispatch stop -o ~/gpd --detach       # leave them running; then serve --resume`},
 }
 
 func newSteerCommand(s streams, verb string, runF func(context.Context, streams, steerOptions) error) *cobra.Command {
@@ -326,7 +331,10 @@ func newSteerCommand(s streams, verb string, runF func(context.Context, streams,
 			o := steerOptions{verb: verb, logDir: v.GetString("log-dir"), ids: args}
 			switch verb {
 			case "stop":
-				o.now = v.GetBool("now")
+				o.now, o.detach = v.GetBool("now"), v.GetBool("detach")
+				if o.now && o.detach {
+					return usageError("stop: --now kills the running jobs, --detach leaves them running: give one")
+				}
 				if len(args) > 0 {
 					return usageError("stop takes no argument")
 				}
@@ -351,6 +359,7 @@ func newSteerCommand(s streams, verb string, runF func(context.Context, streams,
 	f.StringP("log-dir", "o", "gpudispatch-logs", "the log dir of the run")
 	if verb == "stop" {
 		f.Bool("now", false, "kill the running jobs too, as a second Ctrl-C does")
+		f.Bool("detach", false, "end the run now and leave its running jobs running (serve --resume re-adopts them)")
 	}
 	bindEnv(v, f)
 	return cmd
@@ -365,6 +374,13 @@ func runSteer(ctx context.Context, s streams, o steerOptions) error {
 	var answers []dispatch.Answer
 	switch o.verb {
 	case "stop":
+		if o.detach {
+			if err := client.Detach(ctx); err != nil {
+				return runError(o.logDir, err)
+			}
+			fmt.Fprintln(s.err, "gpudispatch: detaching: the run ends, its running jobs run on (serve --resume re-adopts them)")
+			return nil
+		}
 		if err := client.Stop(ctx, o.now); err != nil {
 			return runError(o.logDir, err)
 		}

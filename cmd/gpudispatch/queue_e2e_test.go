@@ -212,9 +212,8 @@ func TestE2EServeSteer(t *testing.T) {
 }
 
 // A server killed outright loses no job it acknowledged: serve --resume
-// queues again what waited or ran, and every job succeeds once by the
-// journal's account. A job's effect may happen twice only if it was
-// running when the server died (its end was not recorded).
+// queues again what waited and re-adopts what ran (it ran on), and every
+// job succeeds once by the journal's account, its effect once.
 func TestE2EServeKilledResume(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -234,16 +233,6 @@ func TestE2EServeKilledResume(t *testing.T) {
 	waitJournal(t, logs, func(ev []map[string]any) bool { return count(ev, "finished") >= 6 })
 	serve.Process.Kill()
 	serve.Wait()
-	before := journal(t, logs)
-	runningAtKill := map[string]bool{}
-	for _, e := range before {
-		switch e["event"] {
-		case "started":
-			runningAtKill[e["job"].(string)] = true
-		case "finished", "failed", "cancelled", "lost", "timeout":
-			delete(runningAtKill, e["job"].(string))
-		}
-	}
 	// The killed server's socket is stale: the new one replaces it.
 	serve, errOut := startServe(t, dir, "--gpus", "0,1", "--resume")
 	events := waitJournal(t, logs, func(ev []map[string]any) bool { return count(ev, "finished") >= 30 })
@@ -253,8 +242,7 @@ func TestE2EServeKilledResume(t *testing.T) {
 		seen[l]++
 	}
 	for i := range 30 {
-		n := seen["j"+strconv.Itoa(i)]
-		if n == 0 || n > 1 && !runningAtKill[ids[i]] {
+		if n := seen["j"+strconv.Itoa(i)]; n != 1 {
 			t.Errorf("job %s's effect happened %d times", ids[i], n)
 		}
 	}
@@ -262,6 +250,51 @@ func TestE2EServeKilledResume(t *testing.T) {
 	if err := serve.Wait(); statusOf(err) != 130 {
 		t.Errorf("serve after SIGTERM: %v\n%s", err, errOut)
 	}
+}
+
+// stop --detach ends a server at once and leaves its running job running
+// (an upgrade of gpudispatch): serve --resume re-adopts it, and it ends once,
+// with its whole log and its own exit status.
+func TestE2EServeDetachThenResume(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "logs")
+	logJournalOnFailure(t, logs)
+	serve, errOut := startServe(t, dir, "--gpus", "0")
+	effects := filepath.Join(dir, "effects")
+	job := "echo ran >> " + effects + "; for i in $(seq 1 30); do echo tick $i; sleep 0.1; done; exit 4\n"
+	if r := gpd(t, dir, job, "submit", "-o", "logs"); r.code != 0 {
+		t.Fatalf("submit: %d %s", r.code, r.stderr)
+	}
+	waitForFile(t, filepath.Join(logs, "1.out"), func(s string) bool { return strings.Contains(s, "tick 2\n") })
+	if r := gpd(t, dir, "", "stop", "-o", "logs", "--detach"); r.code != 0 {
+		t.Fatalf("stop --detach: %d %s", r.code, r.stderr)
+	}
+	if err := waitExit(t, serve, errOut, 10*time.Second); statusOf(err) == -1 {
+		t.Fatalf("serve after stop --detach: %v\n%s", err, errOut)
+	}
+	if r := gpd(t, dir, "", "stop", "-o", "logs", "--detach", "--now"); r.code != 2 {
+		t.Errorf("stop --detach --now: %d, want a usage error", r.code)
+	}
+	serve, errOut = startServe(t, dir, "--gpus", "0", "--resume")
+	events := waitJournal(t, logs, func(ev []map[string]any) bool { return count(ev, "failed") >= 1 })
+	var want strings.Builder
+	for i := 1; i <= 30; i++ {
+		fmt.Fprintf(&want, "tick %d\n", i)
+	}
+	if got := readFile(t, filepath.Join(logs, "1.out")); got != want.String() {
+		t.Errorf("1.out is %q; want every tick once", got)
+	}
+	if got := readFile(t, effects); got != "ran\n" {
+		t.Errorf("the job ran %q times; want once", got)
+	}
+	for _, e := range events {
+		if e["event"] == "failed" && e["exit"] != 4.0 {
+			t.Errorf("outcome %v, want the job's own exit 4", e)
+		}
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	serve.Wait()
 }
 
 // A server over the real-sshd lab: jobs submitted from another process run

@@ -139,6 +139,12 @@ func (c *Client) Stop(ctx context.Context, now bool) error {
 	return c.call(ctx, http.MethodPost, "/v1/stop", stopRequest{Now: now}, &struct{}{})
 }
 
+// Detach ends the run at once and leaves its running jobs running (see
+// dispatch.Control.Detach).
+func (c *Client) Detach(ctx context.Context) error {
+	return c.call(ctx, http.MethodPost, "/v1/stop", stopRequest{Detach: true}, &struct{}{})
+}
+
 func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
 	var body bytes.Buffer
 	if in != nil {

@@ -223,7 +223,11 @@ func Handler(c *dispatch.Control, logDir string) http.Handler {
 		if !decode(w, r, &req) {
 			return
 		}
-		if err := c.Stop(r.Context(), req.Now); err != nil {
+		stop := func(ctx context.Context) error { return c.Stop(ctx, req.Now) }
+		if req.Detach {
+			stop = c.Detach
+		}
+		if err := stop(r.Context()); err != nil {
 			fail(w, err)
 			return
 		}
@@ -261,7 +265,8 @@ type (
 		Events []dispatch.Event `json:"events"`
 	}
 	stopRequest struct {
-		Now bool `json:"now"`
+		Now    bool `json:"now"`
+		Detach bool `json:"detach"`
 	}
 	errorReply struct {
 		Error string `json:"error"`

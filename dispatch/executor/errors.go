@@ -21,9 +21,14 @@ var (
 	// job for a limit on the user's jobs: nothing of it ran, and the host
 	// takes no more jobs than it now holds until one of them ends.
 	ErrLimit = errors.New("refused for a limit")
-	// ErrTimeLimit is wrapped by Run's error when a batch system ended the
-	// job at its time limit (Command.Timeout).
+	// ErrTimeLimit is wrapped by Run's error when the host ended the job
+	// at its time limit (Command.Timeout).
 	ErrTimeLimit = errors.New("time limit reached")
+	// ErrDetached, as the cause of the context given to Run or Adopt, says
+	// that the coordinator goes away and leaves the job running: Run
+	// returns at once, without stopping the job, with an error wrapping
+	// ErrDetached. A later Adopt follows the job.
+	ErrDetached = errors.New("the coordinator detached: the job runs on")
 	// ErrGPULocked means another gpudispatch run holds the GPU's lock.
 	ErrGPULocked = errors.New("locked by another gpudispatch run")
 	// ErrNoLocks means the host cannot lock its GPUs: jobs still run there,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -62,6 +63,10 @@ func Follow(ctx context.Context, start spawn.Func, tag string, outOff, errOff in
 		case <-errs.end:
 			errDone = true
 		case <-done:
+			if errors.Is(context.Cause(ctx), executor.ErrDetached) {
+				stdin.Close()
+				return -1, time.Time{}, context.Cause(ctx)
+			}
 			cancelled, done = true, nil
 			go stdin.Write([]byte("c\x00"))
 		case werr := <-ended:

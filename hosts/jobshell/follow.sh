@@ -21,10 +21,23 @@
 # is gone, with no output: a job its coordinator gave up for lost.
 spool=$HOME/.gpudispatch/jobs
 tag=$1 out=$2 err=$3 grace=$4 mode=$5
-for rec in "$spool"/*.job; do
-  [ -e "$rec" ] || break
-  IFS=' ' read -r jtag files pid mark ob eb jpid boot _ <"$rec" || continue
-  [ "$jtag" = "$tag" ] || continue
+# find_job sets rec (and the fields) to the record of the job: its shell
+# writes it as the job starts, so a job that its coordinator had just sent
+# is given 3 s.
+find_job() {
+  local _
+  for _ in $(seq 30); do
+    for rec in "$spool"/*.job; do
+      [ -e "$rec" ] || break
+      IFS=' ' read -r jtag files pid mark ob eb jpid boot _ <"$rec" || continue
+      [ "$jtag" = "$tag" ] && return 0
+    done
+    sleep 0.1
+  done
+  return 1
+}
+find_job || exit 3
+{
   now=-
   IFS= read -r now </proc/sys/kernel/random/boot_id 2>/dev/null
   if [ "$mode" = kill ]; then
@@ -87,5 +100,4 @@ for rec in "$spool"/*.job; do
   done
   kill "$t1" "$t2" 2>/dev/null
   exit 0
-done
-exit 3
+}

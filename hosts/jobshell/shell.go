@@ -224,6 +224,13 @@ func (sh *shell) run(ctx context.Context, mark string, fields []byte, stdout, st
 		case <-errEnd:
 			errDone = true
 		case <-done:
+			if errors.Is(context.Cause(ctx), executor.ErrDetached) {
+				// The job runs on; the shell exits after it.
+				sh.stdin.Close()
+				sh.out.abort()
+				sh.errs.abort()
+				return -1, false, context.Cause(ctx)
+			}
 			cancelled, done = true, nil
 			go sh.stdin.Write([]byte("c"))
 		case <-sh.ended:

@@ -230,6 +230,11 @@ func (c *Cluster) wait(ctx context.Context, j *job) (int, error) {
 	for {
 		select {
 		case <-done:
+			if errors.Is(context.Cause(ctx), executor.ErrDetached) {
+				// The job runs on in Slurm; a later run re-adopts it.
+				c.forget(j)
+				return -1, fmt.Errorf("%s: %w", c.o.Name, context.Cause(ctx))
+			}
 			done = nil
 			cancelled = true
 			c.cancel(j)
