@@ -532,7 +532,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 	// The time limit is kept where the job runs, with or without this
 	// coordinator; this one times it too (the first to act ends it).
 	c.Timeout = timeout
-	c.About = fmt.Sprintf("log dir %s, run %s, job %s, attempt %d, GPUs %s", r.opts.LogDir, r.id, j.ID(), q.attempts, gpuList(a.p.gpuIDs()))
+	c.About = fmt.Sprintf("log dir %s, run %s, job %s, attempt %d", r.logDirAbs(), r.id, j.ID(), q.attempts)
 	cluster := a.p.host.cluster
 	q.launched, q.pending, q.ran = e, cluster, nil
 	if cluster {
@@ -885,4 +885,13 @@ func (s *Summary) add(e Event) {
 // read and written.
 func (s *Summary) Succeeded() bool {
 	return len(s.Unsuccessful) == 0 && len(s.InputErrors) == 0 && s.JournalError == ""
+}
+
+// logDirAbs is the log dir as an absolute path where it can be made one:
+// how a host that keeps a job names its log dir.
+func (r *run) logDirAbs() string {
+	if abs, err := filepath.Abs(r.opts.LogDir); err == nil {
+		return abs
+	}
+	return r.opts.LogDir
 }

@@ -83,6 +83,10 @@ type HostState struct {
 	GPUErr error
 	// LockErr is why the GPUs' locks could not be looked at (ProbeGPUs).
 	LockErr error
+	// Kept is the user's jobs that the host keeps with no coordinator (asked
+	// with ProbeGPUs); KeptErr is why they could not be listed.
+	Kept    []jobshell.Kept
+	KeptErr error
 	// Slurm is what a cluster's sinfo and squeue said, for a host with a
 	// slurm block.
 	Slurm *slurm.Info
@@ -313,6 +317,9 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		st.GPUs, st.GPUErr = l.probes.gpus(ctx, h.Name, r, o.ProbeTimeout)
 		if o.ProbeGPUs && st.GPUErr == nil {
 			st.LockErr = l.probes.locks(ctx, h.Name, r, o.LockDir, st.GPUs, o.ProbeTimeout)
+		}
+		if o.ProbeGPUs {
+			st.Kept, st.KeptErr = jobshell.ListKept(ctx, login)
 		}
 		if h.AutoGPUs {
 			switch {

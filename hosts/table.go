@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
 	"io"
 	"strconv"
 	"strings"
@@ -80,6 +81,16 @@ func WriteTable(w io.Writer, states []HostState, busyMB int, o TableOptions) err
 		}
 		if st.LockErr != nil {
 			t.note(fmt.Sprintf("locks: %v", st.LockErr))
+		}
+		for _, k := range st.Kept {
+			what := "runs on with no gpudispatch since " + k.Since.Local().Format("2006-01-02 15:04")
+			if !k.Running {
+				what = "ended with no gpudispatch, its output kept here"
+			}
+			t.note(fmt.Sprintf("%s, GPUs %s: %s (--resume on the log dir takes it up)", k.About, k.GPUs, what))
+		}
+		if st.KeptErr != nil {
+			t.note(fmt.Sprintf("kept jobs: %v", st.KeptErr))
 		}
 	}
 	return t.write(w, o.Width)
@@ -185,6 +196,9 @@ type hostJSON struct {
 	NvidiaSMI     []gpuJSON `json:"nvidia_smi,omitempty"`
 	NvidiaSMIErr  string    `json:"nvidia_smi_error,omitempty"`
 	LocksErr      string    `json:"locks_error,omitempty"`
+	// Kept is the user's jobs kept there with no coordinator.
+	Kept    []jobshell.Kept `json:"kept,omitempty"`
+	KeptErr string          `json:"kept_error,omitempty"`
 	// Slurm is what a cluster's sinfo and squeue said.
 	Slurm *slurm.Info `json:"slurm,omitempty"`
 }
@@ -209,6 +223,10 @@ func WriteJSON(w io.Writer, states []HostState, busyMB int) error {
 		}
 		if st.LockErr != nil {
 			h.LocksErr = st.LockErr.Error()
+		}
+		h.Kept = st.Kept
+		if st.KeptErr != nil {
+			h.KeptErr = st.KeptErr.Error()
 		}
 		switch {
 		case st.Host.Slurm != nil:

@@ -278,6 +278,13 @@ func TestSSHCoordinatorKilledJobsRunOnAndAreReadopted(t *testing.T) {
 	cmd.Process.Kill()
 	cmd.Wait()
 	time.Sleep(1500 * time.Millisecond) // job 2 ends meanwhile
+	// hosts names what runs on, and what ended, with no coordinator.
+	h := labRun(t, l, "", "hosts", "-i", l.Inventory(""))
+	for _, want := range []string{"log dir " + logDir + ", run ", "job 1, attempt 1, GPUs 0: runs on with no gpudispatch since ", "job 2, attempt 1, GPUs 1: ended with no gpudispatch"} {
+		if !strings.Contains(h.stdout, want) {
+			t.Errorf("hosts does not say %q:\n%s", want, h.stdout)
+		}
+	}
 	r := labRun(t, l, jobs, "-i", l.Inventory(""), "-o", "logs", "--resume")
 	if r.code != 1 {
 		t.Fatalf("resumed run: exit %d, want 1 (jobs that failed)\n%s", r.code, r.stderr)

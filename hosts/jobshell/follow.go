@@ -190,3 +190,46 @@ func Stop(ctx context.Context, start spawn.Func, tag string, grace time.Duration
 	}
 	return fmt.Errorf("stopping job %s: %w", tag, err)
 }
+
+// keptScript is run by bash on a machine; see kept.sh.
+//
+//go:embed kept.sh
+var keptScript string
+
+// Kept is a job that a machine's job shells keep with no coordinator: it
+// runs on, or it ended and its output waits for a coordinator (a run with
+// --resume on its log dir).
+type Kept struct {
+	Tag     string    `json:"tag"`
+	Running bool      `json:"running"`
+	Since   time.Time `json:"since"`
+	// GPUs is the job's CUDA_VISIBLE_DEVICES ("-": none).
+	GPUs string `json:"gpus"`
+	// About names the log dir, run, job and attempt.
+	About string `json:"about"`
+}
+
+// ListKept lists the jobs that the machine start runs bash on keeps with no
+// coordinator.
+func ListKept(ctx context.Context, start spawn.Func) ([]Kept, error) {
+	var out, errs strings.Builder
+	p, err := start(ctx, spawn.Bootstrap(keptScript, "gpudispatch-kept"), &out, &errs)
+	if err != nil {
+		return nil, err
+	}
+	p.Stdin.Write([]byte(keptScript))
+	p.Stdin.Close()
+	if err := p.Wait(); err != nil {
+		return nil, fmt.Errorf("listing the jobs kept there: %w: %s", err, strings.TrimSpace(errs.String()))
+	}
+	var kept []Kept
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		f := strings.SplitN(line, " ", 5)
+		if len(f) < 5 {
+			continue
+		}
+		secs, _ := strconv.ParseInt(f[2], 10, 64)
+		kept = append(kept, Kept{Tag: f[0], Running: f[1] == "running", Since: time.Unix(secs, 0), GPUs: f[3], About: f[4]})
+	}
+	return kept, nil
+}

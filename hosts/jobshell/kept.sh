@@ -1,0 +1,25 @@
+# gpudispatch kept-jobs lister. Run by bash on a machine, it lists the
+# user's jobs that job shells (shell.sh) keep there with no coordinator
+# reading them: one line each, the job's tag, "running" (its coordinator
+# is gone and it runs on) or "ended" (it ended, and its output waits for a
+# coordinator), when it started (seconds since 1970), its GPUs, then the
+# about line its coordinator gave. A job whose shell still has its
+# coordinator (the shell's parent is sshd or gpudispatch) is not listed.
+spool=$HOME/.gpudispatch/jobs
+for rec in "$spool"/*.job; do
+  [ -s "$rec" ] || continue
+  {
+    IFS=' ' read -r jtag _ pid _ _ _ jpid _ start gpus _ && IFS= read -r about
+  } <"$rec" || continue
+  state=ended
+  if kill -0 -- -"$jpid" 2>/dev/null; then
+    state=running
+  fi
+  if kill -0 "$pid" 2>/dev/null; then
+    parent=$(ps -o ppid= -p "$pid" 2>/dev/null)
+    case $(ps -o comm= -p "${parent// /}" 2>/dev/null) in
+      sshd* | gpudispatch*) continue ;;
+    esac
+  fi
+  printf '%s %s %s %s %s\n' "$jtag" "$state" "$start" "$gpus" "$about"
+done
