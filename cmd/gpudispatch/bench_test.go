@@ -49,15 +49,7 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 		jobs = n
 	}
 	l := sshtest.Start(b, sshtest.Options{Hosts: hostCount, GPUs: gpus})
-	inv := filepath.Join(l.Dir, "bench.yaml")
-	var y strings.Builder
-	fmt.Fprintf(&y, "ssh_config: %s\nhosts:\n", l.SSHConfig)
-	for _, h := range l.Hosts {
-		fmt.Fprintf(&y, "  - name: %s\n    gpus: %d\n", h.Name, gpus)
-	}
-	if err := os.WriteFile(inv, []byte(y.String()), 0o644); err != nil {
-		b.Fatal(err)
-	}
+	inv := benchInventory(b, l, gpus)
 	// Warm ControlMasters, one per host.
 	control := filepath.Join(l.Dir, "cm-%n")
 	for _, h := range l.Hosts {

@@ -19,7 +19,7 @@ import (
 
 // labCmd prepares the binary to run against lab l, in a clean environment:
 // no ssh-agent, a HOME of its own.
-func labCmd(t *testing.T, l *sshtest.Lab, stdin string, args ...string) *exec.Cmd {
+func labCmd(t testing.TB, l *sshtest.Lab, stdin string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = l.Dir
