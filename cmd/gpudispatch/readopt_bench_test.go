@@ -33,7 +33,15 @@ func BenchmarkReadopt(b *testing.B) {
 		if err := first.Start(); err != nil {
 			b.Fatal(err)
 		}
-		waitEvents(b, logs, func(ev []map[string]any) bool { return count(ev, "started") == hostCount*gpus })
+		// Journaled as started is not yet running there: wait for output.
+		waitEvents(b, logs, func(ev []map[string]any) bool {
+			for n := 1; n <= hostCount*gpus; n++ {
+				if st, err := os.Stat(filepath.Join(logs, fmt.Sprintf("%d.out", n))); err != nil || st.Size() == 0 {
+					return false
+				}
+			}
+			return true
+		})
 		first.Process.Kill()
 		first.Wait()
 		sizes := map[int]int64{}
