@@ -318,9 +318,6 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		if o.ProbeGPUs && st.GPUErr == nil {
 			st.LockErr = l.probes.locks(ctx, h.Name, r, o.LockDir, st.GPUs, o.ProbeTimeout)
 		}
-		if o.ProbeGPUs {
-			st.Kept, st.KeptErr = jobshell.ListKept(ctx, login)
-		}
 		if h.AutoGPUs {
 			switch {
 			case errors.Is(st.GPUErr, executor.ErrProbeTimeout):
@@ -340,6 +337,12 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			}
 			st.Host.AutoGPUs = false
 		}
+	}
+	// What the host keeps with no coordinator, and whether it would.
+	kept, err := jobshell.ListKept(ctx, login)
+	st.Kept, st.KeptErr = kept.Jobs, err
+	if kept.KillsAtLogout {
+		st.Warnings = append(st.Warnings, fmt.Sprintf("%s: systemd there kills your processes when your last session ends (KillUserProcesses=yes) and you have no linger: a job left running with no gpudispatch would die then; run loginctl enable-linger on %s", h.Name, h.Name))
 	}
 	return st, r
 }

@@ -366,6 +366,32 @@ func TestSSHCoordinatorPausedJobRunsOn(t *testing.T) {
 	}
 }
 
+// A host whose systemd kills a user's processes at logout, for a user with
+// no linger, would kill the jobs left with no coordinator: the run and
+// hosts say so, naming loginctl enable-linger.
+func TestSSHWarnsOfKillUserProcesses(t *testing.T) {
+	t.Parallel()
+	fakes := t.TempDir()
+	for name, script := range map[string]string{
+		"busctl":   "#!/bin/sh\necho 'b true'\n",
+		"loginctl": "#!/bin/sh\necho no\n",
+	} {
+		if err := os.WriteFile(filepath.Join(fakes, name), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1, Env: []string{"PATH=" + fakes + ":/usr/local/bin:/usr/bin:/bin"}})
+	want := "node1: systemd there kills your processes when your last session ends (KillUserProcesses=yes) and you have no linger"
+	r := labRun(t, l, "true\n", "-i", l.Inventory(""), "-o", "logs")
+	if r.code != 0 || !strings.Contains(r.stderr, "gpudispatch: warning: "+want) || !strings.Contains(r.stderr, "loginctl enable-linger") {
+		t.Errorf("run: exit %d\n%s", r.code, r.stderr)
+	}
+	h := labRun(t, l, "", "hosts", "-i", l.Inventory(""))
+	if !strings.Contains(h.stdout, want) {
+		t.Errorf("hosts does not warn:\n%s", h.stdout)
+	}
+}
+
 // A host reached through ssh_config's ProxyCommand, as ssh reaches it: the
 // command (here OpenSSH's own ssh -W through node1) carries the
 // connection, and the HostName, which resolves nowhere, is never looked up.

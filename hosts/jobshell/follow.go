@@ -209,27 +209,41 @@ type Kept struct {
 	About string `json:"about"`
 }
 
+// KeptReport is what a machine keeps with no coordinator, and whether it
+// would keep it.
+type KeptReport struct {
+	Jobs []Kept
+	// KillsAtLogout is set when systemd-logind there kills the user's
+	// processes as their last session ends (KillUserProcesses=yes) and the
+	// user has no linger: a job left with no coordinator would die then.
+	KillsAtLogout bool
+}
+
 // ListKept lists the jobs that the machine start runs bash on keeps with no
 // coordinator.
-func ListKept(ctx context.Context, start spawn.Func) ([]Kept, error) {
+func ListKept(ctx context.Context, start spawn.Func) (KeptReport, error) {
 	var out, errs strings.Builder
 	p, err := start(ctx, spawn.Bootstrap(keptScript, "gpudispatch-kept"), &out, &errs)
 	if err != nil {
-		return nil, err
+		return KeptReport{}, err
 	}
 	p.Stdin.Write([]byte(keptScript))
 	p.Stdin.Close()
 	if err := p.Wait(); err != nil {
-		return nil, fmt.Errorf("listing the jobs kept there: %w: %s", err, strings.TrimSpace(errs.String()))
+		return KeptReport{}, fmt.Errorf("listing the jobs kept there: %w: %s", err, strings.TrimSpace(errs.String()))
 	}
-	var kept []Kept
+	var kept KeptReport
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if line == "!kill-at-logout" {
+			kept.KillsAtLogout = true
+			continue
+		}
 		f := strings.SplitN(line, " ", 5)
 		if len(f) < 5 {
 			continue
 		}
 		secs, _ := strconv.ParseInt(f[2], 10, 64)
-		kept = append(kept, Kept{Tag: f[0], Running: f[1] == "running", Since: time.Unix(secs, 0), GPUs: f[3], About: f[4]})
+		kept.Jobs = append(kept.Jobs, Kept{Tag: f[0], Running: f[1] == "running", Since: time.Unix(secs, 0), GPUs: f[3], About: f[4]})
 	}
 	return kept, nil
 }

@@ -5,6 +5,16 @@
 # coordinator), when it started (seconds since 1970), its GPUs, then the
 # about line its coordinator gave. A job whose shell still has its
 # coordinator (the shell's parent is sshd or gpudispatch) is not listed.
+# First, the line "!kill-at-logout" when systemd-logind kills the user's
+# processes as their last session ends (KillUserProcesses=yes) and the user
+# has no linger: jobs left with no coordinator would die then.
+if command -v busctl >/dev/null && command -v loginctl >/dev/null; then
+  kill=$(busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager KillUserProcesses 2>/dev/null)
+  linger=$(loginctl show-user "$(id -un)" --property=Linger --value 2>/dev/null)
+  if [ "$kill" = "b true" ] && [ "$linger" != yes ]; then
+    echo '!kill-at-logout'
+  fi
+fi
 spool=$HOME/.gpudispatch/jobs
 for rec in "$spool"/*.job; do
   [ -s "$rec" ] || continue
