@@ -454,8 +454,26 @@ func TestE2ESlurmLoginNodeLost(t *testing.T) {
 					name, dir, name, dir)
 			}
 			stdin.Close()
+			// Slurm picks which two run first; the third waits.
+			var third string
 			waitJournal(t, logDir, func(events []map[string]any) bool {
-				return count(events, "started") == 2 && readFileOr(filepath.Join(logDir, "a.out")) == "before\n"
+				started := map[any]bool{}
+				for _, e := range events {
+					if e["event"] == "started" {
+						started[e["job"]] = true
+					}
+				}
+				if len(started) != 2 {
+					return false
+				}
+				for _, name := range []string{"a", "b", "c"} {
+					if !started[name] {
+						third = name
+					} else if readFileOr(filepath.Join(logDir, name+".out")) != "before\n" {
+						return false
+					}
+				}
+				return true
 			})
 			tc.lose(login)
 			lost := true
@@ -468,7 +486,7 @@ func TestE2ESlurmLoginNodeLost(t *testing.T) {
 			// 10 s grace): the jobs end meanwhile and the third runs.
 			time.Sleep(2 * time.Second)
 			os.WriteFile(filepath.Join(dir, "go"), nil, 0o644)
-			waitForFile(t, filepath.Join(dir, "ran.c"), func(s string) bool { return s != "" }) // the third job ran
+			waitForFile(t, filepath.Join(dir, "ran."+third), func(s string) bool { return s != "" }) // the third job ran
 			time.Sleep(4 * time.Second)
 			tc.back(login)
 			lost = false
