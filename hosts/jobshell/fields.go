@@ -77,21 +77,37 @@ type placing struct {
 	outBase, errBase int64
 }
 
-// fields encodes c for a job shell's stdin, after the job's end mark: "j",
-// the length of the header in 8 decimal digits, the header (the byte
-// length of the fields together, then of each, space-separated), then the fields one after
-// another with nothing between them: end mark, tag, about, time limit in
-// seconds, rotate, the stream offsets, workdir, setup, script, then one per
-// environment entry. The shell reads the record in four system calls.
-func fields(c executor.Command, mark string, at placing) ([]byte, error) {
+// check says what of c no job shell can take: a tag or an environment
+// name of other characters, or a NUL byte, which a bash variable cannot
+// hold.
+func check(c executor.Command) error {
 	if c.Tag != "" && !ValidTag(c.Tag) {
-		return nil, fmt.Errorf("tag %q: want letters, digits, '.', '_' and '-'", c.Tag)
+		return fmt.Errorf("tag %q: want letters, digits, '.', '_' and '-'", c.Tag)
 	}
 	for _, kv := range c.Env {
 		if name, _, ok := strings.Cut(kv, "="); !ok || !inventory.ValidEnvName(name) {
-			return nil, fmt.Errorf("environment entry %q: want NAME=value with a shell variable name", kv)
+			return fmt.Errorf("environment entry %q: want NAME=value with a shell variable name", kv)
+		}
+		if strings.IndexByte(kv, 0) >= 0 {
+			return fmt.Errorf("environment entry %q: %w", kv[:strings.IndexByte(kv, '=')], ErrNUL)
 		}
 	}
+	for _, f := range []struct{ what, v string }{{"the command", c.Script}, {"the workdir", c.Workdir}, {"the setup", c.Setup}, {"the about line", c.About}} {
+		if strings.IndexByte(f.v, 0) >= 0 {
+			return fmt.Errorf("%s: %w", f.what, ErrNUL)
+		}
+	}
+	return nil
+}
+
+// fields encodes c, which check found fit, for a job shell's stdin, after
+// the job's end mark: "j", the length of the header in 8 decimal digits,
+// the header (the byte length of the fields together, then of each,
+// space-separated), then the fields one after another with nothing between
+// them: end mark, tag, about, time limit in seconds, rotate, the stream
+// offsets, workdir, setup, script, then one per environment entry. The
+// shell reads the record in four system calls.
+func fields(c executor.Command, mark string, at placing) []byte {
 	limit := "0"
 	if c.Timeout > 0 {
 		limit = strconv.FormatFloat(c.Timeout.Seconds(), 'f', 3, 64)
@@ -111,11 +127,7 @@ func fields(c executor.Command, mark string, at placing) ([]byte, error) {
 		c.Workdir, c.Setup, c.Script}, c.Env...)
 	var hdr strings.Builder
 	total := 0
-	for i, f := range fields {
-		// Bash variables cannot hold NUL: it would be dropped.
-		if strings.IndexByte(f, 0) >= 0 {
-			return nil, fmt.Errorf("job shell field %d: %w", i, ErrNUL)
-		}
+	for _, f := range fields {
 		hdr.WriteByte(' ')
 		hdr.WriteString(strconv.Itoa(len(f)))
 		total += len(f)
@@ -126,5 +138,5 @@ func fields(c executor.Command, mark string, at placing) ([]byte, error) {
 	for _, f := range fields {
 		b.WriteString(f)
 	}
-	return b.Bytes(), nil
+	return b.Bytes()
 }

@@ -2,6 +2,7 @@ package jobshell
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -68,7 +69,7 @@ func Follow(ctx context.Context, start spawn.Func, tag string, outOff, errOff in
 				return -1, time.Time{}, context.Cause(ctx)
 			}
 			cancelled, done = true, nil
-			go stdin.Write([]byte("c\x00"))
+			go stdin.Write([]byte("c"))
 		case werr := <-ended:
 			select {
 			case tail = <-out.end:
@@ -89,14 +90,14 @@ func Follow(ctx context.Context, start spawn.Func, tag string, outOff, errOff in
 			case !exited:
 				return -1, time.Time{}, lost
 			case code == errNotKept:
-				return -1, time.Time{}, fmt.Errorf("%w: nothing of job %s is kept where it ran", executor.ErrJobLost, tag)
+				return -1, time.Time{}, fmt.Errorf("%w: the host keeps nothing of attempt %s (it never started there, or the host was started again)", executor.ErrJobLost, tag)
 			case code == 0:
 				return -1, time.Time{}, fmt.Errorf("%w: the job shell of job %s ended before it (the machine restarted, or someone killed it)", executor.ErrJobLost, tag)
 			}
 			return -1, time.Time{}, fmt.Errorf("following job %s: %w", tag, lost)
 		}
 	}
-	stdin.Write([]byte("d\x00"))
+	stdin.Write([]byte("d"))
 	stdin.Close()
 	e, err := parseEnd(tail)
 	if err != nil {
@@ -108,20 +109,10 @@ func Follow(ctx context.Context, start spawn.Func, tag string, outOff, errOff in
 	if err := e.err(); err != nil {
 		return e.code, e.at, err
 	}
-	if werr := cmpErr(out.writeErr(), errs.writeErr()); werr != nil {
+	if werr := cmp.Or(out.writeErr(), errs.writeErr()); werr != nil {
 		return e.code, e.at, fmt.Errorf("writing the job's output: %w", werr)
 	}
 	return e.code, e.at, nil
-}
-
-// cmpErr is the first error that is not nil.
-func cmpErr(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // headed is a follower's output stream: a first line that holds the job's

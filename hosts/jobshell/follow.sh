@@ -75,7 +75,7 @@ find_job || exit 3
       [ "$left" -gt 0 ] || break
       left=$((left - 1))
     fi
-    IFS= read -r -d '' -t 1 cmd
+    IFS= read -r -N 1 -t 1 cmd
     rc=$?
     if [ "$rc" -gt 128 ]; then
       continue

@@ -1,6 +1,7 @@
 package jobshell
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -105,10 +106,10 @@ func New(start spawn.Func, s Supervision) *Shells {
 // its exit status (see shell.run). An error of type *LostError means the
 // shell ended before the job did: the job may run on (see Follow).
 func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (code int, err error) {
-	mark := newMark()
-	if _, err := fields(c, mark, placing{}); err != nil {
+	if err := check(c); err != nil {
 		return -1, err
 	}
+	mark := newMark()
 	// A shell whose profile changed runs nothing and answers errStale: the
 	// job goes to a new shell, which reads the profile as it is now.
 	for tries := 0; ; tries++ {
@@ -118,11 +119,7 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 				return -1, err
 			}
 		}
-		f, err := fields(c, mark, sh.placing())
-		if err != nil {
-			return -1, err
-		}
-		code, reuse, err := sh.run(ctx, mark, f, stdout, stderr)
+		code, reuse, err := sh.run(ctx, mark, fields(c, mark, sh.placing()), stdout, stderr)
 		if reuse {
 			ss.put(sh)
 		} else {
@@ -267,11 +264,7 @@ func (sh *shell) run(ctx context.Context, mark string, fields []byte, stdout, st
 	if err := end.err(); err != nil {
 		return end.code, false, err
 	}
-	werr := sh.out.writeErr()
-	if werr == nil {
-		werr = sh.errs.writeErr()
-	}
-	if werr != nil {
+	if werr := cmp.Or(sh.out.writeErr(), sh.errs.writeErr()); werr != nil {
 		return end.code, false, fmt.Errorf("writing the job's output: %w", werr)
 	}
 	return end.code, !sh.out.strayed() && !sh.errs.strayed(), nil

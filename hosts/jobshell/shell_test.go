@@ -156,10 +156,7 @@ func TestJobOutlivesItsCoordinator(t *testing.T) {
 	t.Parallel()
 	mark := newMark()
 	job := "for i in $(seq 1 30); do echo out $i; echo err $i >&2; sleep 0.05; done; exit 3"
-	body, err := fields(executor.Command{Script: job, Tag: "o-1-1"}, mark, placing{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := fields(executor.Command{Script: job, Tag: "o-1-1"}, mark, placing{})
 	cmd := exec.Command("bash", "-c", spawn.Bootstrap(script, ProcessName, "sh-o"))
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
@@ -440,10 +437,7 @@ func TestShellAsStdinEnds(t *testing.T) {
 		wantRan bool
 	}{{"e-1-1", true}, {"", false}} {
 		done := filepath.Join(t.TempDir(), "done")
-		body, err := fields(executor.Command{Script: "sleep 1; echo > $DONE", Env: []string{"DONE=" + done}, Tag: tt.tag}, newMark(), placing{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		body := fields(executor.Command{Script: "sleep 1; echo > $DONE", Env: []string{"DONE=" + done}, Tag: tt.tag}, newMark(), placing{})
 		cmd := exec.Command("bash", "-c", spawn.Bootstrap(script, ProcessName, "sh-e"+tt.tag))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Stdin = bytes.NewReader(append(header(fast), body...))
