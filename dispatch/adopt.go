@@ -28,12 +28,14 @@ import (
 
 // openAttempts reads the journal at path for Resume: the jobs that
 // finished with exit status 0, the latest attempt of each job that started
-// (or was handed to a batch system) with no outcome after it, and the lines
-// it had to skip as damaged. A missing journal is empty.
-func openAttempts(path string) (done map[jobKey]bool, open map[jobKey]Event, damaged []string, err error) {
-	done, open = map[jobKey]bool{}, map[jobKey]Event{}
+// (or was handed to a batch system) with no outcome after it, the attempts
+// still to stop (see fence), and the lines it had to skip as damaged. A
+// missing journal is empty.
+func openAttempts(path string) (done map[jobKey]bool, open map[jobKey]Event, unstopped fences, damaged []string, err error) {
+	done, open, unstopped = map[jobKey]bool{}, map[jobKey]Event{}, fences{}
 	marks := [][]byte{[]byte(`"event":"finished"`), []byte(`"event":"started"`), []byte(`"event":"pending"`),
-		[]byte(`"event":"failed"`), []byte(`"event":"timeout"`), []byte(`"event":"lost"`), []byte(`"event":"cancelled"`)}
+		[]byte(`"event":"failed"`), []byte(`"event":"timeout"`), []byte(`"event":"lost"`), []byte(`"event":"cancelled"`),
+		[]byte(`"event":"stopped"`)}
 	damaged, err = scanJournal(path, func(line []byte) error {
 		// Only these events matter: skip the rest without decoding.
 		if !slices.ContainsFunc(marks, func(m []byte) bool { return bytes.Contains(line, m) }) {
@@ -46,8 +48,10 @@ func openAttempts(path string) (done map[jobKey]bool, open map[jobKey]Event, dam
 		if e.TextBytes != nil {
 			e.Text = string(e.TextBytes)
 		}
+		unstopped.see(e)
 		k := jobKey{e.Text, e.Occurrence}
 		switch e.Event {
+		case EventStopped:
 		case EventStarted, EventPending:
 			open[k] = e
 		case EventFinished:
@@ -59,9 +63,9 @@ func openAttempts(path string) (done map[jobKey]bool, open map[jobKey]Event, dam
 		return nil
 	})
 	if errors.Is(err, os.ErrNotExist) {
-		return done, open, nil, nil
+		return done, open, unstopped, nil, nil
 	}
-	return done, open, damaged, err
+	return done, open, unstopped, damaged, err
 }
 
 // adoptable reports whether attempt e may be followed where it ran: its

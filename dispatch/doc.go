@@ -72,7 +72,11 @@
 // that did not start goes back to the queue without using an attempt; a lost
 // job uses one, and its slots stay taken until the Executor's Reap confirms
 // on the host that nothing of it is left, so a GPU is never given to a new
-// job while the old one may still hold it. When a host has been down for
+// job while the old one may still hold it. A cancel that could not reach
+// the host (executor.ErrCancelUnreached) is kept the same way: such an
+// attempt is fenced (fence.go), recorded with Unstopped, stopped by Reap
+// once the host answers (EventStopped), and left in the journal for the
+// next run with Resume when this one ends first. When a host has been down for
 // Options.HostDownTimeout, the waiting jobs that no other host can run fail
 // with the reason, and so do such jobs arriving later, until it is back: a
 // run never waits forever for a host.

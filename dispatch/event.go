@@ -17,6 +17,9 @@ const (
 	EventRetried   = "retried"
 	EventCancelled = "cancelled"
 	EventRejected  = "rejected"
+	// EventStopped says that an attempt ended Unstopped was stopped where
+	// it ran, or found ended there (Tag names it).
+	EventStopped = "stopped"
 	// Host events name a host and no job.
 	EventHostDown = "host_down" // cannot be reached; Error says why
 	EventHostUp   = "host_up"   // reachable again
@@ -82,6 +85,11 @@ type Event struct {
 	// (cancel, retry), rather than the run deciding it: serve --resume does
 	// not bring back a job its user cancelled.
 	ByUser bool `json:"by_user,omitempty"`
+	// Unstopped is set on a lost or cancelled event whose attempt may run
+	// on where it ran: its host could not be reached to stop it. The
+	// coordinator of the log dir that next reaches the host stops it, and
+	// records EventStopped.
+	Unstopped bool `json:"unstopped,omitempty"`
 	// Resume is set on a run event of a run that goes on with the earlier
 	// ones.
 	Resume bool `json:"resume,omitempty"`

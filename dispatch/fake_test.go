@@ -24,6 +24,8 @@ import (
 //	godown D    sleeps D, then takes its host down and succeeds
 //	die         on its first attempt takes its host down and loses the
 //	            connection; later attempts sleep 1 ms
+//	cutoff      runs until cancelled, then takes its host down and says
+//	            the cancel did not reach it (the job holds its slots)
 //
 // A lost job keeps its slots (the fake counts it running) until Reap is
 // called for its tag, so a slot reused too early shows as overbooked. While a
@@ -374,6 +376,11 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 		time.Sleep(d)
 		f.setDown(host, true)
 		return 0, nil
+	case "cutoff":
+		<-ctx.Done()
+		f.setDown(host, true)
+		lost = true
+		return -1, fmt.Errorf("%s: %w (%w)", host, context.Cause(ctx), executor.ErrCancelUnreached)
 	case "die":
 		if attempt == 1 {
 			f.setDown(host, true)

@@ -69,6 +69,9 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 		line = fmt.Sprintf("job %s timed out on %s after %s: its processes were killed", e.Job, where, elapsed(e))
 	case EventLost:
 		line = fmt.Sprintf("job %s lost on %s: %s", e.Job, where, e.Error)
+		if e.Unstopped {
+			line += "; its processes are stopped there once the host answers"
+		}
 	case EventRetried:
 		if e.ByUser {
 			line = fmt.Sprintf("job %s queued again on request (retry)", e.Job)
@@ -81,13 +84,17 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 		}
 		line = fmt.Sprintf("job %s: %s", e.Job, e.Message)
 	case EventCancelled:
-		if e.Host != "" {
+		if e.Unstopped {
+			line = fmt.Sprintf("job %s cancelled, but %s did not answer: it may run on there until gpudispatch reaches the host and stops it (this run, or the next with --resume on this log dir)", e.Job, e.Host)
+		} else if e.Host != "" {
 			line = fmt.Sprintf("job %s cancelled on %s: its processes were killed", e.Job, where)
 		} else if t.Verbose {
 			line = fmt.Sprintf("job %s cancelled before it started", e.Job)
 		} else {
 			return "", false
 		}
+	case EventStopped:
+		line = fmt.Sprintf("job %s: attempt %d stopped on %s, now that it answers", e.Job, e.Attempt, e.Host)
 	case EventRejected:
 		line = fmt.Sprintf("%s: job %s rejected: %s", e.Source, e.Job, e.Error)
 	case EventHostDown:

@@ -139,7 +139,11 @@ type run struct {
 	bg      context.Context
 	ups     chan *hostSlots
 	expired chan expiry
-	reaped  chan placement
+	reaped  chan fence
+	// fenced are the attempts to stop where they ran once their hosts
+	// answer, by tag; unstopped are those an earlier run left (Resume).
+	fenced    map[string]fence
+	unstopped fences
 	// GPU claims and locks (claim.go): settled claims, busy GPUs' rechecks,
 	// locks lost with their holder, and GPUs left idle by a release.
 	claims   chan claimResult
@@ -205,7 +209,8 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	r.bg = bg
 	r.ups = make(chan *hostSlots)
 	r.expired = make(chan expiry)
-	r.reaped = make(chan placement)
+	r.reaped = make(chan fence)
+	r.fenced = map[string]fence{}
 	r.claims = make(chan claimResult)
 	r.rechecks = make(chan recheck)
 	r.lockLost = make(chan lostLock)
@@ -241,6 +246,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	ctx, r.killJobs = context.WithCancelCause(ctx)
 	defer r.killJobs(nil)
 	r.jobsCtx = ctx
+	r.putUpEarlier()
 	for _, a := range r.adoptions {
 		if !r.adopt(a.q, a.attempt) {
 			r.requeue = append(r.requeue, a.q)
@@ -264,6 +270,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 			Error: "detached: " + Count(r.inFlight, "running job") + " left running where they run; --resume (or serve --resume) on this log dir re-adopts them"})
 		return r.summary, nil
 	}
+	r.awaitFences()
 	r.unlockAll()
 	return r.summary, nil
 }
@@ -302,11 +309,11 @@ func prepare(opts Options) (*run, error) {
 	}
 	r.numbers = nums
 	if opts.Resume {
-		done, open, damaged, err := openAttempts(filepath.Join(opts.LogDir, JournalName))
+		done, open, unstopped, damaged, err := openAttempts(filepath.Join(opts.LogDir, JournalName))
 		if err != nil {
 			return nil, &SetupError{fmt.Errorf("--resume: %w", err)}
 		}
-		r.done, r.open, r.damaged = done, open, damaged
+		r.done, r.open, r.unstopped, r.damaged = done, open, unstopped, damaged
 	}
 	return r, nil
 }
@@ -373,8 +380,8 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			r.hostUp(h)
 		case x := <-r.expired:
 			r.hostExpired(x)
-		case p := <-r.reaped:
-			r.release(p)
+		case f := <-r.reaped:
+			r.stopped(f)
 		case c := <-r.claims:
 			if !r.claimed(ctx, c) {
 				r.inFlight--
@@ -622,9 +629,10 @@ func (r *run) finish(res result) {
 	q, j, p := res.a.q, res.a.q.job, res.a.p
 	q.kill = nil
 	lost := errors.Is(res.err, executor.ErrConnectionLost)
+	unreached := errors.Is(res.err, executor.ErrCancelUnreached)
 	limited := errors.Is(res.err, executor.ErrLimit)
 	notStarted := errors.Is(res.err, executor.ErrHostDown) || limited
-	if lost || errors.Is(res.err, executor.ErrHostDown) {
+	if lost || unreached || errors.Is(res.err, executor.ErrHostDown) {
 		r.hostDown(p.host, res.err)
 	}
 	if p.host.cluster {
@@ -642,11 +650,10 @@ func (r *run) finish(res result) {
 		return
 	}
 	jobLost := errors.Is(res.err, executor.ErrJobLost)
-	if lost {
-		// Its processes may still hold the GPUs: the slots stay taken until
-		// the host confirms they are gone.
-		go r.reap(p, p.host.host.Name, q.tag)
-	} else {
+	// Its processes may still hold the GPUs: the slots stay taken until
+	// the host confirms they are gone.
+	unstopped := lost || unreached
+	if !unstopped {
 		r.release(p)
 	}
 	kind := EventFinished
@@ -681,6 +688,10 @@ func (r *run) finish(res result) {
 		e.Error = res.err.Error()
 	}
 	e.ByUser = errors.Is(res.err, errCancelAsked)
+	if unstopped {
+		e.Unstopped, e.Tag = true, q.tag
+		r.putUp(fence{ended: e, p: p, held: true})
+	}
 	if notStarted {
 		// Nothing ran: the attempt does not count and its empty logs go.
 		q.attempts--
@@ -741,20 +752,6 @@ func (r *run) hostExpired(x expiry) {
 		e := r.event(EventFailed, q.job, q.attempts)
 		e.Error = why[q]
 		r.final(e)
-	}
-}
-
-// reap releases p's slots once the Executor confirms that nothing of the
-// lost attempt tagged tag is left on host. It runs on a goroutine of its
-// own, so it is given the host's name: the loop owns p's state (a reload
-// rewrites it).
-func (r *run) reap(p placement, host, tag string) {
-	if r.opts.Executor.Reap(r.bg, host, tag) != nil {
-		return
-	}
-	select {
-	case r.reaped <- p:
-	case <-r.bg.Done():
 	}
 }
 

@@ -23,11 +23,13 @@ func (r *run) loadServed() error {
 	recs := map[jobKey]*record{}
 	var order []jobKey
 	path := filepath.Join(r.opts.LogDir, JournalName)
+	unstopped := fences{}
 	damaged, err := scanJournal(path, func(line []byte) error {
 		var e Event
 		if err := json.Unmarshal(line, &e); err != nil {
 			return err
 		}
+		unstopped.see(e)
 		if e.Job == "" {
 			return nil
 		}
@@ -61,6 +63,9 @@ func (r *run) loadServed() error {
 		return err
 	}
 	r.damaged = damaged
+	if r.opts.Resume {
+		r.unstopped = unstopped
+	}
 	for _, k := range order {
 		rec := recs[k]
 		if rec.queued.Job == "" {

@@ -70,7 +70,7 @@ func (r *Remote) takeUp(ctx context.Context, tag string, stdout, stderr io.Write
 	quiet := r.silence.clock()
 	for tag != "" && ctx.Err() == nil && errors.As(err, &lost) {
 		if werr := quiet.waitBack(ctx, r.pool.WaitUp); werr != nil {
-			return -1, time.Now(), fmt.Errorf("%s: %w: %v", r.name, executor.ErrConnectionLost, lost.Err)
+			return -1, time.Now(), r.cutOff(ctx, lost)
 		}
 		var ferr error
 		code, end, ferr = jobshell.Follow(ctx, r.spawn, tag, lost.OutBytes, lost.ErrBytes, r.supervision.Grace, stdout, stderr)
@@ -78,7 +78,7 @@ func (r *Remote) takeUp(ctx context.Context, tag string, stdout, stderr io.Write
 			// The pool had a connection that turned out dead: still cut
 			// off, from the same bytes.
 			if quiet.pause(ctx) {
-				return -1, time.Now(), fmt.Errorf("%s: %w: %v", r.name, executor.ErrConnectionLost, lost.Err)
+				return -1, time.Now(), r.cutOff(ctx, lost)
 			}
 			continue
 		}
@@ -90,9 +90,19 @@ func (r *Remote) takeUp(ctx context.Context, tag string, stdout, stderr io.Write
 		}
 	}
 	if errors.As(err, &lost) {
-		return -1, time.Now(), fmt.Errorf("%s: %w: %v", r.name, executor.ErrConnectionLost, lost.Err)
+		return -1, time.Now(), r.cutOff(ctx, lost)
 	}
 	return code, end, err
+}
+
+// cutOff is the error of a job whose host stopped answering: lost, or,
+// when ctx ended meanwhile (a cancel), cancelled with the cancel not
+// carried out there.
+func (r *Remote) cutOff(ctx context.Context, lost *jobshell.LostError) error {
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, executor.ErrDetached) {
+		return fmt.Errorf("%s: %w (%w: %v)", r.name, cause, executor.ErrCancelUnreached, lost.Err)
+	}
+	return fmt.Errorf("%s: %w: %v", r.name, executor.ErrConnectionLost, lost.Err)
 }
 
 // Close ends the idle job shells, and those of jobs still running once they

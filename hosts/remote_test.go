@@ -101,12 +101,7 @@ func TestRemoteReapStopsTheJob(t *testing.T) {
 		_, err := r.Run(context.Background(), executor.Command{Script: "echo $BASHPID > " + pidFile + "; sleep 30", Tag: "20261121T1.5Z-1-1"}, io.Discard, io.Discard)
 		done <- err
 	}()
-	var pid int
-	waitFor(t, "the job to start", func() bool {
-		b, err := os.ReadFile(pidFile)
-		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		return err == nil && pid > 0
-	})
+	pid := waitPid(t, pidFile)
 	if err := r.Reap(context.Background(), "20261121T1.5Z-1"); err != nil {
 		t.Fatalf("Reap of a tag that only prefixes a running one: %v", err)
 	}
@@ -164,6 +159,42 @@ func TestRemoteJobOutlivesItsConnection(t *testing.T) {
 	}
 }
 
+// A cancel while the job's host is cut off cannot reach the job: Run says
+// so (the cause, and ErrCancelUnreached), not that the job was lost, and
+// the job runs on until Reap, once the host answers, stops it.
+func TestRemoteCancelWhileCutOff(t *testing.T) {
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	lab := openLab(t, l)
+	r := lab.Runner("node1")
+	pidFile := filepath.Join(l.Dir, "pid")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	why := errors.New("cancelled on request")
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Run(ctx, executor.Command{Script: "echo $BASHPID > " + pidFile + "; sleep 60", Tag: "cutc-1-1"}, io.Discard, io.Discard)
+		done <- err
+	}()
+	pid := waitPid(t, pidFile)
+	l.Hosts[0].Cut()
+	cancel(why)
+	select {
+	case err := <-done:
+		if !errors.Is(err, why) || !errors.Is(err, executor.ErrCancelUnreached) || errors.Is(err, executor.ErrConnectionLost) {
+			t.Fatalf("Run: %v; want the cancel's cause and that it did not reach the host", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after its cancel")
+	}
+	if !sshtest.Running(pid) {
+		t.Fatal("the job died with its connection")
+	}
+	l.Hosts[0].Start()
+	if err := r.Reap(context.Background(), "cutc-1-1"); err != nil {
+		t.Fatal(err)
+	}
+	sshtest.WaitGone(t, []int{pid}, 0)
+}
+
 // GPU locks over real sshd: named by each host's own GPU UUID (two hosts'
 // GPU 1 are two locks), exclusive between runs, and lost with the host.
 func TestRemoteLockGPU(t *testing.T) {
@@ -197,6 +228,18 @@ func TestRemoteLockGPU(t *testing.T) {
 		t.Error("the lock on a host that died is not reported lost")
 	}
 	c.Release()
+}
+
+// waitPid waits for a job to write its pid to pidFile, and returns it.
+func waitPid(t *testing.T, pidFile string) int {
+	t.Helper()
+	var pid int
+	waitFor(t, "the job to start", func() bool {
+		b, err := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil && pid > 0
+	})
+	return pid
 }
 
 // waitFor waits up to 20 s for cond.

@@ -29,6 +29,11 @@ var (
 	// returns at once, without stopping the job, with an error wrapping
 	// ErrDetached. A later Adopt follows the job.
 	ErrDetached = errors.New("the coordinator detached: the job runs on")
+	// ErrCancelUnreached is wrapped, with the context's cause, by the error
+	// of a Run or Adopt whose context ended while its host could not be
+	// reached: the job may run on there. Reap stops it once the host
+	// answers.
+	ErrCancelUnreached = errors.New("the cancel did not reach the host: the job may run on there until it is stopped")
 	// ErrGPULocked means another gpudispatch run holds the GPU's lock.
 	ErrGPULocked = errors.New("locked by another gpudispatch run")
 	// ErrNoLocks means the host cannot lock its GPUs: jobs still run there,

@@ -13,15 +13,18 @@ type Executor interface {
 	// as the bytes arrive. It returns the exit code once the job and its
 	// process group are gone. err is non-nil when the job could not be
 	// started (it wraps ErrHostDown when the host cannot be reached), was
-	// stopped because ctx ended (it wraps context.Cause(ctx)), or its host
-	// was lost while it ran (it wraps ErrConnectionLost).
+	// stopped because ctx ended (it wraps context.Cause(ctx), and also
+	// ErrCancelUnreached when the host could not be told), or its host was
+	// lost while it ran (it wraps ErrConnectionLost).
 	Run(ctx context.Context, host string, c Command, stdout, stderr io.Writer) (exitCode int, err error)
 	// WaitUp returns once host can take jobs: at once when it can, else
 	// when it is reachable again, or when ctx ends.
 	WaitUp(ctx context.Context, host string) error
 	// Reap returns once nothing is left on host of the command tagged tag,
-	// whose Run ended with ErrConnectionLost: until then its GPUs may still
-	// be in use. It waits for the host to be reachable, or for ctx to end.
+	// whose Run ended with ErrConnectionLost or ErrCancelUnreached (in this
+	// process or an earlier one): it stops the command if it still runs.
+	// Until Reap returns, its GPUs may still be in use. It waits for the
+	// host to be reachable, or for ctx to end.
 	Reap(ctx context.Context, host, tag string) error
 	// Adopt follows the command tagged c.Tag that an earlier coordinator
 	// started on host and that may still run there (a batch system's job

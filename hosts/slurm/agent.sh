@@ -10,7 +10,8 @@
 # tag prefix), _a_wd (the cluster workdir, "~/" is home), _a_poll (seconds),
 # _a_silence (seconds without a word from the coordinator after which the
 # agent exits, leaving the jobs to Slurm; _a_run "check": only see whether
-# sbatch would take a job, and say r or F), _a_tick (seconds, may be fractional: how often
+# sbatch would take a job, and say r or F; _a_run "cancel-TAG": only cancel
+# the job tagged TAG, and say r or F), _a_tick (seconds, may be fractional: how often
 # output is looked at), then the common sbatch options in _a_args.
 #
 # stdin, one command a line:
@@ -68,6 +69,15 @@ if [ "$_a_run" = check ]; then
   fi
   exit 0
 fi
+case $_a_run in cancel-*)
+  # A cancel that did not reach the cluster when it was given.
+  if _a_out=$(scancel --me --name="gpd-${_a_run#cancel-}" 2>&1); then
+    echo r
+  else
+    printf 'F - %s\n' "${_a_out//$'\n'/ }"
+  fi
+  exit 0
+esac
 _a_pidfile=.gpd-$_a_run.agent
 echo $$ >"$_a_pidfile.$$" && mv -f "$_a_pidfile.$$" "$_a_pidfile"
 declare -A _a_id _a_out _a_err _a_state _a_why

@@ -241,8 +241,10 @@ func (c *Cluster) wait(ctx context.Context, j *job) (int, error) {
 			// Slurm says CANCELLED at the next poll.
 			giveUp = time.After(2*c.o.Slurm.Poll + 3*c.o.Heartbeat + c.o.Grace)
 		case <-giveUp:
+			// Slurm never said the job ended: the cancel may not have
+			// reached it.
 			c.forget(j)
-			return -1, fmt.Errorf("%s: %w", c.o.Name, context.Cause(ctx))
+			return -1, fmt.Errorf("%s: %w (%w)", c.o.Name, context.Cause(ctx), executor.ErrCancelUnreached)
 		case r := <-j.events:
 			switch r.kind {
 			case 'S':
@@ -333,9 +335,34 @@ func (c *Cluster) forget(j *job) {
 func (c *Cluster) WaitUp(ctx context.Context) error { return c.o.WaitUp(ctx) }
 
 // Reap implements the executor contract: Run never returns ErrConnectionLost
-// for a cluster (its jobs run on while the login node is away), so nothing
-// is ever left to wait for.
-func (*Cluster) Reap(context.Context, string) error { return nil }
+// for a cluster (its jobs run on while the login node is away), but a
+// cancel may not have reached it (ErrCancelUnreached). Once the login node
+// answers, Reap cancels the job tagged tag in Slurm (by its name), which
+// then ends it.
+func (c *Cluster) Reap(ctx context.Context, tag string) error {
+	if err := c.o.WaitUp(ctx); err != nil {
+		return err
+	}
+	var out, errs tail
+	code := c.prelude("cancel-"+tag) + agentCode
+	p, err := c.o.Spawn(ctx, spawn.Bootstrap(code, AgentName, "cancel-"+tag), &out, &errs)
+	if err != nil {
+		return err
+	}
+	io.WriteString(p.Stdin, code)
+	p.Stdin.Close()
+	if err := p.Wait(); err != nil {
+		return fmt.Errorf("%s: cancelling %s: %w: %s", c.o.Name, tag, err, errs.String())
+	}
+	text := strings.TrimSpace(out.String())
+	if msg, ok := strings.CutPrefix(text, "F - "); ok {
+		return fmt.Errorf("%s: scancel of %s: %s", c.o.Name, tag, msg)
+	}
+	if !strings.HasSuffix(text, "r") {
+		return fmt.Errorf("%s: the login node's bash did not run the agent: %s", c.o.Name, errs.String())
+	}
+	return nil
+}
 
 // Adopt implements the executor contract: it tracks again the job tagged
 // cmd.Tag that an earlier coordinator submitted (found by its name in

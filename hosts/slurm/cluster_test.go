@@ -4,6 +4,8 @@ package slurm
 
 import (
 	"context"
+	"errors"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -70,5 +72,50 @@ func TestRunOne(t *testing.T) {
 	// take seconds on a loaded machine), not when a later poll saw it.
 	if started := progress[i].Started.Unix(); started < submitted || started > ran {
 		t.Errorf("Slurm started the job at %d; it was submitted at %d and says it ran at %d", started, submitted, ran)
+	}
+}
+
+// A cancel that did not reach the cluster is carried out by Reap: the job,
+// left running in Slurm by a coordinator that went away, is cancelled
+// there by its name.
+func TestReapCancelsTheJobInSlurm(t *testing.T) {
+	sc := slurmtest.Start(t, slurmtest.Options{})
+	c := localCluster(t, sc, inventory.Slurm{})
+	const tag = "R2-1-1"
+	ctx, detach := context.WithCancelCause(context.Background())
+	progress := make(chan executor.Progress, 16)
+	cmd := executor.Command{Script: "sleep 300", Tag: tag, GPUs: 1,
+		Progress: func(p executor.Progress) { progress <- p }}
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Run(ctx, cmd, new(sshtest.Buffer), new(sshtest.Buffer))
+		done <- err
+	}()
+	for p := range progress {
+		if p.Running {
+			break
+		}
+	}
+	detach(executor.ErrDetached)
+	if err := <-done; !errors.Is(err, executor.ErrDetached) {
+		t.Fatalf("Run after detach: %v", err)
+	}
+	state := func() string {
+		out, err := exec.Command("squeue", "--noheader", "--name=gpd-"+tag, "--format=%T").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if s := state(); s != "RUNNING" {
+		t.Fatalf("the detached job is %q in squeue, want RUNNING", s)
+	}
+	if err := c.Reap(context.Background(), tag); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); state() != ""; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job is still %q in squeue after Reap", state())
+		}
 	}
 }
