@@ -332,37 +332,130 @@ func TestSSHCoordinatorKilledJobsRunOnAndAreReadopted(t *testing.T) {
 	}
 }
 
-// A coordinator paused (a laptop's lid closed: SIGSTOP) for longer than
-// its keepalives would take to call a connection dead ends no job: once it
-// goes on, the job has run to its end with its own exit status, and its log
-// has every line once, in order.
-func TestSSHCoordinatorPausedJobRunsOn(t *testing.T) {
+// A job's life is its own, whatever happens to its coordinator or the
+// network, each for longer than the keepalives take to call a connection
+// dead: once both are back, the run takes the job up again from the byte
+// its log had, to the job's own end. Every line (one every 100 ms) is in
+// the log once, in order; the job ran once and finished once.
+//
+//   - paused: the coordinator stopped for two minutes (a laptop's lid
+//     closed: SIGSTOP), the job outlasting the pause;
+//   - cut: the host's sshd killed for 90 s, every connection with it,
+//     while the host and the job live on (its network went away).
+func TestSSHJobOutlivesItsCoordinatorAndNetwork(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		lines int // about 100 ms each
+		fault func(l *sshtest.Lab, coordinator *os.Process)
+	}{
+		{"paused", 1300, func(_ *sshtest.Lab, p *os.Process) {
+			p.Signal(syscall.SIGSTOP)
+			time.Sleep(120 * time.Second)
+			p.Signal(syscall.SIGCONT)
+		}},
+		{"cut", 1000, func(l *sshtest.Lab, _ *os.Process) {
+			l.Hosts[0].Cut()
+			time.Sleep(90 * time.Second)
+			l.Hosts[0].Start()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+			logDir := filepath.Join(l.Dir, "logs")
+			effects := filepath.Join(l.Dir, "effects")
+			logJournalOnFailure(t, logDir)
+			job := fmt.Sprintf("echo ran >> %s; for i in $(seq 1 %d); do echo line $i; sleep 0.1; done\n", effects, tc.lines)
+			cmd := labCmd(t, l, job, "-i", l.Inventory(""), "-o", "logs")
+			var errOut bytes.Buffer
+			cmd.Stderr = &errOut
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waitForFile(t, filepath.Join(logDir, "1.out"), func(s string) bool { return strings.Contains(s, "line 3\n") })
+			tc.fault(l, cmd.Process)
+			if err := waitExit(t, cmd, &errOut, 120*time.Second); err != nil {
+				t.Fatalf("exit %v\n%s", err, errOut.String())
+			}
+			checkLines(t, filepath.Join(logDir, "1.out"), "line", tc.lines)
+			if got := readFile(t, effects); got != "ran\n" {
+				t.Errorf("the job ran %q; want once", got)
+			}
+			events := journal(t, logDir)
+			if count(events, "finished") != 1 || count(events, "lost") != 0 {
+				t.Errorf("%d finished and %d lost events; want the one job finished", count(events, "finished"), count(events, "lost"))
+			}
+		})
+	}
+}
+
+// checkLines checks that path holds "WORD 1" to "WORD n", a line each,
+// once, in order.
+func checkLines(t *testing.T, path, word string, n int) {
+	t.Helper()
+	var want strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&want, "%s %d\n", word, i)
+	}
+	if got := readFile(t, path); got != want.String() {
+		t.Errorf("%s has %d bytes (%d lines), want every line once, in order (%d bytes); it starts %q", path, len(got), strings.Count(got, "\n"), want.Len(), got[:min(len(got), 200)])
+	}
+}
+
+// A second Ctrl-C while the job's host is cut off cannot stop the job
+// there: the run records it cancelled, says that it may run on, and
+// leaves it in the journal. A run with --resume on the log dir, once the
+// host answers, stops it before it ends and records so; it is not
+// re-adopted, nor run twice.
+func TestSSHCancelOfCutOffHostIsCarriedOutByTheNextRun(t *testing.T) {
 	t.Parallel()
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
 	logDir := filepath.Join(l.Dir, "logs")
+	effects := filepath.Join(l.Dir, "effects")
+	pidFile := filepath.Join(l.Dir, "pid")
 	logJournalOnFailure(t, logDir)
-	cmd := labCmd(t, l, "for i in $(seq 1 40); do echo line $i; sleep 0.1; done\n", "-i", l.Inventory(""), "-o", "logs", "--keepalive", "300ms")
+	job := fmt.Sprintf("echo $$ > %s; echo started; sleep 60; echo ended >> %s\n", pidFile, effects)
+	cmd := labCmd(t, l, job, "-i", l.Inventory(""), "-o", "logs")
 	var errOut bytes.Buffer
 	cmd.Stderr = &errOut
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitForFile(t, filepath.Join(logDir, "1.out"), func(s string) bool { return strings.Contains(s, "line 3\n") })
-	cmd.Process.Signal(syscall.SIGSTOP)
-	time.Sleep(5 * time.Second) // past the job's end, and 15 keepalives
-	cmd.Process.Signal(syscall.SIGCONT)
-	if err := waitExit(t, cmd, &errOut, 60*time.Second); err != nil {
-		t.Fatalf("exit %v\n%s", err, errOut.String())
+	waitForFile(t, filepath.Join(logDir, "1.out"), func(s string) bool { return s == "started\n" })
+	pid, err := strconv.Atoi(strings.TrimSpace(readFile(t, pidFile)))
+	if err != nil {
+		t.Fatal(err)
 	}
-	var want strings.Builder
-	for i := 1; i <= 40; i++ {
-		fmt.Fprintf(&want, "line %d\n", i)
+	l.Hosts[0].Cut()
+	cmd.Process.Signal(syscall.SIGINT)
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Signal(syscall.SIGINT)
+	waitExit(t, cmd, &errOut, 30*time.Second)
+	for _, want := range []string{"job 1 cancelled, but node1 did not answer: it may run on there", "attempt 1 of job 1 may still run there", "--resume"} {
+		if !strings.Contains(errOut.String(), want) {
+			t.Errorf("the run does not say %q:\n%s", want, errOut.String())
+		}
 	}
-	if got := readFile(t, filepath.Join(logDir, "1.out")); got != want.String() {
-		t.Errorf("1.out is %q; want every line once, in order", got)
+	if !sshtest.Running(pid) {
+		t.Fatal("the job died with its connection; this test needs it running on")
 	}
-	if n := count(journal(t, logDir), "finished"); n != 1 {
-		t.Errorf("%d finished events, want 1", n)
+	l.Hosts[0].Start()
+	r := labRun(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--resume")
+	if r.code != 0 {
+		t.Fatalf("resumed run: exit %d\n%s", r.code, r.stderr)
+	}
+	sshtest.WaitGone(t, []int{pid}, 10*time.Second)
+	if !strings.Contains(r.stderr, "job 1: attempt 1 stopped on node1") {
+		t.Errorf("the resumed run does not say it stopped the attempt:\n%s", r.stderr)
+	}
+	events := journal(t, logDir)
+	if count(events, "stopped") != 1 || count(events, "started") != 1 || count(events, "cancelled") != 1 {
+		t.Errorf("journal: %d stopped, %d started, %d cancelled; want the attempt started, cancelled and stopped once each",
+			count(events, "stopped"), count(events, "started"), count(events, "cancelled"))
+	}
+	if _, err := os.Stat(effects); err == nil {
+		t.Error("the cancelled job ran to its end")
 	}
 }
 
