@@ -29,8 +29,15 @@ type Input struct {
 
 // Options configure a run.
 type Options struct {
-	// Inventory's hosts have their GPU lists resolved (no AutoGPUs).
+	// Inventory's hosts have their GPU lists resolved (no AutoGPUs), but
+	// for those still Opening.
 	Inventory *inventory.Inventory
+	// Opening lists the hosts of Inventory that are still being opened:
+	// they get no job until an Update says they are (Opened), and a
+	// `gpus: auto` one has no GPU until then. Jobs that only they may turn
+	// out to fit wait for them, and so do the attempts an earlier run left
+	// running there (Resume).
+	Opening []string
 	// Executor runs the jobs; see package executor for its contract.
 	Executor executor.Executor
 	// LogDir receives the job logs and journal.jsonl.
@@ -84,8 +91,13 @@ type Update struct {
 	// Inventory is the new one, its hosts resolved (no AutoGPUs); the
 	// Executor can run jobs on every host it names.
 	Inventory *inventory.Inventory
-	// Down and LeftOut are as in Options, for the hosts the edit adds.
+	// Down and LeftOut are as in Options, for the hosts the edit adds and
+	// those Opened.
 	Down, LeftOut map[string]error
+	// Opened lists hosts of Options.Opening that are now settled: up, or
+	// in Down or LeftOut. Warnings are what to say of them.
+	Opened   []string
+	Warnings []string
 	// Err is why the edited file does not load: the edit is reported and
 	// the run goes on as it was.
 	Err error
@@ -118,8 +130,10 @@ type run struct {
 	// for (--resume): they are followed, not run again (adopt).
 	open map[jobKey]Event
 	// adoptions are the running jobs an earlier server left (Serve with
-	// Resume), followed as the run starts.
-	adoptions []adoption
+	// Resume), followed as the run starts; adoptLater are the attempts to
+	// follow on hosts still being opened, once they are.
+	adoptions  []adoption
+	adoptLater []adoption
 	// inFlight counts the attempts started (or being claimed) that have
 	// not ended; jobsCtx is their context, which stop --now cancels.
 	inFlight int
@@ -242,13 +256,21 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 			r.hostDown(h, err)
 		}
 	}
+	for _, name := range opts.Opening {
+		if h := r.sched.table.byName[name]; h != nil {
+			r.sched.table.setOpening(h, time.Now())
+		}
+	}
 	// The jobs' context: stop --now cancels it, as a second Ctrl-C does.
 	ctx, r.killJobs = context.WithCancelCause(ctx)
 	defer r.killJobs(nil)
 	r.jobsCtx = ctx
 	r.putUpEarlier()
 	for _, a := range r.adoptions {
-		if !r.adopt(a.q, a.attempt) {
+		switch {
+		case r.sched.table.opening(a.attempt.Host):
+			r.adoptLater = append(r.adoptLater, a)
+		case !r.adopt(a.q, a.attempt):
 			r.requeue = append(r.requeue, a.q)
 		}
 	}
@@ -363,7 +385,7 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 	if r.opts.Control != nil {
 		reqs = r.opts.Control.reqs
 	}
-	for !r.detached && (jobs != nil || r.inFlight > 0 || len(r.sched.waiting) > 0 && !r.stopping || r.opts.Serve && !r.stopping) {
+	for !r.detached && (jobs != nil || r.inFlight > 0 || (len(r.sched.waiting) > 0 || len(r.adoptLater) > 0 || r.opts.Serve) && !r.stopping) {
 		select {
 		case f := <-reqs:
 			f(r)
@@ -450,23 +472,31 @@ func (r *run) verdict(p parsed) (j *Job, kind string, why error) {
 		r.summary.InputErrors = append(r.summary.InputErrors, p.err.Error())
 		return nil, "", nil
 	}
-	err := cmp.Or(r.sched.table.check(j), r.sched.table.checkPrefer(j))
-	if why := r.opts.LeftOut[j.Host]; j.Host != "" && why != nil {
-		err = fmt.Errorf("host %s is left out of this run: %w", j.Host, why)
-	}
+	final, err := r.admissible(j)
 	switch {
-	case err != nil:
+	case err != nil && final:
 		return j, EventRejected, err
 	case r.done[jobKey{j.Text, j.Occurrence}]:
 		return j, skipped, nil
 	}
-	if e, ok := r.open[jobKey{j.Text, j.Occurrence}]; ok && r.adoptable(e) {
+	if e, ok := r.open[jobKey{j.Text, j.Occurrence}]; ok && (r.adoptable(e) || r.sched.table.opening(e.Host)) {
 		return j, adopted, nil
 	}
-	if why := r.sched.table.unrunnable(j, r.opts.HostDownTimeout); why != "" {
+	if why := r.sched.table.unrunnable(j, r.opts.HostDownTimeout); why != "" && err == nil {
 		return j, EventFailed, errors.New(why)
 	}
-	return j, EventQueued, nil
+	// err, not final: queued, as the hosts still being opened may fit it.
+	return j, EventQueued, err
+}
+
+// admissible says why j cannot run in this run, if it cannot; final is
+// false when hosts still being opened may yet fit it.
+func (r *run) admissible(j *Job) (final bool, err error) {
+	if why := r.opts.LeftOut[j.Host]; j.Host != "" && why != nil {
+		return true, fmt.Errorf("host %s is left out of this run: %w", j.Host, why)
+	}
+	err = cmp.Or(r.sched.table.check(j), r.sched.table.checkPrefer(j))
+	return err == nil || !r.sched.table.anyOpening(), err
 }
 
 // admit queues a parsed job, or records why it was rejected or skipped;
@@ -486,15 +516,25 @@ func (r *run) admit(p parsed) (j *Job, kind string, why error) {
 		delete(r.open, k)
 		q := &queued{job: j}
 		r.jobs[j.ID()] = q
-		if !r.adopt(q, e) {
-			r.queue(q, "")
-		}
+		r.adoptOrQueue(adoption{q, e}, "")
 	case EventQueued:
-		q := &queued{job: j}
+		q := &queued{job: j, unfit: why}
 		r.jobs[j.ID()] = q
 		r.queue(q, "")
 	}
 	return j, kind, why
+}
+
+// adoptOrQueue follows a's attempt where it runs, or queues its job again
+// (with message) when it cannot be followed; an attempt on a host still
+// being opened waits for it (adoptLater).
+func (r *run) adoptOrQueue(a adoption, message string) {
+	switch {
+	case r.sched.table.opening(a.attempt.Host):
+		r.adoptLater = append(r.adoptLater, a)
+	case !r.adopt(a.q, a.attempt):
+		r.queue(a.q, message)
+	}
 }
 
 // queue records q as queued and puts it in the queue.
@@ -763,31 +803,56 @@ func (r *run) reload(u Update) {
 		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "inventory edit ignored, the run goes on as it was: " + u.Err.Error()})
 		return
 	}
+	for _, name := range u.Opened {
+		if h := r.sched.table.byName[name]; h != nil {
+			r.sched.table.setOpened(h)
+		}
+	}
 	changes := r.sched.table.update(u.Inventory)
 	if r.opts.LeftOut == nil && len(u.LeftOut) > 0 {
 		r.opts.LeftOut = map[string]error{}
 	}
 	for name, why := range u.LeftOut {
 		r.opts.LeftOut[name] = why
-		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: name, Error: "added to the inventory but left out: " + why.Error()})
+		what := "added to the inventory but left out: "
+		if slices.Contains(u.Opened, name) {
+			what = "left out: "
+		}
+		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: name, Error: what + why.Error()})
+	}
+	for _, w := range u.Warnings {
+		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: w})
 	}
 	for name, why := range u.Down {
 		if h := r.sched.table.byName[name]; h != nil {
 			r.hostDown(h, why)
 		}
 	}
-	if len(changes) > 0 {
+	if len(changes) > 0 && len(u.Opened) == 0 {
 		r.record(Event{Time: time.Now(), Event: EventReloaded, Run: r.id, Message: strings.Join(changes, "; ")})
 	}
 	why := map[*queued]error{}
 	dropped := r.sched.dropIf(func(q *queued) bool {
-		why[q] = r.sched.table.check(q.job)
-		return why[q] != nil
+		final, err := r.admissible(q.job)
+		if err == nil {
+			q.unfit = nil
+		}
+		why[q] = err
+		return err != nil && final
 	})
 	for _, q := range dropped {
 		e := r.event(EventFailed, q.job, q.attempts)
 		e.Error = "the inventory changed: " + why[q].Error()
+		if q.unfit != nil || r.opts.LeftOut[q.job.Host] != nil {
+			// It never had a place: its line is at fault, or its host.
+			e.Event, e.Error = EventRejected, why[q].Error()
+		}
 		r.final(e)
+	}
+	later := r.adoptLater
+	r.adoptLater = nil
+	for _, a := range later {
+		r.adoptOrQueue(a, "")
 	}
 }
 

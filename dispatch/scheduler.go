@@ -37,6 +37,10 @@ type queued struct {
 	slurmID  string
 	// tag names its current attempt on its host (executor.Command.Tag).
 	tag string
+	// unfit is why no host the run knows fits the job, which was queued
+	// nonetheless because hosts still being opened may: it is rejected
+	// with it once every host is opened, unless one fits it.
+	unfit error
 }
 
 // ahead reports whether a comes before b in the queue: the higher

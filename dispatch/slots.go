@@ -58,6 +58,9 @@ type hostSlots struct {
 	// is set once it was found that its nvidia-smi cannot be asked.
 	noLocks error
 	noProbe bool
+	// opening is set while the host is still being opened: it is down
+	// (why says so), with no host-down timeout and no host event.
+	opening bool
 	// removed is set once an edit of the inventory dropped the host: its
 	// GPUs have no slots, its running jobs finish.
 	removed bool
@@ -332,6 +335,32 @@ func (t *slotTable) setDown(h *hostSlots, why string, now time.Time) bool {
 	return true
 }
 
+// setOpening takes h's slots out of use until setOpened.
+func (t *slotTable) setOpening(h *hostSlots, now time.Time) {
+	t.setDown(h, "not answered yet", now)
+	h.opening = true
+}
+
+// setOpened ends setOpening: h's slots are given out, unless it is then
+// said to be down.
+func (t *slotTable) setOpened(h *hostSlots) {
+	if h.opening {
+		h.opening = false
+		t.setUp(h)
+	}
+}
+
+// opening reports whether the host named name is still being opened.
+func (t *slotTable) opening(name string) bool {
+	h := t.byName[name]
+	return h != nil && h.opening
+}
+
+// anyOpening reports whether a host is still being opened.
+func (t *slotTable) anyOpening() bool {
+	return slices.ContainsFunc(t.hosts, func(h *hostSlots) bool { return h.opening })
+}
+
 // setUp gives h's slots out again.
 func (t *slotTable) setUp(h *hostSlots) {
 	if !h.down {
@@ -444,7 +473,7 @@ func (t *slotTable) hold(j *Job, hd held) {
 	var target []*gpu
 	need := 0
 	for _, h := range t.candidates(j) {
-		if h.down {
+		if h.down || !h.fits(j) {
 			continue
 		}
 		if gs := t.freeGPUs(h, j, hd); len(gs) > len(target) {

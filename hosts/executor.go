@@ -18,7 +18,7 @@ var _ executor.Executor = (*Lab)(nil)
 
 // Run runs c on host.
 func (l *Lab) Run(ctx context.Context, host string, c executor.Command, stdout, stderr io.Writer) (int, error) {
-	r, err := l.lookup(host)
+	r, err := l.lookup(ctx, host)
 	if err != nil {
 		return -1, err
 	}
@@ -27,7 +27,7 @@ func (l *Lab) Run(ctx context.Context, host string, c executor.Command, stdout, 
 
 // WaitUp returns once host can take jobs again.
 func (l *Lab) WaitUp(ctx context.Context, host string) error {
-	r, err := l.lookup(host)
+	r, err := l.lookup(ctx, host)
 	if err != nil {
 		return err
 	}
@@ -36,7 +36,7 @@ func (l *Lab) WaitUp(ctx context.Context, host string) error {
 
 // Reap returns once nothing is left on host of the lost job tagged tag.
 func (l *Lab) Reap(ctx context.Context, host, tag string) error {
-	r, err := l.lookup(host)
+	r, err := l.lookup(ctx, host)
 	if err != nil {
 		return err
 	}
@@ -45,7 +45,7 @@ func (l *Lab) Reap(ctx context.Context, host, tag string) error {
 
 // Adopt follows, on host, the attempt tagged c.Tag of an earlier coordinator.
 func (l *Lab) Adopt(ctx context.Context, host string, c executor.Command, outOff, errOff int64, stdout, stderr io.Writer) (int, time.Time, error) {
-	r, err := l.lookup(host)
+	r, err := l.lookup(ctx, host)
 	if err != nil {
 		return -1, time.Now(), err
 	}
@@ -54,7 +54,7 @@ func (l *Lab) Adopt(ctx context.Context, host string, c executor.Command, outOff
 
 // LockGPU takes GPU gpu of host for run.
 func (l *Lab) LockGPU(ctx context.Context, host string, gpu int, run string) (executor.GPULock, error) {
-	r, err := l.lookup(host)
+	r, err := l.lookup(ctx, host)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +63,7 @@ func (l *Lab) LockGPU(ctx context.Context, host string, gpu int, run string) (ex
 
 // ProbeGPUs asks nvidia-smi on host what its GPUs hold now.
 func (l *Lab) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, error) {
-	r, err := l.lookup(host)
+	r, err := l.lookup(ctx, host)
 	if err != nil {
 		return nil, err
 	}
@@ -73,8 +73,11 @@ func (l *Lab) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, error
 	return l.probes.gpus(ctx, host, r, l.opts.ProbeTimeout)
 }
 
-func (l *Lab) lookup(host string) (Runner, error) {
-	r := l.runner(host)
+func (l *Lab) lookup(ctx context.Context, host string) (Runner, error) {
+	r := l.runner(ctx, host)
+	if r == nil && ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
 	if r == nil {
 		return nil, fmt.Errorf("%s: not a host of this run", host)
 	}

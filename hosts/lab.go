@@ -95,37 +95,50 @@ type HostState struct {
 	Warnings []string
 }
 
-// Lab is the hosts of a run, opened. It runs jobs on them (it implements
+// Lab is the hosts of a run. It runs jobs on them (it implements
 // executor.Executor) and takes in hosts added to the inventory (Update).
+//
+// A host is opened in the background (Start): until it is settled (up,
+// down and retried, or left out) it is pending. The Executor's calls for a
+// pending host wait for it to settle, so no caller has to know.
 type Lab struct {
-	// Inventory holds the hosts of the run, with `gpus: auto` resolved: those
-	// that are up and those that are Retrying. Update replaces it; read it
-	// from the goroutine that calls Update.
-	Inventory *inventory.Inventory
 	// States has one entry per inventory host Open was given, in inventory
-	// order.
+	// order (Open only: Start hands them over as they come).
 	States []HostState
 	opts   Options
 	// cfg is the ssh_config, read once a remote host needs it.
 	cfg       *sshpool.Config
 	cfgLoaded bool
 	pools     *sshpool.Pools
+	// stop ends the opening of hosts; opening counts the hosts being
+	// opened, which Close waits for.
+	stop    context.CancelFunc
+	opening sync.WaitGroup
 
 	mu sync.RWMutex
+	// inv is the inventory as last given (Start, Update).
+	inv *inventory.Inventory
 	// runners holds every host that was ever in the run: a host removed from
 	// the inventory keeps its runner, so that its running jobs finish.
 	runners map[string]Runner
+	// pending holds the hosts being opened, each with a channel closed once
+	// it is settled, and what is being done to open it.
+	pending map[string]chan struct{}
+	doing   map[string]Opening
 	// autoGPUs holds the GPUs found on the `gpus: auto` hosts.
 	autoGPUs map[string][]int
 	// probes holds, per host, the look at its GPUs under way, if any.
 	probes probes
 }
 
-// Open connects to every host of inv at once. A host that refuses us (login,
-// host key) or whose GPUs cannot be found is left out with the reason in its
-// state; one that cannot be reached stays in, Retrying. An error means
-// nothing could be tried (a broken ssh_config).
-func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error) {
+// Start opens every host of inv at once, in the background, and returns
+// without waiting for any: each host's state comes on the channel as soon
+// as the host is settled (up; down and Retrying; or left out with the
+// reason), and the channel is closed after the last. A host that refuses
+// us (login, host key) or whose GPUs cannot be found is left out; one that
+// cannot be reached stays in, Retrying. An error means nothing could be
+// tried (a broken ssh_config).
+func Start(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, <-chan HostState, error) {
 	if o.Keepalive <= 0 {
 		o.Keepalive = DefaultKeepalive
 	}
@@ -142,13 +155,37 @@ func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error
 		o.ProbeTimeout = DefaultProbeTimeout
 	}
 	lab := &Lab{opts: o, cfg: &sshpool.Config{}, pools: sshpool.NewPools(o.ConnectTimeout, o.Keepalive),
-		runners: map[string]Runner{}, autoGPUs: map[string][]int{}}
-	states, err := lab.Update(ctx, inv)
+		runners: map[string]Runner{}, pending: map[string]chan struct{}{}, doing: map[string]Opening{}, autoGPUs: map[string][]int{}}
+	if err := lab.loadSSHConfig(inv); err != nil {
+		return nil, nil, err
+	}
+	ctx, lab.stop = context.WithCancel(ctx)
+	lab.inv = inv
+	return lab, lab.openAll(ctx, inv, inv.Hosts), nil
+}
+
+// Open is Start that waits for every host to be settled, for those that
+// report on all of them (hosts, a dry run).
+func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error) {
+	lab, settled, err := Start(ctx, inv, o)
 	if err != nil {
 		return nil, err
 	}
-	lab.States = states
+	lab.States = collect(inv.Hosts, settled)
 	return lab, nil
+}
+
+// collect waits for the states of hs, and puts them in hs's order.
+func collect(hs []inventory.Host, settled <-chan HostState) []HostState {
+	byName := map[string]HostState{}
+	for st := range settled {
+		byName[st.Host.Name] = st
+	}
+	states := make([]HostState, 0, len(hs))
+	for _, h := range hs {
+		states = append(states, byName[h.Name])
+	}
+	return states
 }
 
 // loadSSHConfig reads inv's ssh_config once a remote host needs it: a
@@ -170,67 +207,117 @@ func (l *Lab) loadSSHConfig(inv *inventory.Inventory) error {
 	return nil
 }
 
-// openAll opens hosts at once and adds those that can be used to the lab.
-func (l *Lab) openAll(ctx context.Context, inv *inventory.Inventory, hs []inventory.Host) []HostState {
-	states := make([]HostState, len(hs))
-	runners := make([]Runner, len(hs))
-	var wg sync.WaitGroup
-	for i, h := range hs {
-		wg.Go(func() { states[i], runners[i] = l.open(ctx, inv, h) })
-	}
-	wg.Wait()
+// openAll opens hs at once, each on a goroutine of its own, and sends each
+// one's state once it is settled; the channel is closed after the last.
+func (l *Lab) openAll(ctx context.Context, inv *inventory.Inventory, hs []inventory.Host) <-chan HostState {
+	settled := make(chan HostState, len(hs))
+	var all sync.WaitGroup
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i, st := range states {
-		if st.Err == nil || st.Retrying {
-			l.runners[st.Host.Name] = runners[i]
-			if hs[i].AutoGPUs {
-				l.autoGPUs[st.Host.Name] = st.Host.GPUs
+	for _, h := range hs {
+		done := make(chan struct{})
+		l.pending[h.Name] = done
+		all.Add(1)
+		l.opening.Go(func() {
+			defer all.Done()
+			st, r := l.open(ctx, inv, h)
+			l.mu.Lock()
+			if st.Err == nil || st.Retrying {
+				l.runners[h.Name] = r
+				if h.AutoGPUs {
+					l.autoGPUs[h.Name] = st.Host.GPUs
+				}
 			}
-		}
+			delete(l.pending, h.Name)
+			delete(l.doing, h.Name)
+			l.mu.Unlock()
+			close(done)
+			settled <- st
+		})
 	}
-	return states
+	l.mu.Unlock()
+	go func() {
+		all.Wait()
+		close(settled)
+	}()
+	return settled
 }
 
 // Update makes inv the lab's inventory: hosts it adds are opened (at once)
-// and their states returned; hosts it keeps keep their connections and the
-// GPUs `gpus: auto` found, and take inv's GPU list and settings otherwise.
-// Hosts it drops keep their runners, so that their running jobs finish;
-// the run gives them no new job. Connection settings of a host already in
-// the run do not change.
+// and their states returned once all are settled; hosts it keeps keep
+// their connections and the GPUs `gpus: auto` found, and take inv's GPU
+// list and settings otherwise. Hosts it drops keep their runners, so that
+// their running jobs finish; the run gives them no new job. Connection
+// settings of a host already in the run do not change.
 func (l *Lab) Update(ctx context.Context, inv *inventory.Inventory) (added []HostState, err error) {
 	if err := l.loadSSHConfig(inv); err != nil {
 		return nil, err
 	}
 	var fresh []inventory.Host
+	l.mu.Lock()
+	l.inv = inv
 	for _, h := range inv.Hosts {
-		if l.runner(h.Name) == nil {
+		if l.runners[h.Name] == nil && l.pending[h.Name] == nil {
 			fresh = append(fresh, h)
 		}
 	}
-	added = l.openAll(ctx, inv, fresh)
-	usable := *inv
+	l.mu.Unlock()
+	return collect(fresh, l.openAll(ctx, inv, fresh)), nil
+}
+
+// Usable is the lab's inventory as a run may use it now: the hosts that
+// are up or Retrying, `gpus: auto` resolved, and the hosts still pending,
+// as the inventory gives them (a pending `gpus: auto` host has no GPU yet).
+// Left-out hosts are not in it.
+func (l *Lab) Usable() *inventory.Inventory {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	usable := *l.inv
 	usable.Hosts = nil
-	for _, h := range inv.Hosts {
-		if l.runner(h.Name) == nil {
-			continue // added and left out
-		}
-		if h.AutoGPUs {
-			h = l.resolved(h)
+	for _, h := range l.inv.Hosts {
+		switch {
+		case l.runners[h.Name] != nil:
+			if h.AutoGPUs {
+				h.GPUs, h.AutoGPUs = l.autoGPUs[h.Name], false
+			}
+		case l.pending[h.Name] != nil:
+		default:
+			continue // left out
 		}
 		usable.Hosts = append(usable.Hosts, h)
 	}
-	l.Inventory = &usable
-	return added, nil
+	return &usable
 }
 
-// resolved is h, an auto host, with the GPUs nvidia-smi listed when it was
-// opened.
-func (l *Lab) resolved(h inventory.Host) inventory.Host {
+// Opening is a host being opened: what is being done, since when.
+type Opening struct {
+	Name string
+	// Addr is user@host:port for SSH hosts, "local" for local ones, once
+	// known.
+	Addr  string
+	Doing string // "connecting", "asking nvidia-smi for its GPUs"…
+	Since time.Time
+}
+
+// Pending lists the hosts still being opened, in inventory order.
+func (l *Lab) Pending() []Opening {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	h.GPUs, h.AutoGPUs = l.autoGPUs[h.Name], false
-	return h
+	var out []Opening
+	for _, h := range l.inv.Hosts {
+		if l.pending[h.Name] != nil {
+			o := l.doing[h.Name]
+			o.Name = h.Name
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// step says what is being done to open host h, reached at addr.
+func (l *Lab) step(h, addr, doing string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.doing[h] = Opening{Addr: addr, Doing: doing, Since: time.Now()}
 }
 
 // open readies one host: a runner for it, its GPUs, or why not.
@@ -246,6 +333,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	release := func() {}
 	var login spawn.Func = spawn.Local
 	waitUp := func(context.Context) error { return nil }
+	l.step(h.Name, st.Addr, "starting")
 	if h.Local {
 		if err := spawn.LocalSupported(); err != nil {
 			st.Err = err
@@ -264,6 +352,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			st.Err = err
 			return st, nil
 		}
+		l.step(h.Name, st.Addr, "connecting")
 		p, version, err := l.pools.Acquire(ctx, t)
 		if p == nil {
 			st.Err = err
@@ -293,6 +382,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			Heartbeat: o.Keepalive, Grace: o.Grace})
 		// A bad partition, account or option leaves the cluster out; a login
 		// node that cannot be reached now is down, as any host.
+		l.step(h.Name, st.Addr, "asking Slurm whether it takes jobs")
 		info, err := c.Check(ctx)
 		st.Slurm = &info
 		if err != nil {
@@ -308,12 +398,14 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	}
 	// Another user of the host must not be able to turn the run's GPU locks
 	// against it: with a lock dir they could redirect, the host is left out.
+	l.step(h.Name, st.Addr, "checking its GPU lock dir")
 	if err := r.checkLockDir(ctx); err != nil {
 		st.Err = err
 		release()
 		return st, nil
 	}
 	if h.AutoGPUs || o.ProbeGPUs {
+		l.step(h.Name, st.Addr, "asking nvidia-smi for its GPUs")
 		st.GPUs, st.GPUErr = l.probes.gpus(ctx, h.Name, r, o.ProbeTimeout)
 		if o.ProbeGPUs && st.GPUErr == nil {
 			st.LockErr = l.probes.locks(ctx, h.Name, r, o.LockDir, st.GPUs, o.ProbeTimeout)
@@ -339,6 +431,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		}
 	}
 	// What the host keeps with no coordinator, and whether it would.
+	l.step(h.Name, st.Addr, "listing the jobs it keeps")
 	kept, err := jobshell.ListKept(ctx, login)
 	st.Kept, st.KeptErr = kept.Jobs, err
 	if kept.KillsAtLogout {
@@ -355,12 +448,8 @@ type machine interface {
 	checkLockDir(ctx context.Context) error
 }
 
-// Absent lists the hosts Open found not up, and why: down ones are in the
-// run (Retrying) and may come back; left-out ones are not in it.
-func (l *Lab) Absent() (down, leftOut map[string]error) { return Absent(l.States) }
-
-// Absent lists the hosts of states that are not up, and why (see
-// Lab.Absent).
+// Absent lists the hosts of states that are not up, and why: down ones
+// are in the run (Retrying) and may come back; left-out ones are not in it.
 func Absent(states []HostState) (down, leftOut map[string]error) {
 	down, leftOut = map[string]error{}, map[string]error{}
 	for _, st := range states {
@@ -374,8 +463,12 @@ func Absent(states []HostState) (down, leftOut map[string]error) {
 	return down, leftOut
 }
 
-// Close ends the job shells and closes every connection.
+// Close ends the opening of hosts, the job shells, and every connection.
 func (l *Lab) Close() {
+	if l.stop != nil {
+		l.stop()
+	}
+	l.opening.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, r := range l.runners {
@@ -386,15 +479,28 @@ func (l *Lab) Close() {
 	l.pools.Close()
 }
 
-// runner is host's runner, or nil.
-func (l *Lab) runner(host string) Runner {
+// runner is host's runner, or nil. A pending host is waited for until it
+// is settled, or ctx ends.
+func (l *Lab) runner(ctx context.Context, host string) Runner {
+	l.mu.RLock()
+	r, wait := l.runners[host], l.pending[host]
+	l.mu.RUnlock()
+	if r != nil || wait == nil {
+		return r
+	}
+	select {
+	case <-wait:
+	case <-ctx.Done():
+		return nil
+	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	return l.runners[host]
 }
 
-// Runner returns the runner of host, or nil when it is not in the run.
-func (l *Lab) Runner(host string) Runner { return l.runner(host) }
+// Runner returns the runner of host, or nil when it is not in the run; a
+// pending host is waited for.
+func (l *Lab) Runner(host string) Runner { return l.runner(context.Background(), host) }
 
 // othersAnswer reports whether a remote host of the run other than name has
 // a live connection.

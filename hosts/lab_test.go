@@ -24,7 +24,7 @@ func TestOpenLocalIgnoresSSHConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer lab.Close()
-	if len(lab.Inventory.Hosts) != 1 {
+	if len(lab.Usable().Hosts) != 1 {
 		t.Fatalf("states %+v", lab.States)
 	}
 	_, err = Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "remote", GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace, LockDir: t.TempDir()})

@@ -295,7 +295,7 @@ func TestSSHSilentHost(t *testing.T) {
 		t.Errorf("the run took %v", d)
 	}
 	checkEffects(t, effects, 4)
-	for _, want := range []string{"silent (", "retrying", "--host-down-timeout 2s", "silent down since"} {
+	for _, want := range []string{"host silent down: root@127.0.0.1:", "no SSH greeting", "--host-down-timeout 2s", "silent down since"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
 		}

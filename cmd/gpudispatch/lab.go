@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -116,40 +117,99 @@ func keepHosts(inv *inventory.Inventory, names []string) error {
 // an edit takes effect within about three of these (the promise: within 2 s).
 const reloadInterval = 400 * time.Millisecond
 
-// watchInventory sends the run each edit of its inventory file, with the
-// hosts it adds opened, until ctx ends.
-func watchInventory(ctx context.Context, o labOptions, lab *hosts.Lab, updates chan<- dispatch.Update) {
-	inventory.Watch(ctx, lab.Inventory.File, lab.Inventory.Digest, reloadInterval, func(inv *inventory.Inventory, err error) {
-		var u dispatch.Update
+// labUpdates sends a run what changes in its lab, one change at a time,
+// each with the hosts as the lab has them then (so that none undoes an
+// earlier one): hosts that finish being opened, and edits of the
+// inventory file.
+type labUpdates struct {
+	lab *hosts.Lab
+	o   labOptions
+	mu  sync.Mutex
+	ch  chan dispatch.Update
+}
+
+func (u *labUpdates) send(ctx context.Context, upd dispatch.Update) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if upd.Err == nil {
+		upd.Inventory = u.lab.Usable()
+	}
+	select {
+	case u.ch <- upd:
+	case <-ctx.Done():
+	}
+}
+
+// opened sends each host of settled as it is settled, until ctx ends.
+func (u *labUpdates) opened(ctx context.Context, settled <-chan hosts.HostState) {
+	for {
+		select {
+		case st, ok := <-settled:
+			if !ok {
+				return
+			}
+			upd := dispatch.Update{Opened: []string{st.Host.Name}, Warnings: st.Warnings}
+			upd.Down, upd.LeftOut = absent([]hosts.HostState{st})
+			u.send(ctx, upd)
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// watch sends each edit of the inventory file, with the hosts it adds
+// opened, until ctx ends.
+func (u *labUpdates) watch(ctx context.Context, inv *inventory.Inventory) {
+	inventory.Watch(ctx, inv.File, inv.Digest, reloadInterval, func(inv *inventory.Inventory, err error) {
+		var upd dispatch.Update
 		if err == nil {
-			err = keepHosts(inv, o.hosts)
+			err = keepHosts(inv, u.o.hosts)
 		}
 		if err == nil {
 			var added []hosts.HostState
-			if added, err = lab.Update(ctx, inv); err == nil {
-				u.Inventory = lab.Inventory
-				u.Down, u.LeftOut = hosts.Absent(added)
+			if added, err = u.lab.Update(ctx, inv); err == nil {
+				upd.Down, upd.LeftOut = absent(added)
 			}
 		}
-		u.Err = err
-		select {
-		case updates <- u:
-		case <-ctx.Done():
-		}
+		upd.Err = err
+		u.send(ctx, upd)
 	})
 }
 
-// openHosts connects to every host and warns about the ones that cannot be
-// used now; when none can, the run cannot start.
-func openHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory) (*hosts.Lab, error) {
-	lab, err := hosts.Open(ctx, inv, hostOptions(o))
-	if err != nil {
-		return nil, usageError("%v", err)
+// absent is hosts.Absent with each reason naming the host's address.
+func absent(states []hosts.HostState) (down, leftOut map[string]error) {
+	down, leftOut = hosts.Absent(states)
+	for _, st := range states {
+		for _, m := range []map[string]error{down, leftOut} {
+			if why := m[st.Host.Name]; why != nil {
+				m[st.Host.Name] = fmt.Errorf("%s: %w", st.Addr, why)
+			}
+		}
 	}
+	return down, leftOut
+}
+
+// startHosts opens every host in the background and waits for the first
+// one that is up, or with all for every one; it warns of those that cannot
+// be used. The hosts not settled yet come on the channel returned. When no
+// host can be used, the run cannot start.
+func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory, all bool) (*hosts.Lab, []hosts.HostState, <-chan hosts.HostState, error) {
+	lab, settled, err := hosts.Start(ctx, inv, hostOptions(o))
+	if err != nil {
+		return nil, nil, nil, usageError("%v", err)
+	}
+	var states []hosts.HostState
 	var down, warnings []string
-	for _, st := range lab.States {
+	up := false
+	for !up || all {
+		st, ok := <-settled
+		if !ok {
+			break
+		}
+		states = append(states, st)
 		warnings = append(warnings, st.Warnings...)
 		if st.Err == nil {
+			up = true
 			continue
 		}
 		d := fmt.Sprintf("%s (%s): %v", st.Host.Name, st.Addr, st.Err)
@@ -160,17 +220,17 @@ func openHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inve
 			warnings = append(warnings, "leaving out "+d)
 		}
 	}
-	if len(down) == len(lab.States) {
+	if !up {
 		lab.Close()
-		if len(down) == 1 && errors.Is(lab.States[0].Err, hosts.ErrNoNvidiaSMI) && o.inventory == "" && o.gpus == nil {
-			return nil, usageError("no inventory and no nvidia-smi here: say which GPUs to use with --gpus 0,1 or describe your hosts with --inventory lab.yaml")
+		if len(states) == 1 && errors.Is(states[0].Err, hosts.ErrNoNvidiaSMI) && o.inventory == "" && o.gpus == nil {
+			return nil, nil, nil, usageError("no inventory and no nvidia-smi here: say which GPUs to use with --gpus 0,1 or describe your hosts with --inventory lab.yaml")
 		}
-		return nil, usageError("no host can be used:\n  %s", strings.Join(down, "\n  "))
+		return nil, nil, nil, usageError("no host can be used:\n  %s", strings.Join(down, "\n  "))
 	}
 	for _, w := range warnings {
 		fmt.Fprintf(s.err, "gpudispatch: warning: %s\n", w)
 	}
-	return lab, nil
+	return lab, states, settled, nil
 }
 
 func hostOptions(o labOptions) hosts.Options {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/gpudispatch/gpudispatch/dispatch/control"
 	"github.com/gpudispatch/gpudispatch/dispatch/live"
 	"github.com/gpudispatch/gpudispatch/dispatch/web"
+	"github.com/gpudispatch/gpudispatch/hosts"
 )
 
 // runOptions are run's flags after viper merged GPUDISPATCH_* into them.
@@ -236,13 +238,16 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	lab, err := openHosts(ctx, s, o.labOptions, inv)
+	// The run starts once one host is up; the others join as they are
+	// opened. A dry run reports on every host.
+	lab, states, settled, err := startHosts(ctx, s, o.labOptions, inv, o.dryRun)
 	if err != nil {
 		return err
 	}
 	defer lab.Close()
 	opts := dispatch.Options{
-		Inventory:       lab.Inventory,
+		Inventory:       lab.Usable(),
+		Opening:         openingNames(lab.Pending()),
 		Executor:        lab,
 		LogDir:          o.logDir,
 		Resume:          o.resume,
@@ -254,7 +259,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		Recheck:         o.recheck,
 		Serve:           o.serve,
 	}
-	opts.Down, opts.LeftOut = lab.Absent()
+	opts.Down, opts.LeftOut = absent(states)
 	if o.dryRun {
 		summary, err := dispatch.Plan(opts, inputs, s.out)
 		if err != nil {
@@ -267,7 +272,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	messages := text
 	var view *live.View
 	if isTerminal(s.err) && !o.quiet && os.Getenv("TERM") != "dumb" {
-		view = live.Start(s.err, lab.Inventory, live.Options{Verbose: o.verbose})
+		view = live.Start(s.err, opts.Inventory, live.Options{Verbose: o.verbose})
 		opts.Reporters = append(opts.Reporters, view)
 		messages = view // printed above it, never over it
 	} else {
@@ -276,18 +281,16 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	if o.json {
 		opts.Reporters = append(opts.Reporters, dispatch.JSONReporter{W: s.out})
 	}
+	updates := &labUpdates{lab: lab, o: o.labOptions, ch: make(chan dispatch.Update)}
+	opts.Updates = updates.ch
+	watchCtx, stopWatching := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	watching.Go(func() { updates.opened(watchCtx, settled) })
 	if inv.File != "" {
-		updates := make(chan dispatch.Update)
-		opts.Updates = updates
-		watchCtx, stopWatching := context.WithCancel(ctx)
-		watching := make(chan struct{})
-		go func() {
-			defer close(watching)
-			watchInventory(watchCtx, o.labOptions, lab, updates)
-		}()
-		// Before the lab closes: a reload may be opening a host.
-		defer func() { stopWatching(); <-watching }()
+		watching.Go(func() { updates.watch(watchCtx, inv) })
 	}
+	// Before the lab closes: a reload may be opening a host.
+	defer func() { stopWatching(); watching.Wait() }()
 	drain := make(chan struct{})
 	opts.Drain = drain
 	go handleSignals(ctx, messages, drain, cancel)
@@ -312,6 +315,11 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	}
 	summary, err := dispatch.Run(ctx, opts, inputs)
 	socket.close()
+	// The run did not wait for the hosts still being opened: say which.
+	for _, p := range lab.Pending() {
+		fmt.Fprintf(messages, "gpudispatch: warning: %s (%s) was still being opened as the run ended (%s, for %s): it got no job\n",
+			p.Name, p.Addr, p.Doing, dispatch.RoundDuration(time.Since(p.Since)))
+	}
 	if view != nil {
 		view.Stop()
 	}
@@ -323,6 +331,15 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		fmt.Fprintf(text, "gpudispatch: to go on, run the same command again with --resume (log dir %s): the jobs that succeeded are skipped, the others run\n", o.logDir)
 	}
 	return exitWith(exitFor(summary))
+}
+
+// openingNames lists the names of hosts being opened.
+func openingNames(hs []hosts.Opening) []string {
+	names := make([]string, len(hs))
+	for i, h := range hs {
+		names[i] = h.Name
+	}
+	return names
 }
 
 // socket is a run's control socket, once Run has made it.

@@ -544,9 +544,9 @@ func TestSSHProxyJump(t *testing.T) {
 	}
 }
 
-// A hung server (it takes the TCP connection and never speaks SSH) is left
-// out in words that name it, its address and the flag, not in the network
-// stack's.
+// A hung server (it takes the TCP connection and never speaks SSH) is
+// named down in words that name it, its address and the flag, not in the
+// network stack's; the job runs on the good host meanwhile.
 func TestSSHHungHostInWords(t *testing.T) {
 	t.Parallel()
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
@@ -556,7 +556,8 @@ func TestSSHHungHostInWords(t *testing.T) {
 	f.Close()
 	inv := filepath.Join(l.Dir, "hung.yaml")
 	os.WriteFile(inv, []byte(fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: nodehung\n    gpus: [0]\n  - name: node1\n    gpus: auto\n", l.SSHConfig)), 0o644)
-	r := labRun(t, l, "echo $FAKE_HOST\n", "-i", inv, "-o", "logs", "--connect-timeout", "1s")
+	// The job outlasts the connect timeout, so the run hears the hung host's end.
+	r := labRun(t, l, "sleep 2; echo $FAKE_HOST\n", "-i", inv, "-o", "logs", "--connect-timeout", "1s")
 	if r.code != 0 || !strings.Contains(r.stderr, "no SSH greeting from 127.0.0.1:"+port+" within 1s (--connect-timeout)") ||
 		strings.Contains(r.stderr, "closed network connection") || strings.Contains(r.stderr, "i/o timeout") {
 		t.Errorf("exit %d\n%s", r.code, r.stderr)

@@ -19,6 +19,7 @@ import (
 	"crypto/rand"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -361,6 +362,46 @@ func WaitGone(t testing.TB, pids []int, within time.Duration) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+}
+
+// Late adds to the lab's ssh_config and known_hosts a host named name
+// that is h reached through a proxy that answers after delay: a server
+// that takes its time (a slow VPN, a loaded machine). Each connection waits
+// delay before its first byte goes either way. The proxy lives as long as
+// the test.
+func (l *Lab) Late(h *Host, name string, delay time.Duration) {
+	l.t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(l.t, err)
+	l.t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				time.Sleep(delay)
+				s, err := net.Dial("tcp", h.Addr())
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go func() { io.Copy(s, c); s.(*net.TCPConn).CloseWrite() }()
+				io.Copy(c, s)
+			}()
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	f, err := os.OpenFile(l.SSHConfig, os.O_APPEND|os.O_WRONLY, 0)
+	must(l.t, err)
+	fmt.Fprintf(f, "\nHost %s\n  HostName 127.0.0.1\n  Port %d\n", name, port)
+	must(l.t, f.Close())
+	f, err = os.OpenFile(l.KnownHosts, os.O_APPEND|os.O_WRONLY, 0)
+	must(l.t, err)
+	fmt.Fprintln(f, knownhosts.Line([]string{knownhosts.Normalize(ln.Addr().String())}, h.Key))
+	must(l.t, f.Close())
 }
 
 // Aliases writes an ssh_config with n aliases, alias1..aliasN, spread over
