@@ -53,14 +53,16 @@ lock_dir() {
     return 1
   fi
   pdir=$(cd -P -- "$d" && pwd -P) || return 1
+  # The directories from pdir up to /, without a process per level.
   set --
   p=$pdir
-  while :; do
+  while [ -n "$p" ]; do
     set -- "$@" "$p"
-    [ "$p" = / ] && break
-    p=$(dirname -- "$p")
+    p=${p%/*}
   done
-  bad=$(find "$@" -maxdepth 0 \( \( ! -uid 0 ! -uid "$EUID" \) -o \( -perm -0002 ! -perm -1000 \) \) -print 2>/dev/null | head -n 1)
+  [ "$pdir" = / ] || set -- "$@" /
+  bad=$(find "$@" -maxdepth 0 \( \( ! -uid 0 ! -uid "$EUID" \) -o \( -perm -0002 ! -perm -1000 \) \) -print 2>/dev/null)
+  bad=${bad%%$'\n'*}
   if [ -n "$bad" ]; then
     # shellcheck disable=SC2046,SC2012 # the words of ls -ld: mode, links, owner
     set -- $(ls -ld -- "$bad")
