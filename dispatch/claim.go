@@ -85,6 +85,7 @@ func (r *run) launch(ctx context.Context, a assignment) bool {
 			return false
 		}
 	}
+	r.lookAtSharing(a.p.host)
 	c := r.needs(a)
 	if len(c.lock) == 0 && len(c.check) == 0 {
 		r.start(ctx, a)

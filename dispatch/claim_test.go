@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -161,5 +162,35 @@ func TestNoFlockWarnsOnce(t *testing.T) {
 	}
 	if n := countKind(readJournal(t, dir), EventWarning); n != 1 {
 		t.Errorf("%d warnings, want 1", n)
+	}
+}
+
+// Without SkipBusy a job may land on a GPU that others use: the run says
+// so once per such GPU (not for one that others leave alone), and starts
+// its jobs there all the same.
+func TestSharedGPUWarnedOnce(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	f := newFakeExec(lab("a:0,1"))
+	f.setUsage("a", map[int]int{1: 40000})
+	w, done := startRun(t, Options{Inventory: lab("a:0,1"), Executor: f, LogDir: dir, BusyMemoryMB: 1000})
+	// Jobs long enough for the look to come back before the run ends.
+	io.WriteString(w, repeat("sleep 50ms", 6))
+	w.Close()
+	s := <-done
+	if s.Counts[EventFinished] != 6 {
+		t.Fatalf("summary %+v", s)
+	}
+	var warned []string
+	for _, e := range readJournal(t, dir) {
+		if e.Event == EventWarning {
+			warned = append(warned, e.Error)
+		}
+	}
+	if len(warned) != 1 || !strings.Contains(warned[0], "GPU 1 is used by others too (40000 MiB used (more than 1000))") || !strings.Contains(warned[0], "--skip-busy") {
+		t.Errorf("warnings %q; want one, for GPU 1, naming --skip-busy", warned)
+	}
+	if got := f.startsOn("a"); len(got) != 6 || !slices.Contains(got, "sleep 50ms") {
+		t.Errorf("started %v", got)
 	}
 }

@@ -33,7 +33,10 @@ type HostView struct {
 	DownSince time.Time
 	Why       string
 	Removed   bool
-	GPUs      []GPUView
+	// Opening is set while the host is still being opened (Down is set
+	// too): it has not answered yet.
+	Opening bool
+	GPUs    []GPUView
 }
 
 // GPUView is one GPU of a host: its slots, how many are taken, and why it
@@ -69,7 +72,7 @@ func (r *run) overview(limit int) *Overview {
 	for _, h := range r.sched.table.hosts {
 		hv := HostView{
 			Name: h.host.Name, Cluster: h.cluster,
-			Down: h.down, DownSince: h.since, Why: h.why, Removed: h.removed,
+			Down: h.down, DownSince: h.since, Why: h.why, Removed: h.removed, Opening: h.opening,
 		}
 		for _, g := range h.gpus {
 			if h.cluster {

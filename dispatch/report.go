@@ -100,7 +100,14 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 	case EventHostDown:
 		line = fmt.Sprintf("host %s down: %s; its jobs wait for it or run elsewhere while gpudispatch reconnects", e.Host, e.Error)
 	case EventHostUp:
-		line = fmt.Sprintf("host %s is back", e.Host)
+		switch {
+		case e.Message == "":
+			line = fmt.Sprintf("host %s is back", e.Host)
+		case !t.Verbose:
+			return "", false
+		default:
+			line = fmt.Sprintf("host %s is up (it answered after the run started)", e.Host)
+		}
 	case EventBusy:
 		if e.Message == "" {
 			line = fmt.Sprintf("job %s waits: %s; the GPU is tried again later, its other slots are used meanwhile", e.Job, e.Error)

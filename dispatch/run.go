@@ -166,6 +166,11 @@ type run struct {
 	idle     []*gpu
 	// progress brings what Slurm clusters say of their jobs.
 	progress chan progress
+	// looks brings what nvidia-smi said of a host's GPUs when this run
+	// first used the host without SkipBusy (sharing.go); looked holds the
+	// hosts asked.
+	looks  chan hostLook
+	looked map[string]bool
 	// killJobs cancels the jobs' context (stop --now).
 	killJobs context.CancelCauseFunc
 	// releasing counts the locks being let go of.
@@ -229,6 +234,8 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	r.rechecks = make(chan recheck)
 	r.lockLost = make(chan lostLock)
 	r.progress = make(chan progress)
+	r.looks = make(chan hostLook)
+	r.looked = map[string]bool{}
 	r.fileMode = claim.mode
 	j, err := openJournal(filepath.Join(opts.LogDir, JournalName), claim.mode)
 	if err != nil {
@@ -412,6 +419,8 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			r.rechecked(rc)
 		case ll := <-r.lockLost:
 			r.lockGone(ll)
+		case l := <-r.looks:
+			r.sharing(l)
 		case p := <-r.progress:
 			r.progressed(p)
 		case u := <-r.opts.Updates:
@@ -806,6 +815,9 @@ func (r *run) reload(u Update) {
 	for _, name := range u.Opened {
 		if h := r.sched.table.byName[name]; h != nil {
 			r.sched.table.setOpened(h)
+			if u.Down[name] == nil && u.LeftOut[name] == nil {
+				r.record(Event{Time: time.Now(), Event: EventHostUp, Run: r.id, Host: name, Message: "opened"})
+			}
 		}
 	}
 	changes := r.sched.table.update(u.Inventory)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -111,9 +112,11 @@ type Lab struct {
 	cfgLoaded bool
 	pools     *sshpool.Pools
 	// stop ends the opening of hosts; opening counts the hosts being
-	// opened, which Close waits for.
+	// opened, which Close waits for; turns bounds how many are opened at
+	// once (openAtOnce).
 	stop    context.CancelFunc
 	opening sync.WaitGroup
+	turns   chan struct{}
 
 	mu sync.RWMutex
 	// inv is the inventory as last given (Start, Update).
@@ -131,8 +134,14 @@ type Lab struct {
 	probes probes
 }
 
-// Start opens every host of inv at once, in the background, and returns
-// without waiting for any: each host's state comes on the channel as soon
+// openAtOnce is how many hosts are opened at once. A handshake and the
+// first looks at a host are CPU work at both ends: a hundred at once share
+// the CPU, and the first host would be ready only when all are. A host
+// that hangs holds a turn until --connect-timeout.
+const openAtOnce = 8
+
+// Start opens the hosts of inv in the background, openAtOnce at a time in
+// inventory order, and returns without waiting for any: each host's state comes on the channel as soon
 // as the host is settled (up; down and Retrying; or left out with the
 // reason), and the channel is closed after the last. A host that refuses
 // us (login, host key) or whose GPUs cannot be found is left out; one that
@@ -155,7 +164,8 @@ func Start(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, <-ch
 		o.ProbeTimeout = DefaultProbeTimeout
 	}
 	lab := &Lab{opts: o, cfg: &sshpool.Config{}, pools: sshpool.NewPools(o.ConnectTimeout, o.Keepalive),
-		runners: map[string]Runner{}, pending: map[string]chan struct{}{}, doing: map[string]Opening{}, autoGPUs: map[string][]int{}}
+		runners: map[string]Runner{}, pending: map[string]chan struct{}{}, doing: map[string]Opening{}, autoGPUs: map[string][]int{},
+		turns: make(chan struct{}, openAtOnce)}
 	if err := lab.loadSSHConfig(inv); err != nil {
 		return nil, nil, err
 	}
@@ -216,10 +226,19 @@ func (l *Lab) openAll(ctx context.Context, inv *inventory.Inventory, hs []invent
 	for _, h := range hs {
 		done := make(chan struct{})
 		l.pending[h.Name] = done
+		l.doing[h.Name] = Opening{Doing: "waiting for its turn (hosts are opened " + strconv.Itoa(cap(l.turns)) + " at a time)", Since: time.Now()}
 		all.Add(1)
 		l.opening.Go(func() {
 			defer all.Done()
-			st, r := l.open(ctx, inv, h)
+			var st HostState
+			var r Runner
+			select {
+			case l.turns <- struct{}{}:
+				st, r = l.open(ctx, inv, h)
+				<-l.turns
+			case <-ctx.Done():
+				st = HostState{Host: h, Err: ctx.Err()}
+			}
 			l.mu.Lock()
 			if st.Err == nil || st.Retrying {
 				l.runners[h.Name] = r

@@ -242,3 +242,20 @@ func TestSSHNvidiaSMIHangs(t *testing.T) {
 		t.Errorf("hung looks left running: pids %s", out)
 	}
 }
+
+// Without --skip-busy, a GPU that someone else's work uses gets jobs, and
+// the run says so once, with its usage and the flag.
+func TestSSHSharedGPUWarned(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
+	h := l.Hosts[0]
+	h.SetGPUs(sshtest.FakeGPU(0, h.UUID(0), 0) + sshtest.FakeGPU(1, h.UUID(1), 40000))
+	r := labRun(t, l, strings.Repeat("sleep 0.5\n", 4), "-i", l.Inventory(""), "-o", "logs")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	want := "gpudispatch: warning: host node1: GPU 1 is used by others too (40000 MiB used (more than 500)): this run's jobs there share it; --skip-busy keeps jobs off GPUs that others use"
+	if n := strings.Count(r.stderr, "is used by others too"); n != 1 || !strings.Contains(r.stderr, want) {
+		t.Errorf("%d warnings; want one:\n%s\ngot:\n%s", n, want, r.stderr)
+	}
+}

@@ -272,7 +272,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	messages := text
 	var view *live.View
 	if isTerminal(s.err) && !o.quiet && os.Getenv("TERM") != "dumb" {
-		view = live.Start(s.err, opts.Inventory, live.Options{Verbose: o.verbose})
+		view = live.Start(s.err, opts.Inventory, live.Options{Verbose: o.verbose, Opening: opts.Opening})
 		opts.Reporters = append(opts.Reporters, view)
 		messages = view // printed above it, never over it
 	} else {

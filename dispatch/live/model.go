@@ -41,17 +41,22 @@ type model struct {
 	// first is when the first job started: the rate counts from there.
 	first time.Time
 	// down and busy hold the notes shown on idle lines of a host that is
-	// down and of a GPU that is set aside.
+	// down (or left out) and of a GPU that is set aside; opening holds the
+	// hosts not opened yet.
 	down          map[string]string
 	busy          map[gpuKey]string
+	opening       map[string]bool
 	width, height int
 }
 
-func newModel(inv *inventory.Inventory, now func() time.Time) *model {
+func newModel(inv *inventory.Inventory, opening []string, now func() time.Time) *model {
 	m := &model{
 		now: now, byGPU: map[gpuKey][]int{},
-		down: map[string]string{}, busy: map[gpuKey]string{},
+		down: map[string]string{}, busy: map[gpuKey]string{}, opening: map[string]bool{},
 		width: 100, height: 30,
+	}
+	for _, h := range opening {
+		m.opening[h] = true
 	}
 	for _, h := range inv.Hosts {
 		if h.Slurm != nil {
@@ -119,9 +124,15 @@ func (m *model) apply(e dispatch.Event) {
 			}
 		}
 	case e.Event == dispatch.EventHostDown:
-		m.down[e.Host] = e.Error
+		delete(m.opening, e.Host)
+		m.down[e.Host] = "host down: " + e.Error
 	case e.Event == dispatch.EventHostUp:
+		delete(m.opening, e.Host)
 		delete(m.down, e.Host)
+	case e.Event == dispatch.EventWarning && m.opening[e.Host]:
+		// Opened, and left out.
+		delete(m.opening, e.Host)
+		m.down[e.Host] = e.Error
 	case e.Event == dispatch.EventBusy:
 		for _, id := range e.GPUs {
 			m.busy[gpuKey{e.Host, id}] = e.Error
@@ -207,7 +218,9 @@ func (m *model) slotLine(s slot) string {
 		}
 		return head + cmd
 	case m.down[s.host] != "":
-		return fmt.Sprintf("%-12s host down: %s", where, m.down[s.host])
+		return fmt.Sprintf("%-12s %s", where, m.down[s.host])
+	case m.opening[s.host]:
+		return fmt.Sprintf("%-12s connecting: not answered yet", where)
 	case m.busy[gpuKey{s.host, s.gpu}] != "":
 		return fmt.Sprintf("%-12s set aside: %s", where, m.busy[gpuKey{s.host, s.gpu}])
 	}

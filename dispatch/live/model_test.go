@@ -9,14 +9,14 @@ import (
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
-func testModel(t *testing.T, now *time.Time) *model {
+func testModel(t *testing.T, now *time.Time, opening ...string) *model {
 	t.Helper()
 	inv := &inventory.Inventory{Hosts: []inventory.Host{
 		{Name: "n1", GPUs: []int{0, 1}, SlotsPerGPU: 1},
 		{Name: "n2", GPUs: []int{0}, SlotsPerGPU: 2},
 		{Name: "hpc", Slurm: &inventory.Slurm{MaxJobs: 2}},
 	}}
-	return newModel(inv, func() time.Time { return *now })
+	return newModel(inv, opening, func() time.Time { return *now })
 }
 
 func TestModelView(t *testing.T) {
@@ -24,10 +24,11 @@ func TestModelView(t *testing.T) {
 	now := t0
 	at := func(s int) *time.Time { tm := t0.Add(time.Duration(s) * time.Second); return &tm }
 	for _, tc := range []struct {
-		name   string
-		events []dispatch.Event
-		after  time.Duration
-		want   []string
+		name    string
+		opening []string
+		events  []dispatch.Event
+		after   time.Duration
+		want    []string
 	}{
 		{
 			name:   "nothing yet",
@@ -76,6 +77,23 @@ func TestModelView(t *testing.T) {
 			},
 		},
 		{
+			name:    "hosts being opened are connecting, not down, until they are up or said down or left out",
+			opening: []string{"n1", "n2", "hpc"},
+			events: []dispatch.Event{
+				{Event: dispatch.EventHostUp, Host: "n1", Message: "opened"},
+				{Event: dispatch.EventWarning, Host: "hpc", Error: "left out: hpc: sbatch: invalid partition"},
+			},
+			want: []string{
+				"[--------------------] 0/0 done",
+				"n1:0         idle",
+				"n1:1         idle",
+				"n2:0         connecting: not answered yet",
+				"n2:0         connecting: not answered yet",
+				"hpc          left out: hpc: sbatch: invalid partition",
+				"hpc          left out: hpc: sbatch: invalid partition",
+			},
+		},
+		{
 			name: "cancelled jobs are not done, and the pace and ETA are of the jobs that ran",
 			events: []dispatch.Event{
 				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"}, {Event: dispatch.EventQueued, Job: "3"},
@@ -120,7 +138,7 @@ func TestModelView(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			now = t0
-			m := testModel(t, &now)
+			m := testModel(t, &now, tc.opening...)
 			for _, e := range tc.events {
 				m.apply(e)
 			}

@@ -30,6 +30,9 @@ type Options struct {
 	Verbose bool
 	// Now is the clock (nil: time.Now).
 	Now func() time.Time
+	// Opening lists the hosts still being opened as the run starts: shown
+	// as connecting until their first host event.
+	Opening []string
 }
 
 // Start draws the view of a run on inv's hosts on out, a terminal, until
@@ -39,7 +42,7 @@ func Start(out io.Writer, inv *inventory.Inventory, o Options) *View {
 		o.Now = time.Now
 	}
 	v := &View{done: make(chan struct{}), lines: dispatch.TextReporter{Quiet: !o.Verbose, Verbose: o.Verbose}}
-	v.p = tea.NewProgram(&program{m: newModel(inv, o.Now)},
+	v.p = tea.NewProgram(&program{m: newModel(inv, o.Opening, o.Now)},
 		tea.WithOutput(out), tea.WithInput(nil), tea.WithoutSignalHandler(), tea.WithFPS(10))
 	go func() {
 		defer close(v.done)

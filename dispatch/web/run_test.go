@@ -108,10 +108,11 @@ type served struct {
 // setup is how a test's run starts: GPUs sampled every sampleEvery (0: an
 // hour), down the hosts down at its start (until exec.back is closed), and
 // with pipe a run that reads its jobs from served.input rather than a
-// standing queue.
+// standing queue; opening are hosts not opened yet (they never are).
 type setup struct {
 	sampleEvery time.Duration
 	down        []string
+	opening     []string
 	pipe        bool
 }
 
@@ -144,7 +145,7 @@ func serve(t *testing.T, u setup) *served {
 		defer close(s.done)
 		_, err := dispatch.Run(ctx, dispatch.Options{
 			Inventory: inv, Executor: s.exec, LogDir: s.logDir, Serve: !u.pipe,
-			Control: s.ctl, Reporters: []dispatch.Reporter{s.srv}, Down: downs,
+			Control: s.ctl, Reporters: []dispatch.Reporter{s.srv}, Down: downs, Opening: u.opening,
 		}, inputs)
 		if err != nil {
 			t.Error(err)

@@ -419,6 +419,21 @@ func TestHostDown(t *testing.T) {
 	}
 }
 
+// A host that has not answered yet is connecting, not down, on its card.
+func TestHostConnecting(t *testing.T) {
+	s := serve(t, setup{opening: []string{"node1"}})
+	b := s.browser()
+	page := s.waitPage(b, "/", "connecting")
+	for _, want := range []string{"node1 <span class=\"state\">connecting</span>", "not answered yet (since "} {
+		if !strings.Contains(page, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	if strings.Contains(page, `card down`) {
+		t.Error("a host being opened is shown down")
+	}
+}
+
 // A form over the size limit is refused in words, with what to do instead.
 func TestFormTooLarge(t *testing.T) {
 	s := serve(t, setup{})
