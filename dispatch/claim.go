@@ -85,7 +85,6 @@ func (r *run) launch(ctx context.Context, a assignment) bool {
 			return false
 		}
 	}
-	r.lookAtSharing(a.p.host)
 	c := r.needs(a)
 	if len(c.lock) == 0 && len(c.check) == 0 {
 		r.start(ctx, a)
@@ -177,6 +176,7 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 	relock := false
 	for g, l := range res.locks {
 		g.lock, g.unlocked = l, nil
+		r.sharing(h, g, l.UsedMB())
 		go r.watchLock(g, l)
 		select {
 		case <-l.Lost():

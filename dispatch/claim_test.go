@@ -174,7 +174,6 @@ func TestSharedGPUWarnedOnce(t *testing.T) {
 	f := newFakeExec(lab("a:0,1"))
 	f.setUsage("a", map[int]int{1: 40000})
 	w, done := startRun(t, Options{Inventory: lab("a:0,1"), Executor: f, LogDir: dir, BusyMemoryMB: 1000})
-	// Jobs long enough for the look to come back before the run ends.
 	io.WriteString(w, repeat("sleep 50ms", 6))
 	w.Close()
 	s := <-done

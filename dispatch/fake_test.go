@@ -118,11 +118,14 @@ func (l *fakeLocks) heldBy(slot string) string {
 type fakeLock struct {
 	locks *fakeLocks
 	slot  string
-	lost  chan struct{}
-	once  sync.Once
+	// usedMB is what setUsage said of the GPU as it was locked.
+	usedMB int
+	lost   chan struct{}
+	once   sync.Once
 }
 
 func (l *fakeLock) Key() string           { return l.slot }
+func (l *fakeLock) UsedMB() int           { return l.usedMB }
 func (l *fakeLock) Lost() <-chan struct{} { return l.lost }
 func (l *fakeLock) Release() {
 	l.once.Do(func() {
@@ -144,6 +147,14 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string
 	if err := f.upNow(host); err != nil {
 		return nil, err
 	}
+	used := 0
+	f.mu.Lock()
+	for _, g := range f.usage[host] {
+		if g.Index == gpu {
+			used = g.MemoryUsedMB
+		}
+	}
+	f.mu.Unlock()
 	slot := fmt.Sprintf("%s:%d", host, gpu)
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
@@ -156,7 +167,7 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string
 	}
 	f.locks.holder[slot] = run
 	f.locks.taken++
-	l := &fakeLock{locks: f.locks, slot: slot, lost: make(chan struct{})}
+	l := &fakeLock{locks: f.locks, slot: slot, usedMB: used, lost: make(chan struct{})}
 	f.locks.handed = append(f.locks.handed, l)
 	return l, nil
 }

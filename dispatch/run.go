@@ -166,11 +166,6 @@ type run struct {
 	idle     []*gpu
 	// progress brings what Slurm clusters say of their jobs.
 	progress chan progress
-	// looks brings what nvidia-smi said of a host's GPUs when this run
-	// first used the host without SkipBusy (sharing.go); looked holds the
-	// hosts asked.
-	looks  chan hostLook
-	looked map[string]bool
 	// killJobs cancels the jobs' context (stop --now).
 	killJobs context.CancelCauseFunc
 	// releasing counts the locks being let go of.
@@ -234,8 +229,6 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	r.rechecks = make(chan recheck)
 	r.lockLost = make(chan lostLock)
 	r.progress = make(chan progress)
-	r.looks = make(chan hostLook)
-	r.looked = map[string]bool{}
 	r.fileMode = claim.mode
 	j, err := openJournal(filepath.Join(opts.LogDir, JournalName), claim.mode)
 	if err != nil {
@@ -419,8 +412,6 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			r.rechecked(rc)
 		case ll := <-r.lockLost:
 			r.lockGone(ll)
-		case l := <-r.looks:
-			r.sharing(l)
 		case p := <-r.progress:
 			r.progressed(p)
 		case u := <-r.opts.Updates:

@@ -34,6 +34,8 @@ type gpu struct {
 	busy      string
 	busyEpoch int
 	reported  string
+	// sharedSaid is set once the run said that others use the GPU.
+	sharedSaid bool
 }
 
 // open reports whether g may be given a job now (slots aside).

@@ -196,9 +196,11 @@ func TestRemoteCancelWhileCutOff(t *testing.T) {
 }
 
 // GPU locks over real sshd: named by each host's own GPU UUID (two hosts'
-// GPU 1 are two locks), exclusive between runs, and lost with the host.
+// GPU 1 are two locks), saying the memory others use there, exclusive
+// between runs, and lost with the host.
 func TestRemoteLockGPU(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 2})
+	l.Hosts[0].SetGPUs(sshtest.FakeGPU(0, l.Hosts[0].UUID(0), 0) + sshtest.FakeGPU(1, l.Hosts[0].UUID(1), 1234))
 	lab := openLab(t, l)
 	ctx := context.Background()
 	n1, n2 := lab.Runner("node1"), lab.Runner("node2")
@@ -206,8 +208,8 @@ func TestRemoteLockGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Key() != l.Hosts[0].UUID(1) {
-		t.Errorf("key %q, want the GPU's UUID %q", a.Key(), l.Hosts[0].UUID(1))
+	if a.Key() != l.Hosts[0].UUID(1) || a.UsedMB() != 1234 {
+		t.Errorf("key %q, %d MiB used; want the GPU's UUID %q and 1234 MiB", a.Key(), a.UsedMB(), l.Hosts[0].UUID(1))
 	}
 	b, err := n2.LockGPU(ctx, 1, "runA")
 	if err != nil {

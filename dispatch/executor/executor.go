@@ -95,6 +95,10 @@ type Progress struct {
 type GPULock interface {
 	// Key is the lock's name on the host: the GPU's UUID, or index-N.
 	Key() string
+	// UsedMB is the memory used on the GPU, in MiB, when the host's lock
+	// holder for the run first looked (before any job of the run ran
+	// there): others' work. -1 when it is not known.
+	UsedMB() int
 	// Lost is closed once the lock is no longer held: after Release, or
 	// when the process holding it on the host is gone (connection lost).
 	Lost() <-chan struct{}

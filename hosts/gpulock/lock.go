@@ -260,7 +260,12 @@ func (h *holder) line(s string) {
 		delete(h.asked, gpu)
 		a := answer{verb: verb, rest: rest}
 		if verb == "locked" {
-			a.lock = &heldLock{h: h, gpu: gpu, key: rest, lost: make(chan struct{})}
+			key, mib, _ := strings.Cut(rest, " ")
+			used, err := strconv.Atoi(mib)
+			if err != nil {
+				used = -1
+			}
+			a.lock = &heldLock{h: h, gpu: gpu, key: key, usedMB: used, lost: make(chan struct{})}
 			h.held[gpu] = a.lock
 		}
 		got <- a
@@ -350,14 +355,16 @@ func (h *holder) beat(interval time.Duration) {
 
 // heldLock is a GPULock held by a holder.
 type heldLock struct {
-	h    *holder
-	gpu  int
-	key  string
-	lost chan struct{} // closed under ls.mu
-	once sync.Once
+	h      *holder
+	gpu    int
+	key    string
+	usedMB int
+	lost   chan struct{} // closed under ls.mu
+	once   sync.Once
 }
 
 func (l *heldLock) Key() string           { return l.key }
+func (l *heldLock) UsedMB() int           { return l.usedMB }
 func (l *heldLock) Lost() <-chan struct{} { return l.lost }
 
 // Release implements GPULock.

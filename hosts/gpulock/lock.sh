@@ -8,7 +8,8 @@
 # a heartbeat. GPU N's lock is named by its UUID as the login shell's
 # nvidia-smi reports it, else "index-N".
 #
-# stdout: a line per request, "locked N KEY", "busy N KEY WHY" when another
+# stdout: a line per request, "locked N KEY MIB" (MIB: the memory used on
+# GPU N as the holder started, "-" if unknown), "busy N KEY WHY" when another
 # run holds the lock (WHY names it), "failed N WHY" when something else is
 # in its place, or "released N". Exit 127 when flock(1) is missing, 126 when the lock dir is
 # not safe (stderr says why). Told "exit", the holder lets go of everything
@@ -36,7 +37,7 @@ lock_dir "$dir" || exit 126
 # timeout(1) is missing, it is not bounded).
 limit=()
 if command -v timeout >/dev/null; then limit=(timeout -k 2 "$probe"); fi
-uuids=$("${limit[@]}" "${SHELL:-/bin/bash}" -lc 'nvidia-smi --query-gpu=index,uuid --format=csv,noheader' 2>/dev/null </dev/null)
+uuids=$("${limit[@]}" "${SHELL:-/bin/bash}" -lc 'nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits' 2>/dev/null </dev/null)
 case $? in 124 | 137) exit 124 ;; esac
 fds=()  # by GPU index: the open lock directory of each GPU held
 recs=() # by GPU index: the record saying so
@@ -71,7 +72,17 @@ take() {
   recs[g]=$pdir/gpudispatch-held-$key~$$~$run~$who~$cpid
   mkdir -m 0755 -- "${recs[g]}" 2>/dev/null
   fds[g]=$fd
-  printf 'locked %s %s\n' "$g" "$key"
+  # The memory used on the GPU as this holder started, before any job of
+  # its run was there: others' work.
+  local i m used=-
+  while IFS=, read -r i _ _ _ m _; do
+    if [ "$i" = "$g" ]; then
+      used=${m// /}
+      break
+    fi
+  done <<<"$uuids"
+  case $used in '' | *[!0-9]*) used=- ;; esac
+  printf 'locked %s %s %s\n' "$g" "$key" "$used"
 }
 # takeover KEY FD takes KEY's lock on FD from a lingering holder of this
 # run, and succeeds once it holds it. It kills only a pid proven to be such
