@@ -85,6 +85,9 @@ type Event struct {
 	// (cancel, retry), rather than the run deciding it: serve --resume does
 	// not bring back a job its user cancelled.
 	ByUser bool `json:"by_user,omitempty"`
+	// Hint says what to set, on a failed event of a job that exited 127
+	// for want of conda, module or python.
+	Hint string `json:"hint,omitempty"`
 	// Unstopped is set on a lost or cancelled event whose attempt may run
 	// on where it ran: its host could not be reached to stop it. The
 	// coordinator of the log dir that next reaches the host stops it, and

@@ -59,6 +59,9 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 	case EventFailed:
 		if e.Exit != nil && e.Error == "" {
 			line = fmt.Sprintf("job %s failed on %s with exit status %d after %s: see %s", e.Job, where, *e.Exit, elapsed(e), e.Stderr)
+			if e.Hint != "" {
+				line += "; " + e.Hint
+			}
 		} else if e.Host == "" {
 			// It never had a place: it failed before it could start.
 			line = fmt.Sprintf("job %s failed: %s", e.Job, e.Error)
@@ -199,6 +202,9 @@ func (s *Summary) Write(w io.Writer) {
 			fmt.Fprintf(w, "  job %s %s (%s): %s\n    logs: %s %s\n", e.Job, how, e.Source, OneLine(e.Command), e.Stdout, e.Stderr)
 			if e.Error != "" && (e.Event == EventFailed || e.Event == EventLost) {
 				fmt.Fprintf(w, "    %s\n", e.Error)
+			}
+			if e.Hint != "" {
+				fmt.Fprintf(w, "    %s\n", e.Hint)
 			}
 		default:
 			fmt.Fprintf(w, "  job %s %s (%s): %s\n", e.Job, StateWord(e.Event), e.Source, e.Error)

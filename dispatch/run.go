@@ -728,6 +728,9 @@ func (r *run) finish(res result) {
 		e.Error = res.err.Error()
 	}
 	e.ByUser = errors.Is(res.err, errCancelAsked)
+	if kind == EventFailed && res.code == 127 && e.Stderr != "" {
+		e.Hint = hint(e.Stderr, e.Host, p.host.host.Local)
+	}
 	if unstopped {
 		e.Unstopped, e.Tag = true, q.tag
 		r.putUp(fence{ended: e, p: p, held: true})

@@ -33,6 +33,9 @@ type JobStatus struct {
 	Stdout  string  `json:"stdout,omitempty"`
 	Stderr  string  `json:"stderr,omitempty"`
 	Error   string  `json:"error,omitempty"`
+	// Hint says what to set, for a job that exited 127 for want of conda,
+	// module or python.
+	Hint string `json:"hint,omitempty"`
 	// Run is the run that wrote the job's latest event.
 	Run string `json:"run"`
 	// Priority and Why are a waiting job's priority and why it waits, when
@@ -140,9 +143,9 @@ func (s *JobStatus) apply(e Event) {
 		}
 		return
 	case StateRunning:
-		s.Exit, s.End, s.Error = nil, nil, ""
+		s.Exit, s.End, s.Error, s.Hint = nil, nil, "", ""
 	default:
-		s.Exit, s.End, s.Error = e.Exit, e.End, e.Error
+		s.Exit, s.End, s.Error, s.Hint = e.Exit, e.End, e.Error, e.Hint
 	}
 	if e.Host != "" {
 		s.Host, s.GPUs = e.Host, e.GPUs
@@ -226,8 +229,17 @@ func (st *Status) WriteTable(w io.Writer, jobs []JobStatus, width int) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(w, st.Totals())
-	return err
+	if _, err := fmt.Fprintln(w, st.Totals()); err != nil {
+		return err
+	}
+	for _, j := range st.Jobs {
+		if j.Hint != "" {
+			if _, err := fmt.Fprintf(w, "job %s: %s\n", j.Job, j.Hint); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // emptyFile reports whether the file at path is there and empty.

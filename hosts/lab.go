@@ -344,7 +344,12 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	o := l.opts
 	st := HostState{Host: h, Addr: "local"}
 	sup := jobshell.Supervision{Heartbeat: o.Keepalive, Grace: o.Grace}
-	if h.Login == inventory.LoginPerJob {
+	switch {
+	case h.Local:
+		// This machine's jobs get the coordinator's environment as it is,
+		// as xargs would give it: no profile resets an activated env.
+		sup.Login = jobshell.LoginNone
+	case h.Login == inventory.LoginPerJob:
 		sup.Login = jobshell.LoginPerJob
 	}
 	var r machine = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name, ProbeTimeout: o.ProbeTimeout}

@@ -62,7 +62,7 @@ func servePage(t *testing.T, dir string) (cmd *exec.Cmd, pageURL, logDir string)
 	logDir = filepath.Join(dir, "logs")
 	cmd = exec.Command(binary, "serve", "--gpus", "0,1", "-o", logDir, "--listen", "127.0.0.1:0")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir))
+	cmd.Env = append(os.Environ(), "HOME="+dir, homeBinFirst(dir), lockEnv(dir))
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

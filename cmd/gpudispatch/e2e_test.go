@@ -310,7 +310,7 @@ hosts:
 }
 
 // gpus: auto, and no inventory at all, both ask nvidia-smi (here a fake
-// one that the login shell finds through ~/.bash_profile, as jobs would).
+// one on gpudispatch's PATH, where local jobs would find it).
 func TestE2EAutoGPUs(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -624,24 +624,41 @@ func TestE2ECompletion(t *testing.T) {
 	}
 }
 
-// The login profile is read once per slot, or per job with login: per_job
-// (and once more by the GPU lock holder, which finds nvidia-smi through it).
-func TestE2ELoginPerSlotOrJob(t *testing.T) {
+// Local jobs run with the caller's environment as it is, as xargs runs
+// them: a venv activated in the terminal stays first on PATH even where
+// the login profile resets PATH (as Debian's /etc/profile does), and no
+// profile is read for them.
+func TestE2ELocalJobsKeepTheCallersEnvironment(t *testing.T) {
 	t.Parallel()
-	for _, tt := range []struct {
-		login string
-		reads int
-	}{{"per_slot", 1 + 1}, {"per_job", 3 + 1}} {
-		dir := t.TempDir()
-		os.WriteFile(filepath.Join(dir, ".bash_profile"), []byte("echo read >> ~/reads\nMSG=from-profile\n"), 0o644)
-		os.WriteFile(filepath.Join(dir, "lab.yaml"), []byte("hosts:\n  - name: here\n    local: true\n    gpus: [0]\n    login: "+tt.login+"\n"), 0o644)
-		r := gpd(t, dir, strings.Repeat("echo $MSG\n", 3), "-i", "lab.yaml")
-		if r.code != 0 || readFile(t, filepath.Join(dir, "gpudispatch-logs", "3.out")) != "from-profile\n" {
-			t.Fatalf("login %s: exit %d: %s", tt.login, r.code, r.stderr)
+	if _, err := exec.LookPath("python3"); err != nil {
+		sshtest.Missing(t, "GPUDISPATCH_REQUIRE_PYTHON", "no python3 here to make a venv (apt-get install python3)")
+	}
+	dir := t.TempDir()
+	venv := filepath.Join(dir, "venv")
+	if out, err := exec.Command("python3", "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
+		t.Fatalf("python3 -m venv: %v\n%s", err, out)
+	}
+	os.WriteFile(filepath.Join(dir, ".bash_profile"), []byte("echo read >> ~/reads\nPATH=/usr/bin:/bin\n"), 0o644)
+	// What "source venv/bin/activate" does to the environment.
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PATH=") && !strings.HasPrefix(kv, "HOME=") {
+			env = append(env, kv)
 		}
-		if got := strings.Count(readFile(t, filepath.Join(dir, "reads")), "\n"); got != tt.reads {
-			t.Errorf("login %s: the profile was read %d times for 3 jobs on one slot, want %d", tt.login, got, tt.reads)
-		}
+	}
+	env = append(env, "HOME="+dir, "VIRTUAL_ENV="+venv, "PATH="+filepath.Join(venv, "bin")+":"+os.Getenv("PATH"))
+	cmd, stdin, errOut := startGPDEnv(t, dir, env, "--gpus", "0,1", "-o", "logs")
+	io.WriteString(stdin, "command -v python; python -c 'import sys; print(sys.prefix)'\n")
+	stdin.Close()
+	if err := waitExit(t, cmd, errOut, 30*time.Second); err != nil {
+		t.Fatalf("exit %v\n%s", err, errOut)
+	}
+	if got, want := readFile(t, filepath.Join(dir, "logs", "1.out")), filepath.Join(venv, "bin", "python")+"\n"+venv+"\n"; got != want {
+		t.Errorf("the job ran %q, want the venv's python: %q", got, want)
+	}
+	// Only the GPU lock holder reads it, to find nvidia-smi as a login shell would.
+	if got, _ := os.ReadFile(filepath.Join(dir, "reads")); strings.Count(string(got), "\n") != 1 {
+		t.Errorf("the login profile was read %d times, want once (the lock holder), none for the job", strings.Count(string(got), "\n"))
 	}
 }
 

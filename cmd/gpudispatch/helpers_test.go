@@ -46,13 +46,15 @@ type result struct {
 	stdout, stderr string
 }
 
-// gpd runs the binary in dir with stdin and args, as a user would.
+// gpd runs the binary in dir with stdin and args, as a user would whose
+// home is dir, with ~/bin first on PATH (where sshtest.NvidiaSMI puts the
+// fake nvidia-smi: local jobs and looks get gpudispatch's environment).
 func gpd(t *testing.T, dir, stdin string, args ...string) result {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
 	cmd.Stdin = strings.NewReader(stdin)
-	cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir))
+	cmd.Env = append(os.Environ(), "HOME="+dir, homeBinFirst(dir), lockEnv(dir))
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
@@ -120,6 +122,11 @@ func count(events []map[string]any, kind string) int {
 
 // lockEnv keeps a test's GPU locks in a directory of its own, so that
 // tests running at once do not wait for each other's (pretend) GPUs.
+// homeBinFirst is PATH with the home dir's bin first.
+func homeBinFirst(home string) string {
+	return "PATH=" + filepath.Join(home, "bin") + ":" + os.Getenv("PATH")
+}
+
 func lockEnv(dir string) string {
 	return "GPUDISPATCH_LOCK_DIR=" + filepath.Join(dir, ".locks")
 }

@@ -716,3 +716,50 @@ func TestSSHBinaryOutput(t *testing.T) {
 		t.Errorf("log checksum %s, host's %s", got, want)
 	}
 }
+
+// On a remote host the login profile is read once per slot, or per job
+// with login: per_job (and once more by the GPU lock holder, which finds
+// nvidia-smi through it), and its variables reach the jobs.
+func TestSSHLoginPerSlotOrJob(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	h := l.Hosts[0]
+	profile := filepath.Join(h.Home, ".bash_profile")
+	p, _ := os.ReadFile(profile)
+	os.WriteFile(profile, append(p, "echo read >> ~/reads\nMSG=from-profile\n"...), 0o644)
+	for _, tt := range []struct {
+		login string
+		reads int
+	}{{"per_slot", 1 + 1}, {"per_job", 3 + 1}} {
+		os.Remove(filepath.Join(h.Home, "reads"))
+		inv := filepath.Join(l.Dir, tt.login+".yaml")
+		os.WriteFile(inv, []byte(fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    gpus: [0]\n    login: %s\n", l.SSHConfig, tt.login)), 0o644)
+		r := labRun(t, l, strings.Repeat("echo $MSG\n", 3), "-i", inv, "-o", tt.login)
+		if r.code != 0 || readFile(t, filepath.Join(l.Dir, tt.login, "3.out")) != "from-profile\n" {
+			t.Fatalf("login %s: exit %d: %s", tt.login, r.code, r.stderr)
+		}
+		if got := strings.Count(readFile(t, filepath.Join(h.Home, "reads")), "\n"); got != tt.reads {
+			t.Errorf("login %s: the profile was read %d times for 3 jobs on one slot, want %d", tt.login, got, tt.reads)
+		}
+	}
+}
+
+// A job that exits 127 because conda is not set up in a non-interactive
+// shell gets one hint line naming what to set, in the run's output, its
+// summary and status; a job that fails otherwise gets none.
+func TestSSHHintWhenCondaIsMissing(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	r := labRun(t, l, "conda activate myenv && python train.py\nexit 3\n", "-i", l.Inventory(""), "-o", "logs")
+	if r.code != 1 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	const want = "hint: conda is not set up in a non-interactive login shell on node1"
+	if n := strings.Count(r.stderr, want); n != 2 { // the job's line and the summary
+		t.Errorf("the hint is said %d times, want on the job's line and in the summary:\n%s", n, r.stderr)
+	}
+	s := labRun(t, l, "", "status", "-o", "logs")
+	if !strings.Contains(s.stdout, want) || strings.Count(s.stdout, "hint:") != 1 {
+		t.Errorf("status does not give the one hint:\n%s", s.stdout)
+	}
+}

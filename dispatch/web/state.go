@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -65,7 +66,7 @@ func (s *Server) apply(e dispatch.Event) {
 		s.first = j.Start
 	}
 	if dispatch.Ended(state) {
-		j.Exit, j.Error = e.Exit, e.Error
+		j.Exit, j.Error = e.Exit, cmp.Or(e.Error, e.Hint)
 		j.End = e.Time
 		if e.End != nil {
 			j.End = *e.End

@@ -52,6 +52,10 @@ const (
 	LoginPerSlot Login = iota
 	// LoginPerJob: every job runs "$SHELL -lc" of its own.
 	LoginPerJob
+	// LoginNone: no profile is read; jobs are forks of the job shell, with
+	// the environment it was started with (a local machine: the
+	// coordinator's, an activated conda env or venv included).
+	LoginNone
 )
 
 // ErrNUL is returned for a command or environment value with a NUL byte,
@@ -62,8 +66,11 @@ var ErrNUL = errors.New("contains a NUL byte")
 // once, each terminated by NUL.
 func header(s Supervision) []byte {
 	login := "slot"
-	if s.Login == LoginPerJob {
+	switch s.Login {
+	case LoginPerJob:
 		login = "job"
+	case LoginNone:
+		login = "none"
 	}
 	return []byte(script +
 		strconv.FormatFloat(s.Grace.Seconds(), 'f', 3, 64) + "\x00" +

@@ -168,6 +168,30 @@ func TestLoginPerJob(t *testing.T) {
 	}
 }
 
+// Login none reads no profile: a job gets the job shell's environment as
+// it is (a local machine's: the coordinator's, with its activated env
+// first on PATH), the job's own variables on top, and a job that names $$
+// gets its own bash with that environment too.
+func TestLoginNone(t *testing.T) {
+	t.Parallel()
+	home := homeWith(t, "echo read >> ~/reads\nPATH=/usr/bin:/bin\n")
+	env := t.TempDir()
+	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, "export HOME="+shellescape.Quote(home)+" PATH="+shellescape.Quote(env+":"+os.Getenv("PATH"))+" VIRTUAL_ENV="+shellescape.Quote(env)+"; "+line, stdout, stderr)
+	}
+	ss := New(start, Supervision{Heartbeat: fast.Heartbeat, Grace: fast.Grace, Login: LoginNone})
+	t.Cleanup(ss.Close)
+	for _, job := range []string{`echo "${PATH%%:*} $VIRTUAL_ENV $MINE"`, `echo "${PATH%%:*} $VIRTUAL_ENV $MINE" $(($$ > 0))`} {
+		got := runJob(t, ss, job, "MINE=job")
+		if want := env + " " + env + " job"; !strings.HasPrefix(got, want) {
+			t.Errorf("%s printed %q, want %q: the caller's environment and the job's", job, got, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(home, "reads")); err == nil {
+		t.Error("a profile was read")
+	}
+}
+
 // A login shell that is not bash runs "$SHELL -lc" per job.
 func TestLoginZsh(t *testing.T) {
 	t.Parallel()

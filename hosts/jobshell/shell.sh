@@ -3,8 +3,8 @@
 # line reaches the login shell byte for byte with no quoting at all. $1 is
 # the shell's tag.
 #
-# stdin: two NUL-terminated fields — grace (seconds), login ("slot" or
-# "job") — then records: "c" to cancel the running job, "q" to end the
+# stdin: two NUL-terminated fields — grace (seconds), login ("slot", "job"
+# or "none") — then records: "c" to cancel the running job, "q" to end the
 # shell (what is kept of its last job is home), and for each job "j", the
 # length of a header in 8 decimal digits, the header (the byte lengths of
 # the job's fields, space-separated), then the fields with nothing between
@@ -29,8 +29,11 @@
 # each job it looks whether one of the profile files, or ~/.bashrc, changed
 # since it read them: then it runs nothing, answers "stale" instead of an
 # exit status, and exits, and the coordinator sends the job to a new shell.
-# Other login shells, and login "job", run "$SHELL -lc" per job. This
-# shell's own names start with _g_, and a job sees none of them.
+# Other login shells, and login "job", run "$SHELL -lc" per job. Login
+# "none" reads no profile: each job is a fork of this shell, with the
+# environment it was started with (a local machine's: the coordinator's,
+# as xargs would run it). This shell's own names start with _g_, and a job
+# sees none of them.
 #
 # A job's life is its own. Each job runs in a subshell of its own (its
 # environment and workdir go with it) and a process group of its own. Its
@@ -66,6 +69,8 @@ IFS= read -r -d '' _g_grace || exit 125
 IFS= read -r -d '' _g_login || exit 125
 _g_profiled=
 _g_ref=
+_g_asis=
+[ "$_g_login" != none ] || _g_asis=1
 if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
   _g_profiled=1
   # At the top level, not in a function: the profile's declarations must be
@@ -115,6 +120,7 @@ if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
   builtin set +e +u +f +C +o pipefail +o errtrace +o functrace
   IFS=$' \t\n'
 fi
+[ -z "$_g_asis" ] || builtin trap '_g_forward' TERM
 # A job's fork closes _g_ref: one is open whatever the login.
 [ -n "$_g_ref" ] || exec {_g_ref}</dev/null
 # read -N counts characters of the locale; in C, bytes. Jobs get back the
@@ -320,7 +326,7 @@ $_g_script"
     if [ -n "$_g_wd" ]; then
       builtin cd -- "$_g_wd" || { echo "gpudispatch: cannot enter workdir $_g_wd" >&2; exit 126; }
     fi
-    [ -n "$_g_profiled" ] || exec "${SHELL:-/bin/bash}" -lc "$_g_script"
+    [ -n "$_g_profiled" ] || [ -n "$_g_asis" ] || exec "${SHELL:-/bin/bash}" -lc "$_g_script"
     # The login shell's fork: what the profile set, the job's own
     # BASHPID-seeded RANDOM and SECONDS from 0, then the job as bash -lc
     # would run it: $0 bash (bash 5), no positional parameters, none of

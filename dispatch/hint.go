@@ -1,0 +1,53 @@
+package dispatch
+
+import (
+	"io"
+	"os"
+	"regexp"
+)
+
+// A job that exits 127 because its shell did not find conda, module or
+// python most often ran in an environment the user did not mean: a
+// non-interactive login shell does not run conda init's block of
+// ~/.bashrc (Ubuntu's returns early when not interactive), nor Lmod's
+// set-up, and a venv is active only where it was activated. Such a job's
+// failure gets a hint that names what to set (hint).
+
+// notFound finds bash's word for a command it could not find, among those
+// that a hint is for.
+var notFound = regexp.MustCompile(`(?m): (conda|mamba|module|python3?|pip3?): command not found$`)
+
+// hintTail is how much of the end of a job's stderr is looked at.
+const hintTail = 8 << 10
+
+// hint says what to set when the job that wrote stderrPath on host (local:
+// this machine) exited 127 for want of conda, module or python, or "".
+func hint(stderrPath, host string, local bool) string {
+	f, err := os.Open(stderrPath)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > hintTail {
+		f.Seek(st.Size()-hintTail, io.SeekStart)
+	}
+	b, _ := io.ReadAll(io.LimitReader(f, hintTail))
+	m := notFound.FindSubmatch(b)
+	if m == nil {
+		return ""
+	}
+	return hintFor(string(m[1]), host, local)
+}
+
+// hintFor is the hint for the command cmd that was not found.
+func hintFor(cmd, host string, local bool) string {
+	switch {
+	case local:
+		return "hint: " + cmd + " was not found in the environment gpudispatch was started with, which is the one local jobs get: start gpudispatch where your env is active (conda activate ENV, source venv/bin/activate, module load ...)"
+	case cmd == "conda" || cmd == "mamba":
+		return "hint: " + cmd + " is not set up in a non-interactive login shell on " + host + " (conda init puts it below ~/.bashrc's interactive guard): set the host's setup: to source ~/miniconda3/etc/profile.d/conda.sh && conda activate ENV (with the path of conda there)"
+	case cmd == "module":
+		return "hint: module is not set up in a non-interactive login shell on " + host + ": set the host's setup: to source /etc/profile.d/lmod.sh && module load NAME (or where Lmod or Environment Modules live there)"
+	}
+	return "hint: " + cmd + " is not on the job's PATH on " + host + ": activate your env in the host's setup: (source ~/venv/bin/activate, or conda as its own hint says)"
+}
