@@ -54,6 +54,10 @@ type Defaults struct {
 	GPUs     int // 0: one
 	Priority int
 	Timeout  time.Duration
+	// Env is the submitter's environment ("NAME=value"): the batch's jobs
+	// get it on local hosts, as they would have run where it was
+	// submitted (see Job.CallerEnv).
+	Env []string
 }
 
 // Batch is job lines submitted together.
@@ -398,6 +402,7 @@ func specOf(j *Job) *JobSpec {
 	return &JobSpec{
 		Name: j.Name, Host: j.Host, GPU: j.GPU, GPUs: j.GPUs, Priority: j.Priority,
 		TimeoutSeconds: j.Timeout.Seconds(), Prefer: j.Prefer, PreferGPU: j.PreferGPU,
+		Env: j.CallerEnv,
 	}
 }
 

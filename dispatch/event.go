@@ -112,6 +112,9 @@ type JobSpec struct {
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
 	Prefer         string  `json:"prefer,omitempty"`
 	PreferGPU      int     `json:"prefer_gpu"` // -1: any
+	// Env is the environment of the submit that queued the job, for its
+	// runs on local hosts (Job.CallerEnv).
+	Env []string `json:"env,omitempty"`
 }
 
 // Reporter is told every event as it happens (terminal lines, --json).

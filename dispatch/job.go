@@ -39,6 +39,11 @@ type Job struct {
 	// anywhere it may go. "" for none.
 	Prefer    string
 	PreferGPU int
+	// CallerEnv is the environment of whoever submitted the job to a
+	// standing queue ("NAME=value"): set for it on a local host, before
+	// the inventory's env and gpudispatch's variables (nil: the
+	// coordinator's own, which local jobs run with).
+	CallerEnv []string
 }
 
 // ID is how logs, events and the journal call the job: its name, else its number.

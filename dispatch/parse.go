@@ -137,6 +137,7 @@ func (p *parser) next() (*Job, error) {
 	if j.Host == "" {
 		j.Host = p.defaults.Host
 	}
+	j.CallerEnv = p.defaults.Env
 	if j.Name != "" {
 		if prev, dup := p.names[j.Name]; dup {
 			return nil, &LineError{Job: j, Err: fmt.Errorf("name=%s is already used at %s: names must be unique, they name the log files", j.Name, prev)}

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -95,7 +96,7 @@ func TestParseJobs(t *testing.T) {
 				if w.Prefer == "" {
 					w.PreferGPU = -1
 				}
-				if *j != w {
+				if !reflect.DeepEqual(*j, w) {
 					t.Errorf("job %d:\n got %+v\nwant %+v", i, *j, w)
 				}
 			}

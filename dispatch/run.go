@@ -609,7 +609,11 @@ func (r *run) start(ctx context.Context, a assignment) {
 // jobEnv is the inventory's env, then gpudispatch's own variables, which
 // win. On a Slurm cluster, Slurm sets CUDA_VISIBLE_DEVICES.
 func jobEnv(h inventory.Host, j *Job, p placement) []string {
-	env := append([]string(nil), h.Env...)
+	var env []string
+	if h.Local {
+		env = append(env, j.CallerEnv...)
+	}
+	env = append(env, h.Env...)
 	if !p.host.cluster {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+gpuList(p.gpuIDs()))
 	}

@@ -121,6 +121,7 @@ func rebuild(e Event, spec *JobSpec) (*Job, error) {
 		j.Name, j.Host, j.GPU, j.GPUs, j.Priority = spec.Name, spec.Host, spec.GPU, max(spec.GPUs, 1), spec.Priority
 		j.Timeout = secondsDuration(spec.TimeoutSeconds)
 		j.Prefer, j.PreferGPU = spec.Prefer, spec.PreferGPU
+		j.CallerEnv = spec.Env
 	}
 	return j, nil
 }

@@ -630,14 +630,8 @@ func TestE2ECompletion(t *testing.T) {
 // profile is read for them.
 func TestE2ELocalJobsKeepTheCallersEnvironment(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("python3"); err != nil {
-		sshtest.Missing(t, "GPUDISPATCH_REQUIRE_PYTHON", "no python3 here to make a venv (apt-get install python3)")
-	}
 	dir := t.TempDir()
-	venv := filepath.Join(dir, "venv")
-	if out, err := exec.Command("python3", "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
-		t.Fatalf("python3 -m venv: %v\n%s", err, out)
-	}
+	venv := makeVenv(t, dir)
 	os.WriteFile(filepath.Join(dir, ".bash_profile"), []byte("echo read >> ~/reads\nPATH=/usr/bin:/bin\n"), 0o644)
 	// What "source venv/bin/activate" does to the environment.
 	var env []string
@@ -660,6 +654,47 @@ func TestE2ELocalJobsKeepTheCallersEnvironment(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(dir, "reads")); strings.Count(string(got), "\n") != 1 {
 		t.Errorf("the login profile was read %d times, want once (the lock holder), none for the job", strings.Count(string(got), "\n"))
 	}
+}
+
+// makeVenv makes a real venv in dir (python3 -m venv, without pip) and
+// returns its path.
+func makeVenv(t *testing.T, dir string) string {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		sshtest.Missing(t, "GPUDISPATCH_REQUIRE_PYTHON", "no python3 here to make a venv (apt-get install python3)")
+	}
+	venv := filepath.Join(dir, "venv")
+	if out, err := exec.Command("python3", "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
+		t.Fatalf("python3 -m venv: %v\n%s", err, out)
+	}
+	return venv
+}
+
+// A job that submit adds to a local serve runs with that submit's
+// environment (its activated venv), not serve's.
+func TestE2ESubmitCarriesItsEnvironment(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	venv := makeVenv(t, dir)
+	serve, _, errOut := startGPDEnv(t, dir, append(os.Environ(), "HOME="+dir), "serve", "--gpus", "0", "-o", "logs")
+	waitServing(t, dir, errOut)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PATH=") {
+			env = append(env, kv)
+		}
+	}
+	submit := exec.Command(binary, "submit", "-o", "logs", "--wait", "--", "python -c 'import sys; print(sys.prefix)'; echo $MARK")
+	submit.Dir = dir
+	submit.Env = append(env, "HOME="+dir, "VIRTUAL_ENV="+venv, "MARK=from-submit", "PATH="+filepath.Join(venv, "bin")+":"+os.Getenv("PATH"))
+	if out, err := submit.CombinedOutput(); err != nil {
+		t.Fatalf("submit: %v\n%s\n%s", err, out, errOut)
+	}
+	if got, want := readFile(t, filepath.Join(dir, "logs", "1.out")), venv+"\nfrom-submit\n"; got != want {
+		t.Errorf("the job printed %q, want the submitter's venv and variable: %q", got, want)
+	}
+	gpd(t, dir, "", "stop", "-o", "logs")
+	serve.Wait()
 }
 
 // ID.N.out is attempt N of job ID for the life of the log dir: a line added

@@ -173,6 +173,7 @@ func runSubmit(ctx context.Context, s streams, o submitOptions) error {
 	defer client.Close()
 	var ids []string
 	rejected := false
+	o.defaults.Env = callerEnv(os.Environ())
 	for _, b := range batches {
 		b.Defaults = o.defaults
 		got, err := client.Submit(ctx, b)
@@ -195,6 +196,21 @@ func runSubmit(ctx context.Context, s streams, o submitOptions) error {
 		return nil
 	}
 	return waitFor(ctx, s, client, o.logDir, ids, rejected)
+}
+
+// callerEnv is the environment a submit hands to its jobs (local hosts run
+// them with it): all of it but what a shell keeps for itself.
+func callerEnv(environ []string) []string {
+	env := make([]string, 0, len(environ))
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "PWD", "OLDPWD", "SHLVL", "_":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
 }
 
 // commandLine is the job line of a command given after "--": one argument

@@ -170,7 +170,7 @@ func Handler(c *dispatch.Control, logDir string) http.Handler {
 		}
 		out, err := c.Submit(r.Context(), dispatch.Batch{Source: req.Source, Text: req.Text, Defaults: dispatch.Defaults{
 			Name: req.Name, Host: req.Host, GPUs: req.GPUs, Priority: req.Priority,
-			Timeout: time.Duration(req.TimeoutSeconds * float64(time.Second)),
+			Timeout: time.Duration(req.TimeoutSeconds * float64(time.Second)), Env: req.Env,
 		}})
 		if err != nil {
 			fail(w, err)
@@ -243,13 +243,14 @@ type (
 		Damaged []string             `json:"damaged,omitempty"`
 	}
 	submitRequest struct {
-		Text           string  `json:"text"`
-		Source         string  `json:"source,omitempty"`
-		Name           string  `json:"name,omitempty"`
-		Host           string  `json:"host,omitempty"`
-		GPUs           int     `json:"gpus,omitempty"`
-		Priority       int     `json:"priority,omitempty"`
-		TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+		Text           string   `json:"text"`
+		Source         string   `json:"source,omitempty"`
+		Name           string   `json:"name,omitempty"`
+		Host           string   `json:"host,omitempty"`
+		GPUs           int      `json:"gpus,omitempty"`
+		Priority       int      `json:"priority,omitempty"`
+		TimeoutSeconds float64  `json:"timeout_seconds,omitempty"`
+		Env            []string `json:"env,omitempty"`
 	}
 	idsRequest struct {
 		IDs []string `json:"ids"`
