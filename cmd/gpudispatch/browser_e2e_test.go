@@ -266,11 +266,13 @@ func clickToPage(t *testing.T, ctx context.Context, selector string) {
 	}
 }
 
-// submit queues job lines with gpudispatch submit and args.
+// submit queues job lines with gpudispatch submit and args, from the
+// environment serve was started with (its jobs get it, on this machine).
 func submit(tb testing.TB, dir, logDir, lines string, args ...string) {
 	tb.Helper()
 	c := exec.Command(binary, append([]string{"submit", "-o", logDir}, args...)...)
 	c.Dir = dir
+	c.Env = append(os.Environ(), "HOME="+dir, homeBinFirst(dir), lockEnv(dir))
 	c.Stdin = strings.NewReader(lines)
 	if out, err := c.CombinedOutput(); err != nil {
 		tb.Fatalf("submit: %v\n%s", err, out)
