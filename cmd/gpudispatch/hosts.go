@@ -58,20 +58,21 @@ func runHosts(ctx context.Context, s streams, o hostsOptions) error {
 	}
 	opts := hostOptions(o.labOptions)
 	opts.ProbeGPUs = true
-	lab, err := hosts.Open(ctx, inv, opts)
+	lab, settled, err := hosts.Start(ctx, inv, opts)
 	if err != nil {
 		return usageError("%v", err)
 	}
 	defer lab.Close()
+	states := settleAll(s, lab, inv, settled)
 	if o.json {
-		err = hosts.WriteJSON(s.out, lab.States, inv.BusyMemoryMB)
+		err = hosts.WriteJSON(s.out, states, inv.BusyMemoryMB)
 	} else {
-		err = hosts.WriteTable(s.out, lab.States, inv.BusyMemoryMB, hosts.TableOptions{Width: terminalWidth(s.out), Verbose: o.verbose})
+		err = hosts.WriteTable(s.out, states, inv.BusyMemoryMB, hosts.TableOptions{Width: terminalWidth(s.out), Verbose: o.verbose})
 	}
 	if err != nil {
 		return err
 	}
-	for _, st := range lab.States {
+	for _, st := range states {
 		if st.Err != nil {
 			return &exitError{code: exitFailed}
 		}

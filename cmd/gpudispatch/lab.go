@@ -189,6 +189,54 @@ func absent(states []hosts.HostState) (down, leftOut map[string]error) {
 	return down, leftOut
 }
 
+// settleAll waits for every host of settled, in inv's order; on a terminal
+// it keeps a line on s.err saying which hosts it still waits for, and what
+// for, and clears it at the end.
+func settleAll(s streams, lab *hosts.Lab, inv *inventory.Inventory, settled <-chan hosts.HostState) []hosts.HostState {
+	byName := map[string]hosts.HostState{}
+	var tick <-chan time.Time
+	if isTerminal(s.err) {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		tick = t.C
+	}
+	shown := false
+	for open := true; open; {
+		select {
+		case st, ok := <-settled:
+			if !ok {
+				open = false
+				break
+			}
+			byName[st.Host.Name] = st
+		case <-tick:
+			fmt.Fprintf(s.err, "\r\033[K%s", dispatch.Clip(waitingLine(len(byName), len(inv.Hosts), lab.Pending()), terminalWidth(s.err)))
+			shown = true
+		}
+	}
+	if shown {
+		fmt.Fprint(s.err, "\r\033[K")
+	}
+	states := make([]hosts.HostState, 0, len(inv.Hosts))
+	for _, h := range inv.Hosts {
+		states = append(states, byName[h.Name])
+	}
+	return states
+}
+
+// waitingLine says how many of total hosts answered, and what the first
+// of those still opening are doing.
+func waitingLine(answered, total int, pending []hosts.Opening) string {
+	var waits []string
+	for _, p := range pending[:min(len(pending), 3)] {
+		waits = append(waits, fmt.Sprintf("%s (%s, %s)", p.Name, p.Doing, dispatch.RoundDuration(time.Since(p.Since))))
+	}
+	if len(pending) > 3 {
+		waits = append(waits, fmt.Sprintf("%d more", len(pending)-3))
+	}
+	return fmt.Sprintf("gpudispatch: %d/%d hosts answered; waiting for %s", answered, total, strings.Join(waits, ", "))
+}
+
 // startHosts opens every host in the background and waits for the first
 // one that is up, or with all for every one; it warns of those that cannot
 // be used. The hosts not settled yet come on the channel returned. When no
@@ -199,14 +247,19 @@ func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inv
 		return nil, nil, nil, usageError("%v", err)
 	}
 	var states []hosts.HostState
+	if all {
+		states = settleAll(s, lab, inv, settled)
+	} else {
+		for st := range settled {
+			states = append(states, st)
+			if st.Err == nil {
+				break
+			}
+		}
+	}
 	var down, warnings []string
 	up := false
-	for !up || all {
-		st, ok := <-settled
-		if !ok {
-			break
-		}
-		states = append(states, st)
+	for _, st := range states {
 		warnings = append(warnings, st.Warnings...)
 		if st.Err == nil {
 			up = true

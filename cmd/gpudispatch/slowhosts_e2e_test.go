@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -111,4 +112,34 @@ func TestSSHSlowHostsStallNothing(t *testing.T) {
 	}
 	labRun(t, l, "", "stop", "-o", "served")
 	serve.Wait()
+}
+
+// hosts waits for every host, and on a terminal says meanwhile which it
+// waits for and what for, on a line it clears once all have answered.
+func TestSSHHostsSaysWhatItWaitsFor(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	l.Late(l.Hosts[1], "nodelate", 3*time.Second)
+	inv := filepath.Join(l.Dir, "late.yaml")
+	os.WriteFile(inv, []byte(fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    gpus: auto\n  - name: nodelate\n    gpus: auto\n", l.SSHConfig)), 0o644)
+	cmd := labCmd(t, l, "", "hosts", "-i", inv, "--connect-timeout", "20s")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	scr, copied := onPTY(t, cmd, 120, 24, false)
+	want := "gpudispatch: 1/2 hosts answered; waiting for nodelate (connecting, "
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(scr.text(), want); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the screen never said %q:\n%s", want, scr.text())
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("hosts: %v\n%s", err, out.String())
+	}
+	<-copied
+	if s := scr.text(); strings.Contains(s, "hosts answered") {
+		t.Errorf("the waiting line stayed on the screen:\n%s", s)
+	}
+	if !strings.Contains(out.String(), "nodelate") || !strings.Contains(out.String(), "node1") {
+		t.Errorf("hosts printed:\n%s", out.String())
+	}
 }
