@@ -159,7 +159,12 @@ running_on() {
 }
 # The coordinator went silent. A job of the run runs on without it: its GPU
 # stays locked until it ends, and each other lock goes after the linger.
+# The records of the locks kept say so ("~gone"), for whoever finds them
+# locked.
 nap "$linger"
+for g in "${!fds[@]}"; do
+  if mv -- "${recs[g]}" "${recs[g]}~gone" 2>/dev/null; then recs[g]=${recs[g]}~gone; fi
+done
 while [ ${#fds[@]} -gt 0 ]; do
   for g in "${!fds[@]}"; do
     running_on "$g" || release "$g"

@@ -151,8 +151,9 @@ func TestLockKeptWhileItsJobRuns(t *testing.T) {
 		t.Fatalf("the lock of a GPU with no job was kept: %v", err)
 	}
 	other.Release()
-	if _, err := l.Lock(ctx, 5, "runOther"); !errors.Is(err, executor.ErrGPULocked) {
-		t.Fatalf("another run while the job runs on: %v, want locked", err)
+	if _, err := l.Lock(ctx, 5, "runOther"); !errors.Is(err, executor.ErrGPULocked) || !strings.Contains(err.Error(), "run runK of ") ||
+		!strings.Contains(err.Error(), "which is gone: a job of that run runs on there with no gpudispatch") {
+		t.Fatalf("another run while the job runs on: %v, want locked by runK, whose coordinator is gone", err)
 	}
 	job.Process.Kill()
 	<-ended

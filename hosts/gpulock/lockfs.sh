@@ -90,14 +90,19 @@ open_lock() {
 }
 
 # holders KEY prints who holds the lock of KEY, from the records of live
-# holders: "run RUN of WHO (pid CPID)"; $holder is the holders' process name.
+# holders: "run RUN of WHO (pid CPID)", and when the holder's coordinator is
+# gone (its record ends in "~gone") that its jobs run on without it; $holder
+# is the holders' process name.
 holders() {
   local rec hpid hrun hwho hcpid out=
   for rec in "$pdir/gpudispatch-held-$1~"*; do
     IFS='~' read -r _ hpid hrun hwho hcpid <<<"${rec##*/}"
     case $hpid in '' | *[!0-9]*) continue ;; esac
     ps -o args= -p "$hpid" 2>/dev/null | grep -q -e " $holder $hrun\$" || continue
-    out+="${out:+, }run $hrun of $hwho (pid $hcpid)"
+    case $hcpid in
+      *~gone) out+="${out:+, }run $hrun of $hwho (pid ${hcpid%~gone}, which is gone: a job of that run runs on there with no gpudispatch; gpudispatch hosts lists it)" ;;
+      *) out+="${out:+, }run $hrun of $hwho (pid $hcpid)" ;;
+    esac
   done
   printf '%s' "${out:-a process that is not a gpudispatch run}"
 }
