@@ -37,6 +37,8 @@ type claimResult struct {
 	// whose lock another run holds, whose run it is.
 	busy    map[*gpu]string
 	holders map[*gpu]string
+	// freed are closed as the locks found taken look free.
+	freed map[*gpu]<-chan struct{}
 	// noLocks is set when the host cannot lock (executor.ErrNoLocks), noProbe
 	// when its nvidia-smi cannot be asked: the job goes on regardless.
 	noLocks, noProbe error
@@ -100,7 +102,7 @@ func (r *run) launch(ctx context.Context, a assignment) bool {
 
 // settle takes the locks and asks nvidia-smi, off the loop.
 func (r *run) settle(ctx context.Context, c claim) claimResult {
-	res := claimResult{claim: c, locks: map[*gpu]executor.GPULock{}, busy: map[*gpu]string{}, holders: map[*gpu]string{}}
+	res := claimResult{claim: c, locks: map[*gpu]executor.GPULock{}, busy: map[*gpu]string{}, holders: map[*gpu]string{}, freed: map[*gpu]<-chan struct{}{}}
 	host := c.host
 	for _, ch := range c.unlocked {
 		select {
@@ -127,6 +129,7 @@ func (r *run) settle(ctx context.Context, c claim) claimResult {
 			var le *executor.LockedError
 			if errors.As(err, &le) {
 				res.holders[g] = le.Holder
+				res.freed[g] = le.Freed
 			}
 		}
 	}
@@ -210,7 +213,7 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 		}
 		slices.SortFunc(gs, func(x, y *gpu) int { return x.id - y.id })
 		for _, g := range gs {
-			r.setBusy(g, res.busy[g], res.holders[g], a.q)
+			r.setBusy(g, res.busy[g], res.holders[g], res.freed[g], a.q)
 		}
 		r.sched.add(a.q)
 		return false
@@ -222,10 +225,11 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 	return true
 }
 
-// setBusy sets g aside for Options.Recheck, and tells why the job q waits
-// (once for as long as the reason stays the same); holder is the run that
-// holds g's lock, when that is why.
-func (r *run) setBusy(g *gpu, why, holder string, q *queued) {
+// setBusy sets g aside for Options.Recheck, or until freed (when not nil)
+// is closed as g's lock looks free, and tells why the job q waits (once
+// for as long as the reason stays the same); holder is the run that holds
+// g's lock, when that is why.
+func (r *run) setBusy(g *gpu, why, holder string, freed <-chan struct{}, q *queued) {
 	r.sched.table.setBlocked(g, func() { g.busy = why })
 	g.busyEpoch++
 	if why != g.reported {
@@ -235,12 +239,21 @@ func (r *run) setBusy(g *gpu, why, holder string, q *queued) {
 		r.record(e)
 	}
 	epoch := g.busyEpoch
-	time.AfterFunc(r.opts.Recheck, func() {
+	// Tried again after Recheck, or as soon as its lock looks free.
+	go func() {
+		t := time.NewTimer(r.opts.Recheck)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-freed:
+		case <-r.bg.Done():
+			return
+		}
 		select {
 		case r.rechecks <- recheck{g, epoch}:
 		case <-r.bg.Done():
 		}
-	})
+	}()
 }
 
 // recheck is a busy GPU's time to be tried again.

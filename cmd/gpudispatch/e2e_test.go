@@ -781,3 +781,30 @@ func TestE2EBadPrefixNeverRuns(t *testing.T) {
 		t.Errorf("a prefix ran as a command:\n%s", out)
 	}
 }
+
+// A run that finds its GPU locked by another run starts its job as soon as
+// that run lets go of it, not at its next look (--busy-recheck, here a
+// minute away).
+func TestE2ELockedGPUTakenAsSoonAsFree(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	first, stdin, errA := startGPDEnv(t, dir, append(os.Environ(), "HOME="+dir), "--gpus", "0", "-o", "a")
+	io.WriteString(stdin, "sleep 2\n")
+	stdin.Close()
+	waitForFile(t, filepath.Join(dir, "a", "journal.jsonl"), func(s string) bool { return strings.Contains(s, `"event":"started"`) })
+	start := time.Now()
+	r := gpd(t, dir, "echo second\n", "--gpus", "0", "-o", "b", "--busy-recheck", "60s")
+	took := time.Since(start)
+	if r.code != 0 || readFile(t, filepath.Join(dir, "b", "1.out")) != "second\n" {
+		t.Fatalf("second run: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stderr, "is locked by another gpudispatch run") {
+		t.Errorf("the second run never found GPU 0 locked:\n%s", r.stderr)
+	}
+	if took > 30*time.Second {
+		t.Errorf("the second run took %v: it waited for --busy-recheck, not for the lock to go", took)
+	}
+	if err := waitExit(t, first, errA, 30*time.Second); err != nil {
+		t.Errorf("first run: %v\n%s", err, errA)
+	}
+}

@@ -54,6 +54,9 @@ type LockedError struct {
 	GPU    int
 	Key    string
 	Holder string
+	// Freed, when not nil, is closed once the lock looks free (its holder
+	// let go of it): the GPU is worth trying again then.
+	Freed <-chan struct{}
 }
 
 func (e *LockedError) Error() string {

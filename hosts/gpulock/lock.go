@@ -112,13 +112,16 @@ type holder struct {
 	// Guarded by ls.mu:
 	asked   map[int]chan answer // GPUs asked for, and where the answer goes
 	held    map[int]*heldLock
-	retired bool // told to exit, or dead: it takes no more requests
+	freed   map[int]chan struct{} // GPUs found locked, closed once they look free
+	retired bool                  // told to exit, or dead: it takes no more requests
 }
 
-// answer is a holder's answer to "lock N"; lock is set for "locked".
+// answer is a holder's answer to "lock N"; lock is set for "locked",
+// freed for "busy".
 type answer struct {
 	verb, rest string
 	lock       *heldLock
+	freed      chan struct{}
 }
 
 // New returns the lock holders of the machine that start runs bash on,
@@ -181,7 +184,7 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 		return h, nil
 	}
 	h := &holder{ls: ls, run: run, dead: make(chan struct{}), hushed: make(chan struct{}),
-		asked: map[int]chan answer{}, held: map[int]*heldLock{}}
+		asked: map[int]chan answer{}, held: map[int]*heldLock{}, freed: map[int]chan struct{}{}}
 	if !runRE.MatchString(run) {
 		return nil, fmt.Errorf("%s: run %q: want letters, digits, '.', '_' and '-'", ls.where, run)
 	}
@@ -252,6 +255,11 @@ func (h *holder) line(s string) {
 			delete(h.held, gpu)
 			close(l.lost)
 		}
+	case "free":
+		if ch := h.freed[gpu]; ch != nil {
+			close(ch)
+			delete(h.freed, gpu)
+		}
 	case "locked", "busy", "failed":
 		got, ok := h.asked[gpu]
 		if !ok {
@@ -259,6 +267,14 @@ func (h *holder) line(s string) {
 		}
 		delete(h.asked, gpu)
 		a := answer{verb: verb, rest: rest}
+		if verb == "busy" {
+			// The holder watches the lock: "free" comes once it is let go.
+			if old := h.freed[gpu]; old != nil {
+				close(old)
+			}
+			a.freed = make(chan struct{})
+			h.freed[gpu] = a.freed
+		}
 		if verb == "locked" {
 			key, mib, _ := strings.Cut(rest, " ")
 			used, err := strconv.Atoi(mib)
@@ -273,10 +289,10 @@ func (h *holder) line(s string) {
 	h.idle()
 }
 
-// idle retires the holder once it holds and is asked for nothing. ls.mu is
+// idle retires the holder once it holds, is asked for and watches nothing. ls.mu is
 // held.
 func (h *holder) idle() {
-	if !h.retired && len(h.asked) == 0 && len(h.held) == 0 {
+	if !h.retired && len(h.asked) == 0 && len(h.held) == 0 && len(h.freed) == 0 {
 		h.retire()
 	}
 }
@@ -312,7 +328,7 @@ func (h *holder) answered(gpu int, a answer) (executor.GPULock, error) {
 		return a.lock, nil
 	case "busy":
 		key, owner, _ := strings.Cut(a.rest, " ")
-		return nil, &executor.LockedError{Where: where, GPU: gpu, Key: key, Holder: owner}
+		return nil, &executor.LockedError{Where: where, GPU: gpu, Key: key, Holder: owner, Freed: a.freed}
 	}
 	return nil, fmt.Errorf("%s: locking GPU %d in %s: %s", where, gpu, h.ls.dir, a.rest)
 }

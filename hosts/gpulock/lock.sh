@@ -9,7 +9,8 @@
 # nvidia-smi reports it, else "index-N".
 #
 # stdout: a line per request, "locked N KEY MIB" (MIB: the memory used on
-# GPU N as the holder started, "-" if unknown), "busy N KEY WHY" when another
+# GPU N as the holder started, "-" if unknown), "busy N KEY WHY" (and later
+# "free N" once that lock looks free) when another
 # run holds the lock (WHY names it), "failed N WHY" when something else is
 # in its place, or "released N". Exit 127 when flock(1) is missing, 126 when the lock dir is
 # not safe (stderr says why). Told "exit", the holder lets go of everything
@@ -39,8 +40,9 @@ limit=()
 if command -v timeout >/dev/null; then limit=(timeout -k 2 "$probe"); fi
 uuids=$("${limit[@]}" "${SHELL:-/bin/bash}" -lc 'nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits' 2>/dev/null </dev/null)
 case $? in 124 | 137) exit 124 ;; esac
-fds=()  # by GPU index: the open lock directory of each GPU held
-recs=() # by GPU index: the record saying so
+fds=()      # by GPU index: the open lock directory of each GPU held
+recs=()     # by GPU index: the record saying so
+watchers=() # by GPU index: the pid of the watch_free of a GPU found locked
 # take locks GPU $1 and says how it went.
 take() {
   local g=$1 fd own
@@ -61,11 +63,13 @@ take() {
   if ! flock -n -x "$fd" && ! takeover "$key" "$fd"; then
     exec {fd}<&-
     printf 'busy %s %s %s\n' "$g" "$key" "$(holders "$key")"
+    watch_free "$g" "$key"
     return
   fi
   if others_held "$key"; then
     exec {fd}<&-
     printf 'busy %s %s %s\n' "$g" "$key" "$(holders "$key")"
+    watch_free "$g" "$key"
     return
   fi
   forget_dead "$key"
@@ -83,6 +87,24 @@ take() {
   done <<<"$uuids"
   case $used in '' | *[!0-9]*) used=- ;; esac
   printf 'locked %s %s %s\n' "$g" "$key" "$used"
+}
+# watch_free GPU KEY says "free GPU" once every lock of KEY, whoever's,
+# was let go of, from a child that holds none of this holder's locks and
+# takes each one it waits on (shared) only for an instant. One watcher per
+# GPU; this holder's exit ends them.
+watch_free() {
+  local g=$1 key=$2
+  [ -z "${watchers[g]-}" ] || kill "${watchers[g]}" 2>/dev/null
+  (
+    for fd in "${fds[@]}"; do exec {fd}<&-; done
+    for e in "$pdir/gpudispatch-gpu-$key".*; do
+      open_lock "$e" || continue
+      flock -s "$lfd"
+      exec {lfd}<&-
+    done
+    printf 'free %s\n' "$g"
+  ) </dev/null 2>/dev/null &
+  watchers[g]=$!
 }
 # takeover KEY FD takes KEY's lock on FD from a lingering holder of this
 # run, and succeeds once it holds it. It kills only a pid proven to be such
@@ -121,7 +143,7 @@ release() {
     unset 'fds[$1]' 'recs[$1]'
   fi
 }
-trap 'for g in "${!fds[@]}"; do release "$g"; done' EXIT
+trap 'for g in "${!fds[@]}"; do release "$g"; done; [ ${#watchers[@]} -eq 0 ] || kill "${watchers[@]}" 2>/dev/null' EXIT
 trap 'exit 143' TERM
 while IFS= read -r -t "$hb" line; do
   case $line in

@@ -367,3 +367,37 @@ func TestLockWithoutFlock(t *testing.T) {
 		}
 	}
 }
+
+// A run that finds a GPU locked by another run hears as soon as that lock
+// is let go of (Freed), not at its next look; the lock is then its to take.
+func TestLockFreedIsSaid(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l := local(t, "local", dir, linger)
+	ctx := context.Background()
+	a, err := l.Lock(ctx, 2, "runA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.Lock(ctx, 2, "runB")
+	var le *executor.LockedError
+	if !errors.As(err, &le) || le.Freed == nil {
+		t.Fatalf("runB: %v, want locked by runA, watched", err)
+	}
+	select {
+	case <-le.Freed:
+		t.Fatal("said free while runA holds it")
+	case <-time.After(300 * time.Millisecond):
+	}
+	a.Release()
+	select {
+	case <-le.Freed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lock was let go of, and runB did not hear of it")
+	}
+	b, err := l.Lock(ctx, 2, "runB")
+	if err != nil {
+		t.Fatalf("runB after runA let go: %v", err)
+	}
+	b.Release()
+}
