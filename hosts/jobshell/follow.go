@@ -145,8 +145,7 @@ func (h *headed) Write(p []byte) (int, error) {
 		line := string(append(h.head, p[:i]...))
 		h.head, p, h.started = nil, p[i+1:], true
 		mark, _, _ := strings.Cut(line, " ")
-		end := h.s.start(h.w, mark, h.wantStatus)
-		go func() { h.end <- <-end }()
+		h.s.startInto(h.end, h.w, mark, h.wantStatus)
 	}
 	if len(p) > 0 {
 		h.s.Write(p)

@@ -38,12 +38,19 @@ const (
 // follows the mark up to a newline when wantStatus is set (the exit status),
 // or "" right after the mark.
 func (s *stream) start(w io.Writer, mark string, wantStatus bool) <-chan string {
+	end := make(chan string, 1)
+	s.startInto(end, w, mark, wantStatus)
+	return end
+}
+
+// startInto is start with the channel to say the end on (buffered: it is
+// sent on once).
+func (s *stream) startInto(end chan string, w io.Writer, mark string, wantStatus bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.state, s.w, s.mark, s.wantStatus = body, w, append([]byte{0}, mark...), wantStatus
 	s.held, s.status, s.werr, s.passed = s.held[:0], s.status[:0], nil, 0
-	s.end = make(chan string, 1)
-	return s.end
+	s.end = end
 }
 
 // Write implements io.Writer for the shell's process.
