@@ -11,8 +11,8 @@ import (
 // (Unstopped), and it is fenced: once its host answers, the Executor's
 // Reap stops it if it still runs, and the run records EventStopped. Until
 // then its slots stay taken. A run that ends first leaves the fence in the
-// journal, and the next run of the log dir with Resume (or serve --resume)
-// puts it up again: an attempt ended in the journal is never re-adopted,
+// journal, and the next run of the log dir (any: a fresh one, --resume,
+// serve) puts it up again: an attempt ended in the journal is never re-adopted,
 // and is stopped by the first coordinator that reaches its host.
 
 // fenceWait bounds how long a run that has nothing else to do waits, as it
@@ -62,7 +62,7 @@ func (r *run) putUp(f fence) {
 	}()
 }
 
-// putUpEarlier fences the attempts an earlier run left to stop (Resume),
+// putUpEarlier fences the attempts an earlier run left to stop,
 // those whose host is in this run; the others are named.
 func (r *run) putUpEarlier() {
 	for _, e := range r.unstopped {
@@ -128,6 +128,6 @@ func (r *run) leaveFences() {
 	for _, f := range r.fenced {
 		e := f.ended
 		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: e.Host,
-			Error: fmt.Sprintf("attempt %d of job %s may still run there: gpudispatch could not reach the host to stop it; a run with --resume on this log dir stops it once the host answers", e.Attempt, e.Job)})
+			Error: fmt.Sprintf("attempt %d of job %s may still run there: gpudispatch could not reach the host to stop it; the next run on this log dir (--resume or not) stops it once the host answers", e.Attempt, e.Job)})
 	}
 }

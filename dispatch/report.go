@@ -88,7 +88,7 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 		line = fmt.Sprintf("job %s: %s", e.Job, e.Message)
 	case EventCancelled:
 		if e.Unstopped {
-			line = fmt.Sprintf("job %s cancelled, but %s did not answer: it may run on there until gpudispatch reaches the host and stops it (this run, or the next with --resume on this log dir)", e.Job, e.Host)
+			line = fmt.Sprintf("job %s cancelled, but %s did not answer: it may run on there until gpudispatch reaches the host and stops it (this run, or the next run on this log dir)", e.Job, e.Host)
 		} else if e.Host != "" {
 			line = fmt.Sprintf("job %s cancelled on %s: its processes were killed", e.Job, where)
 		} else if t.Verbose {

@@ -155,7 +155,7 @@ type run struct {
 	expired chan expiry
 	reaped  chan fence
 	// fenced are the attempts to stop where they ran once their hosts
-	// answer, by tag; unstopped are those an earlier run left (Resume).
+	// answer, by tag; unstopped are those an earlier run left.
 	fenced    map[string]fence
 	unstopped fences
 	// GPU claims and locks (claim.go): settled claims, busy GPUs' rechecks,
@@ -330,12 +330,14 @@ func prepare(opts Options) (*run, error) {
 		return nil, &SetupError{fmt.Errorf("numbering the jobs after the log dir's earlier runs: %w", err)}
 	}
 	r.numbers = nums
+	done, open, unstopped, damaged, err := openAttempts(filepath.Join(opts.LogDir, JournalName))
+	if err != nil {
+		return nil, &SetupError{fmt.Errorf("reading the journal of %s: %w", opts.LogDir, err)}
+	}
+	// An attempt left to stop is stopped by whichever run comes next.
+	r.unstopped = unstopped
 	if opts.Resume {
-		done, open, unstopped, damaged, err := openAttempts(filepath.Join(opts.LogDir, JournalName))
-		if err != nil {
-			return nil, &SetupError{fmt.Errorf("--resume: %w", err)}
-		}
-		r.done, r.open, r.unstopped, r.damaged = done, open, unstopped, damaged
+		r.done, r.open, r.damaged = done, open, damaged
 	}
 	return r, nil
 }

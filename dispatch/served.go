@@ -63,9 +63,7 @@ func (r *run) loadServed() error {
 		return err
 	}
 	r.damaged = damaged
-	if r.opts.Resume {
-		r.unstopped = unstopped
-	}
+	r.unstopped = unstopped
 	for _, k := range order {
 		rec := recs[k]
 		if rec.queued.Job == "" {
