@@ -100,5 +100,5 @@ func (l *Local) checkLockDir(ctx context.Context) error {
 // for as long as those shells take to notice and kill their jobs. probe
 // bounds their look at nvidia-smi.
 func newLockers(start spawn.Func, where, dir string, sup jobshell.Supervision, probe time.Duration) *gpulock.Lockers {
-	return gpulock.New(start, where, cmp.Or(dir, gpulock.DefaultDir), sup.Heartbeat, sup.Grace+2*sup.Heartbeat, cmp.Or(probe, DefaultProbeTimeout))
+	return gpulock.New(start, where, cmp.Or(dir, gpulock.DefaultDir), sup.Heartbeat, sup.Grace+2*sup.Heartbeat, cmp.Or(probe, DefaultProbeTimeout), sup.Login != jobshell.LoginNone)
 }

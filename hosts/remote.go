@@ -74,6 +74,10 @@ func (r *Remote) takeUp(ctx context.Context, tag string, stdout, stderr io.Write
 		}
 		var ferr error
 		code, end, ferr = jobshell.Follow(ctx, r.spawn, tag, lost.OutBytes, lost.ErrBytes, r.supervision.Grace, stdout, stderr)
+		if ferr != nil && ctx.Err() != nil && !errors.Is(ferr, context.Cause(ctx)) {
+			// Cancelled before the follow could carry the cancel there.
+			return -1, time.Now(), r.cutOff(ctx, lost)
+		}
 		if errors.Is(ferr, executor.ErrHostDown) {
 			// The pool had a connection that turned out dead: still cut
 			// off, from the same bytes.

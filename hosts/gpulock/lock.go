@@ -86,8 +86,10 @@ type Lockers struct {
 	// holder that hears nothing for three keeps its locks for linger, then
 	// exits.
 	heartbeat, linger time.Duration
-	// probe bounds the holder's look at nvidia-smi.
+	// probe bounds the holder's look at nvidia-smi; login says whether
+	// it looks through a login shell.
 	probe time.Duration
+	login bool
 
 	// mu guards the holders and their requests, and orders what is written
 	// to a holder's stdin.
@@ -127,9 +129,12 @@ type answer struct {
 // New returns the lock holders of the machine that start runs bash on,
 // named where in messages, with their lock files in dir. A holder gives the
 // machine's nvidia-smi probe to tell the GPUs' UUIDs (0: a minute), then
-// fails with an error wrapping executor.ErrProbeTimeout.
-func New(start spawn.Func, where, dir string, heartbeat, linger, probe time.Duration) *Lockers {
-	return &Lockers{spawn: start, where: where, dir: dir, heartbeat: heartbeat, linger: linger, probe: cmp.Or(probe, time.Minute)}
+// fails with an error wrapping executor.ErrProbeTimeout. With login the
+// holder finds nvidia-smi as a login shell would (a remote host's jobs
+// run in one), else on its own PATH (this machine's jobs get the
+// coordinator's environment).
+func New(start spawn.Func, where, dir string, heartbeat, linger, probe time.Duration, login bool) *Lockers {
+	return &Lockers{spawn: start, where: where, dir: dir, heartbeat: heartbeat, linger: linger, probe: cmp.Or(probe, time.Minute), login: login}
 }
 
 // Lock takes GPU gpu for run, through the run's holder on the machine. An
@@ -199,6 +204,7 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 		strconv.FormatFloat(3*ls.heartbeat.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(ls.linger.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(ls.probe.Seconds(), 'f', 3, 64),
+		ls.nvidiaSMI(),
 	}, "\x00")+"\x00")
 	go func() {
 		err := p.Wait()
@@ -331,6 +337,14 @@ func (h *holder) answered(gpu int, a answer) (executor.GPULock, error) {
 		return nil, &executor.LockedError{Where: where, GPU: gpu, Key: key, Holder: owner, Freed: a.freed}
 	}
 	return nil, fmt.Errorf("%s: locking GPU %d in %s: %s", where, gpu, h.ls.dir, a.rest)
+}
+
+// nvidiaSMI says the holder how to find nvidia-smi (see lock.sh).
+func (ls *Lockers) nvidiaSMI() string {
+	if ls.login {
+		return "login"
+	}
+	return "as-is"
 }
 
 // deathErr says why the holder died before answering about gpu.

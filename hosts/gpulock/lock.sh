@@ -4,7 +4,8 @@
 #
 # stdin: NUL-terminated fields — lock dir, who (user@host of the
 # coordinator), the coordinator's pid, heartbeat timeout (seconds), linger
-# (seconds) — then lines: "lock N", "release N", "exit", or an empty line as
+# (seconds), the probe's time limit (seconds), how nvidia-smi is found
+# ("login" or "as-is") — then lines: "lock N", "release N", "exit", or an empty line as
 # a heartbeat. GPU N's lock is named by its UUID as the login shell's
 # nvidia-smi reports it, else "index-N".
 #
@@ -31,6 +32,7 @@ IFS= read -r -d '' cpid || exit 125
 IFS= read -r -d '' hb || exit 125
 IFS= read -r -d '' linger || exit 125
 IFS= read -r -d '' probe || exit 125
+IFS= read -r -d '' shell || exit 125
 command -v flock >/dev/null || exit 127
 lock_dir "$dir" || exit 126
 # A GPU's lock is named by its UUID: nvidia-smi is given the probe time (a
@@ -38,7 +40,12 @@ lock_dir "$dir" || exit 126
 # timeout(1) is missing, it is not bounded).
 limit=()
 if command -v timeout >/dev/null; then limit=(timeout -k 2 "$probe"); fi
-uuids=$("${limit[@]}" "${SHELL:-/bin/bash}" -lc 'nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits' 2>/dev/null </dev/null)
+# nvidia-smi is found as the machine's jobs would find it: through the
+# login shell ("login"), or on this holder's own PATH ("as-is").
+# shellcheck disable=SC2054 # the commas are nvidia-smi's
+query=(nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits)
+if [ "$shell" = login ]; then query=("${SHELL:-/bin/bash}" -lc "${query[*]}"); fi
+uuids=$("${limit[@]}" "${query[@]}" 2>/dev/null </dev/null)
 case $? in 124 | 137) exit 124 ;; esac
 fds=()      # by GPU index: the open lock directory of each GPU held
 recs=()     # by GPU index: the record saying so
@@ -88,19 +95,23 @@ take() {
   case $used in '' | *[!0-9]*) used=- ;; esac
   printf 'locked %s %s %s\n' "$g" "$key" "$used"
 }
-# watch_free GPU KEY says "free GPU" once every lock of KEY, whoever's,
-# was let go of, from a child that holds none of this holder's locks and
-# takes each one it waits on (shared) only for an instant. One watcher per
-# GPU; this holder's exit ends them.
+# watch_free GPU KEY says "free GPU" once the holders' records of KEY that
+# it saw are gone (each holder removes its own as it lets go; one that died
+# leaves it, and the coordinator's next look finds the GPU free then). A
+# lock held with no record (not a gpudispatch run) is not watched. It looks
+# every half second, from a child that holds none of this holder's locks
+# and takes none: one per GPU, ended with this holder.
 watch_free() {
   local g=$1 key=$2
   [ -z "${watchers[g]-}" ] || kill "${watchers[g]}" 2>/dev/null
   (
     for fd in "${fds[@]}"; do exec {fd}<&-; done
-    for e in "$pdir/gpudispatch-gpu-$key".*; do
-      open_lock "$e" || continue
-      flock -s "$lfd"
-      exec {lfd}<&-
+    shopt -s nullglob
+    held=("$pdir/gpudispatch-held-$key~"*)
+    [ ${#held[@]} -gt 0 ] || exit 0
+    while [ ${#held[@]} -gt 0 ]; do
+      sleep 0.5
+      held=("$pdir/gpudispatch-held-$key~"*)
     done
     printf 'free %s\n' "$g"
   ) </dev/null 2>/dev/null &

@@ -33,7 +33,7 @@ const (
 
 // local is this machine's lock holders, named where, locking in dir.
 func local(t *testing.T, where, dir string, linger time.Duration) *Lockers {
-	ls := New(spawn.Local, where, dir, heartbeat, linger, 0)
+	ls := New(spawn.Local, where, dir, heartbeat, linger, 0, true)
 	t.Cleanup(ls.Close)
 	return ls
 }
@@ -261,7 +261,7 @@ func TestLockTakenOverBySameRun(t *testing.T) {
 	const long = 20 * time.Second
 	dir := t.TempDir()
 	c := cutter{make(chan struct{})}
-	ls := New(c.spawn, "node", dir, heartbeat, long, 0)
+	ls := New(c.spawn, "node", dir, heartbeat, long, 0, true)
 	ctx := context.Background()
 	var old []executor.GPULock
 	for gpu := range 2 {
@@ -325,7 +325,7 @@ func TestLockGivenUpBeforeTheAnswer(t *testing.T) {
 	got := filepath.Join(t.TempDir(), "stdin")
 	// A holder that never answers and writes down what it is told.
 	mute := `while IFS= read -r line; do printf '%s\n' "$line" >>` + shellescape.Quote(got) + `; [ "$line" = exit ] && exit; done`
-	ls := New(spawnInstead(mute), "node", t.TempDir(), heartbeat, linger, 0)
+	ls := New(spawnInstead(mute), "node", t.TempDir(), heartbeat, linger, 0, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if _, err := ls.Lock(ctx, 2, "runA"); !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "node: locking GPU 2: ") {
@@ -360,7 +360,7 @@ func TestLockWithoutFlock(t *testing.T) {
 	noFlock := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
 		return spawn.Local(ctx, "PATH="+shellescape.Quote(bin)+"; "+line, stdout, stderr)
 	}
-	ls := New(noFlock, "node", t.TempDir(), heartbeat, linger, 0)
+	ls := New(noFlock, "node", t.TempDir(), heartbeat, linger, 0, true)
 	for gpu := range 2 {
 		if _, err := ls.Lock(context.Background(), gpu, "runA"); !errors.Is(err, executor.ErrNoLocks) || !strings.HasPrefix(err.Error(), "node: ") {
 			t.Errorf("GPU %d: %v, want executor.ErrNoLocks naming the host", gpu, err)
