@@ -650,9 +650,8 @@ func TestE2ELocalJobsKeepTheCallersEnvironment(t *testing.T) {
 	if got, want := readFile(t, filepath.Join(dir, "logs", "1.out")), filepath.Join(venv, "bin", "python")+"\n"+venv+"\n"; got != want {
 		t.Errorf("the job ran %q, want the venv's python: %q", got, want)
 	}
-	// Only the GPU lock holder reads it, to find nvidia-smi as a login shell would.
-	if got, _ := os.ReadFile(filepath.Join(dir, "reads")); strings.Count(string(got), "\n") != 1 {
-		t.Errorf("the login profile was read %d times, want once (the lock holder), none for the job", strings.Count(string(got), "\n"))
+	if _, err := os.Stat(filepath.Join(dir, "reads")); err == nil {
+		t.Error("a login profile was read, for a local run")
 	}
 }
 
