@@ -90,6 +90,21 @@ func continues(line []byte) bool {
 
 // next returns the next job, a *LineError for a rejected one, or io.EOF.
 // Any other error is the input's own (a read failure).
+// NoJobs reports whether r holds no job line at all (only blank lines and
+// comments), reading it to its first job line.
+func NoJobs(r io.Reader) (bool, error) {
+	seq := 0
+	_, err := newParser(r, "", &seq, map[string]int{}, map[string]string{}).next()
+	var le *LineError
+	switch {
+	case errors.Is(err, io.EOF):
+		return true, nil
+	case err == nil || errors.As(err, &le):
+		return false, nil // a job, or a line that is one, if a bad one
+	}
+	return false, err
+}
+
 func (p *parser) next() (*Job, error) {
 	var text []byte
 	first := 0

@@ -210,3 +210,23 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// NoJobs tells a job file with no job line (blank lines and comments only)
+// from one with a job, or with a bad line, which is a job line too.
+func TestNoJobs(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"", true},
+		{"\n\n  \n", true},
+		{"# a comment\n   # another\n", true},
+		{"# a comment\necho hi\n", false},
+		{"[gpus=x] bad line\n", false},
+		{"echo no newline", false},
+	} {
+		if got, err := NoJobs(strings.NewReader(tc.in)); err != nil || got != tc.want {
+			t.Errorf("NoJobs(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}

@@ -807,3 +807,19 @@ func TestE2ELockedGPUTakenAsSoonAsFree(t *testing.T) {
 		t.Errorf("first run: %v\n%s", err, errA)
 	}
 }
+
+// A job file with no job line (empty, or comments only) is nothing to do:
+// said so, exit 0, and neither a log dir nor a host is made or asked.
+func TestE2EEmptyJobFileMakesNoLogDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "empty.txt"), nil, 0o644)
+	os.WriteFile(filepath.Join(dir, "comments.txt"), []byte("# lr sweep, to do\n\n"), 0o644)
+	r := gpd(t, dir, "", "--gpus", "0", "empty.txt", "comments.txt")
+	if r.code != 0 || !strings.Contains(r.stderr, "gpudispatch: 0 jobs: nothing to do (no job line in empty.txt, comments.txt)") {
+		t.Errorf("exit %d\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "gpudispatch-logs")); err == nil {
+		t.Error("a log dir was made for no job")
+	}
+}

@@ -220,6 +220,25 @@ func openInputs(s streams, files []string) ([]dispatch.Input, func(), error) {
 	return inputs, closeAll, nil
 }
 
+// noJobs reports whether inputs are job files (regular files, not standard
+// input) with no job line among them; it rewinds them.
+func noJobs(inputs []dispatch.Input) bool {
+	for _, in := range inputs {
+		f, ok := in.R.(*os.File)
+		if !ok || in.Name == "" {
+			return false
+		}
+		if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+			return false
+		}
+		none, err := dispatch.NoJobs(f)
+		if _, serr := f.Seek(0, io.SeekStart); serr != nil || err != nil || !none {
+			return false
+		}
+	}
+	return len(inputs) > 0
+}
+
 func runRun(ctx context.Context, s streams, o runOptions) error {
 	inv, err := loadInventory(o.labOptions)
 	if err != nil {
@@ -230,6 +249,11 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		return err
 	}
 	defer closeInputs()
+	if !o.serve && noJobs(inputs) {
+		// Nothing to run: no host is asked, no log dir is made.
+		fmt.Fprintf(textTo(s.err), "gpudispatch: 0 jobs: nothing to do (no job line in %s)\n", strings.Join(o.files, ", "))
+		return nil
+	}
 	if !o.serve && (slices.Contains(o.files, "-") || len(o.files) == 0) {
 		if isTerminal(s.in) && !o.quiet {
 			fmt.Fprintln(s.err, "gpudispatch: reading jobs from the terminal, one per line; end with Ctrl-D")
