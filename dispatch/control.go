@@ -286,6 +286,9 @@ func (r *run) submit(b Batch) (Submitted, error) {
 	}
 	p := newParser(strings.NewReader(b.Text), source, &r.seq, r.seen, r.names)
 	p.defaults = b.Defaults
+	// Local jobs start from the coordinator's environment: only what the
+	// submitter has otherwise needs carrying (and keeping in the journal).
+	p.defaults.Env = envChanges(b.Env, r.opts.Environ)
 	for {
 		j, err := p.next()
 		if errors.Is(err, io.EOF) {
@@ -404,6 +407,22 @@ func specOf(j *Job) *JobSpec {
 		TimeoutSeconds: j.Timeout.Seconds(), Prefer: j.Prefer, PreferGPU: j.PreferGPU,
 		Env: j.CallerEnv,
 	}
+}
+
+// envChanges is the entries of env ("NAME=value") that base does not
+// hold as they are.
+func envChanges(env, base []string) []string {
+	have := make(map[string]bool, len(base))
+	for _, kv := range base {
+		have[kv] = true
+	}
+	var out []string
+	for _, kv := range env {
+		if !have[kv] {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // secondsDuration is the inverse of Duration.Seconds.

@@ -340,3 +340,19 @@ func TestSteeringLines(t *testing.T) {
 		}
 	}
 }
+
+// A submitted environment is kept as what differs from the coordinator's.
+func TestEnvChanges(t *testing.T) {
+	for _, tc := range []struct {
+		env, base, want []string
+	}{
+		{nil, []string{"A=1"}, nil},
+		{[]string{"A=1", "B=2"}, []string{"A=1"}, []string{"B=2"}},
+		{[]string{"PATH=/venv/bin:/usr/bin"}, []string{"PATH=/usr/bin"}, []string{"PATH=/venv/bin:/usr/bin"}},
+		{[]string{"A=1"}, nil, []string{"A=1"}},
+	} {
+		if got := envChanges(tc.env, tc.base); !slices.Equal(got, tc.want) {
+			t.Errorf("envChanges(%q, %q) = %q, want %q", tc.env, tc.base, got, tc.want)
+		}
+	}
+}

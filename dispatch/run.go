@@ -78,6 +78,10 @@ type Options struct {
 	// its jobs after those of the log dir's journal, and with Resume it
 	// queues again the jobs an earlier server left unfinished.
 	Serve bool
+	// Environ is the coordinator's own environment ("NAME=value"), which
+	// local jobs start from: a submitted batch's environment (Defaults.Env)
+	// is kept as what differs from it.
+	Environ []string
 	// Control, when set, steers the run from other goroutines.
 	Control *Control
 	// Started, when set, is called once the log dir is claimed and its
@@ -120,6 +124,9 @@ type run struct {
 	opts    Options
 	id      string
 	journal *journal
+	// logDirAbs is the log dir as an absolute path where it can be made
+	// one: how a host that keeps a job names its log dir.
+	logDirAbs string
 	// fileMode is what the log dir's new files get (see fileMode).
 	fileMode fs.FileMode
 	done     map[jobKey]bool // finished in an earlier run (--resume)
@@ -230,6 +237,10 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	r.lockLost = make(chan lostLock)
 	r.progress = make(chan progress)
 	r.fileMode = claim.mode
+	r.logDirAbs = opts.LogDir
+	if abs, err := filepath.Abs(opts.LogDir); err == nil {
+		r.logDirAbs = abs
+	}
 	j, err := openJournal(filepath.Join(opts.LogDir, JournalName), claim.mode)
 	if err != nil {
 		return nil, &SetupError{err}
@@ -267,10 +278,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	r.jobsCtx = ctx
 	r.putUpEarlier()
 	for _, a := range r.adoptions {
-		switch {
-		case r.sched.table.opening(a.attempt.Host):
-			r.adoptLater = append(r.adoptLater, a)
-		case !r.adopt(a.q, a.attempt):
+		if !r.follow(a) {
 			r.requeue = append(r.requeue, a.q)
 		}
 	}
@@ -518,7 +526,9 @@ func (r *run) admit(p parsed) (j *Job, kind string, why error) {
 		delete(r.open, k)
 		q := &queued{job: j}
 		r.jobs[j.ID()] = q
-		r.adoptOrQueue(adoption{q, e}, "")
+		if !r.follow(adoption{q, e}) {
+			r.queue(q, "")
+		}
 	case EventQueued:
 		q := &queued{job: j, unfit: why}
 		r.jobs[j.ID()] = q
@@ -527,16 +537,15 @@ func (r *run) admit(p parsed) (j *Job, kind string, why error) {
 	return j, kind, why
 }
 
-// adoptOrQueue follows a's attempt where it runs, or queues its job again
-// (with message) when it cannot be followed; an attempt on a host still
-// being opened waits for it (adoptLater).
-func (r *run) adoptOrQueue(a adoption, message string) {
-	switch {
-	case r.sched.table.opening(a.attempt.Host):
+// follow follows a's attempt where it runs, or, on a host still being
+// opened, once it is (adoptLater); it reports false when the attempt
+// cannot be followed, and the job is the caller's to queue again.
+func (r *run) follow(a adoption) bool {
+	if r.sched.table.opening(a.attempt.Host) {
 		r.adoptLater = append(r.adoptLater, a)
-	case !r.adopt(a.q, a.attempt):
-		r.queue(a.q, message)
+		return true
 	}
+	return r.adopt(a.q, a.attempt)
 }
 
 // queue records q as queued and puts it in the queue.
@@ -581,7 +590,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 	// The time limit is kept where the job runs, with or without this
 	// coordinator; this one times it too (the first to act ends it).
 	c.Timeout = timeout
-	c.About = fmt.Sprintf("log dir %s, run %s, job %s, attempt %d", r.logDirAbs(), r.id, j.ID(), q.attempts)
+	c.About = fmt.Sprintf("log dir %s, run %s, job %s, attempt %d", r.logDirAbs, r.id, j.ID(), q.attempts)
 	cluster := a.p.host.cluster
 	q.launched, q.pending, q.ran = e, cluster, nil
 	if cluster {
@@ -812,6 +821,7 @@ func (r *run) reload(u Update) {
 		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "inventory edit ignored, the run goes on as it was: " + u.Err.Error()})
 		return
 	}
+	changes := r.sched.table.update(u.Inventory)
 	for _, name := range u.Opened {
 		if h := r.sched.table.byName[name]; h != nil {
 			r.sched.table.setOpened(h)
@@ -820,7 +830,6 @@ func (r *run) reload(u Update) {
 			}
 		}
 	}
-	changes := r.sched.table.update(u.Inventory)
 	if r.opts.LeftOut == nil && len(u.LeftOut) > 0 {
 		r.opts.LeftOut = map[string]error{}
 	}
@@ -840,7 +849,7 @@ func (r *run) reload(u Update) {
 			r.hostDown(h, why)
 		}
 	}
-	if len(changes) > 0 && len(u.Opened) == 0 {
+	if len(changes) > 0 {
 		r.record(Event{Time: time.Now(), Event: EventReloaded, Run: r.id, Message: strings.Join(changes, "; ")})
 	}
 	why := map[*queued]error{}
@@ -864,7 +873,9 @@ func (r *run) reload(u Update) {
 	later := r.adoptLater
 	r.adoptLater = nil
 	for _, a := range later {
-		r.adoptOrQueue(a, "")
+		if !r.follow(a) {
+			r.queue(a.q, "")
+		}
 	}
 }
 
@@ -959,13 +970,4 @@ func (s *Summary) add(e Event) {
 // read and written.
 func (s *Summary) Succeeded() bool {
 	return len(s.Unsuccessful) == 0 && len(s.InputErrors) == 0 && s.JournalError == ""
-}
-
-// logDirAbs is the log dir as an absolute path where it can be made one:
-// how a host that keeps a job names its log dir.
-func (r *run) logDirAbs() string {
-	if abs, err := filepath.Abs(r.opts.LogDir); err == nil {
-		return abs
-	}
-	return r.opts.LogDir
 }

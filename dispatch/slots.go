@@ -120,7 +120,8 @@ func newSlotTable(inv *inventory.Inventory) *slotTable {
 // update makes inv's hosts and GPUs the table's: new hosts and
 // GPUs get slots, a host or GPU that inv drops keeps its running jobs but
 // gets no slot, and slots_per_gpu takes its new value. It returns what
-// changed, for people.
+// changed, for people: not a host being opened that gets its GPUs or is
+// left out, which is no edit.
 func (t *slotTable) update(inv *inventory.Inventory) []string {
 	var changes []string
 	in := map[string]bool{}
@@ -162,7 +163,7 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 		for _, g := range hs.gpus {
 			g.cap = caps[g.id]
 		}
-		if after := hs.ids(); before != "" && after != before {
+		if after := hs.ids(); before != "" && after != before && !hs.opening {
 			changes = append(changes, fmt.Sprintf("host %s GPUs %s → %s", h.Name, before, after))
 		}
 	}
@@ -172,7 +173,9 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 			for _, g := range hs.gpus {
 				g.cap = 0
 			}
-			changes = append(changes, fmt.Sprintf("removed host %s (its running jobs finish)", hs.host.Name))
+			if !hs.opening {
+				changes = append(changes, fmt.Sprintf("removed host %s (its running jobs finish)", hs.host.Name))
+			}
 		}
 	}
 	t.freeSlots = 0

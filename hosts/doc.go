@@ -9,10 +9,13 @@
 // by package nvidiasmi. This package puts them together per machine and
 // per inventory host.
 //
-// Open resolves each host, takes the pool of its server from a shared
-// sshpool.Pools, and asks `gpus: auto` hosts' nvidia-smi for their GPUs. A
-// host that refuses us (login, host key) is left out; one that cannot be
-// reached stays in the run, down, while its pool keeps trying. A host is up
+// Start opens the hosts in the background, a few at a time, and hands each
+// one's state over as it is settled: it resolves the host, takes the pool
+// of its server from a shared sshpool.Pools, and asks a `gpus: auto` host's
+// nvidia-smi for its GPUs. Until then the host is pending, and the Lab's
+// calls for it wait. A host that refuses us (login, host key) is left out;
+// one that cannot be reached stays in the run, down, while its pool keeps
+// trying. A host is up
 // while one of its connections lives; Run fails at once with
 // executor.ErrHostDown while it is down, and WaitUp blocks. Reap asks the
 // host, by the tag of the job shell that ran a lost job, whether it still

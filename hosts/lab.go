@@ -103,10 +103,7 @@ type HostState struct {
 // down and retried, or left out) it is pending. The Executor's calls for a
 // pending host wait for it to settle, so no caller has to know.
 type Lab struct {
-	// States has one entry per inventory host Open was given, in inventory
-	// order (Open only: Start hands them over as they come).
-	States []HostState
-	opts   Options
+	opts Options
 	// cfg is the ssh_config, read once a remote host needs it.
 	cfg       *sshpool.Config
 	cfgLoaded bool
@@ -174,19 +171,9 @@ func Start(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, <-ch
 	return lab, lab.openAll(ctx, inv, inv.Hosts), nil
 }
 
-// Open is Start that waits for every host to be settled, for those that
-// report on all of them (hosts, a dry run).
-func Open(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, error) {
-	lab, settled, err := Start(ctx, inv, o)
-	if err != nil {
-		return nil, err
-	}
-	lab.States = collect(inv.Hosts, settled)
-	return lab, nil
-}
-
-// collect waits for the states of hs, and puts them in hs's order.
-func collect(hs []inventory.Host, settled <-chan HostState) []HostState {
+// Collect waits for the states of hs that settled brings (see Start), and
+// returns them in hs's order.
+func Collect(hs []inventory.Host, settled <-chan HostState) []HostState {
 	byName := map[string]HostState{}
 	for st := range settled {
 		byName[st.Host.Name] = st
@@ -280,18 +267,18 @@ func (l *Lab) Update(ctx context.Context, inv *inventory.Inventory) (added []Hos
 		}
 	}
 	l.mu.Unlock()
-	return collect(fresh, l.openAll(ctx, inv, fresh)), nil
+	return Collect(fresh, l.openAll(ctx, inv, fresh)), nil
 }
 
 // Usable is the lab's inventory as a run may use it now: the hosts that
 // are up or Retrying, `gpus: auto` resolved, and the hosts still pending,
-// as the inventory gives them (a pending `gpus: auto` host has no GPU yet).
-// Left-out hosts are not in it.
-func (l *Lab) Usable() *inventory.Inventory {
+// as the inventory gives them (a pending `gpus: auto` host has no GPU yet),
+// which opening names. Left-out hosts are not in it.
+func (l *Lab) Usable() (usable *inventory.Inventory, opening []string) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	usable := *l.inv
-	usable.Hosts = nil
+	inv := *l.inv
+	inv.Hosts = nil
 	for _, h := range l.inv.Hosts {
 		switch {
 		case l.runners[h.Name] != nil:
@@ -299,12 +286,13 @@ func (l *Lab) Usable() *inventory.Inventory {
 				h.GPUs, h.AutoGPUs = l.autoGPUs[h.Name], false
 			}
 		case l.pending[h.Name] != nil:
+			opening = append(opening, h.Name)
 		default:
 			continue // left out
 		}
-		usable.Hosts = append(usable.Hosts, h)
+		inv.Hosts = append(inv.Hosts, h)
 	}
-	return &usable
+	return &inv, opening
 }
 
 // Opening is a host being opened: what is being done, since when.
@@ -464,7 +452,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	return st, r
 }
 
-// machine is a host's Runner as Open readies it.
+// machine is a host's Runner as open readies it.
 type machine interface {
 	Runner
 	// checkLockDir checks that the machine's lock dir is one no other user

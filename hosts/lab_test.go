@@ -12,6 +12,15 @@ import (
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
+// openAll starts a lab of inv's hosts and waits for all of them.
+func openAll(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, []HostState, error) {
+	lab, settled, err := Start(ctx, inv, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	return lab, Collect(inv.Hosts, settled), nil
+}
+
 // A lab of local hosts runs whatever ~/.ssh/config holds, even a file this
 // package cannot parse.
 func TestOpenLocalIgnoresSSHConfig(t *testing.T) {
@@ -19,15 +28,15 @@ func TestOpenLocalIgnoresSSHConfig(t *testing.T) {
 	t.Setenv("HOME", home)
 	os.MkdirAll(filepath.Join(home, ".ssh"), 0o700)
 	os.WriteFile(filepath.Join(home, ".ssh", "config"), []byte("Match exec \"true\"\n  User x\n"), 0o600)
-	lab, err := Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "here", Local: true, GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace, LockDir: t.TempDir()})
+	lab, states, err := openAll(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "here", Local: true, GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace, LockDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer lab.Close()
-	if len(lab.Usable().Hosts) != 1 {
-		t.Fatalf("states %+v", lab.States)
+	if usable, _ := lab.Usable(); len(usable.Hosts) != 1 {
+		t.Fatalf("states %+v", states)
 	}
-	_, err = Open(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "remote", GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace, LockDir: t.TempDir()})
+	_, _, err = openAll(t.Context(), &inventory.Inventory{Hosts: []inventory.Host{{Name: "remote", GPUs: []int{0}, SlotsPerGPU: 1}}}, Options{Keepalive: fast.Heartbeat, Grace: fast.Grace, LockDir: t.TempDir()})
 	if err == nil || !strings.Contains(err.Error(), filepath.Join(home, ".ssh", "config")) {
 		t.Errorf("a remote host with a broken ssh_config: err = %v", err)
 	}

@@ -26,12 +26,12 @@ func openLab(t testing.TB, l *sshtest.Lab) *Lab {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lab, err := Open(context.Background(), inv, Options{Keepalive: 200 * time.Millisecond, Grace: 300 * time.Millisecond, ConnectTimeout: 2 * time.Second, LockDir: l.Dir})
+	lab, states, err := openAll(context.Background(), inv, Options{Keepalive: 200 * time.Millisecond, Grace: 300 * time.Millisecond, ConnectTimeout: 2 * time.Second, LockDir: l.Dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(lab.Close)
-	for _, st := range lab.States {
+	for _, st := range states {
 		if st.Err != nil {
 			t.Fatalf("%s: %v", st.Host.Name, st.Err)
 		}

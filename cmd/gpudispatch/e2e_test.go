@@ -675,7 +675,7 @@ func TestE2ESubmitCarriesItsEnvironment(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	venv := makeVenv(t, dir)
-	serve, _, errOut := startGPDEnv(t, dir, append(os.Environ(), "HOME="+dir), "serve", "--gpus", "0", "-o", "logs")
+	serve, _, errOut := startGPDEnv(t, dir, append(os.Environ(), "HOME="+dir, "SAME=in-both"), "serve", "--gpus", "0", "-o", "logs")
 	waitServing(t, dir, errOut)
 	var env []string
 	for _, kv := range os.Environ() {
@@ -685,12 +685,16 @@ func TestE2ESubmitCarriesItsEnvironment(t *testing.T) {
 	}
 	submit := exec.Command(binary, "submit", "-o", "logs", "--wait", "--", "python -c 'import sys; print(sys.prefix)'; echo $MARK")
 	submit.Dir = dir
-	submit.Env = append(env, "HOME="+dir, "VIRTUAL_ENV="+venv, "MARK=from-submit", "PATH="+filepath.Join(venv, "bin")+":"+os.Getenv("PATH"))
+	submit.Env = append(env, "HOME="+dir, "SAME=in-both", "VIRTUAL_ENV="+venv, "MARK=from-submit", "PATH="+filepath.Join(venv, "bin")+":"+os.Getenv("PATH"))
 	if out, err := submit.CombinedOutput(); err != nil {
 		t.Fatalf("submit: %v\n%s\n%s", err, out, errOut)
 	}
 	if got, want := readFile(t, filepath.Join(dir, "logs", "1.out")), venv+"\nfrom-submit\n"; got != want {
 		t.Errorf("the job printed %q, want the submitter's venv and variable: %q", got, want)
+	}
+	// The journal keeps what differs from serve's environment, no more.
+	if j := readFile(t, filepath.Join(dir, "logs", "journal.jsonl")); !strings.Contains(j, "MARK=from-submit") || strings.Contains(j, "SAME=in-both") {
+		t.Errorf("the journal does not keep just what differs from serve's environment:\n%s", j)
 	}
 	gpd(t, dir, "", "stop", "-o", "logs")
 	serve.Wait()

@@ -132,7 +132,7 @@ func (u *labUpdates) send(ctx context.Context, upd dispatch.Update) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if upd.Err == nil {
-		upd.Inventory = u.lab.Usable()
+		upd.Inventory, _ = u.lab.Usable()
 	}
 	select {
 	case u.ch <- upd:
@@ -193,7 +193,8 @@ func absent(states []hosts.HostState) (down, leftOut map[string]error) {
 // it keeps a line on s.err saying which hosts it still waits for, and what
 // for, and clears it at the end.
 func settleAll(s streams, lab *hosts.Lab, inv *inventory.Inventory, settled <-chan hosts.HostState) []hosts.HostState {
-	byName := map[string]hosts.HostState{}
+	all := make(chan []hosts.HostState, 1)
+	go func() { all <- hosts.Collect(inv.Hosts, settled) }()
 	var tick <-chan time.Time
 	if isTerminal(s.err) {
 		t := time.NewTicker(250 * time.Millisecond)
@@ -201,27 +202,22 @@ func settleAll(s streams, lab *hosts.Lab, inv *inventory.Inventory, settled <-ch
 		tick = t.C
 	}
 	shown := false
-	for open := true; open; {
+	for {
 		select {
-		case st, ok := <-settled:
-			if !ok {
-				open = false
-				break
+		case states := <-all:
+			if shown {
+				fmt.Fprint(s.err, "\r\033[K")
 			}
-			byName[st.Host.Name] = st
+			return states
 		case <-tick:
-			fmt.Fprintf(s.err, "\r\033[K%s", dispatch.Clip(waitingLine(len(byName), len(inv.Hosts), lab.Pending()), terminalWidth(s.err)))
+			pending := lab.Pending()
+			if len(pending) == 0 {
+				continue // all answered: the states are on their way
+			}
+			fmt.Fprintf(s.err, "\r\033[K%s", dispatch.Clip(waitingLine(len(inv.Hosts)-len(pending), len(inv.Hosts), pending), terminalWidth(s.err)))
 			shown = true
 		}
 	}
-	if shown {
-		fmt.Fprint(s.err, "\r\033[K")
-	}
-	states := make([]hosts.HostState, 0, len(inv.Hosts))
-	for _, h := range inv.Hosts {
-		states = append(states, byName[h.Name])
-	}
-	return states
 }
 
 // waitingLine says how many of total hosts answered, and what the first

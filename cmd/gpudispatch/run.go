@@ -22,7 +22,6 @@ import (
 	"github.com/gpudispatch/gpudispatch/dispatch/control"
 	"github.com/gpudispatch/gpudispatch/dispatch/live"
 	"github.com/gpudispatch/gpudispatch/dispatch/web"
-	"github.com/gpudispatch/gpudispatch/hosts"
 )
 
 // runOptions are run's flags after viper merged GPUDISPATCH_* into them.
@@ -270,8 +269,6 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	}
 	defer lab.Close()
 	opts := dispatch.Options{
-		Inventory:       lab.Usable(),
-		Opening:         openingNames(lab.Pending()),
 		Executor:        lab,
 		LogDir:          o.logDir,
 		Resume:          o.resume,
@@ -282,7 +279,9 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		BusyMemoryMB:    inv.BusyMemoryMB,
 		Recheck:         o.recheck,
 		Serve:           o.serve,
+		Environ:         os.Environ(),
 	}
+	opts.Inventory, opts.Opening = lab.Usable()
 	opts.Down, opts.LeftOut = absent(states)
 	if o.dryRun {
 		summary, err := dispatch.Plan(opts, inputs, s.out)
@@ -355,15 +354,6 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		fmt.Fprintf(text, "gpudispatch: to go on, run the same command again with --resume (log dir %s): the jobs that succeeded are skipped, the others run\n", o.logDir)
 	}
 	return exitWith(exitFor(summary))
-}
-
-// openingNames lists the names of hosts being opened.
-func openingNames(hs []hosts.Opening) []string {
-	names := make([]string, len(hs))
-	for i, h := range hs {
-		names[i] = h.Name
-	}
-	return names
 }
 
 // socket is a run's control socket, once Run has made it.

@@ -295,8 +295,8 @@ func (h *holder) line(s string) {
 	h.idle()
 }
 
-// idle retires the holder once it holds, is asked for and watches nothing. ls.mu is
-// held.
+// idle retires the holder once it holds, is asked for and watches
+// nothing. ls.mu is held.
 func (h *holder) idle() {
 	if !h.retired && len(h.asked) == 0 && len(h.held) == 0 && len(h.freed) == 0 {
 		h.retire()
