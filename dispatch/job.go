@@ -39,6 +39,9 @@ type Job struct {
 	// anywhere it may go. "" for none.
 	Prefer    string
 	PreferGPU int
+	// Conda is the conda env the job runs in, instead of its host's conda:
+	// ("" for the host's).
+	Conda string
 	// CallerEnv is the environment of whoever submitted the job to a
 	// standing queue ("NAME=value"): set for it on a local host, before
 	// the inventory's env and gpudispatch's variables (nil: the

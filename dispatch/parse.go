@@ -334,6 +334,11 @@ func parseOptions(j *Job, words []string) error {
 				}
 				j.PreferGPU = id
 			}
+		case "conda":
+			if val == "" {
+				return fmt.Errorf("[%s]: want the name (or path) of a conda env", w)
+			}
+			j.Conda = val
 		default:
 			return fmt.Errorf("[%s]: unknown option %q (known: %s)", w, key, strings.Join(optionNames, ", "))
 		}
@@ -345,7 +350,7 @@ func parseOptions(j *Job, words []string) error {
 }
 
 // optionNames are the keys a [key=value ...] prefix knows.
-var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer"}
+var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer", "conda"}
 
 // maxPriority bounds priority=N either way.
 const maxPriority = 1_000_000

@@ -188,6 +188,9 @@ type settings struct {
 	Connection
 	workdir, setup string
 	login          string
+	conda, venv    string
+	modules        []string
+	shell          string
 	env            map[string]string
 	slotsPerGPU    int
 }
@@ -202,8 +205,45 @@ func (c *checker) settingsFields(s *settings) map[string]func(string, *node) {
 		"setup":         c.str(&s.setup),
 		"slots_per_gpu": c.integer(&s.slotsPerGPU, 1, 1024),
 		"login":         c.oneOf(&s.login, LoginPerSlot, LoginPerJob),
+		"conda":         c.str(&s.conda),
+		"venv":          c.str(&s.venv),
+		"modules":       c.modules(&s.modules),
+		"shell":         c.oneOf(&s.shell, ShellLogin, ShellInteractive),
 		"env":           c.env(&s.env),
 	}
+}
+
+// modules accepts a list of module names ("cuda/12.1").
+func (c *checker) modules(dst *[]string) func(string, *node) {
+	return func(key string, v *node) {
+		if !v.isSeq {
+			c.fail(v, key, "want a list of modules ([cuda/12.1, cudnn]), got %s", v.describe())
+			return
+		}
+		*dst = []string{}
+		for i, item := range v.items {
+			k := fmt.Sprintf("%s[%d]", key, i)
+			if item.isMap || item.isSeq || item.typ == tNull || !ValidModule(item.text) {
+				c.fail(item, k, "want a module name (letters, digits and ./_+-@:), got %s", item.describe())
+				continue
+			}
+			*dst = append(*dst, item.text)
+		}
+	}
+}
+
+// ValidModule reports whether s can name a module to load: letters,
+// digits and "./_+-@:", as Lmod and Environment Modules name them.
+func ValidModule(s string) bool {
+	if s == "" || s[0] == '-' {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("./_+-@:", r)) {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *checker) env(dst *map[string]string) func(string, *node) {
@@ -334,6 +374,19 @@ func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 	h.Workdir = cmp.Or(s.workdir, defaults.workdir)
 	h.Setup = cmp.Or(s.setup, defaults.setup)
 	h.Login = cmp.Or(s.login, defaults.login, LoginPerSlot)
+	h.Conda = cmp.Or(s.conda, defaults.conda)
+	h.Venv = cmp.Or(s.venv, defaults.venv)
+	h.Modules = defaults.modules
+	if s.modules != nil {
+		h.Modules = s.modules
+	}
+	h.Interactive = cmp.Or(s.shell, defaults.shell) == ShellInteractive
+	if h.Slurm != nil && h.Interactive {
+		c.fail(n, path+".shell", "a Slurm cluster's jobs run in batch scripts: shell: interactive does not apply (load what you need with conda:, venv:, modules: or setup:)")
+	}
+	if h.Interactive && h.Login == LoginPerJob {
+		c.fail(n, path+".shell", "shell: interactive reads ~/.bashrc once per slot's job shell, which login: per_job has not: drop one of them (or source ~/.bashrc in setup:)")
+	}
 	h.SlotsPerGPU = max(s.slotsPerGPU, 0)
 	if h.SlotsPerGPU == 0 {
 		h.SlotsPerGPU = max(defaults.slotsPerGPU, 1)

@@ -60,6 +60,13 @@ type Host struct {
 	// reads the profile once and runs its jobs from it) or LoginPerJob (a
 	// login shell per job, for a profile that must run per job).
 	Login string
+	// Conda names a conda env to activate before each job, Venv a venv's
+	// directory, Modules the modules to load (in order); Interactive makes
+	// job shells read ~/.bashrc as an interactive bash does.
+	Conda       string
+	Venv        string
+	Modules     []string
+	Interactive bool
 }
 
 // The values of a host's login key.
@@ -77,6 +84,12 @@ func (inv *Inventory) HostNamed(name string) *Host {
 	}
 	return nil
 }
+
+// The values of a host's shell key.
+const (
+	ShellLogin       = "login"
+	ShellInteractive = "interactive"
+)
 
 // LocalHostName is the name of this machine in an inventory made from flags.
 const LocalHostName = "localhost"
