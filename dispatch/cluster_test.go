@@ -118,7 +118,7 @@ func TestCluster(t *testing.T) {
 	}
 	want := map[string][]string{
 		"ok":        {"queued", "pending", "pending", "started", "finished"},
-		"limit":     {"queued", "pending", "pending", "pending", "started", "finished"},
+		"limit":     {"queued", "pending", "retried", "pending", "pending", "started", "finished"},
 		"nodefail":  {"queued", "pending", "pending", "started", "lost", "retried", "pending", "pending", "started", "finished"},
 		"timelimit": {"queued", "pending", "pending", "started", "timeout"},
 		"pinned":    {"rejected"},

@@ -81,6 +81,15 @@
 // with the reason, and so do such jobs arriving later, until it is back: a
 // run never waits forever for a host.
 //
+// A host that answers but cannot set up a job's environment (its workdir,
+// conda env, venv, modules or setup: executor.ErrUnfit, said by its job
+// shell before the job runs) is unfit for that environment (the job's
+// executor.Prelude) until Options.Recheck has passed (unfit.go): the job
+// goes back to its place without using an attempt (a retried event with
+// NotStarted), the host's reason is said once, and the scheduler places no
+// job with that environment there. A waiting job that no host it may run
+// on can set up fails at once, with each host's reason.
+//
 // # GPUs shared with other runs
 //
 // Between being placed and being started, a job may have a claim to settle

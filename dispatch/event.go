@@ -93,6 +93,11 @@ type Event struct {
 	// coordinator of the log dir that next reaches the host stops it, and
 	// records EventStopped.
 	Unstopped bool `json:"unstopped,omitempty"`
+	// NotStarted is set on a retried event whose attempt never began (its
+	// host could not set up its environment, or refused it for a limit):
+	// the attempt does not count, and what its started event said (where,
+	// its logs) no longer holds.
+	NotStarted bool `json:"not_started,omitempty"`
 	// Resume is set on a run event of a run that goes on with the earlier
 	// ones.
 	Resume bool `json:"resume,omitempty"`

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -58,6 +59,10 @@ type fakeExec struct {
 	// detached are the attempts an earlier run left on the hosts, by tag,
 	// for Adopt.
 	detached map[string]detached
+	// unfit says, by host, which conda envs its shells cannot set up, and
+	// why ("*": none at all); unfitTries counts the answers given.
+	unfit      map[string]map[string]string
+	unfitTries int
 }
 
 // detached is an attempt that runs, or ran, with no coordinator: Adopt
@@ -315,6 +320,11 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 	if f.down[host] != nil {
 		f.mu.Unlock()
 		return -1, fmt.Errorf("%s: %w: connection refused", host, executor.ErrHostDown)
+	}
+	if why := cmp.Or(f.unfit[host][c.Conda], f.unfit[host]["*"]); why != "" {
+		f.unfitTries++
+		f.mu.Unlock()
+		return -1, &executor.UnfitError{Where: host, Why: why}
 	}
 	f.starts = append(f.starts, start{command: c.Script, host: host, gpus: gpus, env: c.Env})
 	f.attempts[c.Script]++

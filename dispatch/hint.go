@@ -45,9 +45,9 @@ func hintFor(cmd, host string, local bool) string {
 	case local:
 		return "hint: " + cmd + " was not found in the environment gpudispatch was started with, which is the one local jobs get: start gpudispatch where your env is active (conda activate ENV, source venv/bin/activate, module load ...)"
 	case cmd == "conda" || cmd == "mamba":
-		return "hint: " + cmd + " is not set up in a non-interactive login shell on " + host + " (conda init puts it below ~/.bashrc's interactive guard): set the host's setup: to source ~/miniconda3/etc/profile.d/conda.sh && conda activate ENV (with the path of conda there)"
+		return "hint: " + cmd + " is not set up in a non-interactive login shell on " + host + " (conda init puts it below ~/.bashrc's interactive guard): set conda: ENV for the host in the inventory, or [conda=ENV] on the job line, and gpudispatch finds conda and activates ENV"
 	case cmd == "module":
-		return "hint: module is not set up in a non-interactive login shell on " + host + ": set the host's setup: to source /etc/profile.d/lmod.sh && module load NAME (or where Lmod or Environment Modules live there)"
+		return "hint: module is not set up in a non-interactive login shell on " + host + ": set modules: [NAME, ...] for the host in the inventory, and gpudispatch loads them"
 	}
-	return "hint: " + cmd + " is not on the job's PATH on " + host + ": activate your env in the host's setup: (source ~/venv/bin/activate, or conda as its own hint says)"
+	return "hint: " + cmd + " is not on the job's PATH on " + host + ": set conda: ENV or venv: DIR for the host in the inventory (gpudispatch hosts --check shows what a job gets there)"
 }

@@ -16,8 +16,8 @@ func TestHint(t *testing.T) {
 		local        bool
 		want         string // in the hint; "" for none
 	}{
-		{"conda remote", "bash: line 1: conda: command not found\n", false, "set the host's setup: to source ~/miniconda3/etc/profile.d/conda.sh && conda activate ENV"},
-		{"module remote", "bash: module: command not found\n", false, "module load NAME"},
+		{"conda remote", "bash: line 1: conda: command not found\n", false, "set conda: ENV for the host in the inventory, or [conda=ENV] on the job line"},
+		{"module remote", "bash: module: command not found\n", false, "set modules: [NAME, ...] for the host"},
 		{"python remote", "some output\nbash: line 3: python: command not found\n", false, "python is not on the job's PATH on node1"},
 		{"python local", "bash: line 1: python3: command not found\n", true, "start gpudispatch where your env is active"},
 		{"another command", "bash: line 1: trian.py: command not found\n", false, ""},

@@ -36,7 +36,11 @@ type HostView struct {
 	// Opening is set while the host is still being opened (Down is set
 	// too): it has not answered yet.
 	Opening bool
-	GPUs    []GPUView
+	// Unfit, when set, says why the host cannot set up its jobs'
+	// environment (its workdir, env or setup): it takes none of them
+	// until it is tried again.
+	Unfit string
+	GPUs  []GPUView
 }
 
 // GPUView is one GPU of a host: its slots, how many are taken, and why it
@@ -73,6 +77,9 @@ func (r *run) overview(limit int) *Overview {
 		hv := HostView{
 			Name: h.host.Name, Cluster: h.cluster,
 			Down: h.down, DownSince: h.since, Why: h.why, Removed: h.removed, Opening: h.opening,
+		}
+		if len(h.unfit) > 0 {
+			hv.Unfit = h.unfit[HostPrelude(h.host).Key()].why
 		}
 		for _, g := range h.gpus {
 			if h.cluster {

@@ -76,6 +76,10 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 			line += "; its processes are stopped there once the host answers"
 		}
 	case EventRetried:
+		if e.NotStarted {
+			// Its host said why, once, in a warning.
+			return "", false
+		}
 		if e.ByUser {
 			line = fmt.Sprintf("job %s queued again on request (retry)", e.Job)
 		} else {

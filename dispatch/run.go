@@ -68,8 +68,10 @@ type Options struct {
 	// job of this run is. It is checked just before each such start.
 	SkipBusy     bool
 	BusyMemoryMB int
-	// Recheck is how long a GPU found busy or locked by another run is set
-	// aside before it is tried again (0: DefaultRecheck).
+	// Recheck is how long a GPU found busy or locked by another run, or a
+	// host found unable to set up a job's environment (for that
+	// environment), is set aside before it is tried again (0:
+	// DefaultRecheck).
 	Recheck time.Duration
 	// Updates brings edits of the inventory while the run goes on.
 	Updates <-chan Update
@@ -167,10 +169,11 @@ type run struct {
 	unstopped fences
 	// GPU claims and locks (claim.go): settled claims, busy GPUs' rechecks,
 	// locks lost with their holder, and GPUs left idle by a release.
-	claims   chan claimResult
-	rechecks chan recheck
-	lockLost chan lostLock
-	idle     []*gpu
+	claims    chan claimResult
+	rechecks  chan recheck
+	unfitOver chan unfitExpiry
+	lockLost  chan lostLock
+	idle      []*gpu
 	// progress brings what Slurm clusters say of their jobs.
 	progress chan progress
 	// killJobs cancels the jobs' context (stop --now).
@@ -234,6 +237,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	r.fenced = map[string]fence{}
 	r.claims = make(chan claimResult)
 	r.rechecks = make(chan recheck)
+	r.unfitOver = make(chan unfitExpiry)
 	r.lockLost = make(chan lostLock)
 	r.progress = make(chan progress)
 	r.fileMode = claim.mode
@@ -420,6 +424,8 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			}
 		case rc := <-r.rechecks:
 			r.rechecked(rc)
+		case x := <-r.unfitOver:
+			r.unfitExpired(x)
 		case ll := <-r.lockLost:
 			r.lockGone(ll)
 		case p := <-r.progress:
@@ -578,8 +584,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 	c := executor.Command{
 		Script:  j.Command,
 		Env:     jobEnv(h, j, a.p),
-		Workdir: h.Workdir,
-		Setup:   h.Setup,
+		Prelude: prelude(h, j),
 		Tag:     q.tag,
 		GPUs:    j.GPUs,
 	}
@@ -615,6 +620,29 @@ func (r *run) start(ctx context.Context, a assignment) {
 		}
 		r.results <- result{a: a, code: code, err: err, start: start, end: time.Now(), logs: logs}
 	}()
+}
+
+// prelude is what j's shell on h sets up before it: the host's, with the
+// job's own conda env when it names one.
+func prelude(h inventory.Host, j *Job) executor.Prelude {
+	p := HostPrelude(h)
+	p.Conda = cmp.Or(j.Conda, h.Conda)
+	return p
+}
+
+// HostPrelude is what a job's shell on h sets up before the job, for a job
+// of no conda env of its own: h's workdir, env, setup, and its shell's
+// kind.
+func HostPrelude(h inventory.Host) executor.Prelude {
+	return executor.Prelude{
+		Workdir:     h.Workdir,
+		Setup:       h.Setup,
+		Conda:       h.Conda,
+		Venv:        h.Venv,
+		Modules:     h.Modules,
+		Interactive: h.Interactive,
+		Env:         h.Env,
+	}
 }
 
 // jobEnv is the inventory's env, then gpudispatch's own variables, which
@@ -701,7 +729,20 @@ func (r *run) finish(res result) {
 		res.logs.remove()
 		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: p.host.host.Name, Job: j.ID(),
 			Error: res.err.Error() + fmt.Sprintf("; it takes at most %s of this run until one of them ends", Count(p.host.gpus[0].cap, "job"))})
+		r.notStarted(q)
 		r.sched.add(q)
+		return
+	}
+	if errors.Is(res.err, executor.ErrUnfit) {
+		// Nothing ran: the host could not set up the job's environment.
+		r.release(p)
+		q.attempts--
+		res.logs.remove()
+		if r.stopping {
+			r.final(r.event(EventCancelled, j, q.attempts))
+			return
+		}
+		r.setUnfit(p.host, q, res.err)
 		return
 	}
 	jobLost := errors.Is(res.err, executor.ErrJobLost)
@@ -765,6 +806,14 @@ func (r *run) finish(res result) {
 	r.final(e)
 }
 
+// notStarted records that q's attempt never began: q waits again, and
+// the attempt does not count.
+func (r *run) notStarted(q *queued) {
+	e := r.event(EventRetried, q.job, q.attempts)
+	e.NotStarted = true
+	r.record(e)
+}
+
 // hostDown takes h's slots out of use until the Executor says it is back,
 // and starts its host-down timeout.
 func (r *run) hostDown(h *hostSlots, why error) {
@@ -801,14 +850,20 @@ func (r *run) hostExpired(x expiry) {
 		return // it came back meanwhile
 	}
 	x.h.expired = true
-	why := map[*queued]string{}
+	r.failWaiting(func(j *Job) string { return r.sched.table.unrunnable(j, r.opts.HostDownTimeout) })
+}
+
+// failWaiting fails, with the reason why gives, the waiting jobs for which
+// it gives one.
+func (r *run) failWaiting(why func(*Job) string) {
+	reasons := map[*queued]string{}
 	dropped := r.sched.dropIf(func(q *queued) bool {
-		why[q] = r.sched.table.unrunnable(q.job, r.opts.HostDownTimeout)
-		return why[q] != ""
+		reasons[q] = why(q.job)
+		return reasons[q] != ""
 	})
 	for _, q := range dropped {
 		e := r.event(EventFailed, q.job, q.attempts)
-		e.Error = why[q]
+		e.Error = reasons[q]
 		r.final(e)
 	}
 }

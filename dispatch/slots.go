@@ -72,6 +72,9 @@ type hostSlots struct {
 	// refused a job for a limit, until one of its jobs ends.
 	cluster bool
 	limit   int
+	// unfit says, by Prelude key, which environments the host cannot set
+	// up (unfit.go).
+	unfit map[string]unfitMark
 }
 
 // fits reports whether j, by the number of GPUs it asks for, can ever run
@@ -403,7 +406,7 @@ func (t *slotTable) place(j *Job, hd held) (placement, bool) {
 	}
 	var best placement
 	for _, h := range t.candidates(j) {
-		if h.down {
+		if !h.usable(j) {
 			continue
 		}
 		gs := t.freeGPUs(h, j, hd)
@@ -423,7 +426,7 @@ func (t *slotTable) place(j *Job, hd held) (placement, bool) {
 // that place has room now.
 func (t *slotTable) preferred(j *Job, hd held) (placement, bool) {
 	h := t.byName[j.Prefer]
-	if h == nil || h.down || j.Host != "" && j.Host != j.Prefer {
+	if h == nil || !h.usable(j) || j.Host != "" && j.Host != j.Prefer {
 		return placement{}, false
 	}
 	gs := t.freeGPUs(h, j, hd)
@@ -478,7 +481,7 @@ func (t *slotTable) hold(j *Job, hd held) {
 	var target []*gpu
 	need := 0
 	for _, h := range t.candidates(j) {
-		if h.down || !h.fits(j) {
+		if !h.usable(j) || !h.fits(j) {
 			continue
 		}
 		if gs := t.freeGPUs(h, j, hd); len(gs) > len(target) {

@@ -136,6 +136,10 @@ func (s *JobStatus) apply(e Event) {
 	switch s.State {
 	case StateWaiting:
 		s.Why = ""
+		if e.NotStarted {
+			s.Attempts = s.before + e.Attempt
+			s.Host, s.GPUs, s.Start, s.Stdout, s.Stderr = "", nil, nil, "", ""
+		}
 		if e.Event == EventPending {
 			// Submitted to a Slurm cluster, where it waits.
 			s.Host, s.GPUs = e.Host, nil

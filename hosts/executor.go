@@ -2,6 +2,7 @@ package hosts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -22,7 +23,12 @@ func (l *Lab) Run(ctx context.Context, host string, c executor.Command, stdout, 
 	if err != nil {
 		return -1, err
 	}
-	return r.Run(ctx, c, stdout, stderr)
+	code, err := r.Run(ctx, c, stdout, stderr)
+	var unfit *executor.UnfitError
+	if errors.As(err, &unfit) && unfit.Where == "" {
+		unfit.Where = host
+	}
+	return code, err
 }
 
 // WaitUp returns once host can take jobs again.

@@ -44,7 +44,7 @@ var flagValues = map[string]string{
 	"inventory": "lab.yaml", "hosts": "a,b", "connect-timeout": "3s", "accept-new-host-keys": "true",
 	"keepalive": "7s", "lock-dir": "/var/tmp/gpd-locks", "gpus": "0,1", "log-dir": "elsewhere",
 	"resume": "true", "retries": "5", "timeout": "2h", "host-down-timeout": "1m", "skip-busy": "true",
-	"busy-recheck": "30s", "dry-run": "true", "json": "true", "quiet": "true", "verbose": "true",
+	"busy-recheck": "30s", "dry-run": "true", "json": "true", "quiet": "true", "verbose": "true", "check": "true",
 	"failed": "true", "all": "true", "probe-timeout": "5s", "lost-after": "1m", "name": "eval", "host": "a", "priority": "3", "wait": "true", "now": "true", "detach": "true",
 	"listen": "127.0.0.1:8420",
 }
@@ -192,6 +192,7 @@ func TestGoldenErrors(t *testing.T) {
 		{"priority", "3"},
 		{"priority", "3", "high"},
 		{"stop", "now"},
+		{"hosts", "python -V"},
 		{"serve", "extra.txt"},
 	}
 	var b strings.Builder

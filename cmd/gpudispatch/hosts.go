@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"github.com/gpudispatch/gpudispatch/dispatch"
 	"github.com/gpudispatch/gpudispatch/hosts"
 )
 
@@ -13,6 +15,10 @@ import (
 type hostsOptions struct {
 	labOptions
 	json, verbose bool
+	// check asks for a look at each host from inside a job; command is
+	// then run there too, when not "".
+	check   bool
+	command string
 }
 
 func newHostsCommand(s streams, runF func(context.Context, streams, hostsOptions) error) *cobra.Command {
@@ -29,16 +35,33 @@ its name, memory, utilisation, slots, and whether it is busy with other
 people's work (another gpudispatch run's lock, compute processes, more than
 the inventory's busy_memory_mb used).
 
+With --check, look at each host from inside a job instead, in the
+environment a job gets there (login shell, workdir, conda/venv/modules,
+setup) on one of its GPUs: the shell, the head of PATH, python3 -V, the
+active env, the driver and CUDA versions, the free space in the workdir,
+and whether the user lingers (systemd keeps their processes after logout).
+With CMD, run it there too and show its output: a broken host is found
+before a sweep fails on it.
+
 ` + exitHelp(func(c exitCode) string { return c.hosts }),
 		Example: `  gpudispatch hosts -i lab.yaml            # who is up, their GPUs and slots
-  gpudispatch hosts -i lab.yaml --json     # one JSON object per host`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+  gpudispatch hosts -i lab.yaml --json     # one JSON object per host
+  gpudispatch hosts -i lab.yaml --check    # what a job gets on each host
+  gpudispatch hosts -i lab.yaml --check 'python -c "import torch; print(torch.cuda.is_available())"'`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			lab, err := readLabOptions(v)
 			if err != nil {
 				return err
 			}
-			return runF(cmd.Context(), s, hostsOptions{labOptions: lab, json: v.GetBool("json"), verbose: v.GetBool("verbose")})
+			o := hostsOptions{labOptions: lab, json: v.GetBool("json"), verbose: v.GetBool("verbose"), check: v.GetBool("check")}
+			if len(args) > 0 {
+				if !o.check {
+					return usageError("hosts takes a command only with --check (hosts --check CMD)")
+				}
+				o.command = args[0]
+			}
+			return runF(cmd.Context(), s, o)
 		},
 	}
 	f := cmd.Flags()
@@ -46,6 +69,7 @@ the inventory's busy_memory_mb used).
 	addLabFlags(f)
 	f.Bool("json", false, "one JSON object per host")
 	f.BoolP("verbose", "v", false, "also each host's SSH server and each GPU's UUID")
+	f.Bool("check", false, "look at each host from inside a job (and run CMD there, when given)")
 	bindEnv(v, f)
 	completeHosts(cmd, v)
 	return cmd
@@ -64,6 +88,9 @@ func runHosts(ctx context.Context, s streams, o hostsOptions) error {
 	}
 	defer lab.Close()
 	states := settleAll(s, lab, inv, settled)
+	if o.check {
+		return checkHosts(ctx, s, lab, states, o)
+	}
 	if o.json {
 		err = hosts.WriteJSON(s.out, states, inv.BusyMemoryMB)
 	} else {
@@ -74,6 +101,49 @@ func runHosts(ctx context.Context, s streams, o hostsOptions) error {
 	}
 	for _, st := range states {
 		if st.Err != nil {
+			return &exitError{code: exitFailed}
+		}
+	}
+	return nil
+}
+
+// checkHosts looks at each host that is up from inside a job, all at once,
+// and prints what it found; a host that is down or fails its check makes
+// the exit status 1.
+func checkHosts(ctx context.Context, s streams, lab *hosts.Lab, states []hosts.HostState, o hostsOptions) error {
+	checks := make([]hosts.EnvCheck, len(states))
+	var wg sync.WaitGroup
+	for i, st := range states {
+		h := st.Host
+		switch {
+		case st.Err != nil:
+			checks[i] = hosts.EnvCheck{Host: h.Name, Err: st.Err}
+		case h.Slurm != nil:
+			checks[i] = hosts.EnvCheck{Host: h.Name, Note: "not checked: a Slurm cluster, whose jobs run where Slurm puts them (try one job there)"}
+		default:
+			gpu := -1
+			if len(st.GPUs) > 0 {
+				gpu = st.GPUs[0].Index
+			} else if len(h.GPUs) > 0 {
+				gpu = h.GPUs[0]
+			}
+			wg.Go(func() {
+				checks[i] = lab.CheckEnv(ctx, h.Name, gpu, dispatch.HostPrelude(h), h.Env, o.command)
+			})
+		}
+	}
+	wg.Wait()
+	var err error
+	if o.json {
+		err = hosts.WriteChecksJSON(s.out, checks)
+	} else {
+		err = hosts.WriteChecks(textTo(s.out), checks)
+	}
+	if err != nil {
+		return err
+	}
+	for _, c := range checks {
+		if c.Err != nil {
 			return &exitError{code: exitFailed}
 		}
 	}

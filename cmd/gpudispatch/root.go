@@ -42,7 +42,7 @@ type exitCode struct {
 var exitCodes = []exitCode{
 	{exitOK, "every job succeeded", "every job succeeded", "every host is up",
 		"every line was queued (with --wait: and every job succeeded)", "done for every job named"},
-	{exitFailed, "at least one job failed, timed out, was lost or was rejected", "some job did not succeed (or has not yet)", "some host is down",
+	{exitFailed, "at least one job failed, timed out, was lost or was rejected", "some job did not succeed (or has not yet)", "some host is down (with --check: or fails its check)",
 		"some line was rejected (with --wait: or some job did not succeed)", "some job named is unknown, or not in a state the command takes (cancel: waiting or running; retry: ended without success; priority: waiting)"},
 	{exitUsage, "usage or configuration error before any job ran", "no journal there, or a usage error", "the inventory is bad, or a usage error",
 		"no gpudispatch serve on that log dir, or a usage error", "no gpudispatch running on that log dir, or a usage error"},

@@ -108,7 +108,7 @@ func addRunFlags(f *pflag.FlagSet, serve bool) {
 	f.Duration("timeout", 0, "per-job wall-clock limit (e.g. 2h); its processes are killed when it passes")
 	f.Duration("host-down-timeout", dispatch.DefaultHostDownTimeout, "how long jobs that only a down host can run wait for it to come back before they fail")
 	f.Bool("skip-busy", false, "put no job on a GPU that other people's processes use (more than the inventory's busy_memory_mb, default 500 MiB, or any compute process)")
-	f.Duration("busy-recheck", dispatch.DefaultRecheck, "how long a GPU found busy, or locked by another gpudispatch run, is left alone before it is tried again")
+	f.Duration("busy-recheck", dispatch.DefaultRecheck, "how long a GPU found busy, or locked by another gpudispatch run, or a host that could not set up a job's environment, is left alone before it is tried again")
 	if !serve {
 		f.Bool("dry-run", false, "print where each job would run; run nothing")
 	}

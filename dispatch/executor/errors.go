@@ -45,6 +45,25 @@ var (
 	ErrProbeTimeout = errors.New("the host's GPUs did not answer in time")
 )
 
+// ErrUnfit is wrapped by Run's error when the host cannot set up the job's
+// Prelude (its workdir is missing, its env is not there, its setup
+// fails): nothing of the job ran, and no job with that Prelude can run
+// there until the host is fixed.
+var ErrUnfit = errors.New("the host cannot set up the job's environment")
+
+// UnfitError says why a host cannot set up a Prelude: Why is the host's
+// own answer, for people ("conda env \"torch\" not found; this host has:
+// base, jax"). It is an ErrUnfit.
+type UnfitError struct {
+	Where string
+	Why   string
+}
+
+func (e *UnfitError) Error() string { return e.Where + ": " + e.Why }
+
+// Unwrap makes an UnfitError an ErrUnfit.
+func (e *UnfitError) Unwrap() error { return ErrUnfit }
+
 // LockedError says which gpudispatch run holds a GPU's lock; it is an
 // ErrGPULocked.
 type LockedError struct {

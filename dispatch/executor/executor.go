@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 )
@@ -50,12 +51,8 @@ type Command struct {
 	Script string
 	// Env holds NAME=value pairs exported before the shell starts.
 	Env []string
-	// Workdir is the directory the job starts in; "" means the home
-	// directory, and a leading "~/" is the host's home.
-	Workdir string
-	// Setup runs in the same shell before Script; if it fails, Script does
-	// not run.
-	Setup string
+	// Prelude is what the job's shell sets up before the job.
+	Prelude
 	// GPUs is how many GPUs the job asks a batch system for; other hosts
 	// are given their GPUs in CUDA_VISIBLE_DEVICES.
 	GPUs int
@@ -75,6 +72,37 @@ type Command struct {
 	// whether anything of it is left: letters, digits, '.', '_' and '-',
 	// unique among the commands of a coordinator ("" for none).
 	Tag string
+}
+
+// Prelude is what a job's shell sets up before the job runs: where it
+// runs, the env it activates, and the setup. Job shells that share a
+// Prelude share their set-up (see Key); one whose set-up fails makes Run
+// return an *UnfitError.
+type Prelude struct {
+	// Workdir is the directory the job starts in; "" means the home
+	// directory, and a leading "~/" is the host's home.
+	Workdir string
+	// Setup runs in the same shell before Script; if it fails, Script does
+	// not run.
+	Setup string
+	// Conda names the conda env to activate (a name or a path), Venv the
+	// directory of a venv to activate (a leading "~/" is the host's home, a
+	// relative one is under Workdir), Modules the modules to load (Lmod or
+	// Environment Modules), in order.
+	Conda   string
+	Venv    string
+	Modules []string
+	// Interactive makes the shell read ~/.bashrc as an interactive bash
+	// does (its "not interactive: return" guard passes).
+	Interactive bool
+	// Env holds the host's own NAME=value pairs (the inventory's env), set
+	// for the set-up as for each job (Command.Env has them too).
+	Env []string
+}
+
+// Key is the same for two Preludes exactly when they set up the same.
+func (p Prelude) Key() string {
+	return fmt.Sprintf("%q %q %q %q %q %t %q", p.Workdir, p.Setup, p.Conda, p.Venv, p.Modules, p.Interactive, p.Env)
 }
 
 // Progress is what a batch system says of a job before and as it starts.

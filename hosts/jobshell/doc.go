@@ -15,8 +15,20 @@
 // without running it, and Run sends the job to a new shell. Other login
 // shells run "$SHELL -lc" per job.
 //
-// A machine keeps its idle shells (Shells); a job takes one or starts one,
-// and gives it back when the job ran to its end. Each job's output is
+// A job shell is set up once for the jobs it runs (executor.Prelude):
+// after the profile it enters the workdir, loads the modules, activates the
+// conda env (finding conda where a terminal would, also behind Ubuntu's
+// "not interactive" guard in ~/.bashrc) and the venv (activate.sh), and
+// tries the setup once in a subshell; each job is a fork that inherits the
+// result, and still runs the setup itself. With Prelude.Interactive, an
+// interactive login bash of its own reads the profile and ~/.bashrc and
+// hands its variables and state back. A shell that cannot be set up runs
+// no job: it answers the first with why (an *executor.UnfitError), and
+// exits. Other login shells, and LoginPerJob, activate per job, and a
+// shell tries it once as it starts.
+//
+// A machine keeps its idle shells (Shells); a job takes one set up for its
+// Prelude or starts one, and gives it back when the job ran to its end. Each job's output is
 // followed on stdout and on stderr by NUL and a random mark new for that
 // job, then its end on stdout (exit status, why gpudispatch ended it, when);
 // a stream splits there (stream). A shell is not used again after a

@@ -10,14 +10,33 @@ import (
 	"strings"
 	"time"
 
+	"al.essio.dev/pkg/shellescape"
+
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
-// script is run by bash on the target machine; see shell.sh.
-//
+// script is run by bash on the target machine: shell.sh, after the
+// activation of a job's env (activate.sh).
+var script = activation + shellCode
+
 //go:embed shell.sh
-var script string
+var shellCode string
+
+//go:embed activate.sh
+var activation string
+
+// Activation is shell code that activates p's env (its modules, conda env
+// and venv) where it runs, or exits with status 126 after saying why on
+// stderr, for a shell that runs one job (a batch job's); "" when p asks
+// for none.
+func Activation(p executor.Prelude) string {
+	if p.Conda == "" && p.Venv == "" && len(p.Modules) == 0 {
+		return ""
+	}
+	return activation + "_g_activate " + shellescape.Quote(p.Conda) + " " + shellescape.Quote(p.Venv) + " " +
+		shellescape.Quote(strings.Join(p.Modules, "\n")) + " || exit 126\nunset -f _g_activate\n"
+}
 
 // ProcessName is a job shell's $0: with the shell's tag after it, ps shows
 // which shells live on a machine.
@@ -63,8 +82,9 @@ const (
 var ErrNUL = errors.New("contains a NUL byte")
 
 // header starts a job shell: shell.sh itself, then the fields it reads
-// once, each terminated by NUL.
-func header(s Supervision) []byte {
+// once, each terminated by NUL: grace, login, then the prelude p (see
+// shell.sh).
+func header(s Supervision, p executor.Prelude) []byte {
 	login := "slot"
 	switch s.Login {
 	case LoginPerJob:
@@ -72,9 +92,14 @@ func header(s Supervision) []byte {
 	case LoginNone:
 		login = "none"
 	}
-	return []byte(script +
-		strconv.FormatFloat(s.Grace.Seconds(), 'f', 3, 64) + "\x00" +
-		login + "\x00")
+	interactive := ""
+	if p.Interactive {
+		interactive = "1"
+	}
+	f := append([]string{strconv.FormatFloat(s.Grace.Seconds(), 'f', 3, 64), login,
+		interactive, p.Workdir, p.Conda, p.Venv, strings.Join(p.Modules, "\n"), p.Setup,
+		strconv.Itoa(len(p.Env))}, p.Env...)
+	return []byte(script + strings.Join(f, "\x00") + "\x00")
 }
 
 // placing is where a job's output starts in its shell's stream files, and
@@ -99,9 +124,20 @@ func check(c executor.Command) error {
 			return fmt.Errorf("environment entry %q: %w", kv[:strings.IndexByte(kv, '=')], ErrNUL)
 		}
 	}
-	for _, f := range []struct{ what, v string }{{"the command", c.Script}, {"the workdir", c.Workdir}, {"the setup", c.Setup}, {"the about line", c.About}} {
+	for _, f := range []struct{ what, v string }{{"the command", c.Script}, {"the workdir", c.Workdir}, {"the setup", c.Setup},
+		{"the conda env", c.Conda}, {"the venv", c.Venv}, {"the about line", c.About}} {
 		if strings.IndexByte(f.v, 0) >= 0 {
 			return fmt.Errorf("%s: %w", f.what, ErrNUL)
+		}
+	}
+	for _, m := range c.Modules {
+		if !inventory.ValidModule(m) {
+			return fmt.Errorf("module %q: want letters, digits and ./_+-@:", m)
+		}
+	}
+	for _, kv := range c.Prelude.Env {
+		if name, _, ok := strings.Cut(kv, "="); !ok || !inventory.ValidEnvName(name) || strings.IndexByte(kv, 0) >= 0 {
+			return fmt.Errorf("host environment entry %q: want NAME=value with a shell variable name and no NUL byte", kv)
 		}
 	}
 	return nil
@@ -112,7 +148,8 @@ func check(c executor.Command) error {
 // the header (the byte length of the fields together, then of each,
 // space-separated), then the fields one after another with nothing between
 // them: end mark, tag, about, time limit in seconds, rotate, the stream
-// offsets, workdir, setup, script, then one per environment entry. The
+// offsets, script, then one per environment entry. (Workdir and setup
+// are the shell's: see header.) The
 // shell reads the record in four system calls.
 func fields(c executor.Command, mark string, at placing) []byte {
 	limit := "0"
@@ -131,7 +168,7 @@ func fields(c executor.Command, mark string, at placing) []byte {
 	}, c.About)
 	fields := append([]string{mark, c.Tag, about, limit, rotate,
 		strconv.FormatInt(at.outBase, 10), strconv.FormatInt(at.errBase, 10),
-		c.Workdir, c.Setup, c.Script}, c.Env...)
+		c.Script}, c.Env...)
 	var hdr strings.Builder
 	total := 0
 	for _, f := range fields {

@@ -30,7 +30,7 @@ func homeWith(t *testing.T, bashrc string) string {
 
 // shellsIn are job shells whose machine's HOME is home and login shell
 // loginShell, ended with the test.
-func shellsIn(t *testing.T, home, loginShell string, login Login) *Shells {
+func shellsIn(t testing.TB, home, loginShell string, login Login) *Shells {
 	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
 		return spawn.Local(ctx, "export HOME="+shellescape.Quote(home)+" SHELL="+shellescape.Quote(loginShell)+"; "+line, stdout, stderr)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,10 +24,13 @@ import (
 type shell struct {
 	// tag is in the shell's argv for as long as the shell lives: the tag of
 	// the job it was started for, or a random one for a job without.
-	tag   string
-	stdin io.WriteCloser
-	out   *stream // the shell's stdout
-	errs  *stream // the shell's stderr
+	tag string
+	// prelude is the Key of what the shell set up: it runs only jobs with
+	// that Prelude.
+	prelude string
+	stdin   io.WriteCloser
+	out     *stream // the shell's stdout
+	errs    *stream // the shell's stderr
 	// pending is what to send before the next job's fields: the shell's own
 	// start, until its first job.
 	pending []byte
@@ -36,19 +40,20 @@ type shell struct {
 	err   error
 }
 
-// startShell starts a job shell through spawn, for the job tagged tag.
-func startShell(ctx context.Context, start spawn.Func, tag string, s Supervision) (*shell, error) {
+// startShell starts a job shell through spawn, for the job tagged tag,
+// that sets up p.
+func startShell(ctx context.Context, start spawn.Func, tag string, s Supervision, p executor.Prelude) (*shell, error) {
 	if tag == "" {
 		tag = "x" + newMark()[:16]
 	}
-	sh := &shell{tag: tag, out: &stream{}, errs: &stream{}, pending: header(s), ended: make(chan struct{})}
-	p, err := start(ctx, spawn.Bootstrap(script, ProcessName, tag), sh.out, sh.errs)
+	sh := &shell{tag: tag, prelude: p.Key(), out: &stream{}, errs: &stream{}, pending: header(s, p), ended: make(chan struct{})}
+	proc, err := start(ctx, spawn.Bootstrap(script, ProcessName, tag), sh.out, sh.errs)
 	if err != nil {
 		return nil, err
 	}
-	sh.stdin = &serialized{w: p.Stdin}
+	sh.stdin = &serialized{w: proc.Stdin}
 	go func() {
-		sh.err = p.Wait()
+		sh.err = proc.Wait()
 		close(sh.ended)
 	}()
 	return sh, nil
@@ -113,9 +118,9 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 	// A shell whose profile changed runs nothing and answers errStale: the
 	// job goes to a new shell, which reads the profile as it is now.
 	for tries := 0; ; tries++ {
-		sh := ss.take()
+		sh := ss.take(c.Prelude.Key())
 		if sh == nil || tries > 0 {
-			if sh, err = startShell(ctx, ss.spawn, c.Tag, ss.sup); err != nil {
+			if sh, err = startShell(ctx, ss.spawn, c.Tag, ss.sup, c.Prelude); err != nil {
 				return -1, err
 			}
 		}
@@ -136,20 +141,29 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 // since it read it: the job did not run.
 var errStale = errors.New("the job shell's login profile changed: the job did not run")
 
-// take returns an idle shell fit for a job, or nil.
-func (ss *Shells) take() *shell {
+// take returns an idle shell fit for a job whose Prelude has the key
+// prelude, or nil.
+func (ss *Shells) take(prelude string) *shell {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for len(ss.idle) > 0 {
-		sh := ss.idle[len(ss.idle)-1]
-		ss.idle = ss.idle[:len(ss.idle)-1]
-		if !sh.gone() && !sh.out.strayed() && !sh.errs.strayed() {
+	for i := len(ss.idle) - 1; i >= 0; i-- {
+		sh := ss.idle[i]
+		fit := !sh.gone() && !sh.out.strayed() && !sh.errs.strayed()
+		if fit && sh.prelude != prelude {
+			continue
+		}
+		ss.idle = slices.Delete(ss.idle, i, i+1)
+		if fit {
 			return sh
 		}
 		sh.close()
 	}
 	return nil
 }
+
+// maxIdle is how many idle shells a machine keeps: beyond it, the least
+// recently used goes (jobs with other Preludes leave shells behind).
+const maxIdle = 64
 
 // put keeps sh for another job.
 func (ss *Shells) put(sh *shell) {
@@ -160,6 +174,10 @@ func (ss *Shells) put(sh *shell) {
 		return
 	}
 	ss.idle = append(ss.idle, sh)
+	if len(ss.idle) > maxIdle {
+		ss.idle[0].close()
+		ss.idle = slices.Delete(ss.idle, 0, 1)
+	}
 }
 
 // Close ends the idle shells and those that become idle from now on.
@@ -253,6 +271,9 @@ func (sh *shell) run(ctx context.Context, mark string, fields []byte, stdout, st
 	}
 	if strings.TrimSpace(tail) == "stale" {
 		return -1, false, errStale
+	}
+	if why, ok := strings.CutPrefix(strings.TrimSpace(tail), "unfit "); ok {
+		return -1, false, &executor.UnfitError{Why: strings.TrimSpace(why)}
 	}
 	end, err := parseEnd(tail)
 	if err != nil {

@@ -67,25 +67,151 @@ unset -v w
 _g_tag=$1
 IFS= read -r -d '' _g_grace || exit 125
 IFS= read -r -d '' _g_login || exit 125
+IFS= read -r -d '' _g_inter || exit 125
+IFS= read -r -d '' _g_wd || exit 125
+IFS= read -r -d '' _g_conda || exit 125
+IFS= read -r -d '' _g_venv || exit 125
+IFS= read -r -d '' _g_mods || exit 125
+IFS= read -r -d '' _g_setup || exit 125
+IFS= read -r -d '' _g_n || exit 125
+_g_henv=()
+while [ "$_g_n" -gt 0 ]; do
+  IFS= read -r -d '' _g_kv || exit 125
+  _g_henv+=("$_g_kv")
+  _g_n=$((_g_n - 1))
+done
+# shellcheck disable=SC2088 # a literal ~ from the inventory means $HOME
+case $_g_wd in
+  "~") _g_wd=$HOME ;;
+  "~/"*) _g_wd=$HOME/${_g_wd#"~/"} ;;
+esac
+# The spool: the stream files and records of the user's jobs, the user's
+# alone.
+_g_spool=$HOME/.gpudispatch/jobs
+if [ ! -d "$_g_spool" ]; then
+  builtin command mkdir -p -- "${_g_spool%/*}" && builtin command mkdir -m 0700 -- "$_g_spool"
+fi
+if [ ! -O "$_g_spool" ] || [ -L "$_g_spool" ]; then
+  echo "gpudispatch: $_g_spool is not a directory of yours" >&2
+  exit 126
+fi
+_g_flag=$_g_spool/$_g_tag
+# _g_prepare sets the shell up for its jobs, where it is called (at the top
+# level, after the profile): it enters the workdir, activates the env, and
+# tries the setup once in a subshell with the host's env. When one fails,
+# _g_unfit says why, in one line. Its own output goes where its caller
+# sends it; what it says, to $_g_flag.env.
+_g_prepare() {
+  _g_unfit=
+  if [ -n "$_g_wd" ] && ! builtin cd -- "$_g_wd" 2>/dev/null; then
+    if [ -d "$_g_wd" ]; then
+      _g_unfit="workdir $_g_wd cannot be entered (permissions)"
+    else
+      _g_unfit="workdir $_g_wd does not exist"
+    fi
+    return 1
+  fi
+  if [ -n "$_g_conda$_g_venv$_g_mods" ] && ! _g_activate "$_g_conda" "$_g_venv" "$_g_mods" 2>"$_g_flag.env"; then
+    _g_unfit=$(_g_said)
+    return 1
+  fi
+  if [ -n "$_g_setup" ]; then
+    # shellcheck disable=SC2163 # each entry is NAME=value
+    (
+      for _g_kv in "${_g_henv[@]}"; do builtin export "$_g_kv"; done
+      builtin eval "$_g_setup"
+    ) 2>"$_g_flag.env"
+    _g_rc=$?
+    if [ "$_g_rc" != 0 ]; then
+      _g_unfit="setup failed with exit status $_g_rc: $(_g_said)"
+      return 1
+    fi
+  fi
+  return 0
+}
+# _g_said is the last line of $_g_flag.env that says something, with
+# "gpudispatch: " or bash's "NAME: line N: " cut (the line of this script's
+# eval, not the user's), or "(it said nothing)"; the file goes.
+_g_said() {
+  local line last=
+  while IFS= read -r line || [ -n "$line" ]; do
+    case $line in *[![:space:]]*) last=$line ;; esac
+  done <"$_g_flag.env"
+  builtin command rm -f -- "$_g_flag.env"
+  last=${last#gpudispatch: }
+  if [[ $last =~ ^[^\ :]+:\ line\ [0-9]+:\ (.*)$ ]]; then last=${BASH_REMATCH[1]}; fi
+  builtin echo "${last:-(it said nothing)}"
+}
+# _g_saved prints what a job's fork takes back of a login shell: its
+# functions (and which are exported) but this script's, aliases, options
+# and traps.
+_g_saved() {
+  local f o
+  while IFS=' ' builtin read -r _ o f; do
+    case $f in _g_*) continue ;; esac
+    builtin declare -f "$f"
+    case $o in -f | "") ;; *) builtin echo "builtin declare $o $f" ;; esac
+  done <<<"$(builtin declare -F)"
+  builtin alias -p
+  builtin set +o
+  builtin shopt -p
+  builtin trap -p
+}
+_g_unfit=
 _g_profiled=
 _g_ref=
 _g_asis=
+_g_act=
 [ "$_g_login" != none ] || _g_asis=1
 if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
   _g_profiled=1
-  # At the top level, not in a function: the profile's declarations must be
-  # global, as in a login shell.
-  # shellcheck disable=SC1090,SC1091 # the user's own profile
-  {
-    if [ -r /etc/profile ]; then . /etc/profile; fi
-    if [ -r ~/.bash_profile ]; then
-      . ~/.bash_profile
-    elif [ -r ~/.bash_login ]; then
-      . ~/.bash_login
-    elif [ -r ~/.profile ]; then
-      . ~/.profile
+  if [ -n "$_g_inter" ]; then
+    # An interactive login bash of its own reads the profile and ~/.bashrc
+    # (its "not interactive" guard passes), prepares, and hands back its
+    # variables, then what _g_saved prints, on fd 9; all it prints else,
+    # "no job control" included, is thrown away.
+    # shellcheck disable=SC2016 # expanded by that bash
+    {
+      IFS= read -r -d '' _g_unfit
+      IFS= read -r -d '' _g_vars
+      IFS= read -r -d '' _g_state
+    } < <("${SHELL:-/bin/bash}" -l -i -c "$(builtin declare -f _g_activate _g_prepare _g_said _g_saved)"'
+_g_wd=$1 _g_conda=$2 _g_venv=$3 _g_mods=$4 _g_setup=$5 _g_flag=$6
+builtin shift 6
+_g_henv=("$@")
+builtin set --
+builtin set +m +H
+builtin set +o history
+_g_prepare
+builtin printf "%s\0" "$_g_unfit" >&9
+builtin unset -f _g_activate _g_prepare _g_said
+builtin unset -v RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIME \
+  BASH_ARGV BASH_ARGC BASH_SOURCE BASH_LINENO FUNCNAME BASH_COMMAND BASH_ARGV0 \
+  BASH_EXECUTION_STRING BASH_SUBSHELL BASHPID PIPESTATUS PWD OLDPWD SHLVL _ COLUMNS LINES "${!_g_@}"
+{ builtin declare -p; builtin printf "\0"; _g_saved; builtin printf "\0"; } >&9' \
+      bash "$_g_wd" "$_g_conda" "$_g_venv" "$_g_mods" "$_g_setup" "$_g_flag" "${_g_henv[@]}" 9>&1 </dev/null >/dev/null 2>&1)
+    if [ -z "${_g_vars+1}" ] || [ -z "${_g_state+1}" ]; then
+      _g_unfit="shell: interactive: an interactive login bash did not start here (a ~/.bashrc that exits?)"
     fi
-  } </dev/null >/dev/null 2>&1
+    builtin eval "$_g_vars" 2>/dev/null
+    _g_vars=
+    [ -z "$_g_wd" ] || builtin cd -- "$_g_wd" 2>/dev/null || _g_unfit=${_g_unfit:-"workdir $_g_wd cannot be entered"}
+  else
+    # At the top level, not in a function: the profile's declarations must be
+    # global, as in a login shell.
+    # shellcheck disable=SC1090,SC1091 # the user's own profile
+    {
+      if [ -r /etc/profile ]; then . /etc/profile; fi
+      if [ -r ~/.bash_profile ]; then
+        . ~/.bash_profile
+      elif [ -r ~/.bash_login ]; then
+        . ~/.bash_login
+      elif [ -r ~/.profile ]; then
+        . ~/.profile
+      fi
+    } </dev/null >/dev/null 2>&1
+    _g_prepare </dev/null >/dev/null 2>&1
+  fi
   \builtin shopt -u expand_aliases
   _g_ifs_set=${IFS+1} _g_ifs=${IFS-}
   # What a job's fork takes back: the functions (and which are exported),
@@ -94,16 +220,11 @@ if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
   # its time, when the profile was read, so that nothing of the shell is
   # left in /tmp however it ends.
   if _g_tmp=$(builtin command mktemp 2>/dev/null); then
-    {
-      builtin declare -f
-      while IFS=' ' builtin read -r _ _g_o _g_f; do
-        case $_g_o in -f | "") ;; *) builtin echo "builtin declare $_g_o $_g_f" ;; esac
-      done <<<"$(builtin declare -F)"
-      builtin alias -p
-      builtin set +o
-      builtin shopt -p
-      builtin trap -p
-    } >"$_g_tmp" 2>/dev/null
+    if [ -n "$_g_inter" ]; then
+      builtin printf '%s' "$_g_state" >"$_g_tmp"
+    else
+      _g_saved >"$_g_tmp" 2>/dev/null
+    fi
     exec {_g_ref}<"$_g_tmp"
     builtin command rm -f -- "$_g_tmp"
     IFS= builtin read -r -d '' -u "$_g_ref" _g_state
@@ -113,13 +234,45 @@ if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
   fi
   # A clean shell for this script, whatever the profile named its functions
   # (a "cd" or a "read") or set.
-  while IFS=' ' builtin read -r _ _ _g_f; do builtin unset -f "$_g_f"; done <<<"$(builtin declare -F)"
+  while IFS=' ' builtin read -r _ _ _g_f; do
+    case $_g_f in _g_*) ;; *) builtin unset -f "$_g_f" ;; esac
+  done <<<"$(builtin declare -F)"
   builtin unalias -a
   builtin trap - ERR DEBUG RETURN
   builtin trap '_g_forward' TERM
   builtin set +e +u +f +C +o pipefail +o errtrace +o functrace
   IFS=$' \t\n'
+elif [ -n "$_g_asis" ]; then
+  _g_prepare </dev/null >/dev/null 2>&1
+else
+  # A login shell per job: the env is activated in each, and tried once
+  # here, as a job would do it.
+  if [ -n "$_g_conda$_g_venv$_g_mods" ]; then
+    printf -v _g_act '%s\n_g_activate %q %q %q || builtin exit 126\nbuiltin unset -f _g_activate\n' \
+      "$(builtin declare -f _g_activate)" "$_g_conda" "$_g_venv" "$_g_mods"
+  fi
+  if [ -n "$_g_inter" ]; then
+    _g_unfit="shell: interactive needs bash as the login shell (here: ${SHELL:-?})"
+  elif [ -n "$_g_wd" ] && [ ! -d "$_g_wd" ]; then
+    _g_unfit="workdir $_g_wd does not exist"
+  elif [ -n "$_g_act$_g_setup" ]; then
+    # shellcheck disable=SC2163 # each entry is NAME=value
+    (
+      for _g_kv in "${_g_henv[@]}"; do builtin export "$_g_kv"; done
+      [ -z "$_g_wd" ] || builtin cd -- "$_g_wd" || exit 126
+      exec "${SHELL:-/bin/bash}" -lc "$_g_act$_g_setup"
+    ) </dev/null >/dev/null 2>"$_g_flag.env"
+    _g_rc=$?
+    if [ "$_g_rc" != 0 ]; then
+      _g_unfit=$(_g_said)
+      case $_g_unfit in
+        "conda"* | "venv"* | "module"*) ;;
+        *) _g_unfit="setup failed with exit status $_g_rc: $_g_unfit" ;;
+      esac
+    fi
+  fi
 fi
+builtin command rm -f -- "$_g_flag.env"
 [ -z "$_g_asis" ] || builtin trap '_g_forward' TERM
 # A job's fork closes _g_ref: one is open whatever the login.
 [ -n "$_g_ref" ] || exec {_g_ref}</dev/null
@@ -230,17 +383,6 @@ _g_tees() {
 }
 # This script's functions, which a job's fork puts away.
 _g_funcs=$(compgen -A function _g_)
-# The spool: the stream files and records of the user's jobs, the user's
-# alone.
-_g_spool=$HOME/.gpudispatch/jobs
-if [ ! -d "$_g_spool" ]; then
-  builtin command mkdir -p -- "${_g_spool%/*}" && builtin command mkdir -m 0700 -- "$_g_spool"
-fi
-if [ ! -O "$_g_spool" ] || [ -L "$_g_spool" ]; then
-  echo "gpudispatch: $_g_spool is not a directory of yours" >&2
-  exit 126
-fi
-_g_flag=$_g_spool/$_g_tag
 _g_boot=-
 IFS= read -r _g_boot </proc/sys/kernel/random/boot_id 2>/dev/null
 # fd 5 and 6 are the coordinator's stdout and stderr; fd 1 and 4 the pipes
@@ -271,10 +413,8 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
   _g_rotate=${_g_body:_g_at:$5} _g_at=$((_g_at + $5))
   _g_ob=${_g_body:_g_at:$6} _g_at=$((_g_at + $6))
   _g_eb=${_g_body:_g_at:$7} _g_at=$((_g_at + $7))
-  _g_wd=${_g_body:_g_at:$8} _g_at=$((_g_at + $8))
-  _g_setup=${_g_body:_g_at:$9} _g_at=$((_g_at + $9))
-  _g_script=${_g_body:_g_at:${10}} _g_at=$((_g_at + ${10}))
-  shift 10
+  _g_script=${_g_body:_g_at:$8} _g_at=$((_g_at + $8))
+  shift 8
   _g_env=()
   _g_gpus=-
   for _g_len; do
@@ -299,6 +439,13 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
     builtin command rm -f -- "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"
     exit 0
   fi
+  if [ -n "$_g_unfit" ]; then
+    # The shell could not be set up: no job runs in it.
+    printf '\0%s' "$_g_mark" >&4
+    printf '\0%s unfit %s\n' "$_g_mark" "${_g_unfit//$'\n'/ }"
+    builtin command rm -f -- "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"
+    exit 0
+  fi
   if [ -e "$_g_flag.why" ]; then
     # Cancelled before it started: it does not run.
     builtin command rm -f -- "$_g_flag.why"
@@ -312,17 +459,13 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
 } || exit \$?
 $_g_script"
   fi
+  _g_script=$_g_act$_g_script
   # Job control gives the job a process group of its own.
   set -m
   (
     if [ -n "$_g_lc_set" ]; then LC_ALL=$_g_lc_all; else unset -v LC_ALL; fi
     # shellcheck disable=SC2163 # each entry is NAME=value
     for _g_kv in "${_g_env[@]}"; do export "$_g_kv"; done
-    # shellcheck disable=SC2088 # a literal ~ from the inventory means $HOME
-    case $_g_wd in
-      "~") _g_wd=$HOME ;;
-      "~/"*) _g_wd=$HOME/${_g_wd#"~/"} ;;
-    esac
     if [ -n "$_g_wd" ]; then
       builtin cd -- "$_g_wd" || { echo "gpudispatch: cannot enter workdir $_g_wd" >&2; exit 126; }
     fi

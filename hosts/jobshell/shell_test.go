@@ -64,10 +64,9 @@ func TestRun(t *testing.T) {
 		{name: "exit code", cmd: executor.Command{Script: "echo out; echo err >&2; exit 7"}, wantOut: "out\n", wantErrOut: "err\n", wantCode: 7},
 		{name: "killed by signal", cmd: executor.Command{Script: "kill -9 $$"}, wantCode: 137},
 		{name: "env", cmd: executor.Command{Script: `printf '%s|%s\n' "$CUDA_VISIBLE_DEVICES" "$X"`, Env: []string{"CUDA_VISIBLE_DEVICES=0,1", "X=a b'\"$c"}}, wantOut: "0,1|a b'\"$c\n"},
-		{name: "workdir with tilde", cmd: executor.Command{Script: "pwd", Workdir: "~/proj", Env: []string{"HOME=" + home}}, wantOut: work + "\n"},
-		{name: "missing workdir", cmd: executor.Command{Script: "echo never", Workdir: filepath.Join(home, "nope")}, wantCode: 126, wantErrOut: "gpudispatch: cannot enter workdir " + filepath.Join(home, "nope") + "\n"},
-		{name: "setup shares the shell", cmd: executor.Command{Setup: "V=from-setup", Script: "echo $V"}, wantOut: "from-setup\n"},
-		{name: "failed setup stops the job", cmd: executor.Command{Setup: "false", Script: "echo never"}, wantCode: 1},
+		{name: "workdir", cmd: executor.Command{Script: "pwd", Prelude: executor.Prelude{Workdir: work}}, wantOut: work + "\n"},
+		{name: "setup shares the shell", cmd: executor.Command{Prelude: executor.Prelude{Setup: "V=from-setup"}, Script: "echo $V"}, wantOut: "from-setup\n"},
+		{name: "setup runs per job", cmd: executor.Command{Prelude: executor.Prelude{Setup: "echo set >&2; [ -n \"$X\" ]", Env: []string{"X=1"}}, Script: "echo $X", Env: []string{"X=1"}}, wantOut: "1\n", wantErrOut: "set\n"},
 		{name: "stdin is empty", cmd: executor.Command{Script: "cat; echo done"}, wantOut: "done\n"},
 	}
 	for _, tt := range tests {
@@ -171,7 +170,7 @@ func TestJobOutlivesItsCoordinator(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Wait()
-	if _, err := stdin.Write(append(header(fast), body...)); err != nil {
+	if _, err := stdin.Write(append(header(fast, executor.Prelude{}), body...)); err != nil {
 		t.Fatal(err)
 	}
 	// The first coordinator reads a few bytes, then goes away.
@@ -303,15 +302,16 @@ func TestShellReuseKeepsJobsApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
+	in := executor.Prelude{Workdir: home}
 	steps := []struct {
 		cmd      executor.Command
 		wantOut  string
 		wantCode int
 	}{
-		{executor.Command{Script: "echo $X; pwd; Y=set; cd /; exit 3", Env: []string{"X=one"}, Workdir: home}, "one\n" + home + "\n", 3},
-		{executor.Command{Script: `echo "[$X][$Y]"; pwd`, Env: []string{"HOME=" + home}}, "[][]\n" + here + "\n", 0},
-		{executor.Command{Script: "printf 'no newline'; kill -9 $$"}, "no newline", 137},
-		{executor.Command{Script: "head -c 100000 /dev/zero; echo"}, strings.Repeat("\x00", 100000) + "\n", 0},
+		{executor.Command{Script: "echo $X; pwd; Y=set; cd /; exit 3", Env: []string{"X=one"}, Prelude: in}, "one\n" + home + "\n", 3},
+		{executor.Command{Script: `echo "[$X][$Y]"; pwd`, Env: []string{"HOME=" + here}, Prelude: in}, "[][]\n" + home + "\n", 0},
+		{executor.Command{Script: "printf 'no newline'; kill -9 $$", Prelude: in}, "no newline", 137},
+		{executor.Command{Script: "head -c 100000 /dev/zero; echo", Prelude: in}, strings.Repeat("\x00", 100000) + "\n", 0},
 	}
 	var shells []string
 	for i, st := range steps {
@@ -354,7 +354,7 @@ func TestShellFieldsInAnyLocale(t *testing.T) {
 			// same shell, so a miscount shows in either.
 			for i := range 2 {
 				var out, errs bytes.Buffer
-				code, err := l.Run(context.Background(), executor.Command{Script: script, Env: []string{"Z=héllo wörld ☃"}, Workdir: dir}, &out, &errs)
+				code, err := l.Run(context.Background(), executor.Command{Script: script, Env: []string{"Z=héllo wörld ☃"}, Prelude: executor.Prelude{Workdir: dir}}, &out, &errs)
 				if err != nil || code != 0 || out.String() != want {
 					t.Fatalf("job %d: code %d, err %v, out %q, stderr %q; want %q", i, code, err, out.String(), errs.String(), want)
 				}
@@ -440,7 +440,7 @@ func TestShellAsStdinEnds(t *testing.T) {
 		body := fields(executor.Command{Script: "sleep 1; echo > $DONE", Env: []string{"DONE=" + done}, Tag: tt.tag}, newMark(), placing{})
 		cmd := exec.Command("bash", "-c", spawn.Bootstrap(script, ProcessName, "sh-e"+tt.tag))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Stdin = bytes.NewReader(append(header(fast), body...))
+		cmd.Stdin = bytes.NewReader(append(header(fast, executor.Prelude{}), body...))
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -8,12 +8,14 @@ import (
 	"al.essio.dev/pkg/shellescape"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
 )
 
 // batchScript is the batch script of the job c, tagged tag: it exports the
 // job's environment, goes to its workdir, runs the job line under the
-// user's login shell (after the setup, which must succeed), and writes the
-// exit status to TAG.exit beside the output, atomically, before it exits.
+// user's login shell (after its env is activated and the setup, which must
+// succeed), and writes the exit status to TAG.exit beside the output,
+// atomically, before it exits.
 // Slurm sets CUDA_VISIBLE_DEVICES.
 func batchScript(c executor.Command, tag string) string {
 	var b strings.Builder
@@ -34,6 +36,7 @@ func batchScript(c executor.Command, tag string) string {
 	if c.Setup != "" {
 		line = "{ " + c.Setup + "\n} || exit\n" + c.Script
 	}
+	line = jobshell.Activation(c.Prelude) + line
 	b.WriteString(`"${SHELL:-/bin/bash}" -lc ` + shellescape.Quote(line) + "\n")
 	b.WriteString("_g_end $?\n")
 	return b.String()

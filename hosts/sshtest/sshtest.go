@@ -498,7 +498,8 @@ func (h *Host) ResumeNvidiaSMI() {
 }
 
 // fakeNvidiaSMI answers the --query-gpu form from ~/gpus.csv, the
-// --query-compute-apps form from ~/apps.csv and -L; it hangs while
+// --query-compute-apps form from ~/apps.csv, -L, and with no arguments the
+// head of its summary (driver and CUDA versions); it hangs while
 // ~/nvidia-smi.hang is there.
 const fakeNvidiaSMI = `#!/bin/sh
 if [ -e "$HOME/nvidia-smi.hang" ]; then exec sleep 3601; fi
@@ -506,6 +507,7 @@ case "$*" in
   *--query-gpu=*) cat "$HOME/gpus.csv" ;;
   *--query-compute-apps=*) cat "$HOME/apps.csv" 2>/dev/null ;;
   -L) awk -F', ' '{print "GPU " $1 ": " $3 " (UUID: " $2 ")"}' "$HOME/gpus.csv" ;;
+  "") echo "| NVIDIA-SMI 535.104.05             Driver Version: 535.104.05   CUDA Version: 12.2     |" ;;
   *) echo "fake nvidia-smi: unsupported arguments: $*" >&2; exit 2 ;;
 esac
 `
