@@ -2,17 +2,23 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/creack/pty"
 	"github.com/hinshun/vt10x"
+
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
 // screen is a terminal emulator fed by a pseudo-terminal's output: what a
@@ -101,19 +107,7 @@ func TestE2ELiveView(t *testing.T) {
 	go func() { io.Copy(scr, ptmx); close(copied) }()
 
 	io.WriteString(stdin, "exit 3\n[name=alpha] touch alpha; sleep 3\n[name=beta] echo no$((1+1))ise; echo no$((1+2))ise >&2; touch beta; sleep 3\n[name=gamma] sleep 3\n")
-	waitScreen := func(what string, ok func(string) bool) string {
-		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			if s := scr.text(); ok(s) {
-				return s
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		t.Fatalf("the screen never showed %s:\n%s", what, scr.text())
-		return ""
-	}
-	during := waitScreen("the three jobs running", func(s string) bool {
+	during := waitOn(t, scr, "the three jobs running", func(s string) bool {
 		return strings.Count(s, "job alpha") == 1 && strings.Count(s, "job beta") == 1 && strings.Count(s, "job gamma") == 1
 	})
 	for _, want := range []string{
@@ -198,4 +192,118 @@ func TestE2EEscapesOnTerminal(t *testing.T) {
 			t.Errorf("%s: %v, want mode %s", name, err, want)
 		}
 	}
+}
+
+// waitOn waits up to 20 s for the screen to satisfy ok, and returns it.
+func waitOn(t *testing.T, scr *screen, what string, ok func(string) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if s := scr.text(); ok(s) {
+			return s
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the screen never showed %s:\n%s", what, scr.text())
+	return ""
+}
+
+// clean fails t when a row of the screen mixes the view with a message:
+// a piece of the progress bar glued to a line of gpudispatch's, a bar
+// with nothing counted, or a message cut by the view's redraw.
+func clean(t *testing.T, when, text string) {
+	t.Helper()
+	for _, row := range strings.Split(text, "\n") {
+		if i := strings.Index(row, "gpudispatch:"); i > 0 {
+			t.Errorf("%s: a message does not start its row: %q\n%s", when, row, text)
+		}
+		if strings.Contains(row, "0/0 done") {
+			t.Errorf("%s: a bar with nothing counted: %q\n%s", when, row, text)
+		}
+	}
+}
+
+// The live view at the moments that garbled it, on terminals of 80×24 and
+// 200×50 (and 80×12, where the slots do not all fit): the draining message
+// after Ctrl-C has a row of its own, the bar never shows 0/0, every slot
+// row or a count of the rest stays in sight, and the summary after it is
+// whole.
+func TestE2ELiveViewScreens(t *testing.T) {
+	t.Parallel()
+	for _, size := range []struct{ cols, rows int }{{80, 24}, {200, 50}, {80, 12}} {
+		t.Run(fmt.Sprintf("%dx%d", size.cols, size.rows), func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cmd := exec.Command(binary, "--gpus", "0,1,2,3,4,5,6,7", "-o", "logs")
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir))
+			cmd.Stdin = strings.NewReader(strings.Repeat("sleep 2; echo train.py --model resnet50 --data /scratch/imagenet --lr 0.001 --seed 3\n", 12))
+			scr, copied := onPTY(t, cmd, size.cols, size.rows, false)
+			t.Cleanup(func() { cmd.Process.Kill() })
+			running := waitOn(t, scr, "eight jobs running", func(s string) bool { return strings.Contains(s, "8 running") })
+			clean(t, "running", running)
+			slots := strings.Count(running, "localhost:")
+			if more := regexp.MustCompile(`… (\d+) more slots`).FindStringSubmatch(running); more != nil {
+				n, _ := strconv.Atoi(more[1])
+				slots += n
+			}
+			if slots != 8 {
+				t.Errorf("the view accounts for %d of 8 slots:\n%s", slots, running)
+			}
+			cmd.Process.Signal(syscall.SIGINT)
+			draining := waitOn(t, scr, "the draining message", func(s string) bool { return strings.Contains(s, "draining") })
+			clean(t, "draining", draining)
+			if !regexpMatch(`(?m)^gpudispatch: draining: no new job starts`, draining) {
+				t.Errorf("the draining message has no row of its own:\n%s", draining)
+			}
+			if err := cmd.Wait(); statusOf(err) != 130 {
+				t.Errorf("exit %v, want 130", err)
+			}
+			<-copied
+			after := scr.text()
+			clean(t, "after", after)
+			wants := []string{
+				`(?m)^gpudispatch: 12 jobs: 8 succeeded, 4 cancelled$`,
+				`(?m)^gpudispatch: to go on, run the same command again with --resume`,
+			}
+			if size.rows >= 24 {
+				// On 12 rows the summary has scrolled the view away.
+				wants = append(wants, `(?m)^\[#+\] 8/8 done · 4 cancelled`)
+			}
+			for _, want := range wants {
+				if !regexpMatch(want, after) {
+					t.Errorf("no line like %s on the final screen:\n%s", want, after)
+				}
+			}
+		})
+	}
+}
+
+// A host that goes down mid-run on an 80-column terminal: its long message
+// wraps over rows of its own, whole, above a view that stays whole.
+func TestE2ELiveViewHostDown(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--host-down-timeout", "2s", "--lost-after", "2s", "--keepalive", "500ms")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scr, copied := onPTY(t, cmd, 80, 24, false)
+	t.Cleanup(func() { cmd.Process.Kill() })
+	io.WriteString(stdin, "@node2 sleep 30\nsleep 1\n")
+	waitOn(t, scr, "the job on node2", func(s string) bool { return strings.Contains(s, "2 running") || strings.Contains(s, "1/2 done") })
+	l.Hosts[1].Cut()
+	down := waitOn(t, scr, "node2 down", func(s string) bool { return strings.Contains(s, "node2 down") })
+	clean(t, "host down", down)
+	rows := strings.Split(down, "\n")
+	for i, row := range rows {
+		if strings.Contains(row, "node2 down") && !strings.HasPrefix(row, "host node2 down:") && !strings.HasPrefix(row, "job ") {
+			t.Errorf("row %d: the host-down message does not start its row: %q\n%s", i, row, down)
+		}
+	}
+	stdin.Close()
+	cmd.Wait()
+	<-copied
+	clean(t, "after", scr.text())
 }

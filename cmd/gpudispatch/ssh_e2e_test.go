@@ -495,7 +495,7 @@ func TestSSHProxyCommand(t *testing.T) {
 	}
 	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
 	f, _ := os.OpenFile(l.SSHConfig, os.O_APPEND|os.O_WRONLY, 0)
-	fmt.Fprintf(f, "\nHost nodebehind\n  HostName behind.invalid\n  Port %d\n  ProxyCommand ssh -F %s -o BatchMode=yes -W 127.0.0.1:%%p node1\n  ServerAliveInterval 15\n  HostKeyAlias behind-key\n", l.Hosts[1].Port, l.SSHConfig)
+	fmt.Fprintf(f, "\nHost nodebehind\n  HostName behind.invalid\n  Port %d\n  ProxyCommand ssh -F %s -o BatchMode=yes -W 127.0.0.1:%%p node1\n  AddressFamily inet\n  HostKeyAlias behind-key\n", l.Hosts[1].Port, l.SSHConfig)
 	f.Close()
 	inv := filepath.Join(l.Dir, "proxy.yaml")
 	os.WriteFile(inv, []byte("ssh_config: "+l.SSHConfig+"\nhosts:\n  - name: nodebehind\n    gpus: 1\n"), 0o644)
@@ -518,7 +518,7 @@ func TestSSHProxyCommand(t *testing.T) {
 		t.Errorf("again, by the recorded key: exit %d\n%s", r2.code, r2.stderr)
 	}
 	// A key that would change the connection, not followed: said.
-	if !strings.Contains(r.stderr, "warning: nodebehind: ssh_config sets ServerAliveInterval 15, which gpudispatch does not follow") {
+	if !strings.Contains(r.stderr, "warning: nodebehind: ssh_config sets AddressFamily inet, which gpudispatch does not follow") {
 		t.Errorf("no warning for the key not followed:\n%s", r.stderr)
 	}
 }

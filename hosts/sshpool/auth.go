@@ -75,6 +75,12 @@ func signers(t Target) ([]ssh.Signer, func(), error) {
 		out = append(out, k)
 	}
 	out = append(out, fileSigners...)
+	certs, err := certSigners(t, files, append(agentKeys, fileSigners...))
+	if err != nil {
+		closer()
+		return nil, nil, err
+	}
+	out = append(certs, out...)
 	if len(out) == 0 {
 		closer()
 		if len(fileErrs) > 0 {
@@ -83,6 +89,50 @@ func signers(t Target) ([]ssh.Signer, func(), error) {
 		return nil, nil, errors.New("no key to log in with: start ssh-agent and ssh-add a key, or set identity_file in the inventory")
 	}
 	return out, closer, nil
+}
+
+// certSigners pairs t's certificates with the keys they certify, among
+// keys: those CertificateFile names (a missing one is an error) and each
+// identity file's FILE-cert.pub, as ssh does. They are offered first.
+func certSigners(t Target, identities []string, keys []ssh.Signer) ([]ssh.Signer, error) {
+	type certFile struct {
+		path     string
+		explicit bool
+	}
+	var files []certFile
+	for _, f := range t.CertificateFiles {
+		files = append(files, certFile{f, true})
+	}
+	for _, f := range identities {
+		files = append(files, certFile{f + "-cert.pub", false})
+	}
+	var out []ssh.Signer
+	for _, f := range files {
+		data, err := os.ReadFile(f.path)
+		if err != nil {
+			if f.explicit {
+				return nil, fmt.Errorf("certificate file %s: %w", f.path, err)
+			}
+			continue
+		}
+		pub, _, _, _, err := ssh.ParseAuthorizedKey(data)
+		cert, ok := pub.(*ssh.Certificate)
+		if err != nil || !ok {
+			if f.explicit {
+				return nil, fmt.Errorf("certificate file %s: not an OpenSSH certificate", f.path)
+			}
+			continue
+		}
+		for _, k := range keys {
+			if !bytes.Equal(k.PublicKey().Marshal(), cert.Key.Marshal()) {
+				continue
+			}
+			if s, err := ssh.NewCertSigner(cert, k); err == nil {
+				out = append(out, s)
+			}
+		}
+	}
+	return out, nil
 }
 
 func containsKey(keys [][]byte, k []byte) bool {

@@ -2,6 +2,7 @@ package sshpool
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,7 +77,7 @@ func (d *dialer) clientConfig(t Target) (*ssh.ClientConfig, func(), error) {
 		Auth:              []ssh.AuthMethod{ssh.PublicKeys(keys...)},
 		HostKeyCallback:   check,
 		HostKeyAlgorithms: algos,
-		Timeout:           d.connectTimeout,
+		Timeout:           cmp.Or(t.ConnectTimeout, d.connectTimeout),
 	}, closeAgent, nil
 }
 
@@ -94,7 +95,7 @@ func (d *dialer) connect(ctx context.Context, t Target, cfg *ssh.ClientConfig) (
 		return nil, ctx.Err()
 	}
 	defer func() { <-tok }()
-	ctx, cancel := context.WithTimeout(ctx, d.connectTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(t.ConnectTimeout, d.connectTimeout))
 	defer cancel()
 	for backoff := 50 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		c, err := d.connectOnce(ctx, t, cfg)
@@ -266,7 +267,7 @@ func (d *dialer) bastion(ctx context.Context, j Target) (*ssh.Client, error) {
 		c.Wait()
 		close(nb.done)
 	}()
-	go keepAlive(c, d.keepalive, nb.done)
+	go keepAlive(c, d.aliveFor(j), nb.done)
 	d.mu.Lock()
 	if old := d.bastions[key]; old != nil && old != b {
 		// Another host connected to it meanwhile: use that one.
@@ -288,12 +289,30 @@ func (d *dialer) close() {
 	}
 }
 
-// keepAlive asks the server for a reply every interval; a connection that
-// does not answer within two intervals is closed, which ends every wait on
-// it (golang/go#19338). OpenSSH answers keepalive@openssh.com with a
-// failure, which proves it alive all the same. It returns when done closes.
-func keepAlive(c *ssh.Client, interval time.Duration, done <-chan struct{}) {
-	t := time.NewTicker(interval)
+// alive is how a connection is kept alive: a keepalive every interval,
+// and the connection given up once missed of them went unanswered.
+type alive struct {
+	interval time.Duration
+	missed   int
+}
+
+// aliveFor is t's keepalive: ssh_config's ServerAliveInterval and
+// ServerAliveCountMax where it sets them (3 unanswered, as ssh), else
+// --keepalive and two intervals.
+func (d *dialer) aliveFor(t Target) alive {
+	if t.AliveInterval > 0 {
+		return alive{t.AliveInterval, cmp.Or(t.AliveCountMax, 3)}
+	}
+	return alive{d.keepalive, cmp.Or(t.AliveCountMax, 2)}
+}
+
+// keepAlive asks the server for a reply every a.interval; a connection
+// whose a.missed keepalives in a row go unanswered (each given an interval)
+// is closed, which ends every wait on it (golang/go#19338). OpenSSH answers
+// keepalive@openssh.com with a failure, which proves it alive all the same.
+// It returns when done closes.
+func keepAlive(c *ssh.Client, a alive, done <-chan struct{}) {
+	t := time.NewTicker(a.interval)
 	defer t.Stop()
 	for {
 		select {
@@ -306,7 +325,7 @@ func keepAlive(c *ssh.Client, interval time.Duration, done <-chan struct{}) {
 			_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
 			answered <- err
 		}()
-		timer := time.NewTimer(2 * interval)
+		timer := time.NewTimer(time.Duration(a.missed) * a.interval)
 		select {
 		case err := <-answered:
 			timer.Stop()

@@ -1,5 +1,7 @@
 // Package sshpool is gpudispatch's SSH transport: it works out how to reach
-// a host (Resolve: inventory entry, ssh_config, defaults, OpenSSH defaults),
+// a host (Resolve: inventory entry, ssh_config, defaults, OpenSSH defaults;
+// the ssh_config resolved by OpenSSH's own ssh -G where it is installed, so
+// that Match, Include and first-value-wins are ssh's, else parsed here),
 // checks host keys against known_hosts (unknown: refused unless accepting
 // new keys; changed: always refused), and keeps a pool of connections per
 // server that hands out sessions.

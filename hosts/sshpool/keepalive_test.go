@@ -56,7 +56,7 @@ func TestKeepAliveClosesHungConnection(t *testing.T) {
 		close(done)
 	}()
 	start := time.Now()
-	go keepAlive(client, 100*time.Millisecond, done)
+	go keepAlive(client, alive{100 * time.Millisecond, 2}, done)
 	select {
 	case <-done:
 		if d := time.Since(start); d < 200*time.Millisecond {

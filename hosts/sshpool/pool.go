@@ -126,7 +126,7 @@ func (p *Pool) add(client *ssh.Client) {
 		}
 		p.notify()
 	}()
-	go keepAlive(client, p.dialer.keepalive, c.done)
+	go keepAlive(client, p.dialer.aliveFor(p.target), c.done)
 	p.conns = append(p.conns, c)
 }
 

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/kevinburke/ssh_config"
 
@@ -37,6 +39,19 @@ type Target struct {
 	// IdentityAgent is the ssh-agent socket to use ("": SSH_AUTH_SOCK's;
 	// "none": no agent), as ssh_config's IdentityAgent.
 	IdentityAgent string
+	// CertificateFiles are certificates to log in with, each with the key
+	// it certifies (ssh_config's CertificateFile; an identity file's
+	// FILE-cert.pub is tried too, as ssh does).
+	CertificateFiles []string
+	// ConnectTimeout, when not 0, is how long connecting may take
+	// (ssh_config's ConnectTimeout) instead of --connect-timeout.
+	ConnectTimeout time.Duration
+	// AliveInterval and AliveCountMax, when not 0, are ssh_config's
+	// ServerAliveInterval and ServerAliveCountMax: a keepalive every
+	// AliveInterval (instead of --keepalive), and the connection is given
+	// up after AliveCountMax go unanswered (default 3, as ssh).
+	AliveInterval time.Duration
+	AliveCountMax int
 	// Unhonoured names the keys ssh_config sets for this host that would
 	// change how ssh connects, and that gpudispatch does not honour (yet):
 	// the user is told, rather than left to wonder why ssh and gpudispatch
@@ -81,15 +96,27 @@ func (t Target) keyName() string {
 	return t.Addr()
 }
 
-// Config is a parsed ssh_config file, or nil when there is none.
+// Config is an ssh_config file: resolved by OpenSSH's own client (ssh -G,
+// see sshg.go) where it is installed, else parsed here. Its zero value is
+// no ssh_config.
 type Config struct {
 	path string
-	cfg  *ssh_config.Config
+	// ssh is the OpenSSH client that resolves hosts, or "".
+	ssh string
+	cfg *ssh_config.Config
 }
 
 // LoadConfig reads the inventory's ssh_config: "none" disables it, ""
-// means ~/.ssh/config, which may be missing.
+// means ~/.ssh/config, which may be missing. Where OpenSSH's client is on
+// PATH it resolves each host (every Match criterion, Include, tokens);
+// else the file is parsed here, which understands only Host and Match
+// all/host.
 func LoadConfig(path string) (*Config, error) {
+	ssh, _ := exec.LookPath("ssh")
+	return loadConfig(path, ssh)
+}
+
+func loadConfig(path, ssh string) (*Config, error) {
 	if path == "none" {
 		return &Config{}, nil
 	}
@@ -106,9 +133,16 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fmt.Errorf("ssh_config: %w", err)
 	}
 	defer f.Close()
+	if ssh != "" {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, fmt.Errorf("ssh_config: %w", err)
+		}
+		return &Config{path: abs, ssh: ssh}, nil
+	}
 	cfg, err := ssh_config.Decode(f)
 	if err != nil {
-		return nil, fmt.Errorf("ssh_config %s: %w (only Host and Match all/host are understood; set ssh_config: none in the inventory to skip it)", path, err)
+		return nil, fmt.Errorf("ssh_config %s: %w (without OpenSSH's ssh on PATH, only Host and Match all/host are understood; install openssh-client, or set ssh_config: none in the inventory to skip it)", path, err)
 	}
 	return &Config{path: path, cfg: cfg}, nil
 }
@@ -137,8 +171,7 @@ func (c *Config) getAll(alias, key string) ([]string, error) {
 
 // unhonoured are the ssh_config keys that change how ssh connects which
 // gpudispatch does not follow: a host that sets one is warned about.
-var unhonoured = []string{"CertificateFile", "ConnectTimeout",
-	"ServerAliveInterval", "ServerAliveCountMax", "ProxyUseFdpass", "AddressFamily", "BindAddress", "CanonicalizeHostname"}
+var unhonoured = []string{"ProxyUseFdpass", "AddressFamily", "BindAddress", "BindInterface", "CanonicalizeHostname"}
 
 // Resolve works out how to reach h: its inventory entry first, then
 // ssh_config for its name, then the inventory's defaults, then OpenSSH's.
@@ -150,8 +183,26 @@ func Resolve(inv *inventory.Inventory, cfg *Config, h inventory.Host, acceptNew 
 func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, defaults inventory.Connection, acceptNew bool, depth int) (Target, error) {
 	t := Target{Name: name}
 	var errs []error
+	var r resolved
+	if cfg.ssh != "" {
+		var err error
+		if r, err = sshG(cfg.ssh, cfg.path, name, entry, defaults); err != nil {
+			return t, err
+		}
+	}
 	get := func(key string) string {
+		if r != nil {
+			return r.get(strings.ToLower(key))
+		}
 		v, err := cfg.get(name, key)
+		errs = append(errs, err)
+		return v
+	}
+	getAll := func(key string) []string {
+		if r != nil {
+			return r[strings.ToLower(key)]
+		}
+		v, err := cfg.getAll(name, key)
 		errs = append(errs, err)
 		return v
 	}
@@ -175,9 +226,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 
 	ids := []string{entry.IdentityFile}
 	if entry.IdentityFile == "" {
-		all, err := cfg.getAll(name, "IdentityFile")
-		errs = append(errs, err)
-		ids = append(all, defaults.IdentityFile)
+		ids = append(getAll("IdentityFile"), defaults.IdentityFile)
 	}
 	for _, id := range ids {
 		if id != "" {
@@ -202,7 +251,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 		t.KnownHosts[i] = expandTilde(expandTokens(f, name, t.Hostname, t.User, t.Port))
 	}
 	switch strings.ToLower(get("StrictHostKeyChecking")) {
-	case "accept-new", "no", "off":
+	case "accept-new", "no", "off", "false":
 		// "no" would also accept changed keys in OpenSSH; gpudispatch never
 		// does, so it means accept-new here.
 		t.AcceptNew = true
@@ -216,6 +265,30 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 		t.IdentityAgent = agent
 	default:
 		t.IdentityAgent = expandTilde(os.ExpandEnv(expandTokens(agent, name, t.Hostname, t.User, t.Port)))
+	}
+	for _, f := range getAll("CertificateFile") {
+		t.CertificateFiles = append(t.CertificateFiles, expandTilde(expandTokens(f, name, t.Hostname, t.User, t.Port)))
+	}
+	if v := get("ConnectTimeout"); v != "" && !strings.EqualFold(v, "none") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("ssh_config %s: ConnectTimeout %q for %s is not a number of seconds", cfg.path, v, name))
+		}
+		t.ConnectTimeout = time.Duration(n) * time.Second
+	}
+	if v := get("ServerAliveInterval"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			errs = append(errs, fmt.Errorf("ssh_config %s: ServerAliveInterval %q for %s is not a number of seconds", cfg.path, v, name))
+		}
+		t.AliveInterval = time.Duration(n) * time.Second
+	}
+	if v := get("ServerAliveCountMax"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("ssh_config %s: ServerAliveCountMax %q for %s is not a positive number", cfg.path, v, name))
+		}
+		t.AliveCountMax = n
 	}
 	for _, key := range unhonoured {
 		if v := get(key); v != "" {

@@ -49,6 +49,9 @@ type Options struct {
 	// Env holds NAME=value pairs every session gets (sshd's SetEnv: no
 	// spaces), e.g. SLURM_CONF for a login node of a slurmtest cluster.
 	Env []string
+	// UserCA, when set, is the public key file of a CA whose user
+	// certificates sshd accepts (TrustedUserCAKeys).
+	UserCA string
 }
 
 // Lab is a set of running test hosts.
@@ -160,6 +163,9 @@ PerSourcePenalties no
 SetEnv HOME=%s FAKE_HOST=%s%s
 LogLevel VERBOSE
 `, h.Port, h.hostKey, filepath.Join(h.Dir, "sshd.pid"), authorized, o.MaxSessions, o.MaxStartups, h.Home, h.Name, envWords(o.Env))
+		if o.UserCA != "" {
+			cfg += "TrustedUserCAKeys " + o.UserCA + "\n"
+		}
 		must(t, os.WriteFile(h.config, []byte(cfg), 0o644))
 		if out, err := exec.Command(SSHD, "-t", "-f", h.config).CombinedOutput(); err != nil {
 			// PerSourcePenalties exists only from OpenSSH 9.8.
