@@ -269,3 +269,17 @@ func TestLoginLeavesNothingInTmp(t *testing.T) {
 		t.Errorf("the jobs' shells were %q: want one shell until the profile was edited, then another", shells)
 	}
 }
+
+// A job has no job control, whatever the login: what it starts in the
+// background stays in its process group, which a cancel stops.
+func TestNoJobControlInJobs(t *testing.T) {
+	t.Parallel()
+	for _, login := range []Login{LoginPerSlot, LoginPerJob, LoginNone} {
+		ss := shellsIn(t, t.TempDir(), "/bin/bash", login)
+		for _, job := range []string{`echo "$-"`, `echo "$-" $(($$ > 0))`} {
+			if out := runJob(t, ss, job); strings.Contains(strings.Fields(out)[0], "m") {
+				t.Errorf("login %d: %s: job control is on: %q", login, job, out)
+			}
+		}
+	}
+}

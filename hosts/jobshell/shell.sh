@@ -143,8 +143,8 @@ _g_said() {
   builtin echo "${last:-(it said nothing)}"
 }
 # _g_saved prints what a job's fork takes back of a login shell: its
-# functions (and which are exported) but this script's, aliases, options
-# and traps.
+# functions (and which are exported) but this script's, aliases and traps,
+# then a line "#opts" and its options.
 _g_saved() {
   local f o
   while IFS=' ' builtin read -r _ o f; do
@@ -153,9 +153,10 @@ _g_saved() {
     case $o in -f | "") ;; *) builtin echo "builtin declare $o $f" ;; esac
   done <<<"$(builtin declare -F)"
   builtin alias -p
+  builtin trap -p
+  builtin echo "#opts"
   builtin set +o
   builtin shopt -p
-  builtin trap -p
 }
 _g_unfit=
 _g_profiled=
@@ -242,6 +243,23 @@ builtin unset -v RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIM
   builtin trap '_g_forward' TERM
   builtin set +e +u +f +C +o pipefail +o errtrace +o functrace
   IFS=$' \t\n'
+  # A fork inherits this shell's options: it takes back only those the
+  # profile set otherwise (a hundred lines fewer to evaluate per job). A
+  # bash of a job's own (one that names $$) takes back all of them.
+  _g_opts=
+  case $_g_state in
+    *$'\n#opts\n'*)
+      _g_opts=${_g_state#*$'\n#opts\n'}
+      _g_state=${_g_state%%$'\n#opts\n'*}$'\n'
+      ;;
+  esac
+  declare -A _g_have=()
+  while IFS= builtin read -r _g_f; do _g_have[$_g_f]=1; done <<<"$(builtin set +o; builtin shopt -p)"
+  _g_differ=
+  while IFS= builtin read -r _g_f; do
+    [ -z "$_g_f" ] || [ -n "${_g_have[$_g_f]+1}" ] || _g_differ+=$_g_f$'\n'
+  done <<<"$_g_opts"
+  unset -v _g_have
 elif [ -n "$_g_asis" ]; then
   _g_prepare </dev/null >/dev/null 2>&1
 else
@@ -463,6 +481,9 @@ $_g_script"
   # Job control gives the job a process group of its own.
   set -m
   (
+    # No job control in the job, as in bash -c: what it starts in the
+    # background stays in its group.
+    set +m
     if [ -n "$_g_lc_set" ]; then LC_ALL=$_g_lc_all; else unset -v LC_ALL; fi
     # shellcheck disable=SC2163 # each entry is NAME=value
     for _g_kv in "${_g_env[@]}"; do export "$_g_kv"; done
@@ -496,11 +517,11 @@ builtin shift 3
 for _g_kv; do builtin export "$_g_kv"; done
 builtin unset -v _g_kv
 builtin set --
-builtin eval "builtin unset -v _g_s; $_g_s"' bash "$_g_vars" "$_g_state" "$_g_script" "${_g_env[@]}"
+builtin eval "builtin unset -v _g_s; $_g_s"' bash "$_g_vars" "$_g_state$_g_opts" "$_g_script" "${_g_env[@]}"
         ;;
     esac
     RANDOM=$BASHPID${EPOCHREALTIME//[!0-9]/} SECONDS=0 BASH_ARGV0=bash
-    set -- "$_g_state"
+    set -- "$_g_state$_g_differ"
     builtin eval "builtin unset -f ${_g_funcs//$'\n'/ }; builtin unset -v ${!_g_*}; builtin eval \"\$1\" 2>/dev/null; builtin set --
 $_g_script"
   ) 2>&4 4>&- 3<&- 5>&- 6>&- {_g_ref}<&- &
