@@ -83,10 +83,18 @@ find_job || exit 3
       break # the coordinator has what it wanted
     elif [ "$cmd" = d ]; then
       IFS=' ' read -r jtag _ <"$rec" && [ "$jtag" = "$tag" ] && rm -f -- "$rec"
-      # A zombie is gone.
-      case $(ps -o stat= -p "$pid" 2>/dev/null) in
-        "" | Z*) rm -f -- "$spool/$files.out" "$spool/$files.err" ;;
-      esac
+      # Its shell, whose job has ended, is on its way out: once it is gone
+      # (a zombie is gone) its files go. A shell that looked for the record
+      # just before it went would leave them otherwise.
+      for _ in $(seq 100); do
+        case $(ps -o stat= -p "$pid" 2>/dev/null) in
+          "" | Z*)
+            rm -f -- "$spool/$files.out" "$spool/$files.err"
+            break
+            ;;
+        esac
+        sleep 0.05
+      done
       break
     elif [ "$cmd" = c ] && [ ${#follow[@]} -gt 0 ]; then
       echo cancelled >"$spool/${files%-*}.why"
