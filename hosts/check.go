@@ -33,7 +33,7 @@ type EnvCheck struct {
 	Python string `json:"python,omitempty"`
 	Env    string `json:"env,omitempty"`
 	// GPU is the GPU the check ran on (-1: none); Driver and CUDA what
-	// nvidia-smi says of it.
+	// nvidia-smi says of it (Driver "-": there is no nvidia-smi).
 	GPU    int    `json:"gpu"`
 	Driver string `json:"driver,omitempty"`
 	CUDA   string `json:"cuda,omitempty"`
@@ -58,6 +58,7 @@ printf 'path\t%s\n' "$PATH"
 printf 'python\t%s\n' "$(python3 -V 2>&1 | head -n 1)"
 if [ -n "${CONDA_DEFAULT_ENV:-}" ]; then printf 'env\tconda %s\n' "$CONDA_DEFAULT_ENV"; fi
 if [ -n "${VIRTUAL_ENV:-}" ]; then printf 'env\tvenv %s\n' "$VIRTUAL_ENV"; fi
+command -v nvidia-smi >/dev/null || printf 'driver\t-\n'
 nvidia-smi 2>/dev/null | sed -n 's/.*Driver Version: *\([^ ]*\).*CUDA Version: *\([^ ]*\).*/driver\t\1\ncuda\t\2/p' | head -n 2
 printf 'workdir\t%s\n' "$PWD"
 printf 'free\t%s\n' "$(df -Pk . 2>/dev/null | awk 'NR == 2 { print $4 }')"
@@ -148,10 +149,12 @@ func WriteChecks(w io.Writer, checks []EnvCheck) error {
 		row("python3", cmp.Or(c.Python, "none on PATH"))
 		row("env", cmp.Or(c.Env, "none active"))
 		switch {
+		case c.Driver == "-":
+			row("GPU", fmt.Sprintf("%d: no nvidia-smi on the job's PATH", c.GPU))
 		case c.Driver != "":
 			row("GPU", fmt.Sprintf("%d: driver %s, CUDA %s", c.GPU, c.Driver, c.CUDA))
 		case c.GPU >= 0:
-			row("GPU", fmt.Sprintf("%d: nvidia-smi says no driver version", c.GPU))
+			row("GPU", fmt.Sprintf("%d: nvidia-smi gave no driver version", c.GPU))
 		}
 		row("workdir", fmt.Sprintf("%s, %s free", c.Workdir, kib(c.FreeKiB)))
 		row("linger", cmp.Or(c.Linger, "unknown (no systemd loginctl)"))

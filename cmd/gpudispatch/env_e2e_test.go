@@ -197,3 +197,18 @@ func TestSSHHostsCheck(t *testing.T) {
 		t.Errorf("json: %v", got)
 	}
 }
+
+// hosts --check on this machine: the look at a job's environment runs
+// locally, as a local job does, in the caller's environment.
+func TestHostsCheckLocal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "lab.yaml"), []byte("hosts:\n  - {name: here, local: true, gpus: [0]}\n"), 0o644)
+	r := gpd(t, dir, "", "hosts", "-i", "lab.yaml", "--check", "echo from-$GPUDISPATCH_HOST on $CUDA_VISIBLE_DEVICES")
+	if r.code != 0 || !regexpMatch(`(?m)^here  ok$`, r.stdout) || !regexpMatch(`(?m)^    from-here on 0$`, r.stdout) {
+		t.Errorf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r = gpd(t, dir, "", "hosts", "-i", "lab.yaml", "--check", "exit 5"); r.code != 1 || !strings.Contains(r.stdout, `here  FAILED: here: "exit 5" exited with status 5`) {
+		t.Errorf("a failing command: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
