@@ -79,7 +79,7 @@ func (r *run) overview(limit int) *Overview {
 			Down: h.down, DownSince: h.since, Why: h.why, Removed: h.removed, Opening: h.opening,
 		}
 		if len(h.unfit) > 0 {
-			hv.Unfit = h.unfit[HostPrelude(h.host).Key()].why
+			hv.Unfit = h.unfit[h.preludeKey].why
 		}
 		for _, g := range h.gpus {
 			if h.cluster {

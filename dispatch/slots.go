@@ -73,8 +73,10 @@ type hostSlots struct {
 	cluster bool
 	limit   int
 	// unfit says, by Prelude key, which environments the host cannot set
-	// up (unfit.go).
-	unfit map[string]unfitMark
+	// up (unfit.go); preludeKey is the key of the host's own (that of a job
+	// of no conda env of its own).
+	unfit      map[string]unfitMark
+	preludeKey string
 }
 
 // fits reports whether j, by the number of GPUs it asks for, can ever run
@@ -143,6 +145,7 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 		}
 		before := hs.ids()
 		hs.host = h
+		hs.preludeKey = HostPrelude(h).Key()
 		hs.cluster = h.Slurm != nil
 		caps := map[int]int{}
 		gpus := h.GPUs

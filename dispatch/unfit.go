@@ -29,7 +29,16 @@ func (h *hostSlots) unfitFor(j *Job) string {
 	if len(h.unfit) == 0 {
 		return ""
 	}
-	return h.unfit[prelude(h.host, j).Key()].why
+	return h.unfit[h.keyFor(j)].why
+}
+
+// keyFor is the Prelude key of j on h: the host's own, found once per
+// inventory, unless j names another conda env.
+func (h *hostSlots) keyFor(j *Job) string {
+	if j.Conda == "" || j.Conda == h.host.Conda {
+		return h.preludeKey
+	}
+	return prelude(h.host, j).Key()
 }
 
 // usable reports whether h may be given j now (its slots aside).
@@ -52,7 +61,7 @@ func (r *run) setUnfit(h *hostSlots, q *queued, err error) {
 	if errors.As(err, &u) {
 		why = u.Why
 	}
-	key := prelude(h.host, q.job).Key()
+	key := h.keyFor(q.job)
 	if h.unfit == nil {
 		h.unfit = map[string]unfitMark{}
 	}

@@ -60,22 +60,33 @@ func TestUnfitHost(t *testing.T) {
 	}
 }
 
-// An unfit host is tried again after Recheck: once fixed, it takes jobs.
+// An unfit host shows so in the run's overview (the page), and is tried
+// again after Recheck: once fixed, it takes jobs.
 func TestUnfitHostTriedAgain(t *testing.T) {
 	t.Parallel()
 	inv := lab("a:0 b:0")
 	f := newFakeExec(inv)
-	f.unfit = map[string]map[string]string{"a": {"*": "setup failed with exit status 1: no such file"}}
-	w, done := startRun(t, Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), Recheck: 50 * time.Millisecond})
+	const why = "setup failed with exit status 1: no such file"
+	f.unfit = map[string]map[string]string{"a": {"*": why}}
+	c := NewControl()
+	w, done := startRun(t, Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), Recheck: time.Second, Control: c})
 	w.Write([]byte(repeat("sleep 20ms", 4)))
-	waitFor(t, func() bool { return len(f.startsOn("b")) >= 2 })
+	waitFor(t, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.unfitTries > 0
+	})
+	o, err := c.Overview(t.Context(), 10)
+	if err != nil || o.Hosts[0].Name != "a" || o.Hosts[0].Unfit != why || o.Hosts[1].Unfit != "" {
+		t.Errorf("overview: %v, %+v", err, o.Hosts)
+	}
 	f.mu.Lock()
 	f.unfit = nil
 	f.mu.Unlock()
-	w.Write([]byte(repeat("sleep 20ms", 20)))
+	w.Write([]byte(repeat("sleep 30ms", 100))) // 3 s on b alone
 	waitFor(t, func() bool { return len(f.startsOn("a")) > 0 })
 	w.Close()
-	if s := <-done; !s.Succeeded() || s.Counts[EventFinished] != 24 {
+	if s := <-done; !s.Succeeded() || s.Counts[EventFinished] != 104 {
 		t.Fatalf("summary %+v", s.Counts)
 	}
 }
