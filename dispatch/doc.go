@@ -90,6 +90,14 @@
 // job with that environment there. A waiting job that no host it may run
 // on can set up fails at once, with each host's reason.
 //
+// # Hooks
+//
+// Options.Hooks run on the coordinator's machine (hooks.go): the job-end
+// hook on a goroutine of its own as each job's outcome is recorded, so that
+// no hook delays a job; the run-end hook after the loop, once every
+// job-end hook has ended. A failing or timed-out hook is kept as a warning,
+// which the loop (or the run's end) records.
+//
 // # GPUs shared with other runs
 //
 // Between being placed and being started, a job may have a claim to settle

@@ -68,6 +68,8 @@ type Options struct {
 	// job of this run is. It is checked just before each such start.
 	SkipBusy     bool
 	BusyMemoryMB int
+	// Hooks are the commands run as jobs and the run end.
+	Hooks Hooks
 	// Recheck is how long a GPU found busy or locked by another run, or a
 	// host found unable to set up a job's environment (for that
 	// environment), is set aside before it is tried again (0:
@@ -172,8 +174,10 @@ type run struct {
 	claims    chan claimResult
 	rechecks  chan recheck
 	unfitOver chan unfitExpiry
-	lockLost  chan lostLock
-	idle      []*gpu
+	// hooks runs Options.Hooks.
+	hooks    hookRunner
+	lockLost chan lostLock
+	idle     []*gpu
 	// progress brings what Slurm clusters say of their jobs.
 	progress chan progress
 	// killJobs cancels the jobs' context (stop --now).
@@ -238,6 +242,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	r.claims = make(chan claimResult)
 	r.rechecks = make(chan recheck)
 	r.unfitOver = make(chan unfitExpiry)
+	r.hooks.said = make(chan struct{}, 1)
 	r.lockLost = make(chan lostLock)
 	r.progress = make(chan progress)
 	r.fileMode = claim.mode
@@ -296,6 +301,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 		r.queue(q, "queued again by serve --resume")
 	}
 	r.loop(ctx, inputs)
+	r.endHooks()
 	if r.detached {
 		r.killJobs(executor.ErrDetached)
 		// The lock holders keep the locks of the GPUs whose jobs run on
@@ -426,6 +432,8 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			r.rechecked(rc)
 		case x := <-r.unfitOver:
 			r.unfitExpired(x)
+		case <-r.hooks.said:
+			r.recordHookWarnings()
 		case ll := <-r.lockLost:
 			r.lockGone(ll)
 		case p := <-r.progress:
@@ -961,6 +969,9 @@ func (r *run) event(kind string, j *Job, attempt int) Event {
 func (r *run) final(e Event) {
 	r.record(e)
 	r.summary.add(e)
+	if r.opts.Hooks.JobEnd != "" {
+		r.jobHook(e)
+	}
 	if q := r.jobs[e.Job]; q != nil && q.job.Seq == e.Seq {
 		q.ended = &e
 	}

@@ -291,6 +291,9 @@ func (c *checker) inventory(root *node) *Inventory {
 		"skip_busy":      c.boolean(&inv.SkipBusy),
 		"busy_memory_mb": c.integer(&inv.BusyMemoryMB, 0, 1<<30),
 		"hosts":          func(_ string, v *node) { hostsNode = v },
+		"hooks": func(key string, v *node) {
+			c.fields(v, key, map[string]func(string, *node){"job_end": c.str(&inv.Hooks.JobEnd), "run_end": c.str(&inv.Hooks.RunEnd)})
+		},
 	})
 	inv.Defaults = defaults.Connection
 	if inv.SSHConfig != "" && inv.SSHConfig != "none" {

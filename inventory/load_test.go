@@ -41,6 +41,9 @@ func TestLoadGood(t *testing.T) {
 			if inv.SSHConfig != "none" || inv.KnownHosts != "~/lab_known_hosts" || !inv.SkipBusy || inv.BusyMemoryMB != 1000 {
 				t.Errorf("top-level settings: %+v", inv)
 			}
+			if inv.Hooks != (Hooks{JobEnd: "notify-send done", RunEnd: "./summarize.sh"}) {
+				t.Errorf("hooks: %+v", inv.Hooks)
+			}
 			if inv.Defaults.User != "alice" {
 				t.Errorf("defaults.user = %q", inv.Defaults.User)
 			}

@@ -22,6 +22,14 @@ type Inventory struct {
 	Defaults Connection
 	// Hosts in file order. Names are unique and keep their case.
 	Hosts []Host
+	// Hooks are the commands run on the coordinator's machine as each job
+	// ends and as the run ends (the hooks key); flags override them.
+	Hooks Hooks
+}
+
+// Hooks are commands run under sh -c on the coordinator's machine.
+type Hooks struct {
+	JobEnd, RunEnd string
 }
 
 // Connection is how to reach a host; empty fields are unset.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -35,11 +36,13 @@ type runOptions struct {
 	hostDown time.Duration
 	skipBusy bool
 	recheck  time.Duration
-	dryRun   bool
-	json     bool
-	quiet    bool
-	verbose  bool
-	files    []string
+	// hooks are --on-job-end, --on-run-end and --hook-timeout.
+	hooks   dispatch.Hooks
+	dryRun  bool
+	json    bool
+	quiet   bool
+	verbose bool
+	files   []string
 	// serve is gpudispatch serve: a standing queue, no input.
 	serve bool
 	// listen is where the web page is served ("" for none).
@@ -112,6 +115,9 @@ func addRunFlags(f *pflag.FlagSet, serve bool) {
 	if !serve {
 		f.Bool("dry-run", false, "print where each job would run; run nothing")
 	}
+	f.String("on-job-end", "", "run this command (sh -c, on this machine) as each job ends, with GPUDISPATCH_JOB_ID, _STATE, _EXIT, _HOST, _GPUS, _SECONDS, _STDOUT, _STDERR set (default: the inventory's hooks.job_end)")
+	f.String("on-run-end", "", "run this command (sh -c, on this machine) as the run ends, with the counts by outcome (GPUDISPATCH_SUCCEEDED, _FAILED...) and GPUDISPATCH_LOG_DIR (default: the inventory's hooks.run_end)")
+	f.Duration("hook-timeout", dispatch.DefaultHookTimeout, "how long a hook may run before it is killed")
 	f.Bool("json", false, "print one JSON object per event on stdout")
 	f.BoolP("quiet", "q", false, "print only what went wrong, and the summary")
 	f.BoolP("verbose", "v", false, "print queued and skipped jobs too")
@@ -132,6 +138,7 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 		hostDown:   v.GetDuration("host-down-timeout"),
 		skipBusy:   v.GetBool("skip-busy"),
 		recheck:    v.GetDuration("busy-recheck"),
+		hooks:      dispatch.Hooks{JobEnd: v.GetString("on-job-end"), RunEnd: v.GetString("on-run-end"), Timeout: v.GetDuration("hook-timeout")},
 		dryRun:     v.GetBool("dry-run"),
 		json:       v.GetBool("json"),
 		quiet:      v.GetBool("quiet"),
@@ -165,8 +172,8 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 	if o.timeout < 0 {
 		return o, usageError("--timeout: want a positive duration")
 	}
-	if o.hostDown <= 0 || o.recheck <= 0 {
-		return o, usageError("--host-down-timeout and --busy-recheck: want a positive duration")
+	if o.hostDown <= 0 || o.recheck <= 0 || o.hooks.Timeout <= 0 {
+		return o, usageError("--host-down-timeout, --busy-recheck and --hook-timeout: want a positive duration")
 	}
 	o.files = args
 	return o, nil
@@ -278,9 +285,12 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		SkipBusy:        o.skipBusy || inv.SkipBusy,
 		BusyMemoryMB:    inv.BusyMemoryMB,
 		Recheck:         o.recheck,
+		Hooks:           o.hooks,
 		Serve:           o.serve,
 		Environ:         os.Environ(),
 	}
+	opts.Hooks.JobEnd = cmp.Or(opts.Hooks.JobEnd, inv.Hooks.JobEnd)
+	opts.Hooks.RunEnd = cmp.Or(opts.Hooks.RunEnd, inv.Hooks.RunEnd)
 	opts.Inventory, opts.Opening = lab.Usable()
 	opts.Down, opts.LeftOut = absent(states)
 	if o.dryRun {

@@ -1,0 +1,141 @@
+package dispatch
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Hooks are commands run under sh -c on the coordinator's machine: JobEnd
+// as each job's story ends, RunEnd as the run ends, each told what
+// happened in GPUDISPATCH_* variables. A hook runs on a goroutine of its
+// own, so a slow one delays no job; it is killed after Timeout; a failing
+// one is a warning with its last line of stderr. The run waits at its end
+// for the hooks still running (each up to its timeout).
+type Hooks struct {
+	JobEnd, RunEnd string
+	// Timeout bounds each hook (0: DefaultHookTimeout).
+	Timeout time.Duration
+}
+
+// DefaultHookTimeout is Hooks.Timeout's default.
+const DefaultHookTimeout = time.Minute
+
+// hookRunner runs a run's hooks and keeps their warnings until the loop
+// records them.
+type hookRunner struct {
+	wg       sync.WaitGroup
+	mu       sync.Mutex
+	warnings []Event
+	// said is signalled (without blocking) when a warning is kept.
+	said chan struct{}
+}
+
+// HookState is how a job's outcome is named to a hook (and in status):
+// succeeded, failed, timeout, lost, cancelled, rejected.
+func HookState(outcome string) string {
+	if outcome == EventFinished {
+		return "succeeded"
+	}
+	return outcome
+}
+
+// jobHook runs the job-end hook for e, a job's outcome.
+func (r *run) jobHook(e Event) {
+	env := []string{"GPUDISPATCH_JOB_ID=" + e.Job, "GPUDISPATCH_STATE=" + HookState(e.Event), "GPUDISPATCH_HOST=" + e.Host,
+		"GPUDISPATCH_STDOUT=" + e.Stdout, "GPUDISPATCH_STDERR=" + e.Stderr, "GPUDISPATCH_EXIT=", "GPUDISPATCH_SECONDS=", "GPUDISPATCH_GPUS="}
+	if e.Exit != nil {
+		env = append(env, "GPUDISPATCH_EXIT="+strconv.Itoa(*e.Exit))
+	}
+	if e.Start != nil && e.End != nil {
+		env = append(env, "GPUDISPATCH_SECONDS="+strconv.FormatFloat(e.End.Sub(*e.Start).Seconds(), 'f', 3, 64))
+	}
+	if len(e.GPUs) > 0 {
+		env = append(env, "GPUDISPATCH_GPUS="+gpuList(e.GPUs))
+	}
+	r.hooks.wg.Go(func() {
+		if err := r.runHook(r.opts.Hooks.JobEnd, env); err != nil {
+			r.hooks.keep(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Job: e.Job,
+				Error: fmt.Sprintf("the job-end hook for job %s %v", e.Job, err)})
+		}
+	})
+}
+
+// runEndHook runs the run-end hook, and waits for it.
+func (r *run) runEndHook() {
+	env := []string{"GPUDISPATCH_LOG_DIR=" + r.logDirAbs, "GPUDISPATCH_RUN=" + r.id}
+	for _, o := range Outcomes {
+		env = append(env, "GPUDISPATCH_"+strings.ToUpper(HookState(o))+"="+strconv.Itoa(r.summary.Counts[o]))
+	}
+	if err := r.runHook(r.opts.Hooks.RunEnd, env); err != nil {
+		r.hooks.keep(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "the run-end hook " + err.Error()})
+	}
+}
+
+// runHook runs cmd under sh -c with env added to the coordinator's, and
+// says how it failed: its exit status and last line of stderr, or that it
+// took too long.
+func (r *run) runHook(cmd string, env []string) error {
+	timeout := cmp.Or(r.opts.Hooks.Timeout, DefaultHookTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c := exec.CommandContext(ctx, "sh", "-c", cmd)
+	c.Env = append(os.Environ(), env...)
+	c.WaitDelay = time.Second
+	var errs bytes.Buffer
+	c.Stderr = &errs
+	err := c.Run()
+	switch {
+	case ctx.Err() != nil:
+		return fmt.Errorf("was killed after --hook-timeout %s: %s", timeout, cmd)
+	case err != nil:
+		last := strings.TrimSpace(errs.String())
+		if i := strings.LastIndexByte(last, '\n'); i >= 0 {
+			last = last[i+1:]
+		}
+		if last != "" {
+			last = ": " + Printable(last)
+		}
+		return fmt.Errorf("failed (%v)%s", err, last)
+	}
+	return nil
+}
+
+// keep holds e for the loop to record.
+func (h *hookRunner) keep(e Event) {
+	h.mu.Lock()
+	h.warnings = append(h.warnings, e)
+	h.mu.Unlock()
+	select {
+	case h.said <- struct{}{}:
+	default:
+	}
+}
+
+// recordHookWarnings records the warnings the hooks left.
+func (r *run) recordHookWarnings() {
+	r.hooks.mu.Lock()
+	ws := r.hooks.warnings
+	r.hooks.warnings = nil
+	r.hooks.mu.Unlock()
+	for _, e := range ws {
+		r.record(e)
+	}
+}
+
+// endHooks waits for the job-end hooks still running, runs the run-end
+// hook, and records what they said.
+func (r *run) endHooks() {
+	r.hooks.wg.Wait()
+	if r.opts.Hooks.RunEnd != "" {
+		r.runEndHook()
+	}
+	r.recordHookWarnings()
+}
