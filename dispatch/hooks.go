@@ -38,9 +38,9 @@ type hookRunner struct {
 	said chan struct{}
 }
 
-// HookState is how a job's outcome is named to a hook (and in status):
-// succeeded, failed, timeout, lost, cancelled, rejected.
-func HookState(outcome string) string {
+// hookState is how a job's outcome is named to a hook: succeeded, failed,
+// timeout, lost, cancelled, rejected.
+func hookState(outcome string) string {
 	if outcome == EventFinished {
 		return "succeeded"
 	}
@@ -49,17 +49,16 @@ func HookState(outcome string) string {
 
 // jobHook runs the job-end hook for e, a job's outcome.
 func (r *run) jobHook(e Event) {
-	env := []string{"GPUDISPATCH_JOB_ID=" + e.Job, "GPUDISPATCH_STATE=" + HookState(e.Event), "GPUDISPATCH_HOST=" + e.Host,
-		"GPUDISPATCH_STDOUT=" + e.Stdout, "GPUDISPATCH_STDERR=" + e.Stderr, "GPUDISPATCH_EXIT=", "GPUDISPATCH_SECONDS=", "GPUDISPATCH_GPUS="}
+	exit, seconds := "", ""
 	if e.Exit != nil {
-		env = append(env, "GPUDISPATCH_EXIT="+strconv.Itoa(*e.Exit))
+		exit = strconv.Itoa(*e.Exit)
 	}
 	if e.Start != nil && e.End != nil {
-		env = append(env, "GPUDISPATCH_SECONDS="+strconv.FormatFloat(e.End.Sub(*e.Start).Seconds(), 'f', 3, 64))
+		seconds = strconv.FormatFloat(e.End.Sub(*e.Start).Seconds(), 'f', 3, 64)
 	}
-	if len(e.GPUs) > 0 {
-		env = append(env, "GPUDISPATCH_GPUS="+gpuList(e.GPUs))
-	}
+	env := []string{"GPUDISPATCH_JOB_ID=" + e.Job, "GPUDISPATCH_STATE=" + hookState(e.Event), "GPUDISPATCH_HOST=" + e.Host,
+		"GPUDISPATCH_STDOUT=" + e.Stdout, "GPUDISPATCH_STDERR=" + e.Stderr, "GPUDISPATCH_EXIT=" + exit,
+		"GPUDISPATCH_SECONDS=" + seconds, "GPUDISPATCH_GPUS=" + gpuList(e.GPUs)}
 	r.hooks.wg.Go(func() {
 		if err := r.runHook(r.opts.Hooks.JobEnd, env); err != nil {
 			r.hooks.keep(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Job: e.Job,
@@ -72,7 +71,7 @@ func (r *run) jobHook(e Event) {
 func (r *run) runEndHook() {
 	env := []string{"GPUDISPATCH_LOG_DIR=" + r.logDirAbs, "GPUDISPATCH_RUN=" + r.id}
 	for _, o := range Outcomes {
-		env = append(env, "GPUDISPATCH_"+strings.ToUpper(HookState(o))+"="+strconv.Itoa(r.summary.Counts[o]))
+		env = append(env, "GPUDISPATCH_"+strings.ToUpper(hookState(o))+"="+strconv.Itoa(r.summary.Counts[o]))
 	}
 	if err := r.runHook(r.opts.Hooks.RunEnd, env); err != nil {
 		r.hooks.keep(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "the run-end hook " + err.Error()})

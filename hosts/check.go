@@ -52,14 +52,18 @@ type EnvCheck struct {
 
 // checkScript prints what a job sees, one "key<TAB>value" line each, then
 // NUL and a newline, then runs the command it is given (its output and
-// errors together), if any, and exits with its status.
+// errors together), if any, and exits with its status. nvidia-smi gets
+// the probe timeout, so that a host whose driver hangs holds up no check
+// (it then shows no driver version).
 const checkScript = `printf 'shell\t%s\n' "${SHELL:-/bin/bash}"
 printf 'path\t%s\n' "$PATH"
 printf 'python\t%s\n' "$(python3 -V 2>&1 | head -n 1)"
 if [ -n "${CONDA_DEFAULT_ENV:-}" ]; then printf 'env\tconda %s\n' "$CONDA_DEFAULT_ENV"; fi
 if [ -n "${VIRTUAL_ENV:-}" ]; then printf 'env\tvenv %s\n' "$VIRTUAL_ENV"; fi
 command -v nvidia-smi >/dev/null || printf 'driver\t-\n'
-nvidia-smi 2>/dev/null | sed -n 's/.*Driver Version: *\([^ ]*\).*CUDA Version: *\([^ ]*\).*/driver\t\1\ncuda\t\2/p' | head -n 2
+limit=
+! command -v timeout >/dev/null || limit="timeout -s KILL $GPUDISPATCH_CHECK_LIMIT"
+$limit nvidia-smi 2>/dev/null | sed -n 's/.*Driver Version: *\([^ ]*\).*CUDA Version: *\([^ ]*\).*/driver\t\1\ncuda\t\2/p' | head -n 2
 printf 'workdir\t%s\n' "$PWD"
 printf 'free\t%s\n' "$(df -Pk . 2>/dev/null | awk 'NR == 2 { print $4 }')"
 printf 'linger\t%s\n' "$(loginctl show-user "$(id -un)" -p Linger --value 2>/dev/null)"
@@ -76,7 +80,9 @@ func (l *Lab) CheckEnv(ctx context.Context, host string, gpu int, p executor.Pre
 	if gpu >= 0 {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+strconv.Itoa(gpu), "CUDA_DEVICE_ORDER=PCI_BUS_ID")
 	}
-	env = append(env, "GPUDISPATCH_HOST="+host, "GPUDISPATCH_CHECK="+command)
+	limit := cmp.Or(l.opts.ProbeTimeout, DefaultProbeTimeout)
+	env = append(env, "GPUDISPATCH_HOST="+host, "GPUDISPATCH_CHECK="+command,
+		"GPUDISPATCH_CHECK_LIMIT="+strconv.Itoa(int(limit.Seconds()+0.5)))
 	var out, errs bytes.Buffer
 	code, err := l.Run(ctx, host, executor.Command{Script: checkScript, Env: env, Prelude: p}, &out, &errs)
 	if err != nil {

@@ -189,10 +189,13 @@ type settings struct {
 	workdir, setup string
 	login          string
 	conda, venv    string
-	modules        []string
-	shell          string
-	env            map[string]string
-	slotsPerGPU    int
+	// condaSet and venvSet say the key was given: a host's empty value
+	// then clears the defaults' env.
+	condaSet, venvSet bool
+	modules           []string
+	shell             string
+	env               map[string]string
+	slotsPerGPU       int
 }
 
 func (c *checker) settingsFields(s *settings) map[string]func(string, *node) {
@@ -205,11 +208,19 @@ func (c *checker) settingsFields(s *settings) map[string]func(string, *node) {
 		"setup":         c.str(&s.setup),
 		"slots_per_gpu": c.integer(&s.slotsPerGPU, 1, 1024),
 		"login":         c.oneOf(&s.login, LoginPerSlot, LoginPerJob),
-		"conda":         c.str(&s.conda),
-		"venv":          c.str(&s.venv),
+		"conda":         c.given(c.str(&s.conda), &s.condaSet),
+		"venv":          c.given(c.str(&s.venv), &s.venvSet),
 		"modules":       c.modules(&s.modules),
 		"shell":         c.oneOf(&s.shell, ShellLogin, ShellInteractive),
 		"env":           c.env(&s.env),
+	}
+}
+
+// given runs set, and records that the key was given.
+func (c *checker) given(set func(string, *node), was *bool) func(string, *node) {
+	return func(key string, v *node) {
+		*was = true
+		set(key, v)
 	}
 }
 
@@ -377,8 +388,13 @@ func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 	h.Workdir = cmp.Or(s.workdir, defaults.workdir)
 	h.Setup = cmp.Or(s.setup, defaults.setup)
 	h.Login = cmp.Or(s.login, defaults.login, LoginPerSlot)
-	h.Conda = cmp.Or(s.conda, defaults.conda)
-	h.Venv = cmp.Or(s.venv, defaults.venv)
+	h.Conda, h.Venv = defaults.conda, defaults.venv
+	if s.condaSet {
+		h.Conda = s.conda
+	}
+	if s.venvSet {
+		h.Venv = s.venv
+	}
 	h.Modules = defaults.modules
 	if s.modules != nil {
 		h.Modules = s.modules

@@ -168,3 +168,20 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A host's empty conda: (or venv:) clears the defaults' env for it; a host
+// that says nothing inherits it.
+func TestEnvKeysOverrideDefaults(t *testing.T) {
+	t.Parallel()
+	inv, err := Parse("lab.yaml", []byte(`defaults: {conda: torch, venv: ~/v}
+hosts:
+  - {name: a, gpus: 1, conda: "", venv: .venv}
+  - {name: b, gpus: 1}
+`), "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := inv.Hosts[0], inv.Hosts[1]; a.Conda != "" || a.Venv != ".venv" || b.Conda != "torch" || b.Venv != "~/v" {
+		t.Errorf("a: conda %q venv %q; b: conda %q venv %q", a.Conda, a.Venv, b.Conda, b.Venv)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
@@ -210,5 +211,23 @@ func TestHostsCheckLocal(t *testing.T) {
 	}
 	if r = gpd(t, dir, "", "hosts", "-i", "lab.yaml", "--check", "exit 5"); r.code != 1 || !strings.Contains(r.stdout, `here  FAILED: here: "exit 5" exited with status 5`) {
 		t.Errorf("a failing command: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A host whose nvidia-smi hangs holds up no check: nvidia-smi gets the
+// probe timeout there, and the rest of the look is shown.
+func TestSSHHostsCheckHungNvidiaSMI(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	l.Hosts[0].HangNvidiaSMI()
+	inv := filepath.Join(l.Dir, "fixed.yaml")
+	os.WriteFile(inv, []byte("ssh_config: "+l.SSHConfig+"\nhosts:\n  - {name: node1, gpus: [0]}\n"), 0o644)
+	start := time.Now()
+	r := labRun(t, l, "", "hosts", "-i", inv, "--check", "--probe-timeout", "1s", "echo done")
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the check took %v with nvidia-smi hung and a 1s probe timeout", took)
+	}
+	if !regexpMatch(`(?m)^  GPU\s+0: nvidia-smi gave no driver version$`, r.stdout) || !regexpMatch(`(?m)^    done$`, r.stdout) {
+		t.Errorf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
