@@ -283,3 +283,52 @@ func TestNoJobControlInJobs(t *testing.T) {
 		}
 	}
 }
+
+// Bash's own messages about a job name the job's lines, as bash -c would
+// ("bash: line 2:"), not lines of the job shell; the job runs where its
+// workdir and setup left it, with the profile's sourcepath, and the
+// shell's directory for it goes with the shell.
+func TestJobMessagesNameItsLines(t *testing.T) {
+	t.Parallel()
+	home := homeWith(t, "shopt -u sourcepath\n")
+	sub := filepath.Join(home, "proj", "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	script := "echo \"$LINENO $PWD\"; shopt -p sourcepath\nnonexistent_q"
+	want := "1 " + sub + "\nshopt -u sourcepath\n"
+	for _, tc := range []struct {
+		name   string
+		login  Login
+		script string
+		want   string
+	}{
+		{"fork", LoginPerSlot, script, want},
+		{"names $$", LoginPerSlot, script + " $$", want},
+		{"no login", LoginNone, script, strings.Replace(want, "-u", "-s", 1)},
+	} {
+		ss := shellsIn(t, home, "/bin/bash", tc.login)
+		// Longer jobs before it, one past the blanks' limit: nothing of
+		// theirs reaches it.
+		prelude := executor.Prelude{Workdir: filepath.Dir(sub), Setup: "cd sub"}
+		for _, n := range []int{6000, 3000} {
+			var out bytes.Buffer
+			long := "echo long \\\n" + strings.Repeat("x", n)
+			if code, err := ss.Run(context.Background(), executor.Command{Script: long, Prelude: prelude}, &out, io.Discard); code != 0 || err != nil || out.Len() != n+6 {
+				t.Fatalf("%s: a job of %d bytes: exit %d, %v, %d bytes out", tc.name, len(long), code, err, out.Len())
+			}
+		}
+		var out, errs bytes.Buffer
+		c := executor.Command{Script: tc.script, Prelude: prelude}
+		code, err := ss.Run(context.Background(), c, &out, &errs)
+		if err != nil || code != 127 || out.String() != tc.want || errs.String() != "bash: line 2: nonexistent_q: command not found\n" {
+			t.Errorf("%s: exit %d, %v, stdout %q, stderr %q; want 127, %q and bash's message on line 2", tc.name, code, err, out.String(), errs.String(), tc.want)
+		}
+		tags := ss.idleTags()
+		ss.Close()
+		for _, tag := range tags {
+			dir := filepath.Join(home, ".gpudispatch", "jobs", tag+".d")
+			waitFor(t, dir+" removed", func() bool { _, err := os.Stat(dir); return os.IsNotExist(err) })
+		}
+	}
+}

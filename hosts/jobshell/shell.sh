@@ -96,6 +96,19 @@ if [ ! -O "$_g_spool" ] || [ -L "$_g_spool" ]; then
   exit 126
 fi
 _g_flag=$_g_spool/$_g_tag
+# A job's lines are sourced from "bash", a file in a directory of this
+# shell's, so that bash's messages about the job say "bash: line 2:" of the
+# job's own lines, as bash -c would, not a line of this script. The file is
+# written in place: ext4 flushes a file truncated and written again as it is
+# closed. What is left of a longer job is overwritten with blanks (at most
+# 4 KiB of them, else the file is truncated).
+builtin command mkdir -m 0700 -- "$_g_flag.d" 2>/dev/null
+if [ ! -O "$_g_flag.d" ] || [ -L "$_g_flag.d" ]; then
+  echo "gpudispatch: cannot make the directory $_g_flag.d" >&2
+  exit 126
+fi
+_g_srclen=0
+printf -v _g_here 'builtin cd -- %q && builtin shopt -u sourcepath && builtin source bash' "$_g_flag.d"
 # _g_prepare sets the shell up for its jobs, where it is called (at the top
 # level, after the profile): it enters the workdir, activates the env, and
 # tries the setup once in a subshell with the host's env. When one fails,
@@ -292,6 +305,8 @@ else
 fi
 builtin command rm -f -- "$_g_flag.env"
 [ -z "$_g_asis" ] || builtin trap '_g_forward' TERM
+# Set after the profile's traps were saved: a job's fork does not run it.
+builtin trap 'builtin command rm -rf -- "$_g_flag.d"' EXIT
 # A job's fork closes _g_ref: one is open whatever the login.
 [ -n "$_g_ref" ] || exec {_g_ref}</dev/null
 # read -N counts characters of the locale; in C, bytes. Jobs get back the
@@ -472,12 +487,28 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
     printf '\0%s 143 cancelled %s\n' "$_g_mark" "$_g_now"
     continue
   fi
-  if [ -n "$_g_setup" ]; then
-    _g_script="{ $_g_setup
-} || exit \$?
-$_g_script"
+  _g_pre=$_g_act
+  if [ -n "$_g_profiled$_g_asis" ]; then
+    # The job's lines, after a first line's worth that goes back to the
+    # directory the job is in and takes back the profile's sourcepath.
+    # shellcheck disable=SC2016 # expanded by the job
+    _g_n='builtin cd -- "$OLDPWD" || builtin exit 126; builtin unset -v OLDPWD; '
+    case $_g_opts in *'shopt -u sourcepath'*) ;; *) _g_n+='builtin shopt -s sourcepath; ' ;; esac
+    _g_n+=$_g_script$'\n'
+    _g_pad=$((_g_srclen - ${#_g_n}))
+    if [ "$_g_pad" -gt 4096 ]; then
+      : >"$_g_flag.d/bash"
+      _g_pad=0
+    fi
+    [ "$_g_pad" -gt 0 ] || _g_pad=0
+    printf '%s%*s' "$_g_n" "$_g_pad" '' 1<>"$_g_flag.d/bash" || exit 125
+    _g_srclen=$((${#_g_n} + _g_pad))
   fi
-  _g_script=$_g_act$_g_script
+  if [ -n "$_g_setup" ]; then
+    _g_pre+="{ $_g_setup
+} || exit \$?
+"
+  fi
   # Job control gives the job a process group of its own.
   set -m
   (
@@ -490,7 +521,7 @@ $_g_script"
     if [ -n "$_g_wd" ]; then
       builtin cd -- "$_g_wd" || { echo "gpudispatch: cannot enter workdir $_g_wd" >&2; exit 126; }
     fi
-    [ -n "$_g_profiled" ] || [ -n "$_g_asis" ] || exec "${SHELL:-/bin/bash}" -lc "$_g_script"
+    [ -n "$_g_profiled" ] || [ -n "$_g_asis" ] || exec "${SHELL:-/bin/bash}" -lc "$_g_pre$_g_script"
     # The login shell's fork: what the profile set, the job's own
     # BASHPID-seeded RANDOM and SECONDS from 0, then the job as bash -lc
     # would run it: $0 bash (bash 5), no positional parameters, none of
@@ -517,13 +548,13 @@ builtin shift 3
 for _g_kv; do builtin export "$_g_kv"; done
 builtin unset -v _g_kv
 builtin set --
-builtin eval "builtin unset -v _g_s; $_g_s"' bash "$_g_vars" "$_g_state$_g_opts" "$_g_script" "${_g_env[@]}"
+builtin eval "builtin unset -v _g_s; $_g_s"' bash "$_g_vars" "$_g_state$_g_opts" "$_g_pre$_g_here" "${_g_env[@]}"
         ;;
     esac
     RANDOM=$BASHPID${EPOCHREALTIME//[!0-9]/} SECONDS=0 BASH_ARGV0=bash
     set -- "$_g_state$_g_differ"
     builtin eval "builtin unset -f ${_g_funcs//$'\n'/ }; builtin unset -v ${!_g_*}; builtin eval \"\$1\" 2>/dev/null; builtin set --
-$_g_script"
+$_g_pre$_g_here"
   ) 2>&4 4>&- 3<&- 5>&- 6>&- {_g_ref}<&- &
   _g_pid=$!
   set +m

@@ -32,12 +32,15 @@ func batchScript(c executor.Command, tag string) string {
 	default:
 		b.WriteString("cd " + shellescape.Quote(wd) + " || _g_end 1\n")
 	}
-	line := c.Script
+	pre := jobshell.Activation(c.Prelude)
 	if c.Setup != "" {
-		line = "{ " + c.Setup + "\n} || exit\n" + c.Script
+		pre += "{ " + c.Setup + "\n} || exit\n"
 	}
-	line = jobshell.Activation(c.Prelude) + line
-	b.WriteString(`"${SHELL:-/bin/bash}" -lc ` + shellescape.Quote(line) + "\n")
+	// The job line is evaluated from the login shell's first line, with no
+	// positional parameters: bash's messages about it give its own line
+	// numbers, as under bash -c, not those of the activation before it.
+	b.WriteString(`"${SHELL:-/bin/bash}" -lc 'eval "$1" || exit; _g_s=$2; set --; eval "unset -v _g_s; $_g_s"' bash ` +
+		shellescape.Quote(pre) + " " + shellescape.Quote(c.Script) + "\n")
 	b.WriteString("_g_end $?\n")
 	return b.String()
 }
