@@ -1,0 +1,324 @@
+package snapshot
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// DefaultLimit is the largest snapshot taken unless told otherwise.
+const DefaultLimit = 1 << 30
+
+// IgnoreFile names, at the top of a snapshot's directory, what is not
+// shipped (gitignore syntax).
+const IgnoreFile = ".gpdignore"
+
+// File is one entry of a snapshot.
+type File struct {
+	// Path is relative to the snapshot's directory, with "/" separators.
+	Path string
+	// Exec is set for a file with an executable bit.
+	Exec bool
+	// Size is the content's length; Hash its SHA-256, in hex. Both are
+	// empty for a symbolic link, whose target is Link.
+	Size int64
+	Hash string
+	Link string
+}
+
+// Blob is the name of f's content in a content store: its hash, with "x"
+// after it for an executable file (a store's files are shared by hard
+// links, and a mode is an inode's).
+func (f File) Blob() string {
+	if f.Exec {
+		return f.Hash + "x"
+	}
+	return f.Hash
+}
+
+// Snapshot is what a directory held when it was taken.
+type Snapshot struct {
+	// Dir is the directory taken, absolute.
+	Dir string
+	// ID is a hash of Files: equal IDs, equal trees.
+	ID string
+	// Files are sorted by Path.
+	Files []File
+	// Bytes is the sum of the files' sizes.
+	Bytes int64
+	// Store holds the content, by hash, as it was when the snapshot was
+	// taken: later edits of Dir do not change what ships.
+	Store string
+}
+
+// Content opens the content of f as it was when s was taken.
+func (s *Snapshot) Content(f File) (*os.File, error) {
+	return os.Open(filepath.Join(s.Store, f.Hash[:2], f.Hash))
+}
+
+// Take takes a snapshot of dir, whose content it keeps in store (the
+// coordinator's content store; files already there are not copied again).
+// It fails, naming the largest files, when they add up to more than limit
+// bytes; and naming the link, on a symbolic link that leads out of dir.
+func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("sync: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("sync: %s is not a directory", abs)
+	}
+	paths, err := list(ctx, abs)
+	if err != nil {
+		return nil, err
+	}
+	s := &Snapshot{Dir: abs, Store: store}
+	for _, p := range paths {
+		fi, err := os.Lstat(filepath.Join(abs, p))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			continue // tracked by git, deleted in the work tree
+		case err != nil:
+			return nil, fmt.Errorf("sync: %w", err)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(filepath.Join(abs, p))
+			if err != nil {
+				return nil, fmt.Errorf("sync: %w", err)
+			}
+			if !inside(p, link) {
+				return nil, fmt.Errorf("sync: %s is a symbolic link to %s, out of %s: gpudispatch ships no link that leads out of the directory; remove it, or name it in %s", filepath.Join(abs, p), link, abs, IgnoreFile)
+			}
+			s.Files = append(s.Files, File{Path: p, Link: link})
+		case fi.Mode().IsRegular():
+			s.Files = append(s.Files, File{Path: p, Exec: fi.Mode()&0o111 != 0, Size: fi.Size()})
+			s.Bytes += fi.Size()
+		}
+		// Directories (git submodules) and special files are not shipped.
+	}
+	if s.Bytes > limit {
+		return nil, tooLarge(s, limit)
+	}
+	if err := os.MkdirAll(store, 0o700); err != nil {
+		return nil, fmt.Errorf("sync: the coordinator's content store: %w", err)
+	}
+	if err := s.hash(ctx); err != nil {
+		return nil, err
+	}
+	id := sha256.New()
+	for _, f := range s.Files {
+		fmt.Fprintf(id, "%q %t %s %q\n", f.Path, f.Exec, f.Hash, f.Link)
+	}
+	s.ID = hex.EncodeToString(id.Sum(nil))[:20]
+	return s, nil
+}
+
+// list returns the paths under dir that are shipped, relative, with "/".
+func list(ctx context.Context, dir string) ([]string, error) {
+	ignore := filepath.Join(dir, IgnoreFile)
+	_, err := os.Stat(ignore)
+	hasIgnore := err == nil
+	inGit := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--is-inside-work-tree").Run() == nil
+	if !inGit && !hasIgnore {
+		var paths []string
+		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if !d.IsDir() {
+				rel, _ := filepath.Rel(dir, p)
+				paths = append(paths, filepath.ToSlash(rel))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sync: %w", err)
+		}
+		return paths, nil
+	}
+	git := func(args ...string) ([]string, error) {
+		if !inGit {
+			// No repository: an empty one of its own lends git's ignore
+			// rules to a plain directory.
+			tmp, err := os.MkdirTemp("", "gpudispatch-git-")
+			if err != nil {
+				return nil, err
+			}
+			defer os.RemoveAll(tmp)
+			if out, err := exec.CommandContext(ctx, "git", "init", "-q", "--bare", tmp).CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("git init: %v: %s", err, bytes.TrimSpace(out))
+			}
+			args = append([]string{"--git-dir", tmp, "--work-tree", dir}, args...)
+		}
+		cmd := exec.CommandContext(ctx, "git", append([]string{"-C", dir}, args...)...)
+		var errs bytes.Buffer
+		cmd.Stderr = &errs
+		out, err := cmd.Output()
+		if err != nil {
+			return nil, fmt.Errorf("sync: git ls-files in %s: %v: %s", dir, err, bytes.TrimSpace(errs.Bytes()))
+		}
+		return strings.FieldsFunc(string(out), func(r rune) bool { return r == 0 }), nil
+	}
+	args := []string{"ls-files", "-z", "--others", "--exclude-standard"}
+	if inGit {
+		args = append(args, "--cached")
+	}
+	if hasIgnore {
+		args = append(args, "--exclude-from="+ignore)
+	}
+	paths, err := git(args...)
+	if err != nil {
+		return nil, err
+	}
+	if inGit && hasIgnore {
+		// Tracked files are listed whatever the ignore rules: take out
+		// those .gpdignore names.
+		ignored, err := git("ls-files", "-z", "--cached", "--ignored", "--exclude-from="+ignore)
+		if err != nil {
+			return nil, err
+		}
+		paths = slices.DeleteFunc(paths, func(p string) bool { return slices.Contains(ignored, p) })
+	}
+	slices.Sort(paths)
+	return slices.Compact(paths), nil
+}
+
+// inside says whether the link at p (relative, "/") with target link stays
+// in the tree.
+func inside(p, link string) bool {
+	if filepath.IsAbs(link) {
+		return false
+	}
+	to := filepath.Clean(filepath.Join(filepath.Dir(filepath.FromSlash(p)), link))
+	return to != ".." && !strings.HasPrefix(to, ".."+string(filepath.Separator))
+}
+
+// tooLarge names the largest files of s.
+func tooLarge(s *Snapshot, limit int64) error {
+	files := slices.Clone(s.Files)
+	slices.SortFunc(files, func(a, b File) int { return cmp.Compare(b.Size, a.Size) })
+	var largest []string
+	for _, f := range files[:min(5, len(files))] {
+		largest = append(largest, fmt.Sprintf("%s (%s)", f.Path, Size(f.Size)))
+	}
+	return fmt.Errorf("sync: %s holds %s to ship, over the limit of %s (--sync-limit); the largest: %s; name what jobs do not need in %s",
+		s.Dir, Size(s.Bytes), Size(limit), strings.Join(largest, ", "), filepath.Join(s.Dir, IgnoreFile))
+}
+
+// hash fills in the files' hashes, copying into the store the content it
+// lacks, on as many goroutines as there are CPUs.
+func (s *Snapshot) hash(ctx context.Context) error {
+	work := make(chan int)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for i := range work {
+				if err := s.keep(&s.Files[i]); err != nil {
+					mu.Lock()
+					first = cmp.Or(first, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i, f := range s.Files {
+		if f.Link != "" {
+			continue
+		}
+		select {
+		case work <- i:
+		case <-ctx.Done():
+		}
+	}
+	close(work)
+	wg.Wait()
+	return cmp.Or(first, ctx.Err())
+}
+
+// keep hashes f and keeps its content in the store, where it is not yet:
+// a file read once where the store has it, twice where it does not.
+func (s *Snapshot) keep(f *File) error {
+	path := filepath.Join(s.Dir, filepath.FromSlash(f.Path))
+	hash, n, err := hashOf(path, nil)
+	if err != nil {
+		return fmt.Errorf("sync: %s vanished while the snapshot was taken: %w", path, err)
+	}
+	if n != f.Size {
+		return fmt.Errorf("sync: %s changed while the snapshot was taken (%d bytes, then %d): take it again", path, f.Size, n)
+	}
+	f.Hash = hash
+	dst := filepath.Join(s.Store, hash[:2], hash)
+	if _, err := os.Stat(dst); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return fmt.Errorf("sync: the coordinator's content store: %w", err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(dst), "in-")
+	if err != nil {
+		return fmt.Errorf("sync: the coordinator's content store: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	again, _, err := hashOf(path, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return fmt.Errorf("sync: %s: %w", path, err)
+	case again != hash:
+		return fmt.Errorf("sync: %s changed while the snapshot was taken: take it again", path)
+	}
+	if err := os.Rename(tmp.Name(), dst); err != nil {
+		return fmt.Errorf("sync: the coordinator's content store: %w", err)
+	}
+	return nil
+}
+
+// hashOf returns the SHA-256 of the file at path and its length, copying
+// it to w as well when w is not nil.
+func hashOf(path string, w io.Writer) (string, int64, error) {
+	src, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer src.Close()
+	h := sha256.New()
+	var to io.Writer = h
+	if w != nil {
+		to = io.MultiWriter(h, w)
+	}
+	n, err := io.Copy(to, src)
+	return hex.EncodeToString(h.Sum(nil)), n, err
+}
+
+// Size says n bytes in a unit a reader takes in at once.
+func Size(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

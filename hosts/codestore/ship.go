@@ -1,0 +1,259 @@
+package codestore
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"sync"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
+)
+
+//go:embed store.sh
+var storeCode string
+
+// ProcessName is the store shell's $0, for ps.
+const ProcessName = "gpudispatch-code"
+
+// Sent is what one shipping sent.
+type Sent struct {
+	Files int
+	Bytes int64
+}
+
+// Store is one machine's content store, as seen from here: it ships each
+// snapshot there once.
+type Store struct {
+	start spawn.Func
+
+	mu    sync.Mutex
+	ships map[string]*shipping
+}
+
+// New returns the store of the machine that start runs bash on.
+func New(start spawn.Func) *Store {
+	return &Store{start: start, ships: map[string]*shipping{}}
+}
+
+type shipping struct {
+	done chan struct{}
+	dir  string
+	sent Sent
+	err  error
+}
+
+// Ensure returns the directory of s's tree on the machine, once it is
+// there: the first call for s ships what the machine lacks, the others
+// wait for it. A failed shipping is tried again by the next call.
+func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, sent Sent, err error) {
+	st.mu.Lock()
+	sh := st.ships[s.ID]
+	mine := sh == nil
+	if mine {
+		sh = &shipping{done: make(chan struct{})}
+		st.ships[s.ID] = sh
+	}
+	st.mu.Unlock()
+	if mine {
+		sh.dir, sh.sent, sh.err = ship(ctx, st.start, s)
+		if sh.err != nil {
+			st.mu.Lock()
+			delete(st.ships, s.ID)
+			st.mu.Unlock()
+		}
+		close(sh.done)
+		return sh.dir, sh.sent, sh.err
+	}
+	select {
+	case <-sh.done:
+		return sh.dir, Sent{}, sh.err
+	case <-ctx.Done():
+		return "", Sent{}, context.Cause(ctx)
+	}
+}
+
+// ship builds s's tree on the machine, sending what it lacks.
+func ship(ctx context.Context, start spawn.Func, s *snapshot.Snapshot) (string, Sent, error) {
+	outR, outW := io.Pipe()
+	var errs bytes.Buffer
+	proc, err := start(ctx, spawn.Bootstrap(storeCode, ProcessName), outW, &errs)
+	if err != nil {
+		return "", Sent{}, err
+	}
+	// The answer ends when the shell does.
+	waited := make(chan error, 1)
+	go func() {
+		err := proc.Wait()
+		outW.Close()
+		waited <- err
+	}()
+	in := bufio.NewWriterSize(proc.Stdin, 1<<16)
+	var sent Sent
+	dir, err := talk(s, in, proc.Stdin.Close, bufio.NewReader(outR), &sent)
+	proc.Stdin.Close()
+	go io.Copy(io.Discard, outR)
+	werr := <-waited
+	if err == nil && werr != nil {
+		err = werr
+	}
+	if err != nil {
+		if said := lastLine(errs.String()); said != "" {
+			err = errors.New(said)
+		}
+		return "", sent, fmt.Errorf("cannot put the code (snapshot %s of %s) there: %w", s.ID, s.Dir, err)
+	}
+	return dir, sent, nil
+}
+
+// talk is the coordinator's side of store.sh's exchange: it sends the
+// code first (spawn.Bootstrap).
+// The tar stream ends with stdin: tar reads whole records.
+func talk(s *snapshot.Snapshot, in *bufio.Writer, end func() error, out *bufio.Reader, sent *Sent) (string, error) {
+	if _, err := io.WriteString(in, storeCode+s.ID+"\n"); err != nil {
+		return "", err
+	}
+	if err := in.Flush(); err != nil {
+		return "", err
+	}
+	answer, err := out.ReadString('\n')
+	if err != nil {
+		return "", errors.New("the store's shell ended before it answered")
+	}
+	word, rest, _ := strings.Cut(strings.TrimSuffix(answer, "\n"), " ")
+	store, tmp, _ := strings.Cut(rest, " ")
+	dir := store + "/snaps/" + s.ID
+	if word == "have" {
+		return dir, nil
+	}
+	if word != "need" || tmp == "" {
+		return "", fmt.Errorf("the store's shell answered %q", answer)
+	}
+	// The blobs, each once.
+	var blobs []string
+	first := map[string]snapshot.File{}
+	for _, f := range s.Files {
+		if f.Link == "" {
+			if _, seen := first[f.Blob()]; !seen {
+				first[f.Blob()] = f
+				blobs = append(blobs, f.Blob())
+			}
+		}
+	}
+	fmt.Fprintf(in, "%d\n", len(blobs))
+	for _, b := range blobs {
+		fmt.Fprintf(in, "%s\n", b)
+	}
+	if err := in.Flush(); err != nil {
+		return "", err
+	}
+	missing := map[string]bool{}
+	for {
+		line, err := out.ReadString('\n')
+		if err != nil {
+			return "", errors.New("the store's shell ended before it listed what it lacks")
+		}
+		if line = strings.TrimSuffix(line, "\n"); line == "end" {
+			break
+		}
+		missing[line] = true
+	}
+	tw := tar.NewWriter(in)
+	for _, b := range blobs {
+		if !missing[b] {
+			continue
+		}
+		f := first[b]
+		if err := sendBlob(tw, s, f); err != nil {
+			return "", err
+		}
+		sent.Files++
+		sent.Bytes += f.Size
+	}
+	made := map[string]bool{}
+	for _, f := range s.Files {
+		name := "tree/" + f.Path
+		if err := dirs(tw, path.Dir(name), made); err != nil {
+			return "", err
+		}
+		h := &tar.Header{Name: name, Mode: 0o644, Typeflag: tar.TypeLink}
+		switch {
+		case f.Link != "":
+			h.Typeflag, h.Linkname = tar.TypeSymlink, f.Link
+		case missing[f.Blob()]:
+			h.Linkname = tmp + "/new/" + f.Blob()[:2] + "/" + f.Blob()
+		default:
+			h.Linkname = store + "/blobs/" + f.Blob()[:2] + "/" + f.Blob()
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return "", err
+		}
+	}
+	if err := dirs(tw, "tree", made); err != nil {
+		return "", err
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	if err := in.Flush(); err != nil {
+		return "", err
+	}
+	if err := end(); err != nil {
+		return "", err
+	}
+	answer, _ = out.ReadString('\n')
+	if answer != "built\n" {
+		return "", errors.New("the tree was not built")
+	}
+	return dir, nil
+}
+
+// sendBlob writes f's content as the store's new blob.
+func sendBlob(tw *tar.Writer, s *snapshot.Snapshot, f snapshot.File) error {
+	src, err := s.Content(f)
+	if err != nil {
+		return fmt.Errorf("the coordinator's copy of %s: %w", f.Path, err)
+	}
+	defer src.Close()
+	mode := int64(0o444)
+	if f.Exec {
+		mode = 0o555
+	}
+	b := f.Blob()
+	if err := dirs(tw, "new/"+b[:2], nil); err != nil {
+		return err
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: "new/" + b[:2] + "/" + b, Mode: mode, Size: f.Size, Typeflag: tar.TypeReg}); err != nil {
+		return err
+	}
+	_, err = io.Copy(tw, src)
+	return err
+}
+
+// dirs writes the directory d and those above it that made lacks (nil:
+// none is remembered; tar makes a directory once).
+func dirs(tw *tar.Writer, d string, made map[string]bool) error {
+	if d == "." || d == "" || made[d] {
+		return nil
+	}
+	if err := dirs(tw, path.Dir(d), made); err != nil {
+		return err
+	}
+	if made != nil {
+		made[d] = true
+	}
+	return tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir})
+}
+
+// lastLine is the last non-blank line of s.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}

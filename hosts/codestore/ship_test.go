@@ -1,0 +1,234 @@
+package codestore
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(sshtest.RunWithOwnHome(m)) }
+
+// overSSH starts bash on host of lab through OpenSSH's own client.
+func overSSH(lab *sshtest.Lab, host string) spawn.Func {
+	return func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		cmd := exec.CommandContext(ctx, "ssh", "-F", lab.SSHConfig, "-o", "BatchMode=yes", host, line)
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		return &spawn.Proc{Stdin: in, Wait: cmd.Wait}, nil
+	}
+}
+
+// project writes files (path: content; a "->" content makes a link, a
+// "x:" prefix an executable) under a new directory.
+func project(t *testing.T, files map[string]string) string {
+	dir := t.TempDir()
+	for p, content := range files {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		switch {
+		case strings.HasPrefix(content, "->"):
+			err = os.Symlink(strings.TrimPrefix(content, "->"), full)
+		case strings.HasPrefix(content, "x:"):
+			err = os.WriteFile(full, []byte(strings.TrimPrefix(content, "x:")), 0o755)
+		default:
+			err = os.WriteFile(full, []byte(content), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// tree reads a built tree back: path: content, as project writes them.
+func tree(t *testing.T, dir string) map[string]string {
+	got := map[string]string{}
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || fi.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case fi.Mode()&os.ModeSymlink != 0:
+			link, _ := os.Readlink(p)
+			got[rel] = "->" + link
+		default:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			got[rel] = string(b)
+			if fi.Mode()&0o111 != 0 {
+				got[rel] = "x:" + got[rel]
+			}
+			if fi.Mode()&0o222 != 0 {
+				t.Errorf("%s is writable (%v): a job could change every snapshot that shares it", rel, fi.Mode())
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// A snapshot's tree is built on each machine with the files, modes and
+// in-tree links of the project; a second snapshot with one file changed
+// sends that file alone; a snapshot a machine has sends nothing. Machines
+// are this one and two real OpenSSH hosts, each with a home of its own.
+func TestShip(t *testing.T) {
+	files := map[string]string{
+		"train.py":      "print('train')\n",
+		"run.sh":        "x:#!/bin/sh\necho run\n",
+		"conf/a.yaml":   "lr: 0.1\n",
+		"conf/b.yaml":   "lr: 0.1\n", // the same content: one blob
+		"data/latest":   "->../conf/a.yaml",
+		"deep/er/x.txt": strings.Repeat("x", 100_000),
+	}
+	dir := project(t, files)
+	local := t.TempDir()
+	t.Run("local", func(t *testing.T) { shipTwice(t, spawn.Local, os.Getenv("HOME"), dir, local, files) })
+	t.Run("ssh", func(t *testing.T) {
+		sshtest.Require(t)
+		lab := sshtest.Start(t, sshtest.Options{Hosts: 2})
+		for _, h := range lab.Hosts {
+			shipTwice(t, overSSH(lab, h.Name), h.Home, dir, local, files)
+		}
+	})
+}
+
+// shipTwice ships the project in dir (holding files) to the machine that
+// start runs bash on, whose home is home; then an edited copy of it.
+func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files map[string]string) {
+	s := take(t, dir, local)
+	got, sent, err := New(start).Ensure(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(home, ".gpudispatch/code/snaps", s.ID); got != want {
+		t.Errorf("the tree is at %s, want %s", got, want)
+	}
+	if want := s.Bytes - int64(len(files["conf/b.yaml"])); sent.Files != 4 || sent.Bytes != want {
+		t.Errorf("the first shipping sent %+v; want 4 files, %d bytes", sent, want)
+	}
+	if diff := compare(tree(t, got), files); diff != "" {
+		t.Errorf("the tree differs from the project: %s", diff)
+	}
+	// The project edited: one file changes.
+	edited := project(t, files)
+	os.WriteFile(filepath.Join(edited, "conf/a.yaml"), []byte("lr: 0.2\n"), 0o644)
+	s2 := take(t, edited, local)
+	got2, sent, err := New(start).Ensure(context.Background(), s2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent.Files != 1 || sent.Bytes != 8 {
+		t.Errorf("a snapshot with one file changed sent %+v; want the one file, 8 bytes", sent)
+	}
+	if b, _ := os.ReadFile(filepath.Join(got2, "data/latest")); string(b) != "lr: 0.2\n" {
+		t.Errorf("the second tree's link reads %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(got, "conf/a.yaml")); string(b) != "lr: 0.1\n" {
+		t.Errorf("the first tree changed: %q", b)
+	}
+	// A store that has the snapshot sends nothing, even to a new
+	// coordinator.
+	if _, sent, err := New(start).Ensure(context.Background(), s); err != nil || sent != (Sent{}) {
+		t.Errorf("shipping a snapshot the machine has: sent %+v, %v", sent, err)
+	}
+}
+
+// Ensure ships once for all its callers.
+func TestEnsureOnce(t *testing.T) {
+	dir := project(t, map[string]string{"a": "a"})
+	s := take(t, dir, t.TempDir())
+	st := New(spawn.Local)
+	errs := make(chan error)
+	total := make(chan int)
+	for range 5 {
+		go func() {
+			_, sent, err := st.Ensure(context.Background(), s)
+			errs <- err
+			total <- sent.Files
+		}()
+	}
+	n := 0
+	for range 5 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		n += <-total
+	}
+	if n != 1 {
+		t.Errorf("five callers sent %d files in all; want 1", n)
+	}
+}
+
+// A store that cannot be written says so in its own words, and the next
+// call tries again.
+func TestShipFails(t *testing.T) {
+	home := t.TempDir()
+	os.MkdirAll(filepath.Join(home, ".gpudispatch", "code"), 0o700)
+	os.Chmod(filepath.Join(home, ".gpudispatch", "code"), 0o500)
+	t.Cleanup(func() { os.Chmod(filepath.Join(home, ".gpudispatch", "code"), 0o700) })
+	if os.Geteuid() == 0 {
+		// root writes anyway: a store that is a link fails the same way.
+		os.Remove(filepath.Join(home, ".gpudispatch", "code"))
+		os.Symlink(t.TempDir(), filepath.Join(home, ".gpudispatch", "code"))
+	}
+	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, "export HOME="+home+"; "+line, stdout, stderr)
+	}
+	s := take(t, project(t, map[string]string{"a": "a"}), t.TempDir())
+	st := New(start)
+	for range 2 {
+		_, _, err := st.Ensure(context.Background(), s)
+		if err == nil || !strings.Contains(err.Error(), "cannot put the code") || !strings.Contains(err.Error(), ".gpudispatch/code") {
+			t.Errorf("shipping into a store not one's own: %v", err)
+		}
+	}
+}
+
+func take(t *testing.T, dir, store string) *snapshot.Snapshot {
+	t.Helper()
+	s, err := snapshot.Take(context.Background(), dir, store, snapshot.DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// compare says how got differs from want.
+func compare(got, want map[string]string) string {
+	var diffs []string
+	for p, w := range want {
+		if got[p] != w {
+			diffs = append(diffs, fmt.Sprintf("%s: %q, want %q", p, got[p], w))
+		}
+	}
+	for p := range got {
+		if _, ok := want[p]; !ok {
+			diffs = append(diffs, p+" is extra")
+		}
+	}
+	return strings.Join(diffs, "; ")
+}
