@@ -81,6 +81,9 @@ type Event struct {
 	// Tag names the attempt on its host (pending and started events): a
 	// later run of the log dir finds it there by it (--resume).
 	Tag string `json:"tag,omitempty"`
+	// Snapshot is the ID of the snapshot of the code the attempt runs in
+	// (started and pending events of a run with sync).
+	Snapshot string `json:"snapshot,omitempty"`
 	// ByUser is set on a cancelled or retried event that someone asked for
 	// (cancel, retry), rather than the run deciding it: serve --resume does
 	// not bring back a job its user cancelled.

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -70,6 +71,9 @@ type Options struct {
 	BusyMemoryMB int
 	// Hooks are the commands run as jobs and the run end.
 	Hooks Hooks
+	// Snapshots are the snapshots of the code taken as the run started, by
+	// the directory a host's Sync names: the jobs' workdir on the host.
+	Snapshots map[string]*snapshot.Snapshot
 	// Recheck is how long a GPU found busy or locked by another run, or a
 	// host found unable to set up a job's environment (for that
 	// environment), is set aside before it is tried again (0:
@@ -584,6 +588,13 @@ func (r *run) start(ctx context.Context, a assignment) {
 		go func() { r.results <- result{a: a, code: -1, err: err} }()
 		return
 	}
+	code := r.opts.Snapshots[h.Sync]
+	if h.Sync != "" && code == nil {
+		err := fmt.Errorf("sync: no snapshot of %s was taken (the directory was named after the run started): start a new run", h.Sync)
+		logs.close()
+		go func() { r.results <- result{a: a, code: -1, err: err, logs: logs} }()
+		return
+	}
 	e.Stdout, e.Stderr = logs.out.Name(), logs.err.Name()
 	start := time.Now()
 	e.Start = &start
@@ -595,6 +606,9 @@ func (r *run) start(ctx context.Context, a assignment) {
 		Prelude: prelude(h, j),
 		Tag:     q.tag,
 		GPUs:    j.GPUs,
+	}
+	if code != nil {
+		c.Code, e.Snapshot = code, code.ID
 	}
 	timeout := r.opts.Timeout
 	if j.Timeout > 0 {

@@ -22,6 +22,9 @@ type JobStatus struct {
 	Command string `json:"command"`
 	Host    string `json:"host,omitempty"`
 	GPUs    []int  `json:"gpus,omitempty"`
+	// Snapshot is the ID of the snapshot of the code the latest attempt
+	// ran in (a run with sync).
+	Snapshot string `json:"snapshot,omitempty"`
 	// Attempts counts the job's attempts in every run of the log dir (its
 	// logs are ID.out, ID.2.out... up to ID.Attempts.out).
 	Attempts int        `json:"attempts"`
@@ -156,6 +159,9 @@ func (s *JobStatus) apply(e Event) {
 	}
 	if e.Start != nil {
 		s.Start = e.Start
+	}
+	if e.Snapshot != "" {
+		s.Snapshot = e.Snapshot
 	}
 	if e.Stdout != "" {
 		s.Stdout, s.Stderr = e.Stdout, e.Stderr

@@ -187,6 +187,7 @@ func (c *checker) intValue(v *node) (int, bool) {
 type settings struct {
 	Connection
 	workdir, setup string
+	sync           string
 	login          string
 	conda, venv    string
 	// condaSet and venvSet say the key was given: a host's empty value
@@ -205,6 +206,7 @@ func (c *checker) settingsFields(s *settings) map[string]func(string, *node) {
 		"identity_file": c.str(&s.IdentityFile),
 		"proxy_jump":    c.str(&s.ProxyJump),
 		"workdir":       c.str(&s.workdir),
+		"sync":          c.str(&s.sync),
 		"setup":         c.str(&s.setup),
 		"slots_per_gpu": c.integer(&s.slotsPerGPU, 1, 1024),
 		"login":         c.oneOf(&s.login, LoginPerSlot, LoginPerJob),
@@ -386,6 +388,15 @@ func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 	}
 	h.Connection = s.Connection
 	h.Workdir = cmp.Or(s.workdir, defaults.workdir)
+	if sync := cmp.Or(s.sync, defaults.sync); sync != "" {
+		h.Sync = c.path(sync)
+		switch {
+		case h.Slurm != nil:
+			c.fail(n, path+".sync", "a snapshot of the code cannot go to a Slurm cluster yet: put the code in its workdir")
+		case h.Workdir != "":
+			c.fail(n, path+".sync", "sync: makes the snapshot of %s the jobs' workdir: remove workdir: (%s)", sync, h.Workdir)
+		}
+	}
 	h.Setup = cmp.Or(s.setup, defaults.setup)
 	h.Login = cmp.Or(s.login, defaults.login, LoginPerSlot)
 	h.Conda, h.Venv = defaults.conda, defaults.venv

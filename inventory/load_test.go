@@ -185,3 +185,21 @@ hosts:
 		t.Errorf("a: conda %q venv %q; b: conda %q venv %q", a.Conda, a.Venv, b.Conda, b.Venv)
 	}
 }
+
+// sync: names a directory of this machine, relative to the inventory
+// file; a host's own wins over the defaults'.
+func TestLoadSync(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "lab.yaml")
+	os.WriteFile(file, []byte("defaults:\n  sync: proj\nhosts:\n  - {name: a, gpus: 1}\n  - {name: b, gpus: 1, sync: /abs/other}\n  - {name: c, gpus: 1, local: true}\n"), 0o644)
+	inv, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{filepath.Join(dir, "proj"), "/abs/other", filepath.Join(dir, "proj")} {
+		if got := inv.Hosts[i].Sync; got != want {
+			t.Errorf("host %s: sync %q, want %q", inv.Hosts[i].Name, got, want)
+		}
+	}
+}

@@ -58,7 +58,10 @@ type Host struct {
 	// SlotsPerGPU is how many jobs share each listed GPU.
 	SlotsPerGPU int
 	Workdir     string
-	Setup       string
+	// Sync is a directory of this machine (absolute) whose snapshot, taken
+	// as the run starts, is the jobs' workdir on the host.
+	Sync  string
+	Setup string
 	// Env holds NAME=value pairs, sorted by name.
 	Env []string
 	// Slurm, when set, makes the host a Slurm cluster reached through its

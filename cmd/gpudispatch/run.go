@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/gpudispatch/gpudispatch/dispatch"
 	"github.com/gpudispatch/gpudispatch/dispatch/control"
 	"github.com/gpudispatch/gpudispatch/dispatch/live"
+	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 	"github.com/gpudispatch/gpudispatch/dispatch/web"
 )
 
@@ -47,6 +49,10 @@ type runOptions struct {
 	serve bool
 	// listen is where the web page is served ("" for none).
 	listen string
+	// sync is --sync (absolute; "" for the inventory's sync:), syncLimit
+	// --sync-limit in bytes.
+	sync      string
+	syncLimit int64
 }
 
 func newRunCommand(s streams, runF func(context.Context, streams, runOptions) error) *cobra.Command {
@@ -118,6 +124,8 @@ func addRunFlags(f *pflag.FlagSet, serve bool) {
 	f.String("on-job-end", "", "run this command (sh -c, on this machine) as each job ends, with GPUDISPATCH_JOB_ID, _STATE, _EXIT, _HOST, _GPUS, _SECONDS, _STDOUT, _STDERR set (default: the inventory's hooks.job_end)")
 	f.String("on-run-end", "", "run this command (sh -c, on this machine) as the run ends, with the counts by outcome (GPUDISPATCH_SUCCEEDED, _FAILED...) and GPUDISPATCH_LOG_DIR (default: the inventory's hooks.run_end)")
 	f.Duration("hook-timeout", dispatch.DefaultHookTimeout, "how long a hook may run before it is killed")
+	f.String("sync", "", "take a snapshot of this directory as the run starts and run the jobs in it on every host (what git would commit, minus .gpdignore; default: the inventory's sync:)")
+	f.Int64("sync-limit", snapshot.DefaultLimit>>20, "the largest snapshot --sync takes, in MiB")
 	f.Bool("json", false, "print one JSON object per event on stdout")
 	f.BoolP("quiet", "q", false, "print only what went wrong, and the summary")
 	f.BoolP("verbose", "v", false, "print queued and skipped jobs too")
@@ -144,6 +152,17 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 		quiet:      v.GetBool("quiet"),
 		verbose:    v.GetBool("verbose"),
 		listen:     v.GetString("listen"),
+		syncLimit:  v.GetInt64("sync-limit") << 20,
+	}
+	if dir := v.GetString("sync"); dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return o, usageError("--sync: %v", err)
+		}
+		o.sync = abs
+	}
+	if o.syncLimit <= 0 {
+		return o, usageError("--sync-limit: want a positive number of MiB")
 	}
 	gpus := v.GetString("gpus")
 	// simple_gpu_scheduler's form: --gpus 0 1 2 cmds.txt. Bare integers right
@@ -250,6 +269,9 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	if err != nil {
 		return err
 	}
+	if err := syncTo(inv, o.sync); err != nil {
+		return err
+	}
 	inputs, closeInputs, err := openInputs(s, o.files)
 	if err != nil {
 		return err
@@ -268,6 +290,11 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// The code as it is now, before anything runs.
+	snaps, err := takeSnapshots(ctx, textTo(s.err), inv, o.syncLimit, o.quiet || o.dryRun)
+	if err != nil {
+		return err
+	}
 	// The run starts once one host is up; the others join as they are
 	// opened. A dry run reports on every host.
 	lab, states, settled, err := startHosts(ctx, s, o.labOptions, inv, o.dryRun)
@@ -288,6 +315,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		Hooks:           o.hooks,
 		Serve:           o.serve,
 		Environ:         os.Environ(),
+		Snapshots:       snaps,
 	}
 	opts.Hooks.JobEnd = cmp.Or(opts.Hooks.JobEnd, inv.Hooks.JobEnd)
 	opts.Hooks.RunEnd = cmp.Or(opts.Hooks.RunEnd, inv.Hooks.RunEnd)

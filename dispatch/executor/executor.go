@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 )
 
 // Executor runs jobs on the hosts of an inventory, each named by its
@@ -98,6 +100,10 @@ type Prelude struct {
 	// Env holds the host's own NAME=value pairs (the inventory's env), set
 	// for the set-up as for each job (Command.Env has them too).
 	Env []string
+	// Code, when set, is a snapshot of the project whose tree is put on the
+	// machine before the job's shell starts, and becomes its Workdir (Key
+	// then names the tree by that workdir).
+	Code *snapshot.Snapshot
 }
 
 // Key is the same for two Preludes exactly when they set up the same.

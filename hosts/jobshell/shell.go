@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/codestore"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
@@ -96,6 +97,7 @@ func (sh *shell) placing() placing {
 type Shells struct {
 	spawn spawn.Func
 	sup   Supervision
+	code  *codestore.Store
 
 	mu     sync.Mutex
 	idle   []*shell // the last one is the most recently used
@@ -104,7 +106,7 @@ type Shells struct {
 
 // New returns the job shells of the machine that start runs bash on.
 func New(start spawn.Func, s Supervision) *Shells {
-	return &Shells{spawn: start, sup: s}
+	return &Shells{spawn: start, sup: s, code: codestore.New(start)}
 }
 
 // Run runs c in an idle shell of the machine, or in a new one, and returns
@@ -113,6 +115,14 @@ func New(start spawn.Func, s Supervision) *Shells {
 func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (code int, err error) {
 	if err := check(c); err != nil {
 		return -1, err
+	}
+	if c.Code != nil {
+		// The snapshot's tree, once on this machine, is the workdir.
+		dir, _, err := ss.code.Ensure(ctx, c.Code)
+		if err != nil {
+			return -1, &executor.UnfitError{Why: err.Error()}
+		}
+		c.Workdir, c.Code = dir, nil
 	}
 	mark := newMark()
 	// A shell whose profile changed runs nothing and answers errStale: the

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// syncTo makes dir (--sync) every host's sync, in place of its workdir.
+func syncTo(inv *inventory.Inventory, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	for i := range inv.Hosts {
+		h := &inv.Hosts[i]
+		if h.Slurm != nil {
+			return usageError("--sync: %s is a Slurm cluster, where a snapshot of the code cannot go yet: put the code in its workdir", h.Name)
+		}
+		h.Sync, h.Workdir = dir, ""
+	}
+	return nil
+}
+
+// takeSnapshots takes a snapshot of each directory the hosts sync, keeping
+// its content in the user's cache, and says what it took unless quiet.
+func takeSnapshots(ctx context.Context, w io.Writer, inv *inventory.Inventory, limit int64, quiet bool) (map[string]*snapshot.Snapshot, error) {
+	snaps := map[string]*snapshot.Snapshot{}
+	for _, h := range inv.Hosts {
+		if h.Sync == "" || snaps[h.Sync] != nil {
+			continue
+		}
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return nil, fmt.Errorf("sync: where to keep the snapshot's content: %w", err)
+		}
+		s, err := snapshot.Take(ctx, h.Sync, filepath.Join(cache, "gpudispatch", "code"), limit)
+		if err != nil {
+			return nil, err
+		}
+		snaps[h.Sync] = s
+		if !quiet {
+			fmt.Fprintf(w, "gpudispatch: snapshot %s of %s: %s, %s\n", s.ID, s.Dir, dispatch.Count(len(s.Files), "file"), snapshot.Size(s.Bytes))
+		}
+	}
+	return snaps, nil
+}

@@ -1,0 +1,197 @@
+package snapshot
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// write makes files (path: content; "->" makes a link) under dir.
+func write(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for p, content := range files {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		if target, ok := strings.CutPrefix(content, "->"); ok {
+			err = os.Symlink(target, full)
+		} else {
+			err = os.WriteFile(full, []byte(content), 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func gitInit(t *testing.T, dir string, track ...string) {
+	t.Helper()
+	for _, args := range [][]string{{"init", "-q"}, append([]string{"add", "--"}, track...)} {
+		if out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v: %s", args, err, out)
+		}
+	}
+}
+
+// What a snapshot holds: git's files where there is a work tree (ignored
+// ones left out, .git never shipped, untracked ones in), every file
+// elsewhere, minus .gpdignore in both; in-tree links kept.
+func TestTakeLists(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("git is not installed: the ignore rules are git's")
+	}
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		git   []string // tracked: the directory is a git work tree
+		want  []string
+	}{
+		{
+			name:  "plain directory",
+			files: map[string]string{"a.py": "a", "sub/b.py": "b", "link": "->sub/b.py", ".hidden": "h"},
+			want:  []string{".hidden", "a.py", "link", "sub/b.py"},
+		},
+		{
+			name:  "plain directory with .gpdignore",
+			files: map[string]string{"a.py": "a", "data/big.bin": "x", "ckpt/1.pt": "x", ".gpdignore": "data/\n*.pt\n"},
+			want:  []string{".gpdignore", "a.py"},
+		},
+		{
+			name:  "git work tree",
+			files: map[string]string{"a.py": "a", "new.py": "n", "out.log": "l", ".gitignore": "*.log\n", "src/m.py": "m"},
+			git:   []string{"a.py", ".gitignore", "src/m.py"},
+			want:  []string{".gitignore", "a.py", "new.py", "src/m.py"},
+		},
+		{
+			name:  "git work tree with .gpdignore over tracked files",
+			files: map[string]string{"a.py": "a", "data/d.csv": "d", ".gpdignore": "data/\n"},
+			git:   []string{"a.py", "data/d.csv", ".gpdignore"},
+			want:  []string{".gpdignore", "a.py"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			write(t, dir, tc.files)
+			if tc.git != nil {
+				gitInit(t, dir, tc.git...)
+			}
+			s, err := Take(context.Background(), dir, t.TempDir(), DefaultLimit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, f := range s.Files {
+				got = append(got, f.Path)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("shipped %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// The ID is the content's: the same tree taken twice, or elsewhere, has
+// the same; one byte, a mode or a name changed gives another. The store
+// keeps the content as it was.
+func TestTakeID(t *testing.T) {
+	files := map[string]string{"a.py": "a", "b/c.py": "c"}
+	id := func(edit func(dir string)) string {
+		dir := t.TempDir()
+		write(t, dir, files)
+		if edit != nil {
+			edit(dir)
+		}
+		s, err := Take(context.Background(), dir, t.TempDir(), DefaultLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.ID
+	}
+	base := id(nil)
+	if again := id(nil); again != base {
+		t.Errorf("the same tree has IDs %s and %s", base, again)
+	}
+	for name, edit := range map[string]func(string){
+		"content": func(d string) { os.WriteFile(filepath.Join(d, "a.py"), []byte("A"), 0o644) },
+		"mode":    func(d string) { os.Chmod(filepath.Join(d, "a.py"), 0o755) },
+		"name":    func(d string) { os.Rename(filepath.Join(d, "a.py"), filepath.Join(d, "z.py")) },
+	} {
+		if got := id(edit); got == base {
+			t.Errorf("a tree with its %s changed has the same ID", name)
+		}
+	}
+	dir, store := t.TempDir(), t.TempDir()
+	write(t, dir, files)
+	s, err := Take(context.Background(), dir, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "a.py"), []byte("edited"), 0o644)
+	f, err := s.Content(s.Files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 10)
+	n, _ := f.Read(b)
+	if string(b[:n]) != "a" {
+		t.Errorf("the store's copy of a.py reads %q after the edit; want what it was, %q", b[:n], "a")
+	}
+}
+
+// What is refused, with what a user acts on.
+func TestTakeRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		limit int64
+		want  []string
+	}{
+		{"link out of the tree", map[string]string{"a.py": "a", "data": "->../../shared/data"}, DefaultLimit,
+			[]string{"data is a symbolic link to ../../shared/data, out of", ".gpdignore"}},
+		{"absolute link", map[string]string{"a.py": "a", "env": "->/opt/env"}, DefaultLimit,
+			[]string{"env is a symbolic link to /opt/env"}},
+		{"over the limit", map[string]string{"small": "x", "big.bin": strings.Repeat("x", 3000), "mid.bin": strings.Repeat("x", 2000)}, 4000,
+			[]string{"holds 4.9 KiB to ship, over the limit of 3.9 KiB (--sync-limit)", "the largest: big.bin (2.9 KiB), mid.bin (2.0 KiB), small (1 B)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			write(t, dir, tc.files)
+			_, err := Take(context.Background(), dir, t.TempDir(), tc.limit)
+			for _, w := range tc.want {
+				if err == nil || !strings.Contains(err.Error(), w) {
+					t.Errorf("error %v; want it to say %q", err, w)
+				}
+			}
+		})
+	}
+	if _, err := Take(context.Background(), filepath.Join(t.TempDir(), "nope"), t.TempDir(), DefaultLimit); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("a directory that does not exist: %v", err)
+	}
+}
+
+// The parsers of this package's input are git's; what Take itself reads
+// is link targets: fuzz that a target it accepts stays in the tree.
+func FuzzInside(f *testing.F) {
+	for _, seed := range [][2]string{{"a", "b"}, {"x/y", "../z"}, {"x/y", "../../z"}, {"a", "/etc"}, {"a/b/c", "./../.."}, {"a", ".."}} {
+		f.Add(seed[0], seed[1])
+	}
+	f.Fuzz(func(t *testing.T, p, link string) {
+		if p == "" || strings.HasPrefix(p, "/") || strings.Contains(p, "..") {
+			return
+		}
+		if !inside(p, link) {
+			return
+		}
+		to := filepath.Join("/root-of-tree", filepath.Dir(p), link)
+		if !strings.HasPrefix(to, "/root-of-tree/") && to != "/root-of-tree" {
+			t.Errorf("inside(%q, %q) but it leads to %s", p, link, to)
+		}
+	})
+}
