@@ -37,6 +37,8 @@ type File struct {
 	Size int64
 	Hash string
 	Link string
+	// mtime is the file's modification time as listed (UnixNano).
+	mtime int64
 }
 
 // Blob is the name of f's content in a content store: its hash, with "x"
@@ -105,7 +107,7 @@ func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error
 			}
 			s.Files = append(s.Files, File{Path: p, Link: link})
 		case fi.Mode().IsRegular():
-			s.Files = append(s.Files, File{Path: p, Exec: fi.Mode()&0o111 != 0, Size: fi.Size()})
+			s.Files = append(s.Files, File{Path: p, Exec: fi.Mode()&0o111 != 0, Size: fi.Size(), mtime: fi.ModTime().UnixNano()})
 			s.Bytes += fi.Size()
 		}
 		// Directories (git submodules) and special files are not shipped.
@@ -116,9 +118,11 @@ func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error
 	if err := os.MkdirAll(store, 0o700); err != nil {
 		return nil, fmt.Errorf("sync: the coordinator's content store: %w", err)
 	}
-	if err := s.hash(ctx); err != nil {
+	idx := openIndex(store, abs)
+	if err := s.hash(ctx, idx); err != nil {
 		return nil, err
 	}
+	idx.save(s.Files)
 	id := sha256.New()
 	for _, f := range s.Files {
 		fmt.Fprintf(id, "%q %t %s %q\n", f.Path, f.Exec, f.Hash, f.Link)
@@ -221,7 +225,7 @@ func tooLarge(s *Snapshot, limit int64) error {
 
 // hash fills in the files' hashes, copying into the store the content it
 // lacks, on as many goroutines as there are CPUs.
-func (s *Snapshot) hash(ctx context.Context) error {
+func (s *Snapshot) hash(ctx context.Context, idx *index) error {
 	work := make(chan int)
 	var (
 		wg    sync.WaitGroup
@@ -231,7 +235,7 @@ func (s *Snapshot) hash(ctx context.Context) error {
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
 			for i := range work {
-				if err := s.keep(&s.Files[i]); err != nil {
+				if err := s.keep(&s.Files[i], idx); err != nil {
 					mu.Lock()
 					first = cmp.Or(first, err)
 					mu.Unlock()
@@ -254,15 +258,30 @@ func (s *Snapshot) hash(ctx context.Context) error {
 }
 
 // keep hashes f and keeps its content in the store, where it is not yet:
-// a file read once where the store has it, twice where it does not.
-func (s *Snapshot) keep(f *File) error {
+// a file the index knows unchanged, whose content the store has, is not
+// read at all; another is read once, into the store.
+func (s *Snapshot) keep(f *File, idx *index) error {
+	if hash, ok := idx.known(*f); ok {
+		if _, err := os.Stat(filepath.Join(s.Store, hash[:2], hash)); err == nil {
+			f.Hash = hash
+			return nil
+		}
+	}
 	path := filepath.Join(s.Dir, filepath.FromSlash(f.Path))
-	hash, n, err := hashOf(path, nil)
+	tmp, err := os.CreateTemp(s.Store, "in-")
+	if err != nil {
+		return fmt.Errorf("sync: the coordinator's content store: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	hash, n, err := hashOf(path, tmp)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return fmt.Errorf("sync: %s vanished while the snapshot was taken: %w", path, err)
 	}
-	if n != f.Size {
-		return fmt.Errorf("sync: %s changed while the snapshot was taken (%d bytes, then %d): take it again", path, f.Size, n)
+	if fi, err := os.Lstat(path); err != nil || n != f.Size || fi.Size() != n || fi.ModTime().UnixNano() != f.mtime {
+		return fmt.Errorf("sync: %s changed while the snapshot was taken: take it again", path)
 	}
 	f.Hash = hash
 	dst := filepath.Join(s.Store, hash[:2], hash)
@@ -271,21 +290,6 @@ func (s *Snapshot) keep(f *File) error {
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return fmt.Errorf("sync: the coordinator's content store: %w", err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "in-")
-	if err != nil {
-		return fmt.Errorf("sync: the coordinator's content store: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	again, _, err := hashOf(path, tmp)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	switch {
-	case err != nil:
-		return fmt.Errorf("sync: %s: %w", path, err)
-	case again != hash:
-		return fmt.Errorf("sync: %s changed while the snapshot was taken: take it again", path)
 	}
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return fmt.Errorf("sync: the coordinator's content store: %w", err)

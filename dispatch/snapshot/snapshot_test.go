@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // write makes files (path: content; "->" makes a link) under dir.
@@ -194,4 +195,35 @@ func FuzzInside(f *testing.F) {
 			t.Errorf("inside(%q, %q) but it leads to %s", p, link, to)
 		}
 	})
+}
+
+// A second snapshot takes unchanged files from the index without reading
+// them, and still sees each edit: a changed file (same size, new time) gets
+// its new hash, the others keep theirs, and a file whose content the store
+// lost is read again.
+func TestTakeIndex(t *testing.T) {
+	dir, store := t.TempDir(), t.TempDir()
+	write(t, dir, map[string]string{"a.py": "aaaa", "b.py": "bbbb", "c.py": "cccc"})
+	old := time.Now().Add(-time.Hour)
+	for _, name := range []string{"a.py", "b.py", "c.py"} {
+		os.Chtimes(filepath.Join(dir, name), old, old)
+	}
+	first, err := Take(context.Background(), dir, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "a.py"), []byte("AAAA"), 0o644)
+	os.Remove(filepath.Join(store, first.Files[2].Hash[:2], first.Files[2].Hash))
+	second, err := Take(context.Background(), dir, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Files[0].Hash == first.Files[0].Hash || second.Files[1].Hash != first.Files[1].Hash || second.Files[2].Hash != first.Files[2].Hash {
+		t.Errorf("hashes %v then %v: want a.py's alone to change", first.Files, second.Files)
+	}
+	for _, f := range second.Files {
+		if _, err := os.Stat(filepath.Join(store, f.Hash[:2], f.Hash)); err != nil {
+			t.Errorf("the store lacks %s's content: %v", f.Path, err)
+		}
+	}
 }

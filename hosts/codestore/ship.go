@@ -147,10 +147,8 @@ func talk(s *snapshot.Snapshot, in *bufio.Writer, end func() error, out *bufio.R
 			}
 		}
 	}
-	fmt.Fprintf(in, "%d\n", len(blobs))
-	for _, b := range blobs {
-		fmt.Fprintf(in, "%s\n", b)
-	}
+	names := strings.Join(blobs, "\n")
+	fmt.Fprintf(in, "%d\n%s", len(names), names)
 	if err := in.Flush(); err != nil {
 		return "", err
 	}
@@ -166,18 +164,20 @@ func talk(s *snapshot.Snapshot, in *bufio.Writer, end func() error, out *bufio.R
 		missing[line] = true
 	}
 	tw := tar.NewWriter(in)
+	// Each directory once: tar keeps a list of those it made, which it
+	// searches for each one.
+	made := map[string]bool{}
 	for _, b := range blobs {
 		if !missing[b] {
 			continue
 		}
 		f := first[b]
-		if err := sendBlob(tw, s, f); err != nil {
+		if err := sendBlob(tw, s, f, made); err != nil {
 			return "", err
 		}
 		sent.Files++
 		sent.Bytes += f.Size
 	}
-	made := map[string]bool{}
 	for _, f := range s.Files {
 		name := "tree/" + f.Path
 		if err := dirs(tw, path.Dir(name), made); err != nil {
@@ -216,7 +216,7 @@ func talk(s *snapshot.Snapshot, in *bufio.Writer, end func() error, out *bufio.R
 }
 
 // sendBlob writes f's content as the store's new blob.
-func sendBlob(tw *tar.Writer, s *snapshot.Snapshot, f snapshot.File) error {
+func sendBlob(tw *tar.Writer, s *snapshot.Snapshot, f snapshot.File, made map[string]bool) error {
 	src, err := s.Content(f)
 	if err != nil {
 		return fmt.Errorf("the coordinator's copy of %s: %w", f.Path, err)
@@ -227,7 +227,7 @@ func sendBlob(tw *tar.Writer, s *snapshot.Snapshot, f snapshot.File) error {
 		mode = 0o555
 	}
 	b := f.Blob()
-	if err := dirs(tw, "new/"+b[:2], nil); err != nil {
+	if err := dirs(tw, "new/"+b[:2], made); err != nil {
 		return err
 	}
 	if err := tw.WriteHeader(&tar.Header{Name: "new/" + b[:2] + "/" + b, Mode: mode, Size: f.Size, Typeflag: tar.TypeReg}); err != nil {
@@ -237,8 +237,7 @@ func sendBlob(tw *tar.Writer, s *snapshot.Snapshot, f snapshot.File) error {
 	return err
 }
 
-// dirs writes the directory d and those above it that made lacks (nil:
-// none is remembered; tar makes a directory once).
+// dirs writes the directory d and those above it that made lacks.
 func dirs(tw *tar.Writer, d string, made map[string]bool) error {
 	if d == "." || d == "" || made[d] {
 		return nil
@@ -246,9 +245,7 @@ func dirs(tw *tar.Writer, d string, made map[string]bool) error {
 	if err := dirs(tw, path.Dir(d), made); err != nil {
 		return err
 	}
-	if made != nil {
-		made[d] = true
-	}
+	made[d] = true
 	return tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir})
 }
 

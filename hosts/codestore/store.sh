@@ -6,7 +6,8 @@
 #   snaps/ID.ok       there once the tree is whole; touched at each use.
 # stdin, after this code: the snapshot's ID on a line. The shell answers
 # "have STORE" when the tree is there, and is done; else "need STORE TMP",
-# then reads a count and that many blob names, one per line, and answers
+# then reads a byte count on a line and that many bytes of blob names, one
+# per line, and answers
 # the names of those the store lacks, one per line, then "end". Then it
 # reads a tar stream it extracts in TMP: new/XX/BLOB for the blobs it
 # lacked, and tree/..., whose files are hard links to blobs by absolute
@@ -34,12 +35,15 @@ fi
 tmp=$(mktemp -d -- "$store/tmp/XXXXXXXX") || exit 1
 trap 'rm -rf -- "$tmp"' EXIT
 printf 'need %s %s\n' "$store" "$tmp"
+# The names come as one block of known length: one read, where a read
+# per line would take a system call per byte.
 IFS= read -r n || exit 1
-while [ "$n" -gt 0 ]; do
-  IFS= read -r b || exit 1
-  case $b in '' | *[!0-9a-fx]*) exit 2 ;; esac
+case $n in '' | *[!0-9]*) exit 2 ;; esac
+names=
+[ "$n" = 0 ] || LC_ALL=C IFS= read -r -N "$n" names || exit 1
+case $names in *[!0-9a-fx$'\n']*) exit 2 ;; esac
+for b in $names; do
   [ -e "$store/blobs/${b:0:2}/$b" ] || printf '%s\n' "$b"
-  n=$((n - 1))
 done
 echo end
 tar -x -P --no-same-owner -f - -C "$tmp" || exit 1

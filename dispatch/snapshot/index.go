@@ -1,0 +1,79 @@
+package snapshot
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// index remembers, for one directory, the hash of each file by its size
+// and modification time, as git's index does: a file that kept both is not
+// read again. A time close to when the index was written is not trusted
+// (a file written again within the clock's step would keep it).
+type index struct {
+	path    string
+	written int64
+	files   map[string]indexed
+}
+
+type indexed struct {
+	Size  int64  `json:"size"`
+	Mtime int64  `json:"mtime"`
+	Exec  bool   `json:"exec"`
+	Hash  string `json:"hash"`
+}
+
+type indexFile struct {
+	Written int64              `json:"written"`
+	Files   map[string]indexed `json:"files"`
+}
+
+// openIndex reads the index of dir kept in store (none: an empty one).
+func openIndex(store, dir string) *index {
+	sum := sha256.Sum256([]byte(dir))
+	idx := &index{path: filepath.Join(store, "index", hex.EncodeToString(sum[:8])+".json")}
+	var f indexFile
+	if b, err := os.ReadFile(idx.path); err == nil && json.Unmarshal(b, &f) == nil {
+		idx.written, idx.files = f.Written, f.Files
+	}
+	return idx
+}
+
+// known returns f's hash when the index has f as it is now.
+func (idx *index) known(f File) (string, bool) {
+	e, ok := idx.files[f.Path]
+	if !ok || e.Size != f.Size || e.Mtime != f.mtime || e.Exec != f.Exec || len(e.Hash) != 64 {
+		return "", false
+	}
+	if idx.written-f.mtime < int64(2*time.Second) {
+		return "", false
+	}
+	return e.Hash, true
+}
+
+// save writes the index of files, hashed; it is a cache, so a failure
+// only costs the next snapshot a read of every file.
+func (idx *index) save(files []File) {
+	f := indexFile{Written: time.Now().UnixNano(), Files: map[string]indexed{}}
+	for _, file := range files {
+		if file.Link == "" {
+			f.Files[file.Path] = indexed{Size: file.Size, Mtime: file.mtime, Exec: file.Exec, Hash: file.Hash}
+		}
+	}
+	b, err := json.Marshal(f)
+	if err != nil || os.MkdirAll(filepath.Dir(idx.path), 0o700) != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(idx.path), "index-")
+	if err != nil {
+		return
+	}
+	_, err = tmp.Write(b)
+	if cerr := tmp.Close(); err == nil && cerr == nil {
+		os.Rename(tmp.Name(), idx.path)
+	}
+	os.Remove(tmp.Name())
+}
