@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -31,10 +32,38 @@ type indexFile struct {
 	Files   map[string]indexed `json:"files"`
 }
 
+// dirKey names the directory dir in a store.
+func dirKey(dir string) string {
+	sum := sha256.Sum256([]byte(dir))
+	return hex.EncodeToString(sum[:8])
+}
+
+// saveManifest keeps s's files in its store, for Earlier; it is a cache.
+func (s *Snapshot) saveManifest() {
+	writeAtomic(filepath.Join(s.Store, "manifests", s.ID+".json"), s.Files)
+}
+
+// Earlier returns the files of the snapshot id taken earlier with the same
+// store, by path, when the store still has its list.
+func (s *Snapshot) Earlier(id string) (map[string]File, bool) {
+	if len(id) != len(s.ID) || strings.Trim(id, "0123456789abcdef") != "" {
+		return nil, false
+	}
+	b, err := os.ReadFile(filepath.Join(s.Store, "manifests", id+".json"))
+	var files []File
+	if err != nil || json.Unmarshal(b, &files) != nil {
+		return nil, false
+	}
+	byPath := make(map[string]File, len(files))
+	for _, f := range files {
+		byPath[f.Path] = f
+	}
+	return byPath, true
+}
+
 // openIndex reads the index of dir kept in store (none: an empty one).
 func openIndex(store, dir string) *index {
-	sum := sha256.Sum256([]byte(dir))
-	idx := &index{path: filepath.Join(store, "index", hex.EncodeToString(sum[:8])+".json")}
+	idx := &index{path: filepath.Join(store, "index", dirKey(dir)+".json")}
 	var f indexFile
 	if b, err := os.ReadFile(idx.path); err == nil && json.Unmarshal(b, &f) == nil {
 		idx.written, idx.files = f.Written, f.Files
@@ -63,17 +92,23 @@ func (idx *index) save(files []File) {
 			f.Files[file.Path] = indexed{Size: file.Size, Mtime: file.mtime, Exec: file.Exec, Hash: file.Hash}
 		}
 	}
-	b, err := json.Marshal(f)
-	if err != nil || os.MkdirAll(filepath.Dir(idx.path), 0o700) != nil {
+	writeAtomic(idx.path, f)
+}
+
+// writeAtomic writes v as JSON to path, whole or not at all; a failure is
+// ignored (what it writes are caches).
+func writeAtomic(path string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil || os.MkdirAll(filepath.Dir(path), 0o700) != nil {
 		return
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(idx.path), "index-")
+	tmp, err := os.CreateTemp(filepath.Dir(path), "tmp-")
 	if err != nil {
 		return
 	}
 	_, err = tmp.Write(b)
 	if cerr := tmp.Close(); err == nil && cerr == nil {
-		os.Rename(tmp.Name(), idx.path)
+		os.Rename(tmp.Name(), path)
 	}
 	os.Remove(tmp.Name())
 }

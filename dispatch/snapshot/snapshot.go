@@ -64,6 +64,9 @@ type Snapshot struct {
 	// Store holds the content, by hash, as it was when the snapshot was
 	// taken: later edits of Dir do not change what ships.
 	Store string
+	// Key names Dir among the directories snapshots are taken of, so that
+	// a machine can say which snapshot of it it has last.
+	Key string
 }
 
 // Content opens the content of f as it was when s was taken.
@@ -128,6 +131,8 @@ func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error
 		fmt.Fprintf(id, "%q %t %s %q\n", f.Path, f.Exec, f.Hash, f.Link)
 	}
 	s.ID = hex.EncodeToString(id.Sum(nil))[:20]
+	s.Key = dirKey(abs)
+	s.saveManifest()
 	return s, nil
 }
 

@@ -117,29 +117,47 @@ func ship(ctx context.Context, start spawn.Func, s *snapshot.Snapshot) (string, 
 // code first (spawn.Bootstrap).
 // The tar stream ends with stdin: tar reads whole records.
 func talk(s *snapshot.Snapshot, in *bufio.Writer, end func() error, out *bufio.Reader, sent *Sent) (string, error) {
-	if _, err := io.WriteString(in, storeCode+s.ID+"\n"); err != nil {
+	if _, err := io.WriteString(in, storeCode+s.ID+" "+s.Key+"\n"); err != nil {
 		return "", err
 	}
 	if err := in.Flush(); err != nil {
 		return "", err
 	}
-	answer, err := out.ReadString('\n')
+	word, _ := out.ReadString('\n')
+	store, _ := out.ReadString('\n')
+	store = strings.TrimSuffix(store, "\n")
+	dir := store + "/snaps/" + s.ID
+	switch word {
+	case "have\n":
+		return dir, nil
+	case "need\n":
+	case "":
+		return "", errors.New("the store's shell ended before it answered")
+	default:
+		return "", fmt.Errorf("the store's shell answered %q", word)
+	}
+	tmp, _ := out.ReadString('\n')
+	base, err := out.ReadString('\n')
 	if err != nil {
 		return "", errors.New("the store's shell ended before it answered")
 	}
-	word, rest, _ := strings.Cut(strings.TrimSuffix(answer, "\n"), " ")
-	store, tmp, _ := strings.Cut(rest, " ")
-	dir := store + "/snaps/" + s.ID
-	if word == "have" {
-		return dir, nil
-	}
-	if word != "need" || tmp == "" {
-		return "", fmt.Errorf("the store's shell answered %q", answer)
+	tmp, base = strings.TrimSuffix(tmp, "\n"), strings.TrimSuffix(base, "\n")
+	// The tree is made from the machine's base, the last tree of the
+	// directory it built, by their differences, when this machine still
+	// has that tree's list; else whole.
+	files := s.Files
+	use, gone := "-", ""
+	if earlier, ok := s.Earlier(base); ok {
+		if files, gone, ok = changes(s.Files, earlier); ok {
+			use = base
+		} else {
+			files = s.Files
+		}
 	}
 	// The blobs, each once.
 	var blobs []string
 	first := map[string]snapshot.File{}
-	for _, f := range s.Files {
+	for _, f := range files {
 		if f.Link == "" {
 			if _, seen := first[f.Blob()]; !seen {
 				first[f.Blob()] = f
@@ -148,7 +166,7 @@ func talk(s *snapshot.Snapshot, in *bufio.Writer, end func() error, out *bufio.R
 		}
 	}
 	names := strings.Join(blobs, "\n")
-	fmt.Fprintf(in, "%d\n%s", len(names), names)
+	fmt.Fprintf(in, "%d\n%s%d\n%s%d\n%s", len(use), use, len(gone), gone, len(names), names)
 	if err := in.Flush(); err != nil {
 		return "", err
 	}
@@ -166,7 +184,10 @@ func talk(s *snapshot.Snapshot, in *bufio.Writer, end func() error, out *bufio.R
 	tw := tar.NewWriter(in)
 	// Each directory once: tar keeps a list of those it made, which it
 	// searches for each one.
-	made := map[string]bool{}
+	made := map[string]bool{"tree": true}
+	if err := tw.WriteHeader(&tar.Header{Name: "tree/", Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
+		return "", err
+	}
 	for _, b := range blobs {
 		if !missing[b] {
 			continue
@@ -178,7 +199,7 @@ func talk(s *snapshot.Snapshot, in *bufio.Writer, end func() error, out *bufio.R
 		sent.Files++
 		sent.Bytes += f.Size
 	}
-	for _, f := range s.Files {
+	for _, f := range files {
 		name := "tree/" + f.Path
 		if err := dirs(tw, path.Dir(name), made); err != nil {
 			return "", err
@@ -196,9 +217,6 @@ func talk(s *snapshot.Snapshot, in *bufio.Writer, end func() error, out *bufio.R
 			return "", err
 		}
 	}
-	if err := dirs(tw, "tree", made); err != nil {
-		return "", err
-	}
 	if err := tw.Close(); err != nil {
 		return "", err
 	}
@@ -208,7 +226,7 @@ func talk(s *snapshot.Snapshot, in *bufio.Writer, end func() error, out *bufio.R
 	if err := end(); err != nil {
 		return "", err
 	}
-	answer, _ = out.ReadString('\n')
+	answer, _ := out.ReadString('\n')
 	if answer != "built\n" {
 		return "", errors.New("the tree was not built")
 	}
@@ -253,4 +271,34 @@ func dirs(tw *tar.Writer, d string, made map[string]bool) error {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// changes returns the files of now that differ from the earlier tree (new,
+// or another content, mode or link), and the earlier tree's paths that now
+// has not or has otherwise, one per line: what the machine removes from
+// its base before it adds the changed files. It fails on a path with a
+// newline in it (the tree is then made whole).
+func changes(now []snapshot.File, earlier map[string]snapshot.File) ([]snapshot.File, string, bool) {
+	var changed []snapshot.File
+	var gone strings.Builder
+	kept := map[string]bool{}
+	for _, f := range now {
+		if strings.Contains(f.Path, "\n") {
+			return nil, "", false
+		}
+		if e, ok := earlier[f.Path]; ok && e.Blob() == f.Blob() && e.Link == f.Link {
+			kept[f.Path] = true
+			continue
+		}
+		changed = append(changed, f)
+	}
+	for p := range earlier {
+		if strings.Contains(p, "\n") {
+			return nil, "", false
+		}
+		if !kept[p] {
+			gone.WriteString(p + "\n")
+		}
+	}
+	return changed, gone.String(), true
 }

@@ -232,3 +232,43 @@ func compare(got, want map[string]string) string {
 	}
 	return strings.Join(diffs, "; ")
 }
+
+// A machine makes the next tree of a directory from the last one it built
+// of it, by their differences: a changed file, a removed one, a new one, a
+// file that became a directory and a directory that became a file; what
+// jobs wrote into the earlier tree stays out of the new one, and the
+// earlier tree stays as it was.
+func TestShipIncremental(t *testing.T) {
+	files := map[string]string{"a.py": "a1", "b.py": "b", "gone.py": "g", "x": "file", "d/in.py": "i", "keep/k.py": "k"}
+	dir := project(t, files)
+	local := t.TempDir()
+	st := New(spawn.Local)
+	first, _, err := st.Ensure(context.Background(), take(t, dir, local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(first, "result.txt"), []byte("a job's"), 0o444)
+	os.WriteFile(filepath.Join(dir, "a.py"), []byte("a2"), 0o644)
+	os.Remove(filepath.Join(dir, "gone.py"))
+	os.WriteFile(filepath.Join(dir, "new.py"), []byte("n"), 0o644)
+	os.Remove(filepath.Join(dir, "x"))
+	os.MkdirAll(filepath.Join(dir, "x"), 0o755)
+	os.WriteFile(filepath.Join(dir, "x", "y.py"), []byte("y"), 0o644)
+	os.RemoveAll(filepath.Join(dir, "d"))
+	os.WriteFile(filepath.Join(dir, "d"), []byte("now a file"), 0o644)
+	second, sent, err := st.Ensure(context.Background(), take(t, dir, local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a.py": "a2", "b.py": "b", "new.py": "n", "x/y.py": "y", "d": "now a file", "keep/k.py": "k"}
+	if diff := compare(tree(t, second), want); diff != "" {
+		t.Errorf("the second tree: %s", diff)
+	}
+	if sent.Files != 4 {
+		t.Errorf("sent %+v; want the 4 new contents", sent)
+	}
+	files["result.txt"] = "a job's"
+	if diff := compare(tree(t, first), files); diff != "" {
+		t.Errorf("the first tree changed: %s", diff)
+	}
+}
