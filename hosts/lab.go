@@ -33,6 +33,9 @@ type Options struct {
 	// Grace is the time between TERM and KILL for a stopped job (0:
 	// DefaultGrace).
 	Grace time.Duration
+	// KeepCode is how long hosts keep snapshots of code that no run used
+	// (0: codestore.DefaultKeep).
+	KeepCode time.Duration
 	// AcceptNewHostKeys records unknown host keys (--accept-new-host-keys).
 	AcceptNewHostKeys bool
 	// ProbeGPUs asks every host's nvidia-smi, not only `gpus: auto` ones,
@@ -331,7 +334,7 @@ func (l *Lab) step(h, addr, doing string) {
 func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Host) (HostState, Runner) {
 	o := l.opts
 	st := HostState{Host: h, Addr: "local"}
-	sup := jobshell.Supervision{Heartbeat: o.Keepalive, Grace: o.Grace}
+	sup := jobshell.Supervision{Heartbeat: o.Keepalive, Grace: o.Grace, KeepCode: o.KeepCode}
 	switch {
 	case h.Local:
 		// This machine's jobs get the coordinator's environment as it is,

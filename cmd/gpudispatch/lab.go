@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
 	"github.com/gpudispatch/gpudispatch/hosts"
+	"github.com/gpudispatch/gpudispatch/hosts/codestore"
 	"github.com/gpudispatch/gpudispatch/hosts/gpulock"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
@@ -31,6 +32,7 @@ type labOptions struct {
 	lostAfter time.Duration // --lost-after
 	acceptNew bool
 	lockDir   string
+	keep      time.Duration // --keep
 }
 
 func addLabFlags(f *pflag.FlagSet) {
@@ -41,6 +43,7 @@ func addLabFlags(f *pflag.FlagSet) {
 	f.Duration("probe-timeout", hosts.DefaultProbeTimeout, "how long a host's nvidia-smi (and its GPU locks) may take to answer; one that does not is sick: no new job there until it answers")
 	f.Duration("keepalive", hosts.DefaultKeepalive, "how often connections are checked for life; a dead connection is noticed within about 3 times this")
 	f.Duration("lost-after", hosts.DefaultLostAfter, "how long a host that stopped answering keeps its jobs, presumed running, while this coordinator is awake and reaches other hosts; then they are lost and run elsewhere")
+	f.Duration("keep", codestore.DefaultKeep, "how long snapshots of code (--sync) that no run used are kept, on the hosts and here; the next run removes older ones")
 	f.String("lock-dir", gpulock.DefaultDir, "where GPU locks live on every host: a directory of root's or yours, sticky if everyone may write in it; every run that must not share GPUs must use the same one")
 }
 
@@ -53,12 +56,13 @@ func readLabOptions(v *viper.Viper) (labOptions, error) {
 		lostAfter: v.GetDuration("lost-after"),
 		acceptNew: v.GetBool("accept-new-host-keys"),
 		lockDir:   v.GetString("lock-dir"),
+		keep:      v.GetDuration("keep"),
 	}
 	if h := v.GetString("hosts"); h != "" {
 		o.hosts = strings.FieldsFunc(h, func(r rune) bool { return r == ',' || r == ' ' })
 	}
-	if o.connect <= 0 || o.keepalive <= 0 || o.probe <= 0 || o.lostAfter <= 0 {
-		return o, usageError("--connect-timeout, --keepalive, --probe-timeout and --lost-after: want a positive duration")
+	if o.connect <= 0 || o.keepalive <= 0 || o.probe <= 0 || o.lostAfter <= 0 || o.keep <= 0 {
+		return o, usageError("--connect-timeout, --keepalive, --probe-timeout, --lost-after and --keep: want a positive duration")
 	}
 	if !strings.HasPrefix(o.lockDir, "/") {
 		return o, usageError("--lock-dir %q: want an absolute path (it is a path on every host)", o.lockDir)
@@ -290,6 +294,7 @@ func hostOptions(o labOptions) hosts.Options {
 		LostAfter:         o.lostAfter,
 		AcceptNewHostKeys: o.acceptNew,
 		LockDir:           o.lockDir,
+		KeepCode:          o.keep,
 	}
 }
 

@@ -291,7 +291,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// The code as it is now, before anything runs.
-	snaps, err := takeSnapshots(ctx, textTo(s.err), inv, o.syncLimit, o.quiet || o.dryRun)
+	snaps, err := takeSnapshots(ctx, textTo(s.err), inv, o.syncLimit, o.keep, o.quiet || o.dryRun)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
 	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
@@ -29,7 +30,8 @@ func syncTo(inv *inventory.Inventory, dir string) error {
 
 // takeSnapshots takes a snapshot of each directory the hosts sync, keeping
 // its content in the user's cache, and says what it took unless quiet.
-func takeSnapshots(ctx context.Context, w io.Writer, inv *inventory.Inventory, limit int64, quiet bool) (map[string]*snapshot.Snapshot, error) {
+// What no run used for keep goes.
+func takeSnapshots(ctx context.Context, w io.Writer, inv *inventory.Inventory, limit int64, keep time.Duration, quiet bool) (map[string]*snapshot.Snapshot, error) {
 	snaps := map[string]*snapshot.Snapshot{}
 	for _, h := range inv.Hosts {
 		if h.Sync == "" || snaps[h.Sync] != nil {
@@ -39,11 +41,13 @@ func takeSnapshots(ctx context.Context, w io.Writer, inv *inventory.Inventory, l
 		if err != nil {
 			return nil, fmt.Errorf("sync: where to keep the snapshot's content: %w", err)
 		}
-		s, err := snapshot.Take(ctx, h.Sync, filepath.Join(cache, "gpudispatch", "code"), limit)
+		store := filepath.Join(cache, "gpudispatch", "code")
+		s, err := snapshot.Take(ctx, h.Sync, store, limit)
 		if err != nil {
 			return nil, err
 		}
 		snaps[h.Sync] = s
+		snapshot.Prune(store, keep)
 		if !quiet {
 			fmt.Fprintf(w, "gpudispatch: snapshot %s of %s: %s, %s\n", s.ID, s.Dir, dispatch.Count(len(s.Files), "file"), snapshot.Size(s.Bytes))
 		}

@@ -112,3 +112,43 @@ func writeAtomic(path string, v any) {
 	}
 	os.Remove(tmp.Name())
 }
+
+// Prune removes from store the lists of snapshots taken more than keep ago
+// and the content that no remaining list names and that came in more than
+// keep ago. Taking a snapshot renews its list.
+func Prune(store string, keep time.Duration) {
+	cutoff := time.Now().Add(-keep)
+	lists, _ := filepath.Glob(filepath.Join(store, "manifests", "*.json"))
+	used := map[string]bool{}
+	for _, l := range lists {
+		fi, err := os.Stat(l)
+		if err == nil && fi.ModTime().Before(cutoff) {
+			os.Remove(l)
+			continue
+		}
+		var files []File
+		if b, err := os.ReadFile(l); err == nil && json.Unmarshal(b, &files) == nil {
+			for _, f := range files {
+				used[f.Hash] = true
+			}
+		} else {
+			// A list that cannot be read: keep all content.
+			return
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(store, "[0-9a-f][0-9a-f]"))
+	for _, d := range dirs {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if used[e.Name()] {
+				continue
+			}
+			if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
+				os.Remove(filepath.Join(d, e.Name()))
+			}
+		}
+	}
+}

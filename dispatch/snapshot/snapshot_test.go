@@ -227,3 +227,43 @@ func TestTakeIndex(t *testing.T) {
 		}
 	}
 }
+
+// Prune removes the lists of snapshots older than keep and the content no
+// other list names; a snapshot taken again is renewed.
+func TestPrune(t *testing.T) {
+	store := t.TempDir()
+	old, kept := t.TempDir(), t.TempDir()
+	write(t, old, map[string]string{"only-old.py": "old", "shared.py": "s"})
+	write(t, kept, map[string]string{"new.py": "new", "shared.py": "s"})
+	a, err := Take(context.Background(), old, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Take(context.Background(), kept, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := time.Now().Add(-48 * time.Hour)
+	os.Chtimes(filepath.Join(store, "manifests", a.ID+".json"), long, long)
+	for _, f := range append(a.Files, b.Files...) {
+		os.Chtimes(filepath.Join(store, f.Hash[:2], f.Hash), long, long)
+	}
+	Prune(store, 24*time.Hour)
+	have := func(f File) bool {
+		_, err := os.Stat(filepath.Join(store, f.Hash[:2], f.Hash))
+		return err == nil
+	}
+	for _, f := range a.Files {
+		if want := f.Path == "shared.py"; have(f) != want {
+			t.Errorf("%s of the old snapshot: kept %t, want %t", f.Path, have(f), want)
+		}
+	}
+	for _, f := range b.Files {
+		if !have(f) {
+			t.Errorf("%s of the recent snapshot was removed", f.Path)
+		}
+	}
+	if _, ok := b.Earlier(a.ID); ok {
+		t.Errorf("the old snapshot's list is still there")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
@@ -29,18 +31,24 @@ type Sent struct {
 	Bytes int64
 }
 
+// DefaultKeep is how long a machine keeps snapshots and content that no
+// run used.
+const DefaultKeep = 14 * 24 * time.Hour
+
 // Store is one machine's content store, as seen from here: it ships each
 // snapshot there once.
 type Store struct {
 	start spawn.Func
+	keep  time.Duration
 
 	mu    sync.Mutex
 	ships map[string]*shipping
 }
 
-// New returns the store of the machine that start runs bash on.
-func New(start spawn.Func) *Store {
-	return &Store{start: start, ships: map[string]*shipping{}}
+// New returns the store of the machine that start runs bash on. Each
+// shipping removes there what no run used for keep (0: DefaultKeep).
+func New(start spawn.Func, keep time.Duration) *Store {
+	return &Store{start: start, keep: cmp.Or(keep, DefaultKeep), ships: map[string]*shipping{}}
 }
 
 type shipping struct {
@@ -63,7 +71,7 @@ func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, 
 	}
 	st.mu.Unlock()
 	if mine {
-		sh.dir, sh.sent, sh.err = ship(ctx, st.start, s)
+		sh.dir, sh.sent, sh.err = ship(ctx, st.start, s, st.keep)
 		if sh.err != nil {
 			st.mu.Lock()
 			delete(st.ships, s.ID)
@@ -81,7 +89,7 @@ func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, 
 }
 
 // ship builds s's tree on the machine, sending what it lacks.
-func ship(ctx context.Context, start spawn.Func, s *snapshot.Snapshot) (string, Sent, error) {
+func ship(ctx context.Context, start spawn.Func, s *snapshot.Snapshot, keep time.Duration) (string, Sent, error) {
 	outR, outW := io.Pipe()
 	var errs bytes.Buffer
 	proc, err := start(ctx, spawn.Bootstrap(storeCode, ProcessName), outW, &errs)
@@ -97,7 +105,7 @@ func ship(ctx context.Context, start spawn.Func, s *snapshot.Snapshot) (string, 
 	}()
 	in := bufio.NewWriterSize(proc.Stdin, 1<<16)
 	var sent Sent
-	dir, err := talk(s, in, proc.Stdin.Close, bufio.NewReader(outR), &sent)
+	dir, err := talk(s, keep, in, proc.Stdin.Close, bufio.NewReader(outR), &sent)
 	proc.Stdin.Close()
 	go io.Copy(io.Discard, outR)
 	werr := <-waited
@@ -116,8 +124,8 @@ func ship(ctx context.Context, start spawn.Func, s *snapshot.Snapshot) (string, 
 // talk is the coordinator's side of store.sh's exchange: it sends the
 // code first (spawn.Bootstrap).
 // The tar stream ends with stdin: tar reads whole records.
-func talk(s *snapshot.Snapshot, in *bufio.Writer, end func() error, out *bufio.Reader, sent *Sent) (string, error) {
-	if _, err := io.WriteString(in, storeCode+s.ID+" "+s.Key+"\n"); err != nil {
+func talk(s *snapshot.Snapshot, keep time.Duration, in *bufio.Writer, end func() error, out *bufio.Reader, sent *Sent) (string, error) {
+	if _, err := fmt.Fprintf(in, "%s%s %s %d\n", storeCode, s.ID, s.Key, max(int(keep/time.Minute), 1)); err != nil {
 		return "", err
 	}
 	if err := in.Flush(); err != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
@@ -120,7 +121,7 @@ func TestShip(t *testing.T) {
 // start runs bash on, whose home is home; then an edited copy of it.
 func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files map[string]string) {
 	s := take(t, dir, local)
-	got, sent, err := New(start).Ensure(context.Background(), s)
+	got, sent, err := New(start, 0).Ensure(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files ma
 	edited := project(t, files)
 	os.WriteFile(filepath.Join(edited, "conf/a.yaml"), []byte("lr: 0.2\n"), 0o644)
 	s2 := take(t, edited, local)
-	got2, sent, err := New(start).Ensure(context.Background(), s2)
+	got2, sent, err := New(start, 0).Ensure(context.Background(), s2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +153,7 @@ func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files ma
 	}
 	// A store that has the snapshot sends nothing, even to a new
 	// coordinator.
-	if _, sent, err := New(start).Ensure(context.Background(), s); err != nil || sent != (Sent{}) {
+	if _, sent, err := New(start, 0).Ensure(context.Background(), s); err != nil || sent != (Sent{}) {
 		t.Errorf("shipping a snapshot the machine has: sent %+v, %v", sent, err)
 	}
 }
@@ -161,7 +162,7 @@ func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files ma
 func TestEnsureOnce(t *testing.T) {
 	dir := project(t, map[string]string{"a": "a"})
 	s := take(t, dir, t.TempDir())
-	st := New(spawn.Local)
+	st := New(spawn.Local, 0)
 	errs := make(chan error)
 	total := make(chan int)
 	for range 5 {
@@ -199,7 +200,7 @@ func TestShipFails(t *testing.T) {
 		return spawn.Local(ctx, "export HOME="+home+"; "+line, stdout, stderr)
 	}
 	s := take(t, project(t, map[string]string{"a": "a"}), t.TempDir())
-	st := New(start)
+	st := New(start, 0)
 	for range 2 {
 		_, _, err := st.Ensure(context.Background(), s)
 		if err == nil || !strings.Contains(err.Error(), "cannot put the code") || !strings.Contains(err.Error(), ".gpudispatch/code") {
@@ -242,7 +243,7 @@ func TestShipIncremental(t *testing.T) {
 	files := map[string]string{"a.py": "a1", "b.py": "b", "gone.py": "g", "x": "file", "d/in.py": "i", "keep/k.py": "k"}
 	dir := project(t, files)
 	local := t.TempDir()
-	st := New(spawn.Local)
+	st := New(spawn.Local, 0)
 	first, _, err := st.Ensure(context.Background(), take(t, dir, local))
 	if err != nil {
 		t.Fatal(err)
@@ -270,5 +271,63 @@ func TestShipIncremental(t *testing.T) {
 	files["result.txt"] = "a job's"
 	if diff := compare(tree(t, first), files); diff != "" {
 		t.Errorf("the first tree changed: %s", diff)
+	}
+}
+
+// A shipping removes on the machine what no run used for the keep time:
+// an old tree (not one a process runs in), an old base, and the content
+// no tree links to any more; what the trees still use stays.
+func TestShipPrunes(t *testing.T) {
+	local := t.TempDir()
+	store := filepath.Join(os.Getenv("HOME"), ".gpudispatch", "code")
+	build := func(files map[string]string) (*snapshot.Snapshot, string) {
+		s := take(t, project(t, files), local)
+		dir, _, err := New(spawn.Local, time.Hour).Ensure(context.Background(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, dir
+	}
+	oldSnap, oldDir := build(map[string]string{"only-old.py": "prune-test old", "shared.py": "prune-test shared"})
+	busySnap, busyDir := build(map[string]string{"busy.py": "prune-test busy"})
+	long := time.Now().Add(-2 * time.Hour)
+	for _, s := range []*snapshot.Snapshot{oldSnap, busySnap} {
+		os.Chtimes(filepath.Join(store, "snaps", s.ID+".ok"), long, long)
+		os.Chtimes(filepath.Join(store, "base", s.Key+".id"), long, long)
+		for _, f := range s.Files {
+			os.Chtimes(filepath.Join(store, "blobs", f.Blob()[:2], f.Blob()), long, long)
+		}
+	}
+	busy := exec.Command("sleep", "30")
+	busy.Dir = busyDir
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Process.Kill()
+	_, newDir := build(map[string]string{"shared.py": "prune-test shared", "new.py": "prune-test new"})
+	blob := func(s *snapshot.Snapshot, path string) bool {
+		for _, f := range s.Files {
+			if f.Path == path {
+				_, err := os.Stat(filepath.Join(store, "blobs", f.Blob()[:2], f.Blob()))
+				return err == nil
+			}
+		}
+		return false
+	}
+	for what, tc := range map[string]struct {
+		path string
+		want bool
+	}{
+		"the old tree":             {oldDir, false},
+		"the tree a process is in": {busyDir, true},
+		"the new tree":             {newDir, true},
+	} {
+		if _, err := os.Stat(tc.path); (err == nil) != tc.want {
+			t.Errorf("%s: there %t, want %t", what, err == nil, tc.want)
+		}
+	}
+	if blob(oldSnap, "only-old.py") || !blob(oldSnap, "shared.py") || !blob(busySnap, "busy.py") {
+		t.Errorf("content: only-old.py kept %t (want false), shared.py %t, busy.py %t (want true)",
+			blob(oldSnap, "only-old.py"), blob(oldSnap, "shared.py"), blob(busySnap, "busy.py"))
 	}
 }

@@ -59,6 +59,9 @@ type Supervision struct {
 	Grace time.Duration
 	// Login says how often the login profile is read.
 	Login Login
+	// KeepCode is how long the machine keeps snapshots of code that no run
+	// used (0: codestore.DefaultKeep).
+	KeepCode time.Duration
 }
 
 // Login says how often a machine's login profile is read.
