@@ -1,14 +1,22 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 	"github.com/gpudispatch/gpudispatch/hosts"
+	"github.com/gpudispatch/gpudispatch/hosts/codestore"
 )
 
 // hostsOptions are hosts's flags after viper merged GPUDISPATCH_* into them.
@@ -19,6 +27,9 @@ type hostsOptions struct {
 	// then run there too, when not "".
 	check   bool
 	command string
+	// clean removes the snapshots of code no process runs in, on the hosts
+	// and here.
+	clean bool
 }
 
 func newHostsCommand(s streams, runF func(context.Context, streams, hostsOptions) error) *cobra.Command {
@@ -47,6 +58,7 @@ before a sweep fails on it.
 		Example: `  gpudispatch hosts -i lab.yaml            # who is up, their GPUs and slots
   gpudispatch hosts -i lab.yaml --json     # one JSON object per host
   gpudispatch hosts -i lab.yaml --check    # what a job gets on each host
+  gpudispatch hosts -i lab.yaml --clean    # remove the snapshots of code
   gpudispatch hosts -i lab.yaml --check 'python -c "import torch; print(torch.cuda.is_available())"'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -54,7 +66,10 @@ before a sweep fails on it.
 			if err != nil {
 				return err
 			}
-			o := hostsOptions{labOptions: lab, json: v.GetBool("json"), verbose: v.GetBool("verbose"), check: v.GetBool("check")}
+			o := hostsOptions{labOptions: lab, json: v.GetBool("json"), verbose: v.GetBool("verbose"), check: v.GetBool("check"), clean: v.GetBool("clean")}
+			if o.check && o.clean {
+				return usageError("hosts: --check or --clean, not both")
+			}
 			if len(args) > 0 {
 				if !o.check {
 					return usageError("hosts takes a command only with --check (hosts --check CMD)")
@@ -70,6 +85,7 @@ before a sweep fails on it.
 	f.Bool("json", false, "one JSON object per host")
 	f.BoolP("verbose", "v", false, "also each host's SSH server and each GPU's UUID")
 	f.Bool("check", false, "look at each host from inside a job (and run CMD there, when given)")
+	f.Bool("clean", false, "remove the snapshots of code (--sync) from every host and from here, but those a process runs in")
 	bindEnv(v, f)
 	completeHosts(cmd, v)
 	return cmd
@@ -90,6 +106,9 @@ func runHosts(ctx context.Context, s streams, o hostsOptions) error {
 	states := settleAll(s, lab, inv, settled)
 	if o.check {
 		return checkHosts(ctx, s, lab, states, o)
+	}
+	if o.clean {
+		return cleanHosts(ctx, s, lab, states)
 	}
 	if o.json {
 		err = hosts.WriteJSON(s.out, states, inv.BusyMemoryMB)
@@ -146,6 +165,51 @@ func checkHosts(ctx context.Context, s streams, lab *hosts.Lab, states []hosts.H
 		if c.Err != nil {
 			return &exitError{code: exitFailed}
 		}
+	}
+	return nil
+}
+
+// cleanHosts removes the snapshots of code from each host that is up, all
+// at once, and from this machine's store, and says what went; a host that
+// is down or fails makes the exit status 1.
+func cleanHosts(ctx context.Context, s streams, lab *hosts.Lab, states []hosts.HostState) error {
+	said := make([]string, len(states))
+	failed := false
+	var wg sync.WaitGroup
+	for i, st := range states {
+		h := st.Host
+		switch {
+		case st.Err != nil:
+			said[i], failed = st.Err.Error(), true
+			continue
+		case h.Slurm != nil:
+			said[i] = h.Name + ": a Slurm cluster: no snapshot goes there"
+			continue
+		}
+		wg.Go(func() {
+			var out, errs strings.Builder
+			code, err := lab.Run(ctx, h.Name, executor.Command{Script: codestore.CleanScript}, &out, &errs)
+			switch {
+			case err != nil:
+				said[i], failed = err.Error(), true
+			case code != 0:
+				said[i], failed = fmt.Sprintf("%s: %s", h.Name, cmp.Or(strings.TrimSpace(errs.String()), fmt.Sprintf("exit status %d", code))), true
+			default:
+				said[i] = h.Name + ": " + strings.TrimSpace(out.String())
+			}
+		})
+	}
+	wg.Wait()
+	w := textTo(s.out)
+	for _, line := range said {
+		fmt.Fprintln(w, line)
+	}
+	if cache, err := os.UserCacheDir(); err == nil {
+		snapshot.Prune(filepath.Join(cache, "gpudispatch", "code"), 0)
+		fmt.Fprintln(w, "this machine: removed the content kept for snapshots")
+	}
+	if failed {
+		return &exitError{code: exitFailed}
 	}
 	return nil
 }

@@ -127,4 +127,15 @@ func TestSSHSync(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(l.Dir, "logs3")); err == nil {
 		t.Errorf("a refused snapshot made a log dir")
 	}
+
+	// hosts --clean: the two snapshots go from each host, and their content.
+	r = labRun(t, l, "", "hosts", "-i", inv, "--clean")
+	if r.code != 0 {
+		t.Fatalf("hosts --clean: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	for _, h := range l.Hosts {
+		if want := h.Name + ": removed 2 snapshots and "; !strings.Contains(r.stdout, want) || blobs(t, h.Home) != 0 {
+			t.Errorf("hosts --clean said\n%s\nwant %q..., and left %d blobs on %s", r.stdout, want, blobs(t, h.Home), h.Name)
+		}
+	}
 }

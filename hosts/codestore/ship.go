@@ -20,7 +20,31 @@ import (
 )
 
 //go:embed store.sh
-var storeCode string
+var storeScript string
+
+//go:embed prune.sh
+var pruneScript string
+
+// storeCode is what a shipping runs on the machine.
+var storeCode = pruneScript + storeScript
+
+// cleanScript prunes the store with no time kept, and counts.
+const cleanScript = `
+store=$HOME/.gpudispatch/code keep=0
+if [ ! -d "$store" ]; then echo "no content store"; exit 0; fi
+if [ ! -O "$store" ] || [ -L "$store" ]; then echo "gpudispatch: $store is not a directory of yours" >&2; exit 1; fi
+count() { find "$store/snaps" -maxdepth 1 -name '*.ok' 2>/dev/null | wc -l; find "$store/blobs" -type f 2>/dev/null | wc -l; }
+before=$(count)
+prune
+after=$(count)
+set -- $before $after
+echo "removed $(($1 - $3)) snapshots and $(($2 - $4)) files; $3 snapshots in use kept"
+`
+
+// CleanScript, run as a job on a machine, removes from its content store
+// every snapshot and content no process runs in, and says how many
+// snapshots and files went, on a line: hosts --clean.
+var CleanScript = pruneScript + cleanScript
 
 // ProcessName is the store shell's $0, for ps.
 const ProcessName = "gpudispatch-code"

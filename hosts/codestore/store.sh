@@ -8,6 +8,7 @@
 #   base/KEY/         a copy of the last tree built of the directory KEY
 #   base/KEY.id       names, which no job touches: the next tree of that
 #                     directory is made from it by its differences.
+# It runs after prune.sh, which defines prune.
 # stdin, after this code: "ID KEY KEEP" on a line (KEEP: minutes, see
 # prune). The shell answers "have"
 # and STORE, on lines, when the tree is there, and is done. Else "need",
@@ -37,23 +38,6 @@ IFS=' ' read -r id key keep || exit 1
 case $id$key in '' | *[!0-9a-f]*) exit 2 ;; esac
 case $keep in '' | *[!0-9]*) exit 2 ;; esac
 snap=$store/snaps/$id
-# prune removes what no run used for $keep minutes: trees whose .ok was
-# not touched (unless a process runs in one), the bases not renewed, the
-# blobs no tree links to any more, and what cut-off builds left.
-prune() {
-  local ok tree
-  find "$store/snaps" -maxdepth 1 -name '*.ok' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do
-    tree=${ok%.ok}
-    # shellcheck disable=SC2010 # the links' targets, not file names
-    ls -l /proc/[0-9]*/cwd 2>/dev/null | grep -qF -- " -> $tree" && continue
-    rm -f -- "$ok" && rm -rf -- "$tree"
-  done
-  find "$store/base" -maxdepth 1 -name '*.id' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do
-    rm -f -- "$ok" && rm -rf -- "${ok%.id}"
-  done
-  find "$store/tmp" -mindepth 1 -maxdepth 1 -mmin +1440 -exec rm -rf -- {} + 2>/dev/null
-  find "$store/blobs" -type f -links 1 -mmin +"$keep" -delete 2>/dev/null
-}
 if [ -e "$snap.ok" ]; then
   touch -- "$snap.ok"
   printf 'have\n%s\n' "$store"

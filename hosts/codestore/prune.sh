@@ -1,0 +1,20 @@
+# gpudispatch code store: prune, run before store.sh or on its own by
+# hosts --clean (see codestore.CleanScript). It needs $store and $keep.
+# prune removes what no run used for $keep minutes: trees whose .ok was
+# not touched (unless a process runs in one), the bases not renewed, the
+# blobs no tree links to any more, and what cut-off builds left.
+# shellcheck disable=SC2154 # $store and $keep are the caller's
+prune() {
+  local ok tree
+  find "$store/snaps" -maxdepth 1 -name '*.ok' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do
+    tree=${ok%.ok}
+    # shellcheck disable=SC2010 # the links' targets, not file names
+    ls -l /proc/[0-9]*/cwd 2>/dev/null | grep -qF -- " -> $tree" && continue
+    rm -f -- "$ok" && rm -rf -- "$tree"
+  done
+  find "$store/base" -maxdepth 1 -name '*.id' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do
+    rm -f -- "$ok" && rm -rf -- "${ok%.id}"
+  done
+  find "$store/tmp" -mindepth 1 -maxdepth 1 -mmin +1440 -exec rm -rf -- {} + 2>/dev/null
+  find "$store/blobs" -type f -links 1 -mmin +"$keep" -delete 2>/dev/null
+}
