@@ -90,6 +90,12 @@
 // job with that environment there. A waiting job that no host it may run
 // on can set up fails at once, with each host's reason.
 //
+// A host with a sync directory runs each job in the snapshot of it taken as
+// the run started (Options.Snapshots, package snapshot): the job's
+// executor.Prelude carries it, the host's job shells put its tree there
+// once, and a host that cannot take it is unfit as above. The started
+// event names the snapshot.
+//
 // # Hooks
 //
 // Options.Hooks run on the coordinator's machine (hooks.go): the job-end

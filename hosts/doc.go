@@ -6,8 +6,9 @@
 // Jobs run in job shells (package jobshell) started through package spawn;
 // GPU locks are held by lock holders (package gpulock) started the same
 // way; connections come from package sshpool; nvidia-smi's answers are read
-// by package nvidiasmi. This package puts them together per machine and
-// per inventory host.
+// by package nvidiasmi; the snapshots of code a job runs in are put on a
+// machine by package codestore, through the job shells. This package puts
+// them together per machine and per inventory host.
 //
 // Start opens the hosts in the background, a few at a time, and hands each
 // one's state over as it is settled: it resolves the host, takes the pool
