@@ -23,6 +23,9 @@ import (
 //   - gpd-jobs/s, with the log dir on tmpfs (/dev/shm) when there is one:
 //     the ControlMaster pool writes no files, so this compares dispatching;
 //   - gpd-disk-jobs/s, with the log dir beside the lab, on TMPDIR's disk;
+//   - gpd-sync-jobs/s, with --sync of a 50-file project (the snapshot is
+//     taken by each run, shipped by the first), and sync-cost, its time
+//     over gpd-jobs/s's;
 //   - controlmaster-jobs/s, and ratio = gpd-jobs/s / controlmaster-jobs/s;
 //   - login-floor-jobs/s: `xargs -P16 bash -lc true` here, no SSH at all,
 //     with a lab host's home. Every gpudispatch job runs a login shell,
@@ -77,8 +80,14 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 		fast = dir
 	}
 	collisions := 0
-	dispatch := func(logs string) time.Duration {
-		cmd := exec.Command(binary, "-i", inv, "-o", logs, "-q")
+	// A project of 50 small files for the runs with --sync.
+	proj := filepath.Join(l.Dir, "proj")
+	for i := range 50 {
+		os.MkdirAll(filepath.Join(proj, fmt.Sprint("d", i%5)), 0o755)
+		os.WriteFile(filepath.Join(proj, fmt.Sprint("d", i%5), fmt.Sprint("f", i, ".py")), []byte(fmt.Sprint("print(", i, ")\n")), 0o644)
+	}
+	dispatch := func(logs string, extra ...string) time.Duration {
+		cmd := exec.Command(binary, append([]string{"-i", inv, "-o", logs, "-q"}, extra...)...)
 		cmd.Env = append(os.Environ(), "HOME="+l.Dir, "SSH_AUTH_SOCK=", lockEnv(l.Dir))
 		cmd.Stdin = strings.NewReader(strings.Repeat("true\n", jobs))
 		start := time.Now()
@@ -114,12 +123,13 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 	if _, err := os.Stat("/usr/bin/python3"); err == nil {
 		slowBashrc = "/usr/bin/python3 -c ''\n"
 	}
-	var gpd, disk, cm, floor, slowGPD, slowCM time.Duration
+	var gpd, disk, cm, floor, slowGPD, slowCM, synced time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		bashrc("")
 		gpd += dispatch(filepath.Join(fast, fmt.Sprintf("logs%d", i)))
 		disk += dispatch(filepath.Join(l.Dir, fmt.Sprintf("logs%d", i)))
+		synced += dispatch(filepath.Join(fast, fmt.Sprintf("sync%d", i)), "--sync", proj)
 		cm += pool()
 		bashrc(slowBashrc)
 		slowGPD += dispatch(filepath.Join(fast, fmt.Sprintf("slow%d", i)))
@@ -138,6 +148,8 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 	rate := func(d time.Duration) float64 { return float64(jobs*b.N) / d.Seconds() }
 	b.ReportMetric(rate(gpd), "gpd-jobs/s")
 	b.ReportMetric(rate(disk), "gpd-disk-jobs/s")
+	b.ReportMetric(rate(synced), "gpd-sync-jobs/s")
+	b.ReportMetric(synced.Seconds()/gpd.Seconds(), "sync-cost")
 	b.ReportMetric(rate(cm), "controlmaster-jobs/s")
 	b.ReportMetric(rate(floor), "login-floor-jobs/s")
 	b.ReportMetric(rate(gpd)/rate(cm), "ratio")
