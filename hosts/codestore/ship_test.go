@@ -331,3 +331,45 @@ func TestShipPrunes(t *testing.T) {
 			blob(oldSnap, "only-old.py"), blob(oldSnap, "shared.py"), blob(busySnap, "busy.py"))
 	}
 }
+
+// Two users of one machine have stores of their own: neither can read the
+// other's content or trees, nor put a file in them.
+func TestStoresAreTheirUsers(t *testing.T) {
+	alice, bob := sshtest.NewUser(t, "gpdalice"), sshtest.NewUser(t, "gpdbob")
+	shared := sshtest.SharedDir(t)
+	home := map[string]string{}
+	starts := map[string]spawn.Func{}
+	for _, u := range []sshtest.User{alice, bob} {
+		h := filepath.Join(shared, u.Name)
+		if err := os.Mkdir(h, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chown(h, u.UID, u.GID)
+		home[u.Name] = h
+		starts[u.Name] = func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+			return spawn.Local(ctx, u.Line("export HOME="+h+"; "+line), stdout, stderr)
+		}
+	}
+	s := take(t, project(t, map[string]string{"secret.py": "alice's own"}), t.TempDir())
+	aliceTree, _, err := New(starts["gpdalice"], 0).Ensure(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := New(starts["gpdbob"], 0).Ensure(context.Background(), s); err != nil {
+		t.Fatalf("bob's own store: %v", err)
+	}
+	store := filepath.Join(home["gpdalice"], ".gpudispatch", "code")
+	if fi, err := os.Stat(store); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("alice's store: %v, %v; want mode 0700", fi.Mode(), err)
+	}
+	for _, try := range [][]string{
+		{"cat", filepath.Join(aliceTree, "secret.py")},
+		{"ls", filepath.Join(store, "blobs")},
+		{"touch", filepath.Join(store, "snaps", "planted")},
+		{"touch", filepath.Join(home["gpdalice"], ".gpudispatch", "planted")},
+	} {
+		if out, err := bob.Command(shared, try...).CombinedOutput(); err == nil {
+			t.Errorf("bob could %v: %s", try, out)
+		}
+	}
+}
