@@ -77,6 +77,7 @@ func New(start spawn.Func, keep time.Duration) *Store {
 
 type shipping struct {
 	done chan struct{}
+	at   time.Time // when it started
 	dir  string
 	sent Sent
 	err  error
@@ -84,13 +85,23 @@ type shipping struct {
 
 // Ensure returns the directory of s's tree on the machine, once it is
 // there: the first call for s ships what the machine lacks, the others
-// wait for it. A failed shipping is tried again by the next call.
+// wait for it. A failed shipping is tried again by the next call, and so
+// is one older than a tenth of the keep time: the machine's store then
+// knows the snapshot is still used (a long serve keeps it), or builds it
+// again if it went.
 func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, sent Sent, err error) {
 	st.mu.Lock()
 	sh := st.ships[s.ID]
 	mine := sh == nil
+	if !mine {
+		select {
+		case <-sh.done:
+			mine = time.Since(sh.at) > st.keep/10
+		default:
+		}
+	}
 	if mine {
-		sh = &shipping{done: make(chan struct{})}
+		sh = &shipping{done: make(chan struct{}), at: time.Now()}
 		st.ships[s.ID] = sh
 	}
 	st.mu.Unlock()

@@ -373,3 +373,32 @@ func TestStoresAreTheirUsers(t *testing.T) {
 		}
 	}
 }
+
+// A store asks the machine again once a tenth of the keep time has passed
+// since it last shipped a snapshot: the snapshot is renewed there, or built
+// again if another run's prune took it.
+func TestEnsureRenews(t *testing.T) {
+	s := take(t, project(t, map[string]string{"a.py": "renew"}), t.TempDir())
+	st := New(spawn.Local, 10*time.Minute)
+	dir, _, err := st.Ensure(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(dir)
+	os.Remove(dir + ".ok")
+	if again, _, _ := st.Ensure(context.Background(), s); again != dir {
+		t.Fatalf("the tree moved: %s then %s", dir, again)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Fatalf("a second call within the keep time's tenth asked the machine again")
+	}
+	st.mu.Lock()
+	st.ships[s.ID].at = time.Now().Add(-2 * time.Minute)
+	st.mu.Unlock()
+	if _, sent, err := st.Ensure(context.Background(), s); err != nil || sent.Files != 0 {
+		t.Fatalf("renewing: sent %+v, %v", sent, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "a.py")); err != nil || string(b) != "renew" {
+		t.Errorf("the tree was not built again: %q, %v", b, err)
+	}
+}
