@@ -33,24 +33,29 @@ func syncTo(inv *inventory.Inventory, dir string) error {
 // What no run used for keep goes.
 func takeSnapshots(ctx context.Context, w io.Writer, inv *inventory.Inventory, limit int64, keep time.Duration, quiet bool) (map[string]*snapshot.Snapshot, error) {
 	snaps := map[string]*snapshot.Snapshot{}
+	var store string
 	for _, h := range inv.Hosts {
 		if h.Sync == "" || snaps[h.Sync] != nil {
 			continue
 		}
-		cache, err := os.UserCacheDir()
-		if err != nil {
-			return nil, fmt.Errorf("sync: where to keep the snapshot's content: %w", err)
+		if store == "" {
+			cache, err := os.UserCacheDir()
+			if err != nil {
+				return nil, fmt.Errorf("sync: where to keep the snapshot's content: %w", err)
+			}
+			store = filepath.Join(cache, "gpudispatch", "code")
 		}
-		store := filepath.Join(cache, "gpudispatch", "code")
 		s, err := snapshot.Take(ctx, h.Sync, store, limit)
 		if err != nil {
 			return nil, err
 		}
 		snaps[h.Sync] = s
-		snapshot.Prune(store, keep)
 		if !quiet {
 			fmt.Fprintf(w, "gpudispatch: snapshot %s of %s: %s, %s\n", s.ID, s.Dir, dispatch.Count(len(s.Files), "file"), snapshot.Size(s.Bytes))
 		}
+	}
+	if store != "" {
+		snapshot.Prune(store, keep)
 	}
 	return snaps, nil
 }

@@ -141,12 +141,20 @@ func list(ctx context.Context, dir string) ([]string, error) {
 	ignore := filepath.Join(dir, IgnoreFile)
 	_, err := os.Stat(ignore)
 	hasIgnore := err == nil
-	inGit := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--is-inside-work-tree").Run() == nil
+	_, noGit := exec.LookPath("git")
+	inGit := noGit == nil && exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--is-inside-work-tree").Run() == nil
+	if hasIgnore && noGit != nil {
+		return nil, fmt.Errorf("sync: %s is read with git's rules, and git is not installed here: install git, or remove it", ignore)
+	}
 	if !inGit && !hasIgnore {
 		var paths []string
 		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
+			}
+			if d.IsDir() && d.Name() == ".git" {
+				// A repository git is not here to read: never shipped.
+				return filepath.SkipDir
 			}
 			if !d.IsDir() {
 				rel, _ := filepath.Rel(dir, p)
@@ -200,7 +208,11 @@ func list(ctx context.Context, dir string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		paths = slices.DeleteFunc(paths, func(p string) bool { return slices.Contains(ignored, p) })
+		out := make(map[string]bool, len(ignored))
+		for _, p := range ignored {
+			out[p] = true
+		}
+		paths = slices.DeleteFunc(paths, func(p string) bool { return out[p] })
 	}
 	slices.Sort(paths)
 	return slices.Compact(paths), nil
@@ -282,8 +294,11 @@ func (s *Snapshot) keep(f *File, idx *index) error {
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return fmt.Errorf("sync: %s vanished while the snapshot was taken: %w", path, err)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("sync: %s vanished while the snapshot was taken: take it again", path)
+	case err != nil:
+		return fmt.Errorf("sync: copying %s into the coordinator's content store %s: %w", path, s.Store, err)
 	}
 	if fi, err := os.Lstat(path); err != nil || n != f.Size || fi.Size() != n || fi.ModTime().UnixNano() != f.mtime {
 		return fmt.Errorf("sync: %s changed while the snapshot was taken: take it again", path)

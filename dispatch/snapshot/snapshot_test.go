@@ -59,6 +59,11 @@ func TestTakeLists(t *testing.T) {
 			want:  []string{".hidden", "a.py", "link", "sub/b.py"},
 		},
 		{
+			name:  "plain directory with a .git that git cannot read",
+			files: map[string]string{"a.py": "a", ".git/HEAD": "not a ref", ".git/config": "x"},
+			want:  []string{"a.py"},
+		},
+		{
 			name:  "plain directory with .gpdignore",
 			files: map[string]string{"a.py": "a", "data/big.bin": "x", "ckpt/1.pt": "x", ".gpdignore": "data/\n*.pt\n"},
 			want:  []string{".gpdignore", "a.py"},

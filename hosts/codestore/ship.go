@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
@@ -84,11 +85,15 @@ type shipping struct {
 }
 
 // Ensure returns the directory of s's tree on the machine, once it is
-// there: the first call for s ships what the machine lacks, the others
-// wait for it. A failed shipping is tried again by the next call, and so
-// is one older than a tenth of the keep time: the machine's store then
-// knows the snapshot is still used (a long serve keeps it), or builds it
-// again if it went.
+// there: the first call for s ships what the machine lacks, and every
+// call waits for that shipping or for its own ctx (a job cancelled while
+// the code travels does not stop it for the others). A failed shipping is
+// tried again by the next call, and so is one older than a tenth of the
+// keep time: the machine's store then knows the snapshot is still used (a
+// long serve keeps it), or builds it again if it went. Only the call that
+// started a shipping is told what it sent. An error wraps
+// executor.ErrHostDown when the machine could not be reached or the
+// connection was lost.
 func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, sent Sent, err error) {
 	st.mu.Lock()
 	sh := st.ships[s.ID]
@@ -106,18 +111,24 @@ func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, 
 	}
 	st.mu.Unlock()
 	if mine {
-		sh.dir, sh.sent, sh.err = ship(ctx, st.start, s, st.keep)
-		if sh.err != nil {
-			st.mu.Lock()
-			delete(st.ships, s.ID)
-			st.mu.Unlock()
-		}
-		close(sh.done)
-		return sh.dir, sh.sent, sh.err
+		go func() {
+			sh.dir, sh.sent, sh.err = ship(context.WithoutCancel(ctx), st.start, s, st.keep)
+			if sh.err != nil {
+				st.mu.Lock()
+				if st.ships[s.ID] == sh {
+					delete(st.ships, s.ID)
+				}
+				st.mu.Unlock()
+			}
+			close(sh.done)
+		}()
 	}
 	select {
 	case <-sh.done:
-		return sh.dir, Sent{}, sh.err
+		if mine {
+			sent = sh.sent
+		}
+		return sh.dir, sent, sh.err
 	case <-ctx.Done():
 		return "", Sent{}, context.Cause(ctx)
 	}
@@ -144,6 +155,9 @@ func ship(ctx context.Context, start spawn.Func, s *snapshot.Snapshot, keep time
 	proc.Stdin.Close()
 	go io.Copy(io.Discard, outR)
 	werr := <-waited
+	if _, said := spawn.ExitStatus(werr); !said {
+		return "", sent, fmt.Errorf("%w: the connection was lost while the code (snapshot %s of %s) was put there", executor.ErrHostDown, s.ID, s.Dir)
+	}
 	if err == nil && werr != nil {
 		err = werr
 	}
@@ -188,13 +202,10 @@ func talk(s *snapshot.Snapshot, keep time.Duration, in *bufio.Writer, end func()
 	// The tree is made from the machine's base, the last tree of the
 	// directory it built, by their differences, when this machine still
 	// has that tree's list; else whole.
-	files := s.Files
-	use, gone := "-", ""
+	files, use, gone := s.Files, "-", ""
 	if earlier, ok := s.Earlier(base); ok {
-		if files, gone, ok = changes(s.Files, earlier); ok {
-			use = base
-		} else {
-			files = s.Files
+		if changed, g, ok := changes(s.Files, earlier); ok {
+			files, use, gone = changed, base, g
 		}
 	}
 	// The blobs, each once.

@@ -2,6 +2,7 @@ package codestore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -400,5 +401,29 @@ func TestEnsureRenews(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "a.py")); err != nil || string(b) != "renew" {
 		t.Errorf("the tree was not built again: %q, %v", b, err)
+	}
+}
+
+// A caller whose job is cancelled while the code travels stops waiting,
+// with its own cause; the shipping goes on for the other callers.
+func TestEnsureOutlivesACancelledCaller(t *testing.T) {
+	s := take(t, project(t, map[string]string{"a.py": "slow"}), t.TempDir())
+	slow := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		time.Sleep(300 * time.Millisecond)
+		return spawn.Local(ctx, line, stdout, stderr)
+	}
+	st := New(slow, 0)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cause := errors.New("the job was cancelled")
+	time.AfterFunc(50*time.Millisecond, func() { cancel(cause) })
+	if _, _, err := st.Ensure(ctx, s); !errors.Is(err, cause) {
+		t.Errorf("the cancelled caller got %v, want its cause", err)
+	}
+	dir, _, err := st.Ensure(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "a.py")); err != nil || string(b) != "slow" {
+		t.Errorf("the tree: %q, %v", b, err)
 	}
 }

@@ -73,7 +73,10 @@ echo end
 if [ "$use" != - ]; then
   # The base is taken (another build of the directory makes a whole tree
   # meanwhile), and what differs goes.
-  [ "$use" = "$base" ] && mv -T -- "$store/base/$key" "$tmp/tree" || exit 1
+  if [ "$use" != "$base" ] || ! mv -T -- "$store/base/$key" "$tmp/tree" 2>/dev/null; then
+    echo "gpudispatch: another run took the last tree of this directory meanwhile: the next try builds it whole" >&2
+    exit 1
+  fi
   rm -f -- "$store/base/$key.id"
   if [ -n "$gone" ]; then
     (cd -- "$tmp/tree" && printf '%s' "$gone" | xargs -d '\n' rm -rf --) || exit 1

@@ -120,6 +120,10 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 		// The snapshot's tree, once on this machine, is the workdir.
 		dir, _, err := ss.code.Ensure(ctx, c.Code)
 		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, executor.ErrHostDown) {
+				// Not the host's store: the job's end, or the host's.
+				return -1, err
+			}
 			return -1, &executor.UnfitError{Why: err.Error()}
 		}
 		c.Workdir, c.Code = dir, nil
