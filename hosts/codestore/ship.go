@@ -162,7 +162,7 @@ func ship(ctx context.Context, start spawn.Func, s *snapshot.Snapshot, keep time
 		err = werr
 	}
 	if err != nil {
-		if said := lastLine(errs.String()); said != "" {
+		if said := spawn.LastLine(errs.String()); said != "" {
 			err = errors.New(said)
 		}
 		return "", sent, fmt.Errorf("cannot put the code (snapshot %s of %s) there: %w", s.ID, s.Dir, err)
@@ -319,12 +319,6 @@ func dirs(tw *tar.Writer, d string, made map[string]bool) error {
 	}
 	made[d] = true
 	return tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir})
-}
-
-// lastLine is the last non-blank line of s.
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // changes returns the files of now that differ from the earlier tree (new,

@@ -19,22 +19,6 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(sshtest.RunWithOwnHome(m)) }
 
-// overSSH starts bash on host of lab through OpenSSH's own client.
-func overSSH(lab *sshtest.Lab, host string) spawn.Func {
-	return func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
-		cmd := exec.CommandContext(ctx, "ssh", "-F", lab.SSHConfig, "-o", "BatchMode=yes", host, line)
-		cmd.Stdout, cmd.Stderr = stdout, stderr
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, err
-		}
-		return &spawn.Proc{Stdin: in, Wait: cmd.Wait}, nil
-	}
-}
-
 // project writes files (path: content; a "->" content makes a link, a
 // "x:" prefix an executable) under a new directory.
 func project(t *testing.T, files map[string]string) string {
@@ -113,7 +97,7 @@ func TestShip(t *testing.T) {
 		sshtest.Require(t)
 		lab := sshtest.Start(t, sshtest.Options{Hosts: 2})
 		for _, h := range lab.Hosts {
-			shipTwice(t, overSSH(lab, h.Name), h.Home, dir, local, files)
+			shipTwice(t, lab.Spawn(h.Name), h.Home, dir, local, files)
 		}
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 )
 
 // Proc is a bash started on a machine, reading its script from Stdin.
@@ -33,6 +34,13 @@ func Bootstrap(code, name string, args ...string) string {
 		line += " " + a
 	}
 	return line
+}
+
+// LastLine is the last non-blank line of s: what a process that failed
+// said last on its stderr.
+func LastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }
 
 // ExitStatus is the exit status in a Proc's Wait error, local (os/exec) or
