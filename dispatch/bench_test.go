@@ -70,7 +70,10 @@ func (x instantExec) Run(context.Context, string, executor.Command, io.Writer, i
 	<-x.gate
 	return 0, nil
 }
-func (instantExec) WaitUp(context.Context, string) error       { return nil }
+func (instantExec) WaitUp(context.Context, string) error { return nil }
+func (instantExec) Fetch(context.Context, string, executor.Return, string) (executor.Returned, error) {
+	return executor.Returned{}, nil
+}
 func (instantExec) Reap(context.Context, string, string) error { return nil }
 func (instantExec) LockGPU(_ context.Context, host string, gpu int, _ string) (executor.GPULock, error) {
 	return &fakeLock{locks: newFakeLocks(), slot: fmt.Sprintf("%s:%d", host, gpu), lost: make(chan struct{})}, nil

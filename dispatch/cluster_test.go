@@ -59,7 +59,10 @@ func (c *clusterExec) Run(ctx context.Context, host string, cmd executor.Command
 	return 0, nil
 }
 
-func (*clusterExec) WaitUp(context.Context, string) error       { return nil }
+func (*clusterExec) WaitUp(context.Context, string) error { return nil }
+func (*clusterExec) Fetch(context.Context, string, executor.Return, string) (executor.Returned, error) {
+	return executor.Returned{}, nil
+}
 func (*clusterExec) Reap(context.Context, string, string) error { return nil }
 func (*clusterExec) LockGPU(context.Context, string, int, string) (executor.GPULock, error) {
 	return nil, fmt.Errorf("no locks on a cluster")

@@ -1,6 +1,11 @@
 package dispatch
 
-import "time"
+import (
+	"strings"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+)
 
 // Kinds of event, as written in the journal.
 const (
@@ -36,6 +41,11 @@ const (
 	// EventPriority says that a waiting job's priority was changed (Spec
 	// has the new one).
 	EventPriority = "priority"
+	// EventReturned says what came back of the files an attempt names for
+	// return (Returned, Missing; Message: links not followed, files that
+	// changed as they came), or why they could not be fetched (Error);
+	// Stdout names the attempt.
+	EventReturned = "returned"
 	// EventRun is a run's first line in the journal: Resume says whether
 	// it goes on with the runs before it (--resume, serve) or starts
 	// afresh, which is where status's latest run begins.
@@ -84,6 +94,14 @@ type Event struct {
 	// Snapshot is the ID of the snapshot of the code the attempt runs in
 	// (started and pending events of a run with sync).
 	Snapshot string `json:"snapshot,omitempty"`
+	// Return, on the final event of an attempt that returns files, are
+	// the paths it names: an EventReturned follows once they are fetched
+	// (a later run of the log dir fetches them when none does).
+	Return []string `json:"return,omitempty"`
+	// Returned and Missing, on an EventReturned, are the files that came
+	// back (under ReturnDir) and the paths that named nothing.
+	Returned []executor.ReturnedFile `json:"returned,omitempty"`
+	Missing  []string                `json:"missing,omitempty"`
 	// ByUser is set on a cancelled or retried event that someone asked for
 	// (cancel, retry), rather than the run deciding it: serve --resume does
 	// not bring back a job its user cancelled.
@@ -123,6 +141,12 @@ type JobSpec struct {
 	// Env is the environment of the submit that queued the job, for its
 	// runs on local hosts (Job.CallerEnv).
 	Env []string `json:"env,omitempty"`
+}
+
+// ReturnDir is where the files attempt e returns go: beside its logs, the
+// logs' name without .out (LOGDIR/ID/, LOGDIR/ID.2/ for a second attempt).
+func ReturnDir(e Event) string {
+	return strings.TrimSuffix(e.Stdout, ".out")
 }
 
 // Reporter is told every event as it happens (terminal lines, --json).

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +65,19 @@ type fakeExec struct {
 	// why ("*": none at all); unfitTries counts the answers given.
 	unfit      map[string]map[string]string
 	unfitTries int
+	// fetches are the Fetch calls, in order, with the time each came;
+	// fetchErr, when set, is what Fetch answers.
+	fetches  []fetchCall
+	fetchErr error
+}
+
+// fetchCall is one Fetch: it wrote a file per path that does not start
+// with "none" into dst, holding the host's name.
+type fetchCall struct {
+	host string
+	from executor.Return
+	dst  string
+	at   time.Time
 }
 
 // detached is an attempt that runs, or ran, with no coordinator: Adopt
@@ -239,6 +254,29 @@ func (f *fakeExec) setDown(host string, down bool) {
 		close(ch)
 		delete(f.down, host)
 	}
+}
+
+func (f *fakeExec) Fetch(ctx context.Context, host string, from executor.Return, dst string) (executor.Returned, error) {
+	f.mu.Lock()
+	f.fetches = append(f.fetches, fetchCall{host, from, dst, time.Now()})
+	ferr := f.fetchErr
+	f.mu.Unlock()
+	var got executor.Returned
+	if ferr != nil {
+		return got, ferr
+	}
+	for _, p := range from.Paths {
+		if strings.HasPrefix(p, "none") {
+			got.Missing = append(got.Missing, p)
+			continue
+		}
+		name := strings.ReplaceAll(strings.TrimSuffix(p, "/"), "/", "_")
+		if err := os.WriteFile(filepath.Join(dst, name), []byte(host), 0o600); err != nil {
+			return got, err
+		}
+		got.Files = append(got.Files, executor.ReturnedFile{Path: name, Size: int64(len(host))})
+	}
+	return got, nil
 }
 
 func (f *fakeExec) WaitUp(ctx context.Context, host string) error {

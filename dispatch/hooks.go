@@ -59,6 +59,9 @@ func (r *run) jobHook(e Event) {
 	env := []string{"GPUDISPATCH_JOB_ID=" + e.Job, "GPUDISPATCH_STATE=" + hookState(e.Event), "GPUDISPATCH_HOST=" + e.Host,
 		"GPUDISPATCH_STDOUT=" + e.Stdout, "GPUDISPATCH_STDERR=" + e.Stderr, "GPUDISPATCH_EXIT=" + exit,
 		"GPUDISPATCH_SECONDS=" + seconds, "GPUDISPATCH_GPUS=" + gpuList(e.GPUs)}
+	if len(e.Return) > 0 {
+		env = append(env, "GPUDISPATCH_RETURN_DIR="+ReturnDir(e))
+	}
 	r.hooks.wg.Go(func() {
 		if err := r.runHook(r.opts.Hooks.JobEnd, env); err != nil {
 			r.hooks.keep(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Job: e.Job,

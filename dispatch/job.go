@@ -42,6 +42,10 @@ type Job struct {
 	// Conda is the conda env the job runs in, instead of its host's conda:
 	// ("" for the host's).
 	Conda string
+	// Return are the paths (relative to the workdir, globs allowed) the
+	// job brings back into LOGDIR/ID/ once it ends, instead of its
+	// host's (nil: the host's).
+	Return []string
 	// CallerEnv is the environment of whoever submitted the job to a
 	// standing queue ("NAME=value"): set for it on a local host, before
 	// the inventory's env and gpudispatch's variables (nil: the

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/kballard/go-shellquote"
+
+	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
 // MaxJobBytes is the longest job accepted. Linux passes the job to the shell
@@ -334,6 +336,14 @@ func parseOptions(j *Job, words []string) error {
 				}
 				j.PreferGPU = id
 			}
+		case "return":
+			j.Return = nil
+			for _, p := range strings.Split(val, ",") {
+				if err := inventory.CheckReturn(p); err != nil {
+					return fmt.Errorf("[%s]: %w", w, err)
+				}
+				j.Return = append(j.Return, p)
+			}
 		case "conda":
 			if val == "" {
 				return fmt.Errorf("[%s]: want the name (or path) of a conda env", w)
@@ -350,7 +360,7 @@ func parseOptions(j *Job, words []string) error {
 }
 
 // optionNames are the keys a [key=value ...] prefix knows.
-var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer", "conda"}
+var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer", "conda", "return"}
 
 // maxPriority bounds priority=N either way.
 const maxPriority = 1_000_000

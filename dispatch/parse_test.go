@@ -73,6 +73,8 @@ func TestParseJobs(t *testing.T) {
 			want: []Job{
 				{Seq: 1, Line: 1, GPU: -1, GPUs: 1, Conda: "torch-2.1", Command: "python t.py", Text: "[conda=torch-2.1] python t.py", Occurrence: 1},
 				{Seq: 2, Line: 2, GPU: -1, GPUs: 1, Conda: "/opt/envs/my env", PreferGPU: -1, Command: "x", Text: "[conda='/opt/envs/my env'] x", Occurrence: 1}}},
+		{name: "return", input: "[return=out/,'*.json',ckpt/**/best.pt] python t.py\n",
+			want: []Job{{Seq: 1, Line: 1, GPU: -1, GPUs: 1, Return: []string{"out/", "*.json", "ckpt/**/best.pt"}, Command: "python t.py", Text: "[return=out/,'*.json',ckpt/**/best.pt] python t.py", Occurrence: 1}}},
 		{name: "priority and preference", input: "[priority=5 prefer=n2:1] x\n[priority=-3 prefer=n1] y\n",
 			want: []Job{
 				{Seq: 1, Line: 1, GPU: -1, GPUs: 1, Priority: 5, Prefer: "n2", PreferGPU: 1, Command: "x", Text: "[priority=5 prefer=n2:1] x", Occurrence: 1},
@@ -118,10 +120,13 @@ func TestParseRejects(t *testing.T) {
 		{"@n1:x echo", `cmds.txt:1: @n1:x: GPU "x" is not a GPU id (0, 1, ...)`, 1},
 		{"[priority=high] x", `cmds.txt:1: [priority=high]: want a whole number from -1000000 to 1000000 (higher runs first, default 0)`, 1},
 		{"[conda=] x", `cmds.txt:1: [conda=]: want the name (or path) of a conda env`, 1},
+		{"[return=/tmp/out] x", `cmds.txt:1: [return=/tmp/out]: /tmp/out: a path to return is relative to the job's workdir`, 1},
+		{"[return=out/../../x] x", `cmds.txt:1: [return=out/../../x]: out/../../x: a path to return stays under the job's workdir (no ..)`, 1},
+		{"[return=a,,b] x", `cmds.txt:1: [return=a,,b]: an empty path to return`, 1},
 		{"[prefer=:1] x", `cmds.txt:1: [prefer=:1]: want prefer=HOST or prefer=HOST:GPU`, 1},
 		{"[prefer=n1:a] x", `cmds.txt:1: [prefer=n1:a]: GPU "a" is not a GPU id (0, 1, ...)`, 1},
 		{"\n[gpus=0] x", `cmds.txt:2: [gpus=0]: want a number of GPUs from 1 to 1024`, 2},
-		{"[colour=red] x", `cmds.txt:1: [colour=red]: unknown option "colour" (known: host, gpu, gpus, name, timeout, priority, prefer, conda)`, 1},
+		{"[colour=red] x", `cmds.txt:1: [colour=red]: unknown option "colour" (known: host, gpu, gpus, name, timeout, priority, prefer, conda, return)`, 1},
 		{"[gpu=1 gpus=2 host=a] x", `cmds.txt:1: gpu=1 and gpus=2: pin one GPU or ask for several, not both`, 1},
 		{"[name=../x] x", `cmds.txt:1: [name=../x]: a name is letters, digits, '.', '_' and '-', not starting with '.' (it names the log files)`, 1},
 		{"[name=12] x", `cmds.txt:1: [name=12]: a name must not be a number, nor end in .N for a number N from 2 (ID.N.out is attempt N of job ID): write job12 for instance`, 1},

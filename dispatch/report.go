@@ -137,6 +137,8 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 		}
 	case EventReloaded:
 		line = "inventory reloaded: " + e.Message
+	case EventReturned:
+		return returnedLine(e, t.Quiet)
 	default:
 		return "", false
 	}

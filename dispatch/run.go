@@ -202,6 +202,12 @@ type run struct {
 	requeue []*queued
 	// unfinished counts such jobs when they are not queued again.
 	unfinished int
+	// returning counts the fetches of returned files under way, whose
+	// results come on returned; unreturned are the attempts of earlier
+	// runs whose files never came (Resume, Serve).
+	returning  int
+	returned   chan fetched
+	unreturned []Event
 }
 
 // expiry is a host's host-down timeout passing, for one time it went down.
@@ -238,6 +244,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
 	r.results = make(chan result)
+	r.returned = make(chan fetched)
 	r.bg = bg
 	r.ups = make(chan *hostSlots)
 	r.expired = make(chan expiry)
@@ -290,6 +297,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	defer r.killJobs(nil)
 	r.jobsCtx = ctx
 	r.putUpEarlier()
+	r.fetchUnreturned()
 	for _, a := range r.adoptions {
 		if !r.follow(a) {
 			r.requeue = append(r.requeue, a.q)
@@ -345,6 +353,11 @@ func prepare(opts Options) (*run, error) {
 		if err := r.loadServed(); err != nil {
 			return nil, &SetupError{err}
 		}
+		unreturned, err := unreturnedAttempts(filepath.Join(opts.LogDir, JournalName))
+		if err != nil {
+			return nil, &SetupError{fmt.Errorf("reading the journal of %s: %w", opts.LogDir, err)}
+		}
+		r.unreturned = unreturned
 		return r, nil
 	}
 	nums, err := readNumbers(filepath.Join(opts.LogDir, JournalName))
@@ -360,6 +373,9 @@ func prepare(opts Options) (*run, error) {
 	r.unstopped = unstopped
 	if opts.Resume {
 		r.done, r.open, r.damaged = done, open, damaged
+		if r.unreturned, err = unreturnedAttempts(filepath.Join(opts.LogDir, JournalName)); err != nil {
+			return nil, &SetupError{fmt.Errorf("reading the journal of %s: %w", opts.LogDir, err)}
+		}
 	}
 	return r, nil
 }
@@ -409,7 +425,7 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 	if r.opts.Control != nil {
 		reqs = r.opts.Control.reqs
 	}
-	for !r.detached && (jobs != nil || r.inFlight > 0 || (len(r.sched.waiting) > 0 || len(r.adoptLater) > 0 || r.opts.Serve) && !r.stopping) {
+	for !r.detached && (jobs != nil || r.inFlight > 0 || r.returning > 0 || (len(r.sched.waiting) > 0 || len(r.adoptLater) > 0 || r.opts.Serve) && !r.stopping) {
 		select {
 		case f := <-reqs:
 			f(r)
@@ -422,6 +438,9 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 		case res := <-r.results:
 			r.inFlight--
 			r.finish(res)
+		case f := <-r.returned:
+			r.returning--
+			r.gotBack(f)
 		case h := <-r.ups:
 			r.hostUp(h)
 		case x := <-r.expired:
@@ -825,6 +844,14 @@ func (r *run) finish(res result) {
 		r.sched.add(q)
 		return
 	}
+	if paths := returnsOf(j, p.host.host.Return); len(paths) > 0 && e.Start != nil && !notStarted && !unstopped && kind != EventLost {
+		// Its files come back before its end is told (summary, hooks,
+		// waiters): a hook finds them there.
+		e.Return, e.Snapshot = paths, q.launched.Snapshot
+		r.record(e)
+		r.fetchReturns(e, p.host.host.Workdir, func() { r.conclude(e) })
+		return
+	}
 	r.final(e)
 }
 
@@ -982,6 +1009,12 @@ func (r *run) event(kind string, j *Job, attempt int) Event {
 // final records the event that ends a job's story in this run.
 func (r *run) final(e Event) {
 	r.record(e)
+	r.conclude(e)
+}
+
+// conclude tells the end of a job's story, recorded as e, to the summary,
+// the hooks and the waiters.
+func (r *run) conclude(e Event) {
 	r.summary.add(e)
 	if r.opts.Hooks.JobEnd != "" {
 		r.jobHook(e)

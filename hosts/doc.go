@@ -7,7 +7,8 @@
 // GPU locks are held by lock holders (package gpulock) started the same
 // way; connections come from package sshpool; nvidia-smi's answers are read
 // by package nvidiasmi; the snapshots of code a job runs in are put on a
-// machine by package codestore, through the job shells. This package puts
+// machine by package codestore, through the job shells; the files a job
+// returns come back through package results. This package puts
 // them together per machine and per inventory host.
 //
 // Start opens the hosts in the background, a few at a time, and hands each

@@ -79,6 +79,19 @@ func (l *Lab) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, error
 	return l.probes.gpus(ctx, host, r, l.opts.ProbeTimeout)
 }
 
+// Fetch copies into dst the files r names on host.
+func (l *Lab) Fetch(ctx context.Context, host string, r executor.Return, dst string) (executor.Returned, error) {
+	run, err := l.lookup(ctx, host)
+	if err != nil {
+		return executor.Returned{}, err
+	}
+	got, err := run.Fetch(ctx, r, dst)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", host, err)
+	}
+	return got, err
+}
+
 func (l *Lab) lookup(ctx context.Context, host string) (Runner, error) {
 	r := l.runner(ctx, host)
 	if r == nil && ctx.Err() != nil {

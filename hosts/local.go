@@ -12,6 +12,7 @@ import (
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/gpulock"
 	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
+	"github.com/gpudispatch/gpudispatch/hosts/results"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
@@ -60,6 +61,11 @@ func (l *Local) Adopt(ctx context.Context, c executor.Command, outOff, errOff in
 		err = fmt.Errorf("%s: %w", l.name(), err)
 	}
 	return code, end, err
+}
+
+// Fetch implements Runner.
+func (l *Local) Fetch(ctx context.Context, from executor.Return, dst string) (executor.Returned, error) {
+	return results.Fetch(ctx, spawn.Local, from, dst)
 }
 
 func (l *Local) init() {

@@ -12,6 +12,7 @@ import (
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/gpulock"
 	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
+	"github.com/gpudispatch/gpudispatch/hosts/results"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 	"github.com/gpudispatch/gpudispatch/hosts/sshpool"
 )
@@ -124,6 +125,11 @@ func (r *Remote) LockGPU(ctx context.Context, gpu int, run string) (executor.GPU
 
 func (r *Remote) checkLockDir(ctx context.Context) error {
 	return gpulock.CheckDir(ctx, r.spawn, r.lockDir)
+}
+
+// Fetch implements Runner.
+func (r *Remote) Fetch(ctx context.Context, from executor.Return, dst string) (executor.Returned, error) {
+	return results.Fetch(ctx, r.spawn, from, dst)
 }
 
 // WaitUp implements Runner.

@@ -194,6 +194,7 @@ type settings struct {
 	// then clears the defaults' env.
 	condaSet, venvSet bool
 	modules           []string
+	returns           []string
 	shell             string
 	env               map[string]string
 	slotsPerGPU       int
@@ -213,6 +214,7 @@ func (c *checker) settingsFields(s *settings) map[string]func(string, *node) {
 		"conda":         c.given(c.str(&s.conda), &s.condaSet),
 		"venv":          c.given(c.str(&s.venv), &s.venvSet),
 		"modules":       c.modules(&s.modules),
+		"return":        c.returns(&s.returns),
 		"shell":         c.oneOf(&s.shell, ShellLogin, ShellInteractive),
 		"env":           c.env(&s.env),
 	}
@@ -243,6 +245,49 @@ func (c *checker) modules(dst *[]string) func(string, *node) {
 			*dst = append(*dst, item.text)
 		}
 	}
+}
+
+// returns accepts a list of paths relative to the workdir, or one path.
+func (c *checker) returns(dst *[]string) func(string, *node) {
+	return func(key string, v *node) {
+		items := v.items
+		if !v.isSeq {
+			items = []*node{v}
+		}
+		*dst = []string{}
+		for i, item := range items {
+			k := key
+			if v.isSeq {
+				k = fmt.Sprintf("%s[%d]", key, i)
+			}
+			if item.isMap || item.isSeq || item.typ == tNull {
+				c.fail(item, k, "want paths relative to the workdir ([out/, \"*.json\"]), got %s", item.describe())
+				continue
+			}
+			if err := CheckReturn(item.text); err != nil {
+				c.fail(item, k, "%v", err)
+				continue
+			}
+			*dst = append(*dst, item.text)
+		}
+	}
+}
+
+// CheckReturn says what is wrong with p as a path a job returns: it must
+// be relative to the workdir, stay under it (no ".."), and fit on a line.
+// Bash globs (*, ?, [...], **) are fine.
+func CheckReturn(p string) error {
+	switch {
+	case p == "":
+		return errors.New("an empty path to return")
+	case strings.ContainsAny(p, "\x00\n\r"):
+		return fmt.Errorf("%q: a path to return is one line", p)
+	case strings.HasPrefix(p, "/") || strings.HasPrefix(p, "~"):
+		return fmt.Errorf("%s: a path to return is relative to the job's workdir", p)
+	case slices.Contains(strings.Split(p, "/"), ".."):
+		return fmt.Errorf("%s: a path to return stays under the job's workdir (no ..)", p)
+	}
+	return nil
 }
 
 // ValidModule reports whether s can name a module to load: letters,
@@ -398,6 +443,10 @@ func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 		}
 	}
 	h.Setup = cmp.Or(s.setup, defaults.setup)
+	h.Return = defaults.returns
+	if s.returns != nil {
+		h.Return = s.returns
+	}
 	h.Login = cmp.Or(s.login, defaults.login, LoginPerSlot)
 	h.Conda, h.Venv = defaults.conda, defaults.venv
 	if s.condaSet {

@@ -60,8 +60,12 @@ type Host struct {
 	Workdir     string
 	// Sync is a directory of this machine (absolute) whose snapshot, taken
 	// as the run starts, is the jobs' workdir on the host.
-	Sync  string
-	Setup string
+	Sync string
+	// Return are the paths (relative to the workdir, globs allowed) that
+	// each job brings back into its log dir once it ends, unless the job
+	// names its own.
+	Return []string
+	Setup  string
 	// Env holds NAME=value pairs, sorted by name.
 	Env []string
 	// Slurm, when set, makes the host a Slurm cluster reached through its

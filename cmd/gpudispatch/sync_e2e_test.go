@@ -3,11 +3,14 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
@@ -137,5 +140,75 @@ func TestSSHSync(t *testing.T) {
 		if want := h.Name + ": removed 2 snapshots and "; !strings.Contains(r.stdout, want) || blobs(t, h.Home) != 0 {
 			t.Errorf("hosts --clean said\n%s\nwant %q..., and left %d blobs on %s", r.stdout, want, blobs(t, h.Home), h.Name)
 		}
+	}
+}
+
+// Jobs bring their results home, over real OpenSSH hosts with homes of
+// their own: a directory with subdirectories and a glob, from the
+// snapshot's tree, on success and on failure, into LOGDIR/ID/; the
+// inventory's return: for a job that names none; a path that names
+// nothing is said, and the job's outcome stands. A coordinator killed
+// while such a job runs leaves it running; --resume re-adopts it, and its
+// results arrive.
+func TestSSHReturn(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	proj := filepath.Join(l.Dir, "proj")
+	os.MkdirAll(proj, 0o755)
+	os.WriteFile(filepath.Join(proj, "seed.txt"), []byte("42\n"), 0o644)
+	inv := envInventory(t, l, "lab.yaml", "  return: [summary.txt]")
+	job := func(id string, exit int) string {
+		return fmt.Sprintf("[name=%s return=out/%s/,'m-%s-*.json',nothing/] mkdir -p out/%s/a/b && cat seed.txt > out/%s/a/b/seed && echo %s > m-%s-1.json && echo 2 > m-%s-2.json && exit %d\n", id, id, id, id, id, id, id, id, exit)
+	}
+	r := labRun(t, l, job("ok", 0)+job("bad", 3)+"[name=dflt] echo all > summary.txt\n", "-i", inv, "-o", "logs", "--sync", "proj")
+	if r.code != 1 {
+		t.Fatalf("exit %d; want 1 (a job failed)\n%s", r.code, r.stderr)
+	}
+	logDir := filepath.Join(l.Dir, "logs")
+	for _, id := range []string{"ok", "bad"} {
+		got := map[string]string{}
+		for _, p := range []string{"out/" + id + "/a/b/seed", "m-" + id + "-1.json", "m-" + id + "-2.json"} {
+			got[p] = readFile(t, filepath.Join(logDir, id, p))
+		}
+		if got["out/"+id+"/a/b/seed"] != "42\n" || got["m-"+id+"-1.json"] != id+"\n" || got["m-"+id+"-2.json"] != "2\n" {
+			t.Errorf("job %s's results: %q", id, got)
+		}
+		if !regexp.MustCompile(`job ` + id + `: 3 files \([0-9]+ B\) back in logs/` + id + `/; return: nothing/ named nothing on node[12] \(the job's outcome stands\)`).MatchString(r.stderr) {
+			t.Errorf("the missing path of job %s is not said:\n%s", id, r.stderr)
+		}
+	}
+	if got := readFile(t, filepath.Join(logDir, "dflt", "summary.txt")); got != "all\n" {
+		t.Errorf("the inventory's return: brought %q", got)
+	}
+	returned := 0
+	for _, e := range journal(t, logDir) {
+		if e["event"] == "returned" {
+			returned++
+			if files, _ := e["returned"].([]any); len(files) == 0 {
+				t.Errorf("a returned event names no file: %v", e)
+			}
+		}
+	}
+	if returned != 3 {
+		t.Errorf("%d returned events; want 3", returned)
+	}
+
+	// The coordinator killed while the job runs: --resume re-adopts it
+	// and fetches its results once it ends.
+	slow := "[name=slow return=out/] mkdir -p out && for i in 1 2 3 4 5 6 7 8; do echo $i >> out/ticks; sleep 0.25; done\n"
+	cmd := labCmd(t, l, "", "-i", inv, "-o", "logs2", "--sync", "proj")
+	stdin, _ := startCmd(t, cmd)
+	io.WriteString(stdin, slow)
+	stdin.Close()
+	waitJournal(t, filepath.Join(l.Dir, "logs2"), func(evs []map[string]any) bool { return count(evs, "started") > 0 })
+	time.Sleep(300 * time.Millisecond)
+	cmd.Process.Kill()
+	cmd.Wait()
+	r = labRun(t, l, slow, "-i", inv, "-o", "logs2", "--sync", "proj", "--resume")
+	if r.code != 0 {
+		t.Fatalf("resumed run: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(l.Dir, "logs2", "slow", "out", "ticks")); got != "1\n2\n3\n4\n5\n6\n7\n8\n" {
+		t.Errorf("the re-adopted job's results: %q", got)
 	}
 }

@@ -36,6 +36,9 @@ func (instant) LockGPU(context.Context, string, int, string) (executor.GPULock, 
 	return nil, executor.ErrNoLocks
 }
 func (instant) ProbeGPUs(context.Context, string) ([]executor.GPU, error) { return nil, nil }
+func (instant) Fetch(context.Context, string, executor.Return, string) (executor.Returned, error) {
+	return executor.Returned{}, nil
+}
 
 // longDir is a log dir whose socket path is too long for a socket
 // address, so that the /proc/self/fd path is used.

@@ -45,6 +45,42 @@ type Executor interface {
 	LockGPU(ctx context.Context, host string, gpu int, run string) (GPULock, error)
 	// ProbeGPUs asks host what its GPUs hold now (nvidia-smi).
 	ProbeGPUs(ctx context.Context, host string) ([]GPU, error)
+	// Fetch copies the files that r names, in a job's workdir on host,
+	// into the local directory dst under the same relative paths. A fetch
+	// that was cut off (its error wraps ErrHostDown) goes on from where it
+	// was when it is asked again with the same dst.
+	Fetch(ctx context.Context, host string, r Return, dst string) (Returned, error)
+}
+
+// Return names the files a job sends back once it ends, and where they
+// are.
+type Return struct {
+	// Paths are paths relative to the workdir, bash globs (** too); a
+	// directory comes back with all it holds.
+	Paths []string
+	// Workdir is the job's workdir, as in Prelude; Snapshot, when set, is
+	// the ID of the snapshot whose tree was its workdir instead.
+	Workdir  string
+	Snapshot string
+}
+
+// Returned is what a Fetch brought back.
+type Returned struct {
+	// Files came back whole.
+	Files []ReturnedFile
+	// Missing are the paths that named nothing; Links the links that lead
+	// to no file (not followed); Changed the files that changed while they
+	// were sent (not kept).
+	Missing []string
+	Links   []string
+	Changed []string
+}
+
+// ReturnedFile is one file that came back: its path under the directory
+// Fetch was given, and its size in bytes.
+type ReturnedFile struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
 }
 
 // Command is one job's command and the environment it runs in.

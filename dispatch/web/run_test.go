@@ -56,6 +56,10 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 	return 0, nil
 }
 
+func (f *fakeExec) Fetch(context.Context, string, executor.Return, string) (executor.Returned, error) {
+	return executor.Returned{}, nil
+}
+
 func (f *fakeExec) WaitUp(ctx context.Context, _ string) error {
 	if f.back != nil {
 		select {

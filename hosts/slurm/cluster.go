@@ -16,6 +16,7 @@ import (
 	"al.essio.dev/pkg/shellescape"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/results"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
@@ -411,6 +412,12 @@ func (c *Cluster) agentLocked(ctx context.Context, run string) error {
 	}
 	c.ag = ag
 	return nil
+}
+
+// Fetch copies the files from names into dst, from the cluster's
+// filesystem as its login node sees it.
+func (c *Cluster) Fetch(ctx context.Context, from executor.Return, dst string) (executor.Returned, error) {
+	return results.Fetch(ctx, c.o.Spawn, from, dst)
 }
 
 // LockGPU implements the executor contract: Slurm gives a cluster's GPUs,

@@ -1,0 +1,315 @@
+package results
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
+)
+
+//go:embed results.sh
+var script string
+
+// ProcessName is the sending shell's $0, for ps.
+const ProcessName = "gpudispatch-return"
+
+// partialDir holds, in the destination, the files still coming: named by
+// the hash of their path, their size and mtime there, so that a later
+// fetch of the same file goes on from their last byte.
+const partialDir = ".gpudispatch-partial"
+
+// entry is a file the machine lists.
+type entry struct {
+	path  string // clean, relative
+	size  int64
+	mtime string // as the machine said it: seconds.nanoseconds
+	at    int64  // where its bytes start; -1: not sent
+}
+
+// Fetch copies into the directory dst (which must exist) the files that
+// from.Paths name in a job's workdir on the machine start runs bash on,
+// under the same relative paths. It resumes the files a cut-off fetch
+// left in dst, and skips those dst already has as they are there. New
+// files get dst's mode without its execute bits. An error wraps
+// executor.ErrHostDown when the machine could not be reached or the
+// connection was lost; what came back before it is kept for the next try.
+func Fetch(ctx context.Context, start spawn.Func, from executor.Return, dst string) (executor.Returned, error) {
+	var got executor.Returned
+	root, err := os.OpenRoot(dst)
+	if err != nil {
+		return got, err
+	}
+	defer root.Close()
+	st, err := root.Stat(".")
+	if err != nil {
+		return got, err
+	}
+	dirMode := st.Mode().Perm()
+	if err := root.MkdirAll(partialDir, dirMode); err != nil {
+		return got, err
+	}
+	defer root.Remove(partialDir) // once empty
+
+	outR, outW := io.Pipe()
+	var errs bytes.Buffer
+	proc, err := start(ctx, spawn.Bootstrap(script, ProcessName), outW, &errs)
+	if err != nil {
+		return got, err
+	}
+	waited := make(chan error, 1)
+	go func() {
+		err := proc.Wait()
+		outW.Close()
+		waited <- err
+	}()
+	out := bufio.NewReaderSize(outR, 1<<16)
+	err = talk(root, dirMode, from, proc.Stdin, out, &got)
+	proc.Stdin.Close()
+	go io.Copy(io.Discard, outR)
+	werr := <-waited
+	code, said := spawn.ExitStatus(werr)
+	switch {
+	case !said:
+		return got, fmt.Errorf("%w: the connection was lost while the job's results came back", executor.ErrHostDown)
+	case code == 3:
+		return got, errors.New(strings.TrimPrefix(spawn.LastLine(errs.String()), "gpudispatch: "))
+	case err == nil && werr != nil:
+		err = werr
+	}
+	return got, err
+}
+
+// talk is the coordinator's side of results.sh's exchange.
+func talk(root *os.Root, dirMode fs.FileMode, from executor.Return, stdin io.Writer, out *bufio.Reader, got *executor.Returned) error {
+	in := bufio.NewWriter(stdin)
+	where := "dir " + from.Workdir
+	if from.Snapshot != "" {
+		where = "snap " + from.Snapshot
+	}
+	fmt.Fprintf(in, "%s%s\n%d\n", script, where, len(from.Paths))
+	for _, p := range from.Paths {
+		fmt.Fprintf(in, "%s\n", p)
+	}
+	if err := in.Flush(); err != nil {
+		return err
+	}
+	files, err := list(out, got)
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for i := range files {
+		f := &files[i]
+		f.at = -1
+		switch {
+		case seen[f.path]:
+		case have(root, f):
+			got.Files = append(got.Files, executor.ReturnedFile{Path: f.path, Size: f.size})
+		default:
+			f.at = resumeAt(root, f)
+		}
+		seen[f.path] = true
+		if f.at < 0 {
+			fmt.Fprintln(in, "-")
+		} else {
+			fmt.Fprintln(in, f.at)
+		}
+	}
+	if err := in.Flush(); err != nil {
+		return err
+	}
+	fileMode := dirMode &^ 0o111
+	var sent []*entry
+	whole := map[string]*entry{}
+	for i := range files {
+		f := &files[i]
+		switch {
+		case f.at < 0:
+			continue
+		case f.at == 0:
+			whole[f.path] = f
+		default:
+			if err := receive(root, f, io.LimitReader(out, f.size-f.at), os.O_APPEND, fileMode); err != nil {
+				return err
+			}
+		}
+		sent = append(sent, f)
+	}
+	tr := tar.NewReader(out)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("the results' stream: %w", err)
+		}
+		f := whole[path.Clean(h.Name)]
+		if f == nil || h.Typeflag != tar.TypeReg {
+			return fmt.Errorf("the results' stream holds %q, which was not asked for", h.Name)
+		}
+		if err := receive(root, f, tr, os.O_TRUNC, fileMode); err != nil {
+			return err
+		}
+	}
+	for _, f := range sent {
+		now, err := out.ReadString(0)
+		if err != nil {
+			return errors.New("the machine ended before it said how the files it sent are now")
+		}
+		if now != fmt.Sprintf("%d %s\x00", f.size, f.mtime) || !complete(root, f) {
+			// Changed (or vanished) as it was sent: its bytes may be
+			// of two versions.
+			root.Remove(partialName(f))
+			got.Changed = append(got.Changed, f.path)
+			continue
+		}
+		if err := keep(root, f, dirMode); err != nil {
+			return err
+		}
+		got.Files = append(got.Files, executor.ReturnedFile{Path: f.path, Size: f.size})
+	}
+	return nil
+}
+
+// list reads the machine's list of the files to return, and records the
+// patterns that named nothing and the links that lead to no file.
+func list(out *bufio.Reader, got *executor.Returned) ([]entry, error) {
+	field := func() (string, error) {
+		s, err := out.ReadString(0)
+		if err != nil {
+			return "", errors.New("the machine ended before it listed the results")
+		}
+		return strings.TrimSuffix(s, "\x00"), nil
+	}
+	var files []entry
+	for {
+		kind, err := field()
+		if err != nil {
+			return nil, err
+		}
+		switch kind {
+		case "end":
+			return files, nil
+		case "miss", "link":
+			p, err := field()
+			if err != nil {
+				return nil, err
+			}
+			if kind == "miss" {
+				got.Missing = append(got.Missing, p)
+			} else {
+				got.Links = append(got.Links, strings.TrimPrefix(p, "./"))
+			}
+		case "file":
+			var fs [3]string
+			for i := range fs {
+				if fs[i], err = field(); err != nil {
+					return nil, err
+				}
+			}
+			size, err := strconv.ParseInt(fs[0], 10, 64)
+			p := path.Clean(fs[2])
+			if err != nil || size < 0 || !filepath.IsLocal(p) || !strings.HasPrefix(fs[2], "./") || !mtimeRE.MatchString(fs[1]) {
+				return nil, fmt.Errorf("the machine listed a result badly: %q", fs)
+			}
+			files = append(files, entry{path: p, size: size, mtime: fs[1]})
+		default:
+			return nil, fmt.Errorf("the machine answered %q", kind)
+		}
+	}
+}
+
+// have reports whether dst already has f as it is on the machine.
+func have(root *os.Root, f *entry) bool {
+	st, err := root.Lstat(f.path)
+	return err == nil && st.Mode().IsRegular() && st.Size() == f.size && st.ModTime().Equal(mtime(f.mtime))
+}
+
+// resumeAt is where f's bytes start: past those an earlier fetch got.
+func resumeAt(root *os.Root, f *entry) int64 {
+	st, err := root.Lstat(partialName(f))
+	if err != nil || !st.Mode().IsRegular() || st.Size() > f.size {
+		return 0
+	}
+	return st.Size()
+}
+
+// complete reports whether f's partial file holds all of its bytes.
+func complete(root *os.Root, f *entry) bool {
+	st, err := root.Lstat(partialName(f))
+	return err == nil && st.Size() == f.size
+}
+
+// receive writes what r holds to f's partial file.
+func receive(root *os.Root, f *entry, r io.Reader, flag int, mode fs.FileMode) error {
+	w, err := root.OpenFile(partialName(f), os.O_WRONLY|os.O_CREATE|flag, mode)
+	if err != nil {
+		return fmt.Errorf("results: %w", err)
+	}
+	_, err = io.Copy(w, r)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("results: %s: %w", f.path, err)
+	}
+	return nil
+}
+
+// keep puts f's whole partial file at its path, with its mtime there.
+func keep(root *os.Root, f *entry, dirMode fs.FileMode) error {
+	if d := path.Dir(f.path); d != "." {
+		if err := root.MkdirAll(d, dirMode); err != nil {
+			return fmt.Errorf("results: %w", err)
+		}
+	}
+	part := partialName(f)
+	if t := mtime(f.mtime); !t.IsZero() {
+		root.Chtimes(part, t, t)
+	}
+	if st, err := root.Lstat(f.path); err == nil && st.IsDir() {
+		return fmt.Errorf("results: %s is a directory here and a file on the machine", f.path)
+	}
+	if err := root.Rename(part, f.path); err != nil {
+		return fmt.Errorf("results: %w", err)
+	}
+	return nil
+}
+
+// partialName is where f's bytes gather until they are all there.
+func partialName(f *entry) string {
+	h := sha256.Sum256([]byte(f.path))
+	return fmt.Sprintf("%s/%s-%d-%s", partialDir, hex.EncodeToString(h[:12]), f.size, strings.ReplaceAll(f.mtime, ".", "_"))
+}
+
+// mtimeRE is the form of stat's "%.9Y".
+var mtimeRE = regexp.MustCompile(`^[0-9]+\.[0-9]{9}$`)
+
+// mtime reads stat's "%.9Y": seconds and nanoseconds.
+func mtime(s string) time.Time {
+	sec, nsec, _ := strings.Cut(s, ".")
+	a, err := strconv.ParseInt(sec, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	b, _ := strconv.ParseInt(nsec, 10, 64)
+	return time.Unix(a, b)
+}

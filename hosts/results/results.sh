@@ -1,0 +1,105 @@
+# gpudispatch results: run by bash on a machine, it sends back the files a
+# job named for return, from the job's workdir.
+# stdin, after this code: the workdir on a line ("snap ID": the snapshot
+# ID's tree in the content store; "dir PATH": PATH, "" or "~" for the home
+# directory, "~/..." under it, relative paths from it), the number of
+# patterns on a line, and the patterns, one per line (relative paths, bash
+# globs, ** included).
+# The shell answers NUL-terminated fields: per pattern that names nothing
+# "miss PATTERN"; per link that leads to no file "link PATH"; per file
+# (links to files followed) "file SIZE MTIME PATH", PATH starting with
+# "./"; then "end". It reads, per file in that order, a line: "-" to skip
+# it, else the byte at which to start. It sends the files to start past
+# their first byte, each exactly SIZE-START bytes (zeros past a file that
+# shrank), then a tar stream of those to send whole (one block per record,
+# so that it ends with its end blocks), then the size and mtime of each file
+# sent, in order, as it is now: "SIZE MTIME" NUL-terminated. A file whose
+# size or mtime differs from the first answer changed while it was sent.
+set -u
+IFS= read -r where || exit 1
+IFS= read -r n || exit 1
+case $n in '' | *[!0-9]*) exit 2 ;; esac
+pats=()
+for ((i = 0; i < n; i++)); do
+  IFS= read -r p || exit 1
+  pats+=("$p")
+done
+case $where in
+snap\ *)
+  dir=$HOME/.gpudispatch/code/snaps/${where#snap }
+  case ${where#snap } in '' | *[!0-9a-f]*) exit 2 ;; esac
+  ;;
+dir\ | dir\ \~) dir=$HOME ;;
+dir\ \~/*) dir=$HOME/${where#dir \~/} ;;
+dir\ /*) dir=${where#dir } ;;
+dir\ *) dir=$HOME/${where#dir } ;;
+*) exit 2 ;;
+esac
+if ! cd -- "$dir" 2>/dev/null; then
+  echo "gpudispatch: the job's workdir $dir is not there any more" >&2
+  exit 3
+fi
+shopt -s nullglob globstar
+files=()
+sizes=()
+for pat in "${pats[@]}"; do
+  p=${pat%/}
+  # The pattern is globbed, never split nor otherwise expanded.
+  IFS=
+  # shellcheck disable=SC2206 # globbed on purpose, IFS is empty
+  m=(./$p)
+  IFS=' '
+  found=0
+  for x in "${m[@]}"; do
+    [ -e "$x" ] || [ -L "$x" ] || continue
+    found=1
+    while IFS= read -r -d '' f; do
+      if [ -L "$f" ]; then
+        if [ -f "$f" ] && IFS=' ' read -r s t < <(stat -L -c '%s %.9Y' -- "$f"); then
+          printf 'file\0%s\0%s\0%s\0' "$s" "$t" "$f"
+          files+=("$f")
+          sizes+=("$s")
+        else
+          printf 'link\0%s\0' "$f"
+        fi
+        continue
+      fi
+      IFS=' ' read -r s t < <(stat -c '%s %.9Y' -- "$f") || continue
+      printf 'file\0%s\0%s\0%s\0' "$s" "$t" "$f"
+      files+=("$f")
+      sizes+=("$s")
+    done < <(find -P "$x" \( -type f -o -type l \) -print0)
+  done
+  [ "$found" = 1 ] || printf 'miss\0%s\0' "$pat"
+done
+printf 'end\0'
+# Every answer is read before anything is sent: neither side then waits
+# for the other to read.
+ats=()
+for i in "${!files[@]}"; do
+  IFS= read -r at || exit 1
+  case $at in - | 0) ;; '' | *[!0-9]*) exit 2 ;; esac
+  ats+=("$at")
+done
+whole=()
+sent=()
+for i in "${!files[@]}"; do
+  at=${ats[i]}
+  case $at in
+  -) continue ;;
+  0) whole+=("${files[i]}") ;;
+  *)
+    k=$((sizes[i] - at))
+    { tail -c +$((at + 1)) -- "${files[i]}" 2>/dev/null; head -c "$k" /dev/zero; } | head -c "$k"
+    ;;
+  esac
+  sent+=("${files[i]}")
+done
+if [ "${#whole[@]}" -gt 0 ]; then
+  tar -c -h --hard-dereference -b 1 --no-recursion --null -T <(printf '%s\0' "${whole[@]}") -f - 2>/dev/null
+else
+  head -c 1024 /dev/zero
+fi
+for f in "${sent[@]}"; do
+  stat -L -c '%s %.9Y' -- "$f" 2>/dev/null || echo "- -"
+done | tr '\n' '\0'
