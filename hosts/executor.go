@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/codestore"
 	"github.com/gpudispatch/gpudispatch/hosts/slurm"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
 // Lab is what dispatch runs jobs through.
@@ -90,6 +92,29 @@ func (l *Lab) Fetch(ctx context.Context, host string, r executor.Return, dst str
 		err = fmt.Errorf("%s: %w", host, err)
 	}
 	return got, err
+}
+
+// CleanCode removes from host's content store every snapshot and content
+// no process runs in, and says how many snapshots and files went (hosts
+// --clean).
+func (l *Lab) CleanCode(ctx context.Context, host string) (string, error) {
+	run, err := l.lookup(ctx, host)
+	if err != nil {
+		return "", err
+	}
+	var said string
+	switch r := run.(type) {
+	case *slurm.Cluster:
+		said, err = r.CleanCode(ctx)
+	case *Remote:
+		said, err = codestore.Clean(ctx, r.spawn, "")
+	default:
+		said, err = codestore.Clean(ctx, spawn.Local, "")
+	}
+	if err != nil {
+		err = fmt.Errorf("%s: %w", host, err)
+	}
+	return said, err
 }
 
 func (l *Lab) lookup(ctx context.Context, host string) (Runner, error) {

@@ -394,7 +394,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	}
 	if h.Slurm != nil {
 		c := slurm.New(slurm.Options{Name: h.Name, Slurm: *h.Slurm, Spawn: login, WaitUp: waitUp,
-			Heartbeat: o.Keepalive, Grace: o.Grace})
+			Heartbeat: o.Keepalive, Grace: o.Grace, KeepCode: o.KeepCode})
 		// A bad partition, account or option leaves the cluster out; a login
 		// node that cannot be reached now is down, as any host.
 		l.step(h.Name, st.Addr, "asking Slurm whether it takes jobs")

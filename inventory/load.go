@@ -435,10 +435,7 @@ func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 	h.Workdir = cmp.Or(s.workdir, defaults.workdir)
 	if sync := cmp.Or(s.sync, defaults.sync); sync != "" {
 		h.Sync = c.path(sync)
-		switch {
-		case h.Slurm != nil:
-			c.fail(n, path+".sync", "a snapshot of the code cannot go to a Slurm cluster yet: put the code in its workdir")
-		case h.Workdir != "":
+		if h.Workdir != "" {
 			c.fail(n, path+".sync", "sync: makes the snapshot of %s the jobs' workdir: remove workdir: (%s)", sync, h.Workdir)
 		}
 	}

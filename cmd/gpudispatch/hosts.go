@@ -1,22 +1,19 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
 	"sync"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
-	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 	"github.com/gpudispatch/gpudispatch/hosts"
-	"github.com/gpudispatch/gpudispatch/hosts/codestore"
 )
 
 // hostsOptions are hosts's flags after viper merged GPUDISPATCH_* into them.
@@ -174,29 +171,22 @@ func checkHosts(ctx context.Context, s streams, lab *hosts.Lab, states []hosts.H
 // is down or fails makes the exit status 1.
 func cleanHosts(ctx context.Context, s streams, lab *hosts.Lab, states []hosts.HostState) error {
 	said := make([]string, len(states))
-	failed := false
+	bad := make([]bool, len(states))
 	var wg sync.WaitGroup
 	for i, st := range states {
 		h := st.Host
 		switch {
 		case st.Err != nil:
-			said[i], failed = st.Err.Error(), true
-			continue
-		case h.Slurm != nil:
-			said[i] = h.Name + ": a Slurm cluster: no snapshot goes there"
+			said[i], bad[i] = st.Err.Error(), true
 			continue
 		}
 		wg.Go(func() {
-			var out, errs strings.Builder
-			code, err := lab.Run(ctx, h.Name, executor.Command{Script: codestore.CleanScript}, &out, &errs)
-			switch {
-			case err != nil:
-				said[i], failed = err.Error(), true
-			case code != 0:
-				said[i], failed = fmt.Sprintf("%s: %s", h.Name, cmp.Or(strings.TrimSpace(errs.String()), fmt.Sprintf("exit status %d", code))), true
-			default:
-				said[i] = h.Name + ": " + strings.TrimSpace(out.String())
+			out, err := lab.CleanCode(ctx, h.Name)
+			if err != nil {
+				said[i], bad[i] = err.Error(), true
+				return
 			}
+			said[i] = h.Name + ": " + out
 		})
 	}
 	wg.Wait()
@@ -208,7 +198,7 @@ func cleanHosts(ctx context.Context, s streams, lab *hosts.Lab, states []hosts.H
 		snapshot.Prune(filepath.Join(cache, "gpudispatch", "code"), 0)
 		fmt.Fprintln(w, "this machine: removed the content kept for snapshots")
 	}
-	if failed {
+	if slices.Contains(bad, true) {
 		return &exitError{code: exitFailed}
 	}
 	return nil

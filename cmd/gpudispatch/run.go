@@ -269,9 +269,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := syncTo(inv, o.sync); err != nil {
-		return err
-	}
+	syncTo(inv, o.sync)
 	inputs, closeInputs, err := openInputs(s, o.files)
 	if err != nil {
 		return err

@@ -526,3 +526,40 @@ func TestE2ESlurmLoginNodeLost(t *testing.T) {
 		})
 	}
 }
+
+// A snapshot of the code reaches a real Slurm cluster: it is built in the
+// content store under the cluster's workdir (its shared filesystem), its
+// jobs start in that tree and see the project as it was, their results
+// come back, and hosts --clean empties that store.
+func TestE2ESlurmSync(t *testing.T) {
+	t.Parallel()
+	r := newSlurmRun(t, 2, "")
+	proj := filepath.Join(r.dir, "proj")
+	os.MkdirAll(proj, 0o755)
+	os.WriteFile(filepath.Join(proj, "conf.txt"), []byte("v1\n"), 0o644)
+	cmd, stdin, errOut := r.start(t, "--sync", "proj")
+	io.WriteString(stdin, "[host=hpc name=a return=res.txt] pwd; cat conf.txt > res.txt\n[host=ws name=b] cat conf.txt\n")
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit %v\n%s", err, errOut)
+	}
+	store := filepath.Join(r.dir, "hpc-wd", "code")
+	if pwd := strings.TrimSpace(readFile(t, filepath.Join(r.logDir, "a.out"))); filepath.Dir(pwd) != filepath.Join(store, "snaps") {
+		t.Errorf("the cluster's job ran in %q; want a tree of %s", pwd, store)
+	}
+	if got := readFile(t, filepath.Join(r.logDir, "a", "res.txt")); got != "v1\n" {
+		t.Errorf("the cluster's job returned %q", got)
+	}
+	if got := readFile(t, filepath.Join(r.logDir, "b.out")); got != "v1\n" {
+		t.Errorf("the workstation's job printed %q", got)
+	}
+	clean := exec.Command(binary, "hosts", "--inventory", r.lab, "--clean")
+	clean.Dir, clean.Env = r.dir, append(r.sc.Env(), lockEnv(r.dir))
+	out, err := clean.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "hpc: removed 1 snapshots and 1 files") {
+		t.Errorf("hosts --clean: %v\n%s", err, out)
+	}
+	if snaps, _ := filepath.Glob(filepath.Join(store, "snaps", "*")); len(snaps) != 0 {
+		t.Errorf("left in the cluster's store: %v", snaps)
+	}
+}

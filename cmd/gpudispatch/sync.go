@@ -14,18 +14,13 @@ import (
 )
 
 // syncTo makes dir (--sync) every host's sync, in place of its workdir.
-func syncTo(inv *inventory.Inventory, dir string) error {
+func syncTo(inv *inventory.Inventory, dir string) {
 	if dir == "" {
-		return nil
+		return
 	}
 	for i := range inv.Hosts {
-		h := &inv.Hosts[i]
-		if h.Slurm != nil {
-			return usageError("--sync: %s is a Slurm cluster, where a snapshot of the code cannot go yet: put the code in its workdir", h.Name)
-		}
-		h.Sync, h.Workdir = dir, ""
+		inv.Hosts[i].Sync, inv.Hosts[i].Workdir = dir, ""
 	}
-	return nil
 }
 
 // takeSnapshots takes a snapshot of each directory the hosts sync, keeping

@@ -69,7 +69,7 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 		}
 		took = append(took, time.Since(start))
 		each(b, lab, func(h *sshtest.Host) error {
-			_, _, err := New(lab.Spawn(h.Name), 0).Ensure(context.Background(), s)
+			_, _, err := New(lab.Spawn(h.Name), 0, "").Ensure(context.Background(), s)
 			return err
 		})
 		return time.Since(start)

@@ -1,5 +1,26 @@
 # gpudispatch code store: prune, run before store.sh or on its own by
-# hosts --clean (see codestore.CleanScript). It needs $store and $keep.
+# hosts --clean (see codestore.Clean). It needs $store and $keep.
+# open_store reads the store's directory from stdin, on a line ("": the
+# default, ~/.gpudispatch/code; a leading ~/ is the home directory), into
+# $store, and makes it (0700) unless $1 is "existing"; it fails unless it
+# is a directory of this user's, not a link.
+open_store() {
+  IFS= read -r store || exit 1
+  case $store in
+  '') store=$HOME/.gpudispatch/code ;;
+  \~/*) store=$HOME/${store#\~/} ;;
+  /*) ;;
+  *) store=$HOME/$store ;;
+  esac
+  if [ ! -d "$store" ]; then
+    [ "${1:-}" = existing ] && return 1
+    mkdir -p -- "${store%/*}" && mkdir -m 0700 -- "$store" || exit 1
+  fi
+  if [ ! -O "$store" ] || [ -L "$store" ]; then
+    echo "gpudispatch: $store is not a directory of yours" >&2
+    exit 1
+  fi
+}
 # prune removes what no run used for $keep minutes: trees whose .ok was
 # not touched (unless a process runs in one), the bases not renewed, the
 # blobs no tree links to any more, and what cut-off builds left.

@@ -31,9 +31,8 @@ var storeCode = pruneScript + storeScript
 
 // cleanScript prunes the store with no time kept, and counts.
 const cleanScript = `
-store=$HOME/.gpudispatch/code keep=0
-if [ ! -d "$store" ]; then echo "no content store"; exit 0; fi
-if [ ! -O "$store" ] || [ -L "$store" ]; then echo "gpudispatch: $store is not a directory of yours" >&2; exit 1; fi
+keep=0
+open_store existing || { echo "no content store"; exit 0; }
 count() { find "$store/snaps" -maxdepth 1 -name '*.ok' 2>/dev/null | wc -l; find "$store/blobs" -type f 2>/dev/null | wc -l; }
 before=$(count)
 prune
@@ -42,10 +41,29 @@ set -- $before $after
 echo "removed $(($1 - $3)) snapshots and $(($2 - $4)) files; $3 snapshots in use kept"
 `
 
-// CleanScript, run as a job on a machine, removes from its content store
-// every snapshot and content no process runs in, and says how many
-// snapshots and files went, on a line: hosts --clean.
-var CleanScript = pruneScript + cleanScript
+// Clean removes from the content store in dir ("": the default) of the
+// machine start runs bash on every snapshot and content no process runs
+// in, and says how many snapshots and files went (hosts --clean).
+func Clean(ctx context.Context, start spawn.Func, dir string) (string, error) {
+	code := pruneScript + cleanScript
+	var out, errs bytes.Buffer
+	proc, err := start(ctx, spawn.Bootstrap(code, ProcessName), &out, &errs)
+	if err != nil {
+		return "", err
+	}
+	_, werr := fmt.Fprintf(proc.Stdin, "%s%s\n", code, dir)
+	proc.Stdin.Close()
+	if err := proc.Wait(); err != nil {
+		if said := spawn.LastLine(errs.String()); said != "" {
+			return "", errors.New(said)
+		}
+		return "", err
+	}
+	if werr != nil {
+		return "", werr
+	}
+	return strings.TrimSpace(out.String()), nil
+}
 
 // ProcessName is the store shell's $0, for ps.
 const ProcessName = "gpudispatch-code"
@@ -65,15 +83,23 @@ const DefaultKeep = 14 * 24 * time.Hour
 type Store struct {
 	start spawn.Func
 	keep  time.Duration
+	dir   string
 
 	mu    sync.Mutex
 	ships map[string]*shipping
 }
 
-// New returns the store of the machine that start runs bash on. Each
+// New returns the store in dir of the machine that start runs bash on:
+// "" is ~/.gpudispatch/code, a leading "~/" the home directory there. Each
 // shipping removes there what no run used for keep (0: DefaultKeep).
-func New(start spawn.Func, keep time.Duration) *Store {
-	return &Store{start: start, keep: cmp.Or(keep, DefaultKeep), ships: map[string]*shipping{}}
+func New(start spawn.Func, keep time.Duration, dir string) *Store {
+	return &Store{start: start, keep: cmp.Or(keep, DefaultKeep), dir: dir, ships: map[string]*shipping{}}
+}
+
+// Tree is the directory of snapshot id's tree on the machine, as New was
+// given the store's ("~/" for the home directory).
+func (st *Store) Tree(id string) string {
+	return cmp.Or(st.dir, "~/.gpudispatch/code") + "/snaps/" + id
 }
 
 type shipping struct {
@@ -112,7 +138,7 @@ func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, 
 	st.mu.Unlock()
 	if mine {
 		go func() {
-			sh.dir, sh.sent, sh.err = ship(context.WithoutCancel(ctx), st.start, s, st.keep)
+			sh.dir, sh.sent, sh.err = ship(context.WithoutCancel(ctx), st.start, st.dir, s, st.keep)
 			if sh.err != nil {
 				st.mu.Lock()
 				if st.ships[s.ID] == sh {
@@ -135,7 +161,7 @@ func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, 
 }
 
 // ship builds s's tree on the machine, sending what it lacks.
-func ship(ctx context.Context, start spawn.Func, s *snapshot.Snapshot, keep time.Duration) (string, Sent, error) {
+func ship(ctx context.Context, start spawn.Func, storeDir string, s *snapshot.Snapshot, keep time.Duration) (string, Sent, error) {
 	outR, outW := io.Pipe()
 	var errs bytes.Buffer
 	proc, err := start(ctx, spawn.Bootstrap(storeCode, ProcessName), outW, &errs)
@@ -151,7 +177,7 @@ func ship(ctx context.Context, start spawn.Func, s *snapshot.Snapshot, keep time
 	}()
 	in := bufio.NewWriterSize(proc.Stdin, 1<<16)
 	var sent Sent
-	dir, err := talk(s, keep, in, proc.Stdin.Close, bufio.NewReader(outR), &sent)
+	dir, err := talk(storeDir, s, keep, in, proc.Stdin.Close, bufio.NewReader(outR), &sent)
 	proc.Stdin.Close()
 	go io.Copy(io.Discard, outR)
 	werr := <-waited
@@ -173,8 +199,11 @@ func ship(ctx context.Context, start spawn.Func, s *snapshot.Snapshot, keep time
 // talk is the coordinator's side of store.sh's exchange: it sends the
 // code first (spawn.Bootstrap).
 // The tar stream ends with stdin: tar reads whole records.
-func talk(s *snapshot.Snapshot, keep time.Duration, in *bufio.Writer, end func() error, out *bufio.Reader, sent *Sent) (string, error) {
-	if _, err := fmt.Fprintf(in, "%s%s %s %d\n", storeCode, s.ID, s.Key, max(int(keep/time.Minute), 1)); err != nil {
+func talk(storeDir string, s *snapshot.Snapshot, keep time.Duration, in *bufio.Writer, end func() error, out *bufio.Reader, sent *Sent) (string, error) {
+	if strings.ContainsAny(storeDir, "\n\x00") {
+		return "", fmt.Errorf("the content store's directory %q has a newline", storeDir)
+	}
+	if _, err := fmt.Fprintf(in, "%s%s\n%s %s %d\n", storeCode, storeDir, s.ID, s.Key, max(int(keep/time.Minute), 1)); err != nil {
 		return "", err
 	}
 	if err := in.Flush(); err != nil {

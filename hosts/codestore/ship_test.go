@@ -106,7 +106,7 @@ func TestShip(t *testing.T) {
 // start runs bash on, whose home is home; then an edited copy of it.
 func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files map[string]string) {
 	s := take(t, dir, local)
-	got, sent, err := New(start, 0).Ensure(context.Background(), s)
+	got, sent, err := New(start, 0, "").Ensure(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files ma
 	edited := project(t, files)
 	os.WriteFile(filepath.Join(edited, "conf/a.yaml"), []byte("lr: 0.2\n"), 0o644)
 	s2 := take(t, edited, local)
-	got2, sent, err := New(start, 0).Ensure(context.Background(), s2)
+	got2, sent, err := New(start, 0, "").Ensure(context.Background(), s2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files ma
 	}
 	// A store that has the snapshot sends nothing, even to a new
 	// coordinator.
-	if _, sent, err := New(start, 0).Ensure(context.Background(), s); err != nil || sent != (Sent{}) {
+	if _, sent, err := New(start, 0, "").Ensure(context.Background(), s); err != nil || sent != (Sent{}) {
 		t.Errorf("shipping a snapshot the machine has: sent %+v, %v", sent, err)
 	}
 }
@@ -147,7 +147,7 @@ func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files ma
 func TestEnsureOnce(t *testing.T) {
 	dir := project(t, map[string]string{"a": "a"})
 	s := take(t, dir, t.TempDir())
-	st := New(spawn.Local, 0)
+	st := New(spawn.Local, 0, "")
 	errs := make(chan error)
 	total := make(chan int)
 	for range 5 {
@@ -185,7 +185,7 @@ func TestShipFails(t *testing.T) {
 		return spawn.Local(ctx, "export HOME="+home+"; "+line, stdout, stderr)
 	}
 	s := take(t, project(t, map[string]string{"a": "a"}), t.TempDir())
-	st := New(start, 0)
+	st := New(start, 0, "")
 	for range 2 {
 		_, _, err := st.Ensure(context.Background(), s)
 		if err == nil || !strings.Contains(err.Error(), "cannot put the code") || !strings.Contains(err.Error(), ".gpudispatch/code") {
@@ -228,7 +228,7 @@ func TestShipIncremental(t *testing.T) {
 	files := map[string]string{"a.py": "a1", "b.py": "b", "gone.py": "g", "x": "file", "d/in.py": "i", "keep/k.py": "k"}
 	dir := project(t, files)
 	local := t.TempDir()
-	st := New(spawn.Local, 0)
+	st := New(spawn.Local, 0, "")
 	first, _, err := st.Ensure(context.Background(), take(t, dir, local))
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +267,7 @@ func TestShipPrunes(t *testing.T) {
 	store := filepath.Join(os.Getenv("HOME"), ".gpudispatch", "code")
 	build := func(files map[string]string) (*snapshot.Snapshot, string) {
 		s := take(t, project(t, files), local)
-		dir, _, err := New(spawn.Local, time.Hour).Ensure(context.Background(), s)
+		dir, _, err := New(spawn.Local, time.Hour, "").Ensure(context.Background(), s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,11 +336,11 @@ func TestStoresAreTheirUsers(t *testing.T) {
 		}
 	}
 	s := take(t, project(t, map[string]string{"secret.py": "alice's own"}), t.TempDir())
-	aliceTree, _, err := New(starts["gpdalice"], 0).Ensure(context.Background(), s)
+	aliceTree, _, err := New(starts["gpdalice"], 0, "").Ensure(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := New(starts["gpdbob"], 0).Ensure(context.Background(), s); err != nil {
+	if _, _, err := New(starts["gpdbob"], 0, "").Ensure(context.Background(), s); err != nil {
 		t.Fatalf("bob's own store: %v", err)
 	}
 	store := filepath.Join(home["gpdalice"], ".gpudispatch", "code")
@@ -364,7 +364,7 @@ func TestStoresAreTheirUsers(t *testing.T) {
 // again if another run's prune took it.
 func TestEnsureRenews(t *testing.T) {
 	s := take(t, project(t, map[string]string{"a.py": "renew"}), t.TempDir())
-	st := New(spawn.Local, 10*time.Minute)
+	st := New(spawn.Local, 10*time.Minute, "")
 	dir, _, err := st.Ensure(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)
@@ -396,7 +396,7 @@ func TestEnsureOutlivesACancelledCaller(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		return spawn.Local(ctx, line, stdout, stderr)
 	}
-	st := New(slow, 0)
+	st := New(slow, 0, "")
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cause := errors.New("the job was cancelled")
 	time.AfterFunc(50*time.Millisecond, func() { cancel(cause) })
@@ -409,5 +409,31 @@ func TestEnsureOutlivesACancelledCaller(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "a.py")); err != nil || string(b) != "slow" {
 		t.Errorf("the tree: %q, %v", b, err)
+	}
+}
+
+// A store can live elsewhere than ~/.gpudispatch/code (a Slurm cluster's
+// workdir, on its shared filesystem): trees are built there, Tree names
+// them as the store was given, and Clean empties it.
+func TestStoreElsewhere(t *testing.T) {
+	s := take(t, project(t, map[string]string{"a.py": "there"}), t.TempDir())
+	st := New(spawn.Local, 0, "~/scratch/gpd/code")
+	dir, _, err := st.Ensure(context.Background(), s)
+	home := os.Getenv("HOME")
+	if want := filepath.Join(home, "scratch/gpd/code/snaps", s.ID); err != nil || dir != want {
+		t.Fatalf("the tree is at %q (%v), want %s", dir, err, want)
+	}
+	if got := st.Tree(s.ID); got != "~/scratch/gpd/code/snaps/"+s.ID {
+		t.Errorf("Tree: %s", got)
+	}
+	if fi, err := os.Stat(filepath.Join(home, "scratch/gpd/code")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("the store: %v, %v; want a 0700 directory", fi, err)
+	}
+	said, err := Clean(context.Background(), spawn.Local, filepath.Join(home, "scratch/gpd/code"))
+	if err != nil || !strings.HasPrefix(said, "removed 1 snapshots and 1 files") {
+		t.Errorf("Clean said %q, %v", said, err)
+	}
+	if said, err := Clean(context.Background(), spawn.Local, "~/none/here"); err != nil || said != "no content store" {
+		t.Errorf("Clean of no store said %q, %v", said, err)
 	}
 }

@@ -1,5 +1,5 @@
 # gpudispatch code store. Run by bash on a machine, it builds a snapshot's
-# tree in the user's content store, ~/.gpudispatch/code (0700):
+# tree in the user's content store, by default ~/.gpudispatch/code (0700):
 #   blobs/XX/HASH[x]  the content of files, by hash (x: executable),
 #                     read-only, shared by hard links;
 #   snaps/ID/         a snapshot's tree, whose files are links to blobs:
@@ -8,8 +8,9 @@
 #   base/KEY/         a copy of the last tree built of the directory KEY
 #   base/KEY.id       names, which no job touches: the next tree of that
 #                     directory is made from it by its differences.
-# It runs after prune.sh, which defines prune.
-# stdin, after this code: "ID KEY KEEP" on a line (KEEP: minutes, see
+# It runs after prune.sh, which defines prune and open_store.
+# stdin, after this code: the store's directory on a line (see open_store),
+# then "ID KEY KEEP" on a line (KEEP: minutes, see
 # prune). The shell answers "have"
 # and STORE, on lines, when the tree is there, and is done. Else "need",
 # STORE, TMP and BASE (the ID of base/KEY, or "-"), on lines, then it
@@ -25,14 +26,8 @@
 # becomes snaps/ID and the new base/KEY, and the shell says "built".
 set -u
 umask 077
-store=$HOME/.gpudispatch/code
-if [ ! -d "$store" ]; then
-  mkdir -p -- "${store%/*}" && mkdir -m 0700 -- "$store" || exit 1
-fi
-if [ ! -O "$store" ] || [ -L "$store" ]; then
-  echo "gpudispatch: $store is not a directory of yours" >&2
-  exit 1
-fi
+open_store
+# shellcheck disable=SC2154 # set by open_store
 mkdir -p -- "$store/blobs" "$store/snaps" "$store/tmp" "$store/base" || exit 1
 IFS=' ' read -r id key keep || exit 1
 case $id$key in '' | *[!0-9a-f]*) exit 2 ;; esac

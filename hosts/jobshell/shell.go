@@ -106,7 +106,7 @@ type Shells struct {
 
 // New returns the job shells of the machine that start runs bash on.
 func New(start spawn.Func, s Supervision) *Shells {
-	return &Shells{spawn: start, sup: s, code: codestore.New(start, s.KeepCode)}
+	return &Shells{spawn: start, sup: s, code: codestore.New(start, s.KeepCode, "")}
 }
 
 // Run runs c in an idle shell of the machine, or in a new one, and returns

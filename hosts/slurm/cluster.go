@@ -16,6 +16,7 @@ import (
 	"al.essio.dev/pkg/shellescape"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/codestore"
 	"github.com/gpudispatch/gpudispatch/hosts/results"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 	"github.com/gpudispatch/gpudispatch/inventory"
@@ -41,6 +42,9 @@ type Options struct {
 	// three missed ones and Grace, it exits, and the run's jobs run on in
 	// Slurm.
 	Heartbeat, Grace time.Duration
+	// KeepCode is how long the cluster's content store keeps snapshots no
+	// run used (0: codestore.DefaultKeep).
+	KeepCode time.Duration
 }
 
 // Cluster runs jobs as batch jobs of a Slurm cluster, through one agent on
@@ -55,6 +59,9 @@ type Cluster struct {
 	closed bool
 	bg     context.Context
 	stop   context.CancelFunc
+	// code is the content store under the cluster's workdir, on its
+	// shared filesystem, where the jobs' snapshots are built.
+	code *codestore.Store
 }
 
 // New returns a cluster runner; it reaches the login node on first use.
@@ -63,7 +70,8 @@ func New(o Options) *Cluster {
 		o.WaitUp = func(context.Context) error { return nil }
 	}
 	bg, stop := context.WithCancel(context.Background())
-	return &Cluster{o: o, jobs: map[string]*job{}, bg: bg, stop: stop}
+	return &Cluster{o: o, jobs: map[string]*job{}, bg: bg, stop: stop,
+		code: codestore.New(o.Spawn, o.KeepCode, strings.TrimSuffix(o.Slurm.Workdir, "/")+"/code")}
 }
 
 // job is one batch job of the run, from its submission to its end.
@@ -167,6 +175,18 @@ func (c *Cluster) prelude(run string) string {
 // Run implements the executor contract for the cluster: it submits c and
 // returns once Slurm is done with it.
 func (c *Cluster) Run(ctx context.Context, cmd executor.Command, stdout, stderr io.Writer) (int, error) {
+	if cmd.Code != nil {
+		// The snapshot's tree, built under the cluster's workdir, is the
+		// job's workdir on whichever node runs it.
+		dir, _, err := c.code.Ensure(ctx, cmd.Code)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, executor.ErrHostDown) {
+				return -1, fmt.Errorf("%s: %w", c.o.Name, err)
+			}
+			return -1, &executor.UnfitError{Why: err.Error()}
+		}
+		cmd.Workdir, cmd.Code = dir, nil
+	}
 	run, j, err := c.newJob(cmd, stdout, stderr)
 	if err != nil {
 		return -1, err
@@ -417,7 +437,16 @@ func (c *Cluster) agentLocked(ctx context.Context, run string) error {
 // Fetch copies the files from names into dst, from the cluster's
 // filesystem as its login node sees it.
 func (c *Cluster) Fetch(ctx context.Context, from executor.Return, dst string) (executor.Returned, error) {
+	if from.Snapshot != "" {
+		from.Workdir, from.Snapshot = c.code.Tree(from.Snapshot), ""
+	}
 	return results.Fetch(ctx, c.o.Spawn, from, dst)
+}
+
+// CleanCode removes from the cluster's content store every snapshot and
+// content no process of the login node runs in (hosts --clean).
+func (c *Cluster) CleanCode(ctx context.Context) (string, error) {
+	return codestore.Clean(ctx, c.o.Spawn, strings.TrimSuffix(c.o.Slurm.Workdir, "/")+"/code")
 }
 
 // LockGPU implements the executor contract: Slurm gives a cluster's GPUs,
