@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 )
 
 // Control steers a run while it goes on: it adds jobs (a run started with
@@ -58,6 +60,9 @@ type Defaults struct {
 	// get it on local hosts, as they would have run where it was
 	// submitted (see Job.CallerEnv).
 	Env []string
+	// Snapshot is the ID of the snapshot of SyncDir that the submitter
+	// took (submit --sync): the batch's jobs run in it on every host.
+	Snapshot, SyncDir string
 }
 
 // Batch is job lines submitted together.
@@ -284,6 +289,16 @@ func (r *run) submit(b Batch) (Submitted, error) {
 	if source == "" {
 		source = "submit"
 	}
+	var code *snapshot.Snapshot
+	if b.Snapshot != "" {
+		if r.opts.OpenSnapshot == nil {
+			return out, errors.New("this server takes no snapshot of code")
+		}
+		var err error
+		if code, err = r.opts.OpenSnapshot(b.Snapshot, b.SyncDir); err != nil {
+			return out, err
+		}
+	}
 	p := newParser(strings.NewReader(b.Text), source, &r.seq, r.seen, r.names)
 	p.defaults = b.Defaults
 	// Local jobs start from the coordinator's environment: only what the
@@ -293,6 +308,9 @@ func (r *run) submit(b Batch) (Submitted, error) {
 		j, err := p.next()
 		if errors.Is(err, io.EOF) {
 			break
+		}
+		if j != nil {
+			j.Code = code
 		}
 		j, kind, why := r.admit(parsed{job: j, err: err})
 		switch kind {
@@ -402,11 +420,15 @@ func (r *run) waits() map[string]waitInfo {
 
 // specOf is how j was queued, for the journal.
 func specOf(j *Job) *JobSpec {
-	return &JobSpec{
+	spec := &JobSpec{
 		Name: j.Name, Host: j.Host, GPU: j.GPU, GPUs: j.GPUs, Priority: j.Priority,
 		TimeoutSeconds: j.Timeout.Seconds(), Prefer: j.Prefer, PreferGPU: j.PreferGPU,
 		Env: j.CallerEnv,
 	}
+	if j.Code != nil {
+		spec.Snapshot, spec.SyncDir = j.Code.ID, j.Code.Dir
+	}
+	return spec
 }
 
 // envChanges is the entries of env ("NAME=value") that base does not

@@ -94,7 +94,11 @@
 // the run started (Options.Snapshots, package snapshot): the job's
 // executor.Prelude carries it, the host's job shells put its tree there
 // once, and a host that cannot take it is unfit as above. The started
-// event names the snapshot.
+// event names the snapshot. A submit may bring a snapshot of its own for
+// its jobs (Job.Code, opened by Options.OpenSnapshot, kept in the job's
+// spec for serve --resume); an inventory edit brings those of the
+// directories it adds (Update.Snapshots). What a job returns comes back as
+// returns.go says.
 //
 // # Hooks
 //

@@ -141,6 +141,10 @@ type JobSpec struct {
 	// Env is the environment of the submit that queued the job, for its
 	// runs on local hosts (Job.CallerEnv).
 	Env []string `json:"env,omitempty"`
+	// Snapshot and SyncDir name the snapshot of the code the submit took
+	// for the job (Job.Code).
+	Snapshot string `json:"snapshot,omitempty"`
+	SyncDir  string `json:"sync_dir,omitempty"`
 }
 
 // ReturnDir is where the files attempt e returns go: beside its logs, the

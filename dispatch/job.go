@@ -3,6 +3,8 @@ package dispatch
 import (
 	"strconv"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 )
 
 // Job is one command from the input and where it may run.
@@ -46,6 +48,10 @@ type Job struct {
 	// job brings back into LOGDIR/ID/ once it ends, instead of its
 	// host's (nil: the host's).
 	Return []string
+	// Code is the snapshot of the code a submit took for the job (submit
+	// --sync): its workdir on any host, instead of the host's (nil: the
+	// host's workdir or sync).
+	Code *snapshot.Snapshot
 	// CallerEnv is the environment of whoever submitted the job to a
 	// standing queue ("NAME=value"): set for it on a local host, before
 	// the inventory's env and gpudispatch's variables (nil: the

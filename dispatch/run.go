@@ -74,6 +74,9 @@ type Options struct {
 	// Snapshots are the snapshots of the code taken as the run started, by
 	// the directory a host's Sync names: the jobs' workdir on the host.
 	Snapshots map[string]*snapshot.Snapshot
+	// OpenSnapshot opens a snapshot of dir that a submit took (by its ID),
+	// for the jobs it submits; nil: submit --sync is refused.
+	OpenSnapshot func(id, dir string) (*snapshot.Snapshot, error)
 	// Recheck is how long a GPU found busy or locked by another run, or a
 	// host found unable to set up a job's environment (for that
 	// environment), is set aside before it is tried again (0:
@@ -110,6 +113,9 @@ type Update struct {
 	// in Down or LeftOut. Warnings are what to say of them.
 	Opened   []string
 	Warnings []string
+	// Snapshots are the snapshots taken of the directories the edit
+	// names for sync that the run had none of.
+	Snapshots map[string]*snapshot.Snapshot
 	// Err is why the edited file does not load: the edit is reported and
 	// the run goes on as it was.
 	Err error
@@ -304,7 +310,11 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 		}
 	}
 	for _, q := range r.requeue {
-		if err := r.sched.table.check(q.job); err != nil {
+		err := q.requeueErr
+		if err == nil {
+			err = r.sched.table.check(q.job)
+		}
+		if err != nil {
 			e := r.event(EventFailed, q.job, 0)
 			e.Error = "cannot be queued again: " + err.Error()
 			r.final(e)
@@ -608,6 +618,9 @@ func (r *run) start(ctx context.Context, a assignment) {
 		return
 	}
 	code := r.opts.Snapshots[h.Sync]
+	if j.Code != nil {
+		code = j.Code // the submit's own snapshot
+	}
 	if h.Sync != "" && code == nil {
 		err := fmt.Errorf("sync: no snapshot of %s was taken (the directory was named after the run started): start a new run", h.Sync)
 		logs.close()
@@ -925,6 +938,10 @@ func (r *run) reload(u Update) {
 		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "inventory edit ignored, the run goes on as it was: " + u.Err.Error()})
 		return
 	}
+	if r.opts.Snapshots == nil {
+		r.opts.Snapshots = map[string]*snapshot.Snapshot{}
+	}
+	maps.Copy(r.opts.Snapshots, u.Snapshots)
 	changes := r.sched.table.update(u.Inventory)
 	for _, name := range u.Opened {
 		if h := r.sched.table.byName[name]; h != nil {

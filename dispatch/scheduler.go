@@ -41,6 +41,9 @@ type queued struct {
 	// nonetheless because hosts still being opened may: it is rejected
 	// with it once every host is opened, unless one fits it.
 	unfit error
+	// requeueErr is why a job an earlier server left cannot be queued
+	// again: its snapshot of the code is gone.
+	requeueErr error
 }
 
 // ahead reports whether a comes before b in the queue: the higher

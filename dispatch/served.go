@@ -73,10 +73,18 @@ func (r *run) loadServed() error {
 		if err != nil {
 			continue // a line the parser now rejects: nothing to run again
 		}
+		var codeErr error
+		if rec.spec != nil && rec.spec.Snapshot != "" {
+			if r.opts.OpenSnapshot == nil {
+				codeErr = errors.New("this server takes no snapshot of code")
+			} else {
+				j.Code, codeErr = r.opts.OpenSnapshot(rec.spec.Snapshot, rec.spec.SyncDir)
+			}
+		}
 		if j.Name != "" {
 			r.names[j.Name] = j.Where()
 		}
-		q := &queued{job: j}
+		q := &queued{job: j, requeueErr: codeErr}
 		r.jobs[j.ID()] = q
 		state := rec.last.JobState()
 		if Ended(state) {

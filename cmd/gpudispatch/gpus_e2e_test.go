@@ -154,12 +154,15 @@ func TestSSHInventoryReload(t *testing.T) {
 	logDir := filepath.Join(l.Dir, "logs")
 	cmd := labCmd(t, l, "", "-i", inv, "-o", "logs")
 	stdin, errOut := startCmd(t, cmd)
-	job := `sleep 0.2; echo "$GPUDISPATCH_JOB_ID $GPUDISPATCH_HOST" >> ` + filepath.Join(l.Dir, "ran") + "\n"
+	// node2 comes with a snapshot of a project: its jobs run there.
+	os.MkdirAll(filepath.Join(l.Dir, "proj"), 0o755)
+	os.WriteFile(filepath.Join(l.Dir, "proj", "tag"), []byte("snap"), 0o644)
+	job := `sleep 0.2; echo "$GPUDISPATCH_JOB_ID $(cat tag 2>/dev/null) $GPUDISPATCH_HOST" >> ` + filepath.Join(l.Dir, "ran") + "\n"
 	io.WriteString(stdin, strings.Repeat(job, 2))
 	waitJournal(t, logDir, func(ev []map[string]any) bool { return count(ev, "finished") == 2 })
 
 	edited := time.Now()
-	write(head + "  - {name: node2, gpus: auto}\n")
+	write(head + "  - {name: node2, gpus: auto, sync: proj}\n")
 	waitJournal(t, logDir, func(ev []map[string]any) bool { return count(ev, "inventory") == 1 })
 	t.Logf("the edit took effect after %v", time.Since(edited).Round(time.Millisecond))
 	io.WriteString(stdin, strings.Repeat(job, 6))
@@ -177,6 +180,9 @@ func TestSSHInventoryReload(t *testing.T) {
 	for _, line := range ran {
 		if strings.HasSuffix(line, " node2") {
 			onNode2++
+			if !strings.HasSuffix(line, " snap node2") {
+				t.Errorf("a job on node2 did not run in the snapshot: %q", line)
+			}
 		}
 	}
 	if len(ran) != 12 || onNode2 == 0 {
@@ -194,7 +200,7 @@ func TestSSHInventoryReload(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(errOut.String(), "inventory reloaded: added host node2 (GPUs 0)") {
+	if !strings.Contains(errOut.String(), "gpudispatch: snapshot ") || !strings.Contains(errOut.String(), "inventory reloaded: added host node2 (GPUs 0)") {
 		t.Errorf("stderr does not say the inventory was reloaded:\n%s", errOut)
 	}
 }

@@ -128,8 +128,12 @@ const reloadInterval = 400 * time.Millisecond
 type labUpdates struct {
 	lab *hosts.Lab
 	o   labOptions
-	mu  sync.Mutex
-	ch  chan dispatch.Update
+	// sync is --sync, which an edit does not undo; code takes the
+	// snapshots of the directories an edit names for sync.
+	sync string
+	code *snapshots
+	mu   sync.Mutex
+	ch   chan dispatch.Update
 }
 
 func (u *labUpdates) send(ctx context.Context, upd dispatch.Update) {
@@ -168,6 +172,10 @@ func (u *labUpdates) watch(ctx context.Context, inv *inventory.Inventory) {
 		var upd dispatch.Update
 		if err == nil {
 			err = keepHosts(inv, u.o.hosts)
+		}
+		if err == nil {
+			syncTo(inv, u.sync)
+			upd.Snapshots, err = u.code.forHosts(ctx, inv)
 		}
 		if err == nil {
 			var added []hosts.HostState

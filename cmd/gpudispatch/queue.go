@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,8 @@ import (
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
 	"github.com/gpudispatch/gpudispatch/dispatch/control"
+	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
+	"github.com/gpudispatch/gpudispatch/hosts/codestore"
 )
 
 func newServeCommand(s streams, runF func(context.Context, streams, runOptions) error) *cobra.Command {
@@ -46,7 +49,12 @@ type submitOptions struct {
 	logDir   string
 	defaults dispatch.Defaults
 	wait     bool
-	files    []string
+	// sync is --sync (absolute; ""), syncLimit --sync-limit in bytes,
+	// keep --keep.
+	sync      string
+	syncLimit int64
+	keep      time.Duration
+	files     []string
 	// command is what follows "--": one job.
 	command []string
 }
@@ -83,8 +91,10 @@ once they are in the journal; a rejected line is said with its line number
 				return usageError("submit: --host takes a host name; for GPU %s of %s, begin the job line with @%s:%s", gpu, name, name, gpu)
 			}
 			o := submitOptions{
-				logDir: v.GetString("log-dir"),
-				wait:   v.GetBool("wait"),
+				logDir:    v.GetString("log-dir"),
+				wait:      v.GetBool("wait"),
+				syncLimit: v.GetInt64("sync-limit") << 20,
+				keep:      v.GetDuration("keep"),
 				defaults: dispatch.Defaults{
 					Name: v.GetString("name"), Host: host, GPUs: gpus,
 					Priority: v.GetInt("priority"), Timeout: v.GetDuration("timeout"),
@@ -101,7 +111,18 @@ once they are in the journal; a rejected line is said with its line number
 			} else {
 				o.files = args
 			}
+			if dir := v.GetString("sync"); dir != "" {
+				abs, err := filepath.Abs(dir)
+				if err != nil {
+					return usageError("submit: --sync: %v", err)
+				}
+				o.sync = abs
+			}
 			switch {
+			case o.syncLimit <= 0:
+				return usageError("submit: --sync-limit: want a positive number of MiB")
+			case o.keep <= 0:
+				return usageError("submit: --keep: want a positive duration")
 			case o.defaults.Name != "" && o.command == nil:
 				return usageError("submit: --name names one job: give it with -- COMMAND")
 			case o.defaults.Timeout < 0:
@@ -119,6 +140,9 @@ once they are in the journal; a rejected line is said with its line number
 	f.Int("priority", 0, "higher runs first; equal priorities in arrival order")
 	f.Duration("timeout", 0, "each job's wall-clock limit (e.g. 2h)")
 	f.Bool("wait", false, "wait until the jobs end, and exit as a run would")
+	f.String("sync", "", "take a snapshot of this directory now and run these jobs in it, on every host")
+	f.Int64("sync-limit", snapshot.DefaultLimit>>20, "the largest snapshot --sync takes, in MiB")
+	f.Duration("keep", codestore.DefaultKeep, "how long snapshots of code that no run used are kept here")
 	bindEnv(v, f)
 	return cmd
 }
@@ -171,6 +195,15 @@ func runSubmit(ctx context.Context, s streams, o submitOptions) error {
 		return err
 	}
 	defer client.Close()
+	if o.sync != "" {
+		// The code as it is now: later edits reach none of these jobs.
+		code := &snapshots{limit: o.syncLimit, keep: o.keep, w: textTo(s.err)}
+		snap, err := code.take(ctx, o.sync)
+		if err != nil {
+			return usageError("submit: %v", err)
+		}
+		o.defaults.Snapshot, o.defaults.SyncDir = snap.ID, snap.Dir
+	}
 	var ids []string
 	rejected := false
 	o.defaults.Env = callerEnv(os.Environ())

@@ -338,3 +338,52 @@ func TestE2EServeSSH(t *testing.T) {
 		t.Errorf("serve: %v\n%s", err, errOut)
 	}
 }
+
+// submit --sync takes its own snapshot: a standing queue runs each
+// submit's jobs in the code as it was when it was submitted, also after
+// the server was killed and resumed; edits between submits reach only
+// the later one.
+func TestE2ESubmitSync(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	logs := filepath.Join(dir, "logs")
+	logJournalOnFailure(t, logs)
+	proj := filepath.Join(dir, "proj")
+	os.MkdirAll(proj, 0o755)
+	os.WriteFile(filepath.Join(proj, "conf.txt"), []byte("v1\n"), 0o644)
+	// The server and the submits share the user's cache, as one user's do.
+	env := append(os.Environ(), "HOME="+dir, "XDG_CACHE_HOME="+filepath.Join(dir, ".cache"))
+	serve, _, errOut := startGPDEnv(t, dir, env, "serve", "-o", "logs", "--gpus", "0", "--keepalive", "300ms")
+	waitServing(t, dir, errOut)
+	first := gpd(t, dir, "[name=a] echo start; sleep 1.5; cat conf.txt\n[name=b] cat conf.txt\n", "submit", "-o", "logs", "--sync", "proj")
+	if first.code != 0 || !strings.Contains(first.stderr, "gpudispatch: snapshot ") {
+		t.Fatalf("submit --sync: exit %d\n%s", first.code, first.stderr)
+	}
+	waitForFile(t, filepath.Join(logs, "a.out"), func(s string) bool { return s == "start\n" })
+	serve.Process.Kill()
+	serve.Wait()
+	os.WriteFile(filepath.Join(proj, "conf.txt"), []byte("v2\n"), 0o644)
+	serve, _, _ = startGPDEnv(t, dir, env, "serve", "-o", "logs", "--gpus", "0", "--resume", "--keepalive", "300ms")
+	// The killed server's socket is there until the new one replaces it.
+	waitJournal(t, logs, func(ev []map[string]any) bool { return count(ev, "run") >= 2 })
+	if r := gpd(t, dir, "", "submit", "-o", "logs", "--sync", "proj", "--", "cat conf.txt"); r.code != 0 {
+		t.Fatalf("second submit: exit %d\n%s", r.code, r.stderr)
+	}
+	events := waitJournal(t, logs, func(ev []map[string]any) bool { return count(ev, "finished") >= 3 })
+	for id, want := range map[string]string{"a": "start\nv1\n", "b": "v1\n", "3": "v2\n"} {
+		if got := readFile(t, filepath.Join(logs, id+".out")); got != want {
+			t.Errorf("job %s printed %q; want %q", id, got, want)
+		}
+	}
+	snaps := map[string]string{}
+	for _, e := range events {
+		if e["event"] == "started" {
+			snaps[e["job"].(string)], _ = e["snapshot"].(string)
+		}
+	}
+	if snaps["a"] == "" || snaps["a"] != snaps["b"] || snaps["3"] == snaps["a"] || snaps["3"] == "" {
+		t.Errorf("the jobs' snapshots: %v; want a and b's the same, 3's another", snaps)
+	}
+	serve.Process.Signal(syscall.SIGTERM)
+	serve.Wait()
+}

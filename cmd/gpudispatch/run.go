@@ -289,7 +289,11 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	// The code as it is now, before anything runs.
-	snaps, err := takeSnapshots(ctx, textTo(s.err), inv, o.syncLimit, o.keep, o.quiet || o.dryRun)
+	code := &snapshots{limit: o.syncLimit, keep: o.keep}
+	if !o.quiet && !o.dryRun {
+		code.w = textTo(s.err)
+	}
+	snaps, err := code.forHosts(ctx, inv)
 	if err != nil {
 		return err
 	}
@@ -314,6 +318,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		Serve:           o.serve,
 		Environ:         os.Environ(),
 		Snapshots:       snaps,
+		OpenSnapshot:    openSnapshot,
 	}
 	opts.Hooks.JobEnd = cmp.Or(opts.Hooks.JobEnd, inv.Hooks.JobEnd)
 	opts.Hooks.RunEnd = cmp.Or(opts.Hooks.RunEnd, inv.Hooks.RunEnd)
@@ -340,7 +345,10 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	if o.json {
 		opts.Reporters = append(opts.Reporters, dispatch.JSONReporter{W: s.out})
 	}
-	updates := &labUpdates{lab: lab, o: o.labOptions, ch: make(chan dispatch.Update)}
+	if code.w != nil {
+		code.w = messages // a reload's snapshots are said above the live view
+	}
+	updates := &labUpdates{lab: lab, o: o.labOptions, sync: o.sync, code: code, ch: make(chan dispatch.Update)}
 	opts.Updates = updates.ch
 	watchCtx, stopWatching := context.WithCancel(ctx)
 	var watching sync.WaitGroup

@@ -23,34 +23,71 @@ func syncTo(inv *inventory.Inventory, dir string) {
 	}
 }
 
-// takeSnapshots takes a snapshot of each directory the hosts sync, keeping
-// its content in the user's cache, and says what it took unless quiet.
-// What no run used for keep goes.
-func takeSnapshots(ctx context.Context, w io.Writer, inv *inventory.Inventory, limit int64, keep time.Duration, quiet bool) (map[string]*snapshot.Snapshot, error) {
-	snaps := map[string]*snapshot.Snapshot{}
-	var store string
+// codeStore is where this machine keeps the content of the snapshots it
+// takes: the user's cache.
+func codeStore() (string, error) {
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("sync: where to keep the snapshot's content: %w", err)
+	}
+	return filepath.Join(cache, "gpudispatch", "code"), nil
+}
+
+// snapshots takes a run's snapshots of code, each directory once.
+type snapshots struct {
+	limit int64
+	keep  time.Duration
+	// w is told what was taken (nil: nothing is said).
+	w     io.Writer
+	taken map[string]*snapshot.Snapshot
+}
+
+// forHosts takes a snapshot of each directory inv's hosts sync that has
+// none yet, keeping its content in the user's cache, and returns the new
+// ones. What no run used for keep goes from the cache then.
+func (ss *snapshots) forHosts(ctx context.Context, inv *inventory.Inventory) (map[string]*snapshot.Snapshot, error) {
+	added := map[string]*snapshot.Snapshot{}
 	for _, h := range inv.Hosts {
-		if h.Sync == "" || snaps[h.Sync] != nil {
+		if h.Sync == "" || ss.taken[h.Sync] != nil || added[h.Sync] != nil {
 			continue
 		}
-		if store == "" {
-			cache, err := os.UserCacheDir()
-			if err != nil {
-				return nil, fmt.Errorf("sync: where to keep the snapshot's content: %w", err)
-			}
-			store = filepath.Join(cache, "gpudispatch", "code")
-		}
-		s, err := snapshot.Take(ctx, h.Sync, store, limit)
+		s, err := ss.take(ctx, h.Sync)
 		if err != nil {
 			return nil, err
 		}
-		snaps[h.Sync] = s
-		if !quiet {
-			fmt.Fprintf(w, "gpudispatch: snapshot %s of %s: %s, %s\n", s.ID, s.Dir, dispatch.Count(len(s.Files), "file"), snapshot.Size(s.Bytes))
-		}
+		added[h.Sync] = s
 	}
-	if store != "" {
-		snapshot.Prune(store, keep)
+	if ss.taken == nil {
+		ss.taken = map[string]*snapshot.Snapshot{}
 	}
-	return snaps, nil
+	for dir, s := range added {
+		ss.taken[dir] = s
+	}
+	return added, nil
+}
+
+// take takes a snapshot of dir, says so, and prunes the cache.
+func (ss *snapshots) take(ctx context.Context, dir string) (*snapshot.Snapshot, error) {
+	store, err := codeStore()
+	if err != nil {
+		return nil, err
+	}
+	s, err := snapshot.Take(ctx, dir, store, ss.limit)
+	if err != nil {
+		return nil, err
+	}
+	if ss.w != nil {
+		fmt.Fprintf(ss.w, "gpudispatch: snapshot %s of %s: %s, %s\n", s.ID, s.Dir, dispatch.Count(len(s.Files), "file"), snapshot.Size(s.Bytes))
+	}
+	snapshot.Prune(store, ss.keep)
+	return s, nil
+}
+
+// openSnapshot opens a snapshot a submit took (dispatch.Options.OpenSnapshot).
+func openSnapshot(id, dir string) (*snapshot.Snapshot, error) {
+	store, err := codeStore()
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.Open(store, id, dir)
 }

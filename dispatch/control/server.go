@@ -171,6 +171,7 @@ func Handler(c *dispatch.Control, logDir string) http.Handler {
 		out, err := c.Submit(r.Context(), dispatch.Batch{Source: req.Source, Text: req.Text, Defaults: dispatch.Defaults{
 			Name: req.Name, Host: req.Host, GPUs: req.GPUs, Priority: req.Priority,
 			Timeout: time.Duration(req.TimeoutSeconds * float64(time.Second)), Env: req.Env,
+			Snapshot: req.Snapshot, SyncDir: req.SyncDir,
 		}})
 		if err != nil {
 			fail(w, err)
@@ -251,6 +252,8 @@ type (
 		Priority       int      `json:"priority,omitempty"`
 		TimeoutSeconds float64  `json:"timeout_seconds,omitempty"`
 		Env            []string `json:"env,omitempty"`
+		Snapshot       string   `json:"snapshot,omitempty"`
+		SyncDir        string   `json:"sync_dir,omitempty"`
 	}
 	idsRequest struct {
 		IDs []string `json:"ids"`

@@ -46,12 +46,8 @@ func (s *Snapshot) saveManifest() {
 // Earlier returns the files of the snapshot id taken earlier with the same
 // store, by path, when the store still has its list.
 func (s *Snapshot) Earlier(id string) (map[string]File, bool) {
-	if len(id) != len(s.ID) || strings.Trim(id, "0123456789abcdef") != "" {
-		return nil, false
-	}
-	b, err := os.ReadFile(filepath.Join(s.Store, "manifests", id+".json"))
-	var files []File
-	if err != nil || json.Unmarshal(b, &files) != nil {
+	files, ok := readManifest(s.Store, id)
+	if !ok {
 		return nil, false
 	}
 	byPath := make(map[string]File, len(files))
@@ -59,6 +55,19 @@ func (s *Snapshot) Earlier(id string) (map[string]File, bool) {
 		byPath[f.Path] = f
 	}
 	return byPath, true
+}
+
+// readManifest reads the list of snapshot id kept in store, in its order.
+func readManifest(store, id string) ([]File, bool) {
+	if len(id) != 20 || strings.Trim(id, "0123456789abcdef") != "" {
+		return nil, false
+	}
+	b, err := os.ReadFile(filepath.Join(store, "manifests", id+".json"))
+	var files []File
+	if err != nil || json.Unmarshal(b, &files) != nil {
+		return nil, false
+	}
+	return files, true
 }
 
 // openIndex reads the index of dir kept in store (none: an empty one).

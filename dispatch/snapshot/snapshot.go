@@ -126,13 +126,36 @@ func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error
 		return nil, err
 	}
 	idx.save(s.Files)
-	id := sha256.New()
-	for _, f := range s.Files {
-		fmt.Fprintf(id, "%q %t %s %q\n", f.Path, f.Exec, f.Hash, f.Link)
-	}
-	s.ID = hex.EncodeToString(id.Sum(nil))[:20]
+	s.ID = idOf(s.Files)
 	s.Key = dirKey(abs)
 	s.saveManifest()
+	return s, nil
+}
+
+// idOf is the ID of a snapshot of files: a hash of their list.
+func idOf(files []File) string {
+	id := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(id, "%q %t %s %q\n", f.Path, f.Exec, f.Hash, f.Link)
+	}
+	return hex.EncodeToString(id.Sum(nil))[:20]
+}
+
+// Open returns the snapshot id of dir that Take took earlier with store
+// (another process's, a standing queue's submit), from its list there. It
+// fails when the list is gone (pruned) or is not that snapshot's.
+func Open(store, id, dir string) (*Snapshot, error) {
+	files, ok := readManifest(store, id)
+	if !ok {
+		return nil, fmt.Errorf("sync: snapshot %s of %s is no longer in %s: submit again", id, dir, store)
+	}
+	s := &Snapshot{Dir: dir, ID: id, Store: store, Key: dirKey(dir), Files: files}
+	for _, f := range files {
+		s.Bytes += f.Size
+	}
+	if idOf(s.Files) != id {
+		return nil, fmt.Errorf("sync: the list of snapshot %s in %s is not that snapshot's", id, store)
+	}
 	return s, nil
 }
 

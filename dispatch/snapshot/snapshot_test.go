@@ -151,6 +151,37 @@ func TestTakeID(t *testing.T) {
 	}
 }
 
+// Another process opens a snapshot by its ID from the same store: the same
+// files, in the same order (a walk's, not sorted), and the same content.
+// A list that is gone or not the snapshot's is refused.
+func TestOpen(t *testing.T) {
+	dir, store := t.TempDir(), t.TempDir()
+	write(t, dir, map[string]string{"a.txt": "1", "a/b": "2", "a-c": "3", "z": "->a.txt"})
+	s, err := Take(context.Background(), dir, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Open(store, s.ID, s.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ID != s.ID || got.Key != s.Key || got.Bytes != s.Bytes || len(got.Files) != len(s.Files) {
+		t.Errorf("opened %+v; took %+v", got, s)
+	}
+	for i := range s.Files {
+		if got.Files[i].Path != s.Files[i].Path || got.Files[i].Hash != s.Files[i].Hash {
+			t.Errorf("file %d: %+v, took %+v", i, got.Files[i], s.Files[i])
+		}
+	}
+	if _, err := Open(store, "0123456789abcdef0123", dir); err == nil || !strings.Contains(err.Error(), "no longer in") {
+		t.Errorf("a snapshot never taken: %v", err)
+	}
+	os.WriteFile(filepath.Join(store, "manifests", s.ID+".json"), []byte(`[{"Path":"x","Size":1,"Hash":"00"}]`), 0o600)
+	if _, err := Open(store, s.ID, dir); err == nil || !strings.Contains(err.Error(), "not that snapshot's") {
+		t.Errorf("a list that is not the snapshot's: %v", err)
+	}
+}
+
 // What is refused, with what a user acts on.
 func TestTakeRefuses(t *testing.T) {
 	for _, tc := range []struct {
