@@ -25,6 +25,16 @@ open_store() {
 # not touched (unless a process runs in one), the bases not renewed, the
 # blobs no tree links to any more, and what cut-off builds left.
 # shellcheck disable=SC2154 # $store and $keep are the caller's
+# prune_often prunes unless the store was pruned within a tenth of $keep:
+# a look at every blob costs, and a run ships to a host many times.
+prune_often() {
+  local m=$((keep / 10))
+  if [ "$m" -gt 0 ] && [ -n "$(find "$store/.pruned" -mmin -"$m" 2>/dev/null)" ]; then
+    return 0
+  fi
+  : >"$store/.pruned"
+  prune
+}
 prune() {
   local ok tree
   find "$store/snaps" -maxdepth 1 -name '*.ok' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do

@@ -36,7 +36,7 @@ snap=$store/snaps/$id
 if [ -e "$snap.ok" ]; then
   touch -- "$snap.ok"
   printf 'have\n%s\n' "$store"
-  prune
+  prune_often
   exit 0
 fi
 tmp=$(mktemp -d -- "$store/tmp/XXXXXXXX") || exit 1
@@ -95,4 +95,4 @@ if mv -T -- "$tmp/tree" "$store/base/$key" 2>/dev/null; then
   printf '%s\n' "$id" >"$store/base/$key.id"
 fi
 echo built
-prune
+prune_often
