@@ -97,17 +97,30 @@ func (c *queuedCounter) Report(e Event) {
 // BenchmarkRunQueued reads N jobs of `true` into the whole coordinator on
 // 1,600 slots while the first 1,600 hold them (the scale target: 100,000
 // queued jobs, `seq` lines), then lets them all run. It reports the cost per
-// job and the process's peak RSS. The cost includes creating each job's two
+// job and the process's peak RSS; deps=true has half the jobs wait for
+// the job before them (after=). The cost includes creating each job's two
 // log files: run it with TMPDIR on a tmpfs to see the coordinator alone.
 //
 //	TMPDIR=/dev/shm go test ./dispatch -run '^$' -bench RunQueued -benchtime 1x
 func BenchmarkRunQueued(b *testing.B) {
 	inv := bigLab(100, 16)
-	for _, n := range []int{1_000, 10_000, 100_000} {
-		b.Run(fmt.Sprintf("jobs=%d", n), func(b *testing.B) {
+	for _, c := range []struct {
+		n    int
+		deps bool
+	}{{1_000, false}, {10_000, false}, {10_000, true}, {100_000, false}} {
+		n := c.n
+		b.Run(fmt.Sprintf("jobs=%d/deps=%v", n, c.deps), func(b *testing.B) {
 			var input strings.Builder
 			for i := range n {
-				fmt.Fprintf(&input, "echo %d\n", i)
+				switch {
+				case !c.deps:
+					fmt.Fprintf(&input, "echo %d\n", i)
+				case i%2 == 0:
+					fmt.Fprintf(&input, "[name=j%d] echo %d\n", i, i)
+				default:
+					// Half the jobs wait for the one before them.
+					fmt.Fprintf(&input, "[after=j%d] echo %d\n", i-1, i)
+				}
 			}
 			b.ResetTimer()
 			for range b.N {

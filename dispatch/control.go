@@ -60,6 +60,9 @@ type Defaults struct {
 	// get it on local hosts, as they would have run where it was
 	// submitted (see Job.CallerEnv).
 	Env []string
+	// After are the jobs each job of the batch waits for (submit --after),
+	// unless its line says otherwise.
+	After []string
 	// Snapshot is the ID of the snapshot of SyncDir that the submitter
 	// took (submit --sync): the batch's jobs run in it on every host.
 	Snapshot, SyncDir string
@@ -333,6 +336,10 @@ func (r *run) cancelJob(q *queued) (string, error) {
 	case r.sched.remove(q):
 		r.cancelledBeforeStart(q)
 		return "cancelled (it was waiting)", nil
+	case q.deps != nil:
+		r.unhold(q)
+		r.cancelledBeforeStart(q)
+		return "cancelled (it was waiting for the jobs it comes after)", nil
 	case q.kill != nil:
 		q.kill(errCancelAsked)
 		return "cancelled: its processes are being killed", nil
@@ -410,6 +417,9 @@ func (r *run) waits() map[string]waitInfo {
 	for i, q := range r.sched.waiting {
 		out[q.job.ID()] = waitInfo{q.job.Priority, r.sched.table.whyWaiting(q.job, i)}
 	}
+	for _, q := range r.held {
+		out[q.job.ID()] = waitInfo{q.job.Priority, heldWhy(q)}
+	}
 	for id, q := range r.jobs {
 		if q.claiming {
 			out[id] = waitInfo{q.job.Priority, "starting: taking its GPUs' locks"}
@@ -423,7 +433,7 @@ func specOf(j *Job) *JobSpec {
 	spec := &JobSpec{
 		Name: j.Name, Host: j.Host, GPU: j.GPU, GPUs: j.GPUs, Priority: j.Priority,
 		TimeoutSeconds: j.Timeout.Seconds(), Prefer: j.Prefer, PreferGPU: j.PreferGPU,
-		Env: j.CallerEnv,
+		Env: j.CallerEnv, After: j.After, AfterAny: j.AfterAny,
 	}
 	if j.Code != nil {
 		spec.Snapshot, spec.SyncDir = j.Code.ID, j.Code.Dir

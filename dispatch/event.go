@@ -94,6 +94,9 @@ type Event struct {
 	// Snapshot is the ID of the snapshot of the code the attempt runs in
 	// (started and pending events of a run with sync).
 	Snapshot string `json:"snapshot,omitempty"`
+	// After, on a queued event, are the jobs it waits for before it joins
+	// the queue (after= and after_any=, resolved).
+	After []string `json:"after,omitempty"`
 	// Return, on the final event of an attempt that returns files, are
 	// the paths it names: an EventReturned follows once they are fetched
 	// (a later run of the log dir fetches them when none does).
@@ -141,6 +144,9 @@ type JobSpec struct {
 	// Env is the environment of the submit that queued the job, for its
 	// runs on local hosts (Job.CallerEnv).
 	Env []string `json:"env,omitempty"`
+	// After and AfterAny are the jobs it waits for (Job.After).
+	After    []string `json:"after,omitempty"`
+	AfterAny []string `json:"after_any,omitempty"`
 	// Snapshot and SyncDir name the snapshot of the code the submit took
 	// for the job (Job.Code).
 	Snapshot string `json:"snapshot,omitempty"`

@@ -48,6 +48,10 @@ type Job struct {
 	// job brings back into LOGDIR/ID/ once it ends, instead of its
 	// host's (nil: the host's).
 	Return []string
+	// After and AfterAny are the jobs this one waits for, as written
+	// (numbers, names, globs over names): until each succeeded, or each
+	// ended whatever its outcome.
+	After, AfterAny []string
 	// Code is the snapshot of the code a submit took for the job (submit
 	// --sync): its workdir on any host, instead of the host's (nil: the
 	// host's workdir or sync).

@@ -98,5 +98,12 @@ func (r *run) overview(limit int) *Overview {
 		})
 	}
 	o.MoreWaiting = len(r.sched.waiting) - n
+	for _, q := range r.held {
+		if len(o.Waiting) == limit {
+			o.MoreWaiting++
+			continue
+		}
+		o.Waiting = append(o.Waiting, WaitingJob{ID: q.job.ID(), Command: q.job.Command, Priority: q.job.Priority, Why: heldWhy(q)})
+	}
 	return o
 }

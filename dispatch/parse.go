@@ -180,6 +180,9 @@ func (d Defaults) words() []string {
 	if d.Name != "" {
 		w = append(w, "name="+d.Name)
 	}
+	if len(d.After) > 0 {
+		w = append(w, "after="+strings.Join(d.After, ","))
+	}
 	return w
 }
 
@@ -336,6 +339,19 @@ func parseOptions(j *Job, words []string) error {
 				}
 				j.PreferGPU = id
 			}
+		case "after", "after_any":
+			var ids []string
+			for _, id := range strings.Split(val, ",") {
+				if !depIDRE.MatchString(id) {
+					return fmt.Errorf("[%s]: want job numbers, names or globs over names (train_*), separated by commas", w)
+				}
+				ids = append(ids, id)
+			}
+			if key == "after" {
+				j.After = ids
+			} else {
+				j.AfterAny = ids
+			}
 		case "return":
 			j.Return = nil
 			for _, p := range strings.Split(val, ",") {
@@ -360,7 +376,11 @@ func parseOptions(j *Job, words []string) error {
 }
 
 // optionNames are the keys a [key=value ...] prefix knows.
-var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer", "conda", "return"}
+var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer", "conda", "return", "after", "after_any"}
+
+// depIDRE is the form of an ID of after= and after_any=: a number, a name,
+// or a glob over names.
+var depIDRE = regexp.MustCompile(`^[A-Za-z0-9_*?\[][A-Za-z0-9._*?\[\]!-]*$`)
 
 // maxPriority bounds priority=N either way.
 const maxPriority = 1_000_000

@@ -95,6 +95,8 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 			line = fmt.Sprintf("job %s cancelled, but %s did not answer: it may run on there until gpudispatch reaches the host and stops it (this run, or the next run on this log dir)", e.Job, e.Host)
 		} else if e.Host != "" {
 			line = fmt.Sprintf("job %s cancelled on %s: its processes were killed", e.Job, where)
+		} else if depCancelled(e) {
+			line = fmt.Sprintf("job %s cancelled: %s", e.Job, e.Error)
 		} else if t.Verbose {
 			line = fmt.Sprintf("job %s cancelled before it started", e.Job)
 		} else {
@@ -198,7 +200,7 @@ func (s *Summary) Write(w io.Writer) {
 	fmt.Fprintf(w, "gpudispatch: %s: %s\n", Count(total, "job"), strings.Join(parts, ", "))
 	for _, e := range s.Unsuccessful {
 		switch {
-		case e.Event == EventCancelled && e.Host == "":
+		case e.Event == EventCancelled && e.Host == "" && !depCancelled(e):
 			continue // listed by count; they never ran
 		case e.Stderr != "":
 			how := StateWord(e.Event)

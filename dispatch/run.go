@@ -214,6 +214,13 @@ type run struct {
 	returning  int
 	returned   chan fetched
 	unreturned []Event
+	// held are the jobs that wait for others to end, apart from the
+	// queue; dependents are they by the id of a job they wait for;
+	// earlier are the ids of the jobs that succeeded in an earlier run
+	// (Resume), which count as done (deps.go).
+	held       []*queued
+	dependents map[string][]*queued
+	earlier    map[string]bool
 }
 
 // expiry is a host's host-down timeout passing, for one time it went down.
@@ -320,7 +327,11 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 			r.final(e)
 			continue
 		}
-		r.queue(q, "queued again by serve --resume")
+		if err := r.enqueue(q, "queued again by serve --resume"); err != nil {
+			e := r.event(EventFailed, q.job, 0)
+			e.Error = "cannot be queued again: " + err.Error()
+			r.final(e)
+		}
 	}
 	r.loop(ctx, inputs)
 	r.endHooks()
@@ -358,6 +369,9 @@ func prepare(opts Options) (*run, error) {
 		jobs:    map[string]*queued{},
 		seen:    map[string]int{},
 		names:   map[string]string{},
+
+		dependents: map[string][]*queued{},
+		earlier:    map[string]bool{},
 	}
 	if opts.Serve {
 		if err := r.loadServed(); err != nil {
@@ -482,7 +496,7 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 		}
 		if r.stopping {
 			jobs = nil // read no more input
-			for _, q := range r.sched.drop() {
+			for _, q := range append(r.sched.drop(), r.dropHeld()...) {
 				r.final(r.event(EventCancelled, q.job, q.attempts))
 			}
 			continue
@@ -539,6 +553,9 @@ func (r *run) verdict(p parsed) (j *Job, kind string, why error) {
 	if e, ok := r.open[jobKey{j.Text, j.Occurrence}]; ok && (r.adoptable(e) || r.sched.table.opening(e.Host)) {
 		return j, adopted, nil
 	}
+	if _, derr := r.resolveDeps(j); derr != nil {
+		return j, EventRejected, derr
+	}
 	if why := r.sched.table.unrunnable(j, r.opts.HostDownTimeout); why != "" && err == nil {
 		return j, EventFailed, errors.New(why)
 	}
@@ -567,6 +584,7 @@ func (r *run) admit(p parsed) (j *Job, kind string, why error) {
 		r.final(e)
 	case skipped:
 		r.summary.Skipped++
+		r.earlier[j.ID()] = true
 	case adopted:
 		k := jobKey{j.Text, j.Occurrence}
 		e := r.open[k]
@@ -574,12 +592,12 @@ func (r *run) admit(p parsed) (j *Job, kind string, why error) {
 		q := &queued{job: j}
 		r.jobs[j.ID()] = q
 		if !r.follow(adoption{q, e}) {
-			r.queue(q, "")
+			r.enqueue(q, "") // its dependencies were resolved by verdict
 		}
 	case EventQueued:
 		q := &queued{job: j, unfit: why}
 		r.jobs[j.ID()] = q
-		r.queue(q, "")
+		r.enqueue(q, "") // its dependencies were resolved by verdict
 	}
 	return j, kind, why
 }
@@ -995,7 +1013,7 @@ func (r *run) reload(u Update) {
 	r.adoptLater = nil
 	for _, a := range later {
 		if !r.follow(a) {
-			r.queue(a.q, "")
+			r.enqueue(a.q, "") // its dependencies were resolved as it came
 		}
 	}
 }
@@ -1040,6 +1058,7 @@ func (r *run) conclude(e Event) {
 		q.ended = &e
 	}
 	r.tellWaiters(e)
+	r.depsEnded(e)
 }
 
 // record writes e to the journal, then tells the reporters. A journal that

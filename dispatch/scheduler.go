@@ -44,6 +44,9 @@ type queued struct {
 	// requeueErr is why a job an earlier server left cannot be queued
 	// again: its snapshot of the code is gone.
 	requeueErr error
+	// deps is what it waits for while it is held apart from the queue
+	// (deps.go).
+	deps *depWait
 }
 
 // ahead reports whether a comes before b in the queue: the higher

@@ -128,6 +128,7 @@ func rebuild(e Event, spec *JobSpec) (*Job, error) {
 		j.Timeout = secondsDuration(spec.TimeoutSeconds)
 		j.Prefer, j.PreferGPU = spec.Prefer, spec.PreferGPU
 		j.CallerEnv = spec.Env
+		j.After, j.AfterAny = spec.After, spec.AfterAny
 	}
 	return j, nil
 }

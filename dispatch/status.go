@@ -139,6 +139,9 @@ func (s *JobStatus) apply(e Event) {
 	switch s.State {
 	case StateWaiting:
 		s.Why = ""
+		if len(e.After) > 0 {
+			s.Why = "after " + strings.Join(e.After, ", ")
+		}
 		if e.NotStarted {
 			s.Attempts = s.before + e.Attempt
 			s.Host, s.GPUs, s.Start, s.Stdout, s.Stderr = "", nil, nil, "", ""

@@ -100,6 +100,9 @@ once they are in the journal; a rejected line is said with its line number
 					Priority: v.GetInt("priority"), Timeout: v.GetDuration("timeout"),
 				},
 			}
+			if after := v.GetString("after"); after != "" {
+				o.defaults.After = strings.Split(after, ",")
+			}
 			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
 				o.files, o.command = args[:dash], args[dash:]
 				if len(o.command) == 0 {
@@ -140,6 +143,7 @@ once they are in the journal; a rejected line is said with its line number
 	f.Int("priority", 0, "higher runs first; equal priorities in arrival order")
 	f.Duration("timeout", 0, "each job's wall-clock limit (e.g. 2h)")
 	f.Bool("wait", false, "wait until the jobs end, and exit as a run would")
+	f.String("after", "", "each job waits until these jobs (numbers, names, globs over names) succeeded, as [after=...]")
 	f.String("sync", "", "take a snapshot of this directory now and run these jobs in it, on every host")
 	f.Int64("sync-limit", snapshot.DefaultLimit>>20, "the largest snapshot --sync takes, in MiB")
 	f.Duration("keep", codestore.DefaultKeep, "how long snapshots of code that no run used are kept here")

@@ -102,7 +102,7 @@ func (c *Client) Submit(ctx context.Context, b dispatch.Batch) (dispatch.Submitt
 	err := c.call(ctx, http.MethodPost, "/v1/submit", submitRequest{
 		Text: b.Text, Source: b.Source, Name: b.Name, Host: b.Host, GPUs: b.GPUs,
 		Priority: b.Priority, TimeoutSeconds: b.Timeout.Seconds(), Env: b.Env,
-		Snapshot: b.Snapshot, SyncDir: b.SyncDir,
+		Snapshot: b.Snapshot, SyncDir: b.SyncDir, After: b.After,
 	}, &out)
 	return out, err
 }

@@ -171,7 +171,7 @@ func Handler(c *dispatch.Control, logDir string) http.Handler {
 		out, err := c.Submit(r.Context(), dispatch.Batch{Source: req.Source, Text: req.Text, Defaults: dispatch.Defaults{
 			Name: req.Name, Host: req.Host, GPUs: req.GPUs, Priority: req.Priority,
 			Timeout: time.Duration(req.TimeoutSeconds * float64(time.Second)), Env: req.Env,
-			Snapshot: req.Snapshot, SyncDir: req.SyncDir,
+			Snapshot: req.Snapshot, SyncDir: req.SyncDir, After: req.After,
 		}})
 		if err != nil {
 			fail(w, err)
@@ -254,6 +254,7 @@ type (
 		Env            []string `json:"env,omitempty"`
 		Snapshot       string   `json:"snapshot,omitempty"`
 		SyncDir        string   `json:"sync_dir,omitempty"`
+		After          []string `json:"after,omitempty"`
 	}
 	idsRequest struct {
 		IDs []string `json:"ids"`

@@ -43,16 +43,18 @@ type model struct {
 	// down and busy hold the notes shown on idle lines of a host that is
 	// down (or left out) and of a GPU that is set aside; opening holds the
 	// hosts not opened yet.
-	down          map[string]string
-	busy          map[gpuKey]string
-	opening       map[string]bool
+	down    map[string]string
+	busy    map[gpuKey]string
+	opening map[string]bool
+	// after holds the waiting jobs that wait for other jobs to end.
+	after         map[string]bool
 	width, height int
 }
 
 func newModel(inv *inventory.Inventory, opening []string, now func() time.Time) *model {
 	m := &model{
 		now: now, byGPU: map[gpuKey][]int{},
-		down: map[string]string{}, busy: map[gpuKey]string{}, opening: map[string]bool{},
+		down: map[string]string{}, busy: map[gpuKey]string{}, opening: map[string]bool{}, after: map[string]bool{},
 		width: 100, height: 30,
 	}
 	for _, h := range opening {
@@ -93,6 +95,13 @@ func keys(e dispatch.Event) []gpuKey {
 // apply updates the model with e.
 func (m *model) apply(e dispatch.Event) {
 	m.jobs.Apply(e)
+	if e.JobState() != "" {
+		if len(e.After) > 0 {
+			m.after[e.Job] = true
+		} else {
+			delete(m.after, e.Job)
+		}
+	}
 	switch {
 	case e.Event == dispatch.EventStarted:
 		if m.first.IsZero() {
@@ -187,7 +196,11 @@ func (m *model) progress() string {
 	parts = append(parts, fmt.Sprintf("%d/%d done", done, total))
 	for _, s := range append(dispatch.Outcomes[1:], dispatch.StateRunning, dispatch.StateWaiting) {
 		if n := m.jobs.Count(s); n > 0 {
-			parts = append(parts, fmt.Sprintf("%d %s", n, dispatch.StateWord(s)))
+			part := fmt.Sprintf("%d %s", n, dispatch.StateWord(s))
+			if h := len(m.after); s == dispatch.StateWaiting && h > 0 {
+				part += fmt.Sprintf(" (%d after other jobs)", h)
+			}
+			parts = append(parts, part)
 		}
 	}
 	if rate, eta := m.jobs.Pace(m.first, m.now()); rate > 0 {

@@ -54,6 +54,26 @@ func TestModelView(t *testing.T) {
 			},
 		},
 		{
+			name: "jobs that wait for others are counted apart, until they join the queue",
+			events: []dispatch.Event{
+				{Event: dispatch.EventQueued, Job: "train"}, {Event: dispatch.EventQueued, Job: "eval", After: []string{"train"}},
+				{Event: dispatch.EventQueued, Job: "report", After: []string{"eval"}},
+				{Event: dispatch.EventStarted, Job: "train", Host: "n1", GPUs: []int{0}, Command: "t", Start: at(0)},
+				{Event: dispatch.EventFinished, Job: "train", Host: "n1", GPUs: []int{0}, Start: at(0), End: at(5)},
+				{Event: dispatch.EventQueued, Job: "eval", Message: "the jobs it waited for ended"},
+			},
+			after: 5 * time.Second,
+			want: []string{
+				"[######--------------] 1/3 done · 2 waiting (1 after other jobs) · 12.0 jobs/min · ETA 10s",
+				"n1:0         idle",
+				"n1:1         idle",
+				"n2:0         idle",
+				"n2:0         idle",
+				"hpc          idle",
+				"hpc          idle",
+			},
+		},
+		{
 			name: "a lost job queued again is waiting, not lost; a host down and a busy GPU say so",
 			events: []dispatch.Event{
 				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"},

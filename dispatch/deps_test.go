@@ -1,0 +1,133 @@
+package dispatch
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// byJob is each job's final event and its start, from a journal.
+func byJob(events []Event) (final map[string]Event, started map[string]time.Time) {
+	final, started = map[string]Event{}, map[string]time.Time{}
+	for _, e := range events {
+		switch {
+		case e.Event == EventStarted && e.Start != nil:
+			started[e.Job] = *e.Start
+		case e.JobState() != "" && Ended(e.JobState()):
+			final[e.Job] = e
+		}
+	}
+	return final, started
+}
+
+// A chain runs in order across hosts; a glob waits for every job it
+// names; a failed job cancels its dependents, and theirs, with the reason,
+// while after_any runs whatever the outcome.
+func TestDependencies(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	input := `[name=train_1 host=a] sleep 60ms
+[name=train_2 host=b] sleep 30ms
+[name=eval after=train_1] sleep 20ms
+[name=report after=eval,train_*] exit 0
+[name=bad] exit 1
+[name=needs_bad after=bad] exit 0
+[name=needs_that after=needs_bad] exit 0
+[name=anyway after_any=bad,needs_bad] exit 0
+[name=t_o timeout=10ms] sleep 1s
+[after=t_o] exit 0
+`
+	_, s := runJobs(t, lab("a:0 b:0"), input, func(o *Options) { o.LogDir = dir })
+	final, started := byJob(readJournal(t, dir))
+	for _, id := range []string{"train_1", "train_2", "eval", "report", "anyway"} {
+		if final[id].Event != EventFinished {
+			t.Errorf("job %s: %s %s", id, final[id].Event, final[id].Error)
+		}
+	}
+	order := func(before, after string) {
+		t.Helper()
+		if end := final[before].End; end == nil || started[after].Before(*end) {
+			t.Errorf("job %s started at %v, before %s ended (%v)", after, started[after], before, end)
+		}
+	}
+	order("train_1", "eval")
+	order("eval", "report")
+	order("train_2", "report")
+	order("bad", "anyway")
+	for id, why := range map[string]string{
+		"needs_bad":  "dependency bad failed",
+		"needs_that": "dependency needs_bad was cancelled",
+		"10":         "dependency t_o timed out",
+	} {
+		if e := final[id]; e.Event != EventCancelled || e.Error != why {
+			t.Errorf("job %s: %s %q; want cancelled, %q", id, e.Event, e.Error, why)
+		}
+		if _, ran := started[id]; ran {
+			t.Errorf("job %s started", id)
+		}
+	}
+	if s.Counts[EventCancelled] != 3 {
+		t.Errorf("counts %v", s.Counts)
+	}
+}
+
+// Unknown jobs, a job's own name, a later job and a glob that matches
+// nothing reject the line with its number; the other jobs run.
+func TestDependenciesRejected(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	input := "[name=a] exit 0\n[after=nope] exit 0\n[name=self after=self] exit 0\n[after=5] exit 0\n[after=x_*] exit 0\n[after=a] exit 0\n[after=a,,b] x\n"
+	_, s := runJobs(t, lab("a:0"), input, func(o *Options) { o.LogDir = dir })
+	want := map[string]string{
+		"2":    "after=nope: no job nope before this one (a job waits for jobs queued before it)",
+		"self": "after=self: a job cannot wait for itself",
+		"4":    "after=5: no job 5 before this one (a job waits for jobs queued before it)",
+		"5":    "after=x_*: no job queued so far has a name that matches",
+		"7":    "[after=a,,b]: want job numbers, names or globs over names (train_*), separated by commas",
+	}
+	final, _ := byJob(readJournal(t, dir))
+	for id, why := range want {
+		if e := final[id]; e.Event != EventRejected || e.Error != why {
+			t.Errorf("job %s: %s %q; want rejected, %q", id, e.Event, e.Error, why)
+		}
+	}
+	if s.Counts[EventFinished] != 2 || s.Counts[EventRejected] != 5 {
+		t.Errorf("counts %v", s.Counts)
+	}
+}
+
+// A job that waits holds no slot and blocks no job behind it: with two
+// GPUs, one busy with a long job, 50 jobs queued after a job that waits
+// for the long one all start before the long one ends.
+func TestDependentBlocksNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	input := "[name=long] sleep 300ms\n[name=after_long after=long] exit 0\n" + repeat("sleep 1ms", 50)
+	runJobs(t, lab("a:0,1"), input, func(o *Options) { o.LogDir = dir })
+	final, started := byJob(readJournal(t, dir))
+	end := final["long"].End
+	early := 0
+	for i := 3; i <= 52; i++ {
+		if st, ok := started[fmt.Sprint(i)]; ok && st.Before(*end) {
+			early++
+		}
+	}
+	if early != 50 {
+		t.Errorf("%d of the 50 independent jobs started before the long job ended; want all", early)
+	}
+	if started["after_long"].Before(*end) {
+		t.Errorf("the dependent started before its dependency ended")
+	}
+}
+
+// --resume counts a dependency that succeeded in the earlier run as done.
+func TestDependencyResumed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	runJobs(t, lab("a:0"), "[name=prep] exit 0\n", func(o *Options) { o.LogDir = dir })
+	f, s := runJobs(t, lab("a:0"), "[name=prep] exit 0\n[name=use after=prep] exit 0\n", func(o *Options) { o.LogDir, o.Resume = dir, true })
+	if s.Skipped != 1 || s.Counts[EventFinished] != 1 || len(f.starts) != 1 || !strings.Contains(f.starts[0].command, "exit 0") {
+		t.Errorf("resumed: skipped %d, counts %v, starts %v", s.Skipped, s.Counts, f.starts)
+	}
+}
