@@ -111,6 +111,7 @@ func (r *run) adopt(q *queued, e Event) bool {
 			Error: fmt.Sprintf("cannot follow attempt %d, which may still run on %s: %v; it is run again", e.Attempt, e.Host, err)})
 		return false
 	}
+	p.mem = p.host.memOf(q.job)
 	r.sched.table.take(p)
 	q.attempts = e.Attempt
 	q.tag = cmp.Or(e.Tag, fmt.Sprintf("%s-%d-%d", e.Run, e.Seq, e.Attempt))

@@ -34,16 +34,27 @@ func bigLab(hosts, gpus int) *inventory.Inventory {
 //
 //	go test ./dispatch -run '^$' -bench SchedulerSteadyState
 func BenchmarkSchedulerSteadyState(b *testing.B) {
-	for _, aside := range []bool{false, true} {
+	for _, c := range []struct {
+		aside, mem bool
+	}{{false, false}, {true, false}, {false, true}} {
 		for _, n := range []int{1_000, 10_000, 100_000} {
-			b.Run(fmt.Sprintf("aside=%v/queued=%d", aside, n), func(b *testing.B) {
-				s := &scheduler{table: newSlotTable(bigLab(100, 16))}
-				if aside {
+			b.Run(fmt.Sprintf("aside=%v/mem=%v/queued=%d", c.aside, c.mem, n), func(b *testing.B) {
+				inv := bigLab(100, 16)
+				jobMem, perGPU := 0, 1
+				if c.mem {
+					// 80 GB GPUs, jobs of 19G: four share each GPU.
+					for i := range inv.Hosts {
+						inv.Hosts[i].MemoryMB, inv.Hosts[i].ReserveMB = 81920, 1024
+					}
+					jobMem, perGPU = 19*1024, 4
+				}
+				s := &scheduler{table: newSlotTable(inv)}
+				if c.aside {
 					g := s.table.hosts[0].gpus[0]
 					s.table.setBlocked(g, func() { g.busy = "busy with other work" })
 				}
-				for i := range n + 1600 {
-					s.add(&queued{job: &Job{Seq: i + 1, GPU: -1, GPUs: 1}})
+				for i := range n + 1600*perGPU {
+					s.add(&queued{job: &Job{Seq: i + 1, GPU: -1, GPUs: 1, MemMB: jobMem}})
 				}
 				running := s.next()
 				b.ResetTimer()
@@ -55,7 +66,7 @@ func BenchmarkSchedulerSteadyState(b *testing.B) {
 					} else {
 						running[i%len(running)] = got[0]
 					}
-					s.add(&queued{job: &Job{Seq: n + 1600 + i + 1, GPU: -1, GPUs: 1}})
+					s.add(&queued{job: &Job{Seq: n + 1600*perGPU + i + 1, GPU: -1, GPUs: 1, MemMB: jobMem}})
 				}
 			})
 		}

@@ -68,8 +68,8 @@ func (r *run) needs(a assignment) claim {
 				c.unlocked = append(c.unlocked, g.unlocked)
 			}
 		}
-		// used counts this job: 1 means no other job of this run is there.
-		if r.opts.SkipBusy && g.used == 1 {
+		// jobs counts this job: 1 means no other job of this run is there.
+		if r.opts.SkipBusy && g.jobs() == 1 {
 			c.check = append(c.check, g)
 		}
 	}
@@ -299,7 +299,7 @@ func (r *run) lockGone(ll lostLock) {
 func (r *run) release(p placement) {
 	r.sched.table.release(p)
 	for _, g := range p.gpus {
-		if g.used == 0 && g.lock != nil {
+		if g.jobs() == 0 && g.lock != nil {
 			r.idle = append(r.idle, g)
 		}
 	}
@@ -308,7 +308,7 @@ func (r *run) release(p placement) {
 // unlockIdle lets go of the locks of GPUs on which no job of this run is.
 func (r *run) unlockIdle() {
 	for _, g := range r.idle {
-		if g.used == 0 && g.lock != nil && !g.claiming {
+		if g.jobs() == 0 && g.lock != nil && !g.claiming {
 			l := g.lock
 			g.lock, g.unlocked = nil, l.Lost()
 			r.releasing.Go(l.Release)

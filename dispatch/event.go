@@ -91,6 +91,9 @@ type Event struct {
 	// Tag names the attempt on its host (pending and started events): a
 	// later run of the log dir finds it there by it (--resume).
 	Tag string `json:"tag,omitempty"`
+	// MemMB is the GPU memory the attempt declared on each of its GPUs
+	// (started events of a job that declares it).
+	MemMB int `json:"mem_mb,omitempty"`
 	// Snapshot is the ID of the snapshot of the code the attempt runs in
 	// (started and pending events of a run with sync).
 	Snapshot string `json:"snapshot,omitempty"`

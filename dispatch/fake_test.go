@@ -69,6 +69,11 @@ type fakeExec struct {
 	// fetchErr, when set, is what Fetch answers.
 	fetches  []fetchCall
 	fetchErr error
+	// memNow and memJobs are the memory declared on each slot
+	// ("host:gpu") by the jobs that run there, and how many they are.
+	memNow, memJobs map[string]int
+	// probeErr, by host, is what ProbeGPUs fails with.
+	probeErr map[string]error
 }
 
 // fetchCall is one Fetch: it wrote a file per path that does not start
@@ -209,6 +214,9 @@ func (f *fakeExec) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.probes++
+	if err := f.probeErr[host]; err != nil {
+		return nil, err
+	}
 	if u, ok := f.usage[host]; ok {
 		return append([]executor.GPU(nil), u...), nil
 	}
@@ -217,6 +225,13 @@ func (f *fakeExec) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, 
 		free = append(free, executor.GPU{Index: id, MemoryTotalMB: 81920})
 	}
 	return free, nil
+}
+
+// memBudget is the declared memory a GPU of host may hold: what
+// ProbeGPUs says of its memory (or its memory_mb:) less reserve_mb.
+func (f *fakeExec) memBudget(host string) int {
+	h := f.inv.HostNamed(host)
+	return cmp.Or(h.MemoryMB, 81920) - h.ReserveMB
 }
 
 // setUsage makes ProbeGPUs report host's GPUs with these MiB used.
@@ -239,7 +254,8 @@ type start struct {
 
 func newFakeExec(inv *inventory.Inventory) *fakeExec {
 	return &fakeExec{inv: inv, locks: newFakeLocks(), now: map[string]int{}, peak: map[string]int{}, attempts: map[string]int{},
-		down: map[string]chan struct{}{}, held: map[string][]string{}, usage: map[string][]executor.GPU{}}
+		down: map[string]chan struct{}{}, held: map[string][]string{}, usage: map[string][]executor.GPU{},
+		memNow: map[string]int{}, memJobs: map[string]int{}}
 }
 
 // setDown takes host down (true) or brings it back (false).
@@ -368,13 +384,26 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 	f.attempts[c.Script]++
 	attempt := f.attempts[c.Script]
 	var slots []string
+	mem := 0
+	for _, kv := range c.Env {
+		if v, ok := strings.CutPrefix(kv, "GPUDISPATCH_MEM_MB="); ok {
+			mem, _ = strconv.Atoi(v)
+		}
+	}
 	for _, g := range strings.Split(gpus, ",") {
 		id, _ := strconv.Atoi(g)
 		slot := host + ":" + g
 		slots = append(slots, slot)
 		f.now[slot]++
 		f.peak[slot] = max(f.peak[slot], f.now[slot])
-		if f.now[slot] > f.capacity(host, id) {
+		switch {
+		case mem > 0:
+			f.memNow[slot] += mem
+			if budget := f.memBudget(host); f.memNow[slot] > budget || f.now[slot] > f.memJobs[slot]+1 {
+				f.violations = append(f.violations, fmt.Sprintf("%s runs %d MiB of declared memory (budget %d) with %d jobs, %d of them declaring", slot, f.memNow[slot], budget, f.now[slot], f.memJobs[slot]+1))
+			}
+			f.memJobs[slot]++
+		case f.now[slot] > f.capacity(host, id) || f.memJobs[slot] > 0:
 			f.violations = append(f.violations, fmt.Sprintf("%s runs %d jobs", slot, f.now[slot]))
 		}
 		run, _, _ := strings.Cut(c.Tag, "-")
@@ -394,6 +423,10 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 		} else {
 			for _, s := range slots {
 				f.now[s]--
+				if mem > 0 {
+					f.memNow[s] -= mem
+					f.memJobs[s]--
+				}
 			}
 		}
 		run, _, _ := strings.Cut(c.Tag, "-")

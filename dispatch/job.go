@@ -48,6 +48,9 @@ type Job struct {
 	// job brings back into LOGDIR/ID/ once it ends, instead of its
 	// host's (nil: the host's).
 	Return []string
+	// MemMB is the GPU memory (MiB) the job declares it needs on each of
+	// its GPUs ([mem=]; 0: its host's mem:, else none, and it takes a slot).
+	MemMB int
 	// After and AfterAny are the jobs this one waits for, as written
 	// (numbers, names, globs over names): until each succeeded, or each
 	// ended whatever its outcome.

@@ -50,6 +50,12 @@ type GPUView struct {
 	Slots int
 	Used  int
 	Busy  string
+	// MemJobs counts its jobs that declare memory (they take no slot),
+	// MemUsedMB the memory they declare, MemBudgetMB what it gives such
+	// jobs (-1: not known yet).
+	MemJobs     int
+	MemUsedMB   int
+	MemBudgetMB int
 }
 
 // WaitingJob is a job in the queue.
@@ -86,7 +92,8 @@ func (r *run) overview(limit int) *Overview {
 				hv.Slots = g.cap
 				continue
 			}
-			hv.GPUs = append(hv.GPUs, GPUView{ID: g.id, Slots: g.cap, Used: g.used, Busy: g.busy})
+			hv.GPUs = append(hv.GPUs, GPUView{ID: g.id, Slots: g.cap, Used: g.used, Busy: g.busy,
+				MemJobs: g.memJobs, MemUsedMB: g.memUsed, MemBudgetMB: g.budget()})
 		}
 		o.Hosts = append(o.Hosts, hv)
 	}

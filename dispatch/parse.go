@@ -339,6 +339,12 @@ func parseOptions(j *Job, words []string) error {
 				}
 				j.PreferGPU = id
 			}
+		case "mem":
+			mb, err := inventory.ParseMem(val)
+			if err != nil {
+				return fmt.Errorf("[%s]: %w", w, err)
+			}
+			j.MemMB = mb
 		case "after", "after_any":
 			var ids []string
 			for _, id := range strings.Split(val, ",") {
@@ -376,7 +382,7 @@ func parseOptions(j *Job, words []string) error {
 }
 
 // optionNames are the keys a [key=value ...] prefix knows.
-var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer", "conda", "return", "after", "after_any"}
+var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer", "conda", "return", "after", "after_any", "mem"}
 
 // depIDRE is the form of an ID of after= and after_any=: a number, a name,
 // or a glob over names.

@@ -128,7 +128,7 @@ func TestParseRejects(t *testing.T) {
 		{"[prefer=:1] x", `cmds.txt:1: [prefer=:1]: want prefer=HOST or prefer=HOST:GPU`, 1},
 		{"[prefer=n1:a] x", `cmds.txt:1: [prefer=n1:a]: GPU "a" is not a GPU id (0, 1, ...)`, 1},
 		{"\n[gpus=0] x", `cmds.txt:2: [gpus=0]: want a number of GPUs from 1 to 1024`, 2},
-		{"[colour=red] x", `cmds.txt:1: [colour=red]: unknown option "colour" (known: host, gpu, gpus, name, timeout, priority, prefer, conda, return, after, after_any)`, 1},
+		{"[colour=red] x", `cmds.txt:1: [colour=red]: unknown option "colour" (known: host, gpu, gpus, name, timeout, priority, prefer, conda, return, after, after_any, mem)`, 1},
 		{"[gpu=1 gpus=2 host=a] x", `cmds.txt:1: gpu=1 and gpus=2: pin one GPU or ask for several, not both`, 1},
 		{"[name=../x] x", `cmds.txt:1: [name=../x]: a name is letters, digits, '.', '_' and '-', not starting with '.' (it names the log files)`, 1},
 		{"[name=12] x", `cmds.txt:1: [name=12]: a name must not be a number, nor end in .N for a number N from 2 (ID.N.out is attempt N of job ID): write job12 for instance`, 1},

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -221,6 +222,10 @@ type run struct {
 	held       []*queued
 	dependents map[string][]*queued
 	earlier    map[string]bool
+	// memWanted is set once a job may declare GPU memory: hosts' GPU
+	// memory is then asked (memory.go), and answered on memAnswers.
+	memWanted  bool
+	memAnswers chan memAnswer
 }
 
 // expiry is a host's host-down timeout passing, for one time it went down.
@@ -258,6 +263,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	defer stop()
 	r.results = make(chan result)
 	r.returned = make(chan fetched)
+	r.memAnswers = make(chan memAnswer)
 	r.bg = bg
 	r.ups = make(chan *hostSlots)
 	r.expired = make(chan expiry)
@@ -373,6 +379,9 @@ func prepare(opts Options) (*run, error) {
 		dependents: map[string][]*queued{},
 		earlier:    map[string]bool{},
 	}
+	for _, h := range opts.Inventory.Hosts {
+		r.memWanted = r.memWanted || h.MemMB > 0
+	}
 	if opts.Serve {
 		if err := r.loadServed(); err != nil {
 			return nil, &SetupError{err}
@@ -465,6 +474,8 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 		case f := <-r.returned:
 			r.returning--
 			r.gotBack(f)
+		case a := <-r.memAnswers:
+			r.memAnswered(a)
 		case h := <-r.ups:
 			r.hostUp(h)
 		case x := <-r.expired:
@@ -514,6 +525,7 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			}
 		}
 		r.unlockIdle()
+		r.askMemory()
 	}
 }
 
@@ -569,7 +581,10 @@ func (r *run) admissible(j *Job) (final bool, err error) {
 	if why := r.opts.LeftOut[j.Host]; j.Host != "" && why != nil {
 		return true, fmt.Errorf("host %s is left out of this run: %w", j.Host, why)
 	}
-	err = cmp.Or(r.sched.table.check(j), r.sched.table.checkPrefer(j))
+	if j.MemMB > 0 {
+		r.memWanted = true
+	}
+	err = cmp.Or(r.sched.table.check(j), r.sched.table.checkPrefer(j), r.sched.table.checkMemory(j))
 	return err == nil || !r.sched.table.anyOpening(), err
 }
 
@@ -646,6 +661,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 		return
 	}
 	e.Stdout, e.Stderr = logs.out.Name(), logs.err.Name()
+	e.MemMB = a.p.mem
 	start := time.Now()
 	e.Start = &start
 	q.tag = r.tag(j, q.attempts)
@@ -728,11 +744,16 @@ func jobEnv(h inventory.Host, j *Job, p placement) []string {
 	if !p.host.cluster {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+gpuList(p.gpuIDs()))
 	}
-	return append(env,
+	env = append(env,
 		"CUDA_DEVICE_ORDER=PCI_BUS_ID",
 		"GPUDISPATCH_JOB_ID="+j.ID(),
 		"GPUDISPATCH_HOST="+h.Name,
 	)
+	if p.mem > 0 {
+		// What it declared, so that it can keep to it.
+		env = append(env, "GPUDISPATCH_MEM_MB="+strconv.Itoa(p.mem))
+	}
+	return env
 }
 
 // progress is what a Slurm cluster said of attempt of q's job.

@@ -68,6 +68,7 @@ func (s *scheduler) add(q *queued) {
 	s.waiting = append(s.waiting, nil)
 	copy(s.waiting[i+1:], s.waiting[i:])
 	s.waiting[i] = q
+	s.table.memWaits(q.job.MemMB, 1)
 }
 
 // assignment is a job and the slots it was given (already taken).
@@ -92,6 +93,7 @@ func (s *scheduler) next() []assignment {
 		q := s.waiting[i]
 		if p, ok := s.table.place(q.job, hd); ok {
 			s.table.take(p)
+			s.table.memWaits(q.job.MemMB, -1)
 			out = append(out, assignment{q: q, p: p})
 			continue
 		}
@@ -119,6 +121,7 @@ func (s *scheduler) dropIf(f func(*queued) bool) []*queued {
 	for _, q := range s.waiting {
 		if f(q) {
 			out = append(out, q)
+			s.table.memWaits(q.job.MemMB, -1)
 		} else {
 			kept = append(kept, q)
 		}
@@ -135,6 +138,7 @@ func (s *scheduler) remove(q *queued) bool {
 		return false
 	}
 	s.waiting = slices.Delete(s.waiting, i, i+1)
+	s.table.memWaits(q.job.MemMB, -1)
 	return true
 }
 
@@ -142,5 +146,8 @@ func (s *scheduler) remove(q *queued) bool {
 func (s *scheduler) drop() []*queued {
 	w := s.waiting
 	s.waiting = nil
+	for _, q := range w {
+		s.table.memWaits(q.job.MemMB, -1)
+	}
 	return w
 }

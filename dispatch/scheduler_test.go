@@ -295,6 +295,10 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 		inv := lab(strings.Join(spec, " "))
 		for i := range inv.Hosts {
 			inv.Hosts[i].SlotsPerGPU = 1 + rng.IntN(2)
+			// GPU memory budgets: some hosts cap the jobs per GPU.
+			inv.Hosts[i].MemoryMB = 8192 * (1 + rng.IntN(10))
+			inv.Hosts[i].ReserveMB = 1024
+			inv.Hosts[i].MaxPerGPU = rng.IntN(3)
 		}
 		s := &scheduler{table: newSlotTable(inv)}
 		var running []assignment
@@ -317,8 +321,11 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 				if rng.IntN(3) == 0 {
 					j.Prefer, j.PreferGPU = pick()
 				}
+				if rng.IntN(3) == 0 {
+					j.MemMB = 1024 * (1 + rng.IntN(40))
+				}
 				seq++
-				if s.table.check(j) != nil || s.table.checkPrefer(j) != nil {
+				if s.table.check(j) != nil || s.table.checkPrefer(j) != nil || s.table.checkMemory(j) != nil {
 					continue // rejected as it arrives
 				}
 				s.add(&queued{job: j})
@@ -337,6 +344,13 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 			}
 			if len(running) == 0 && len(s.waiting) > 0 {
 				t.Fatalf("nothing runs and %d jobs wait, the first %+v, on %v", len(s.waiting), *s.waiting[0].job, spec)
+			}
+			for _, h := range s.table.hosts {
+				for _, g := range h.gpus {
+					if g.memUsed > g.budget() || g.used > 0 && g.memJobs > 0 || h.host.MaxPerGPU > 0 && g.memJobs > h.host.MaxPerGPU {
+						t.Fatalf("%s:%d: %d MiB declared of %d, %d jobs in slots and %d declaring memory (max %d)", h.host.Name, g.id, g.memUsed, g.budget(), g.used, g.memJobs, h.host.MaxPerGPU)
+					}
+				}
 			}
 		}
 		if len(started) != admitted {

@@ -36,7 +36,17 @@ type gpu struct {
 	reported  string
 	// sharedSaid is set once the run said that others use the GPU.
 	sharedSaid bool
+	// Memory budgets (memory.go): memTotal and memOthers are what
+	// nvidia-smi said of the GPU's memory and of others' use of it (0:
+	// not asked yet); memUsed sums the memory its running jobs declare,
+	// memJobs counts them (they take no slot).
+	memTotal, memOthers int
+	memUsed, memJobs    int
 }
+
+// jobs counts the jobs of this run on g: those in its slots and those
+// that declare memory.
+func (g *gpu) jobs() int { return g.used + g.memJobs }
 
 // open reports whether g may be given a job now (slots aside).
 func (g *gpu) open() bool { return !g.claiming && g.busy == "" }
@@ -77,6 +87,10 @@ type hostSlots struct {
 	// of no conda env of its own).
 	unfit      map[string]unfitMark
 	preludeKey string
+	// memAsk says whether its GPUs' memory was asked of nvidia-smi
+	// (memory.go); memErr is why the answer did not come.
+	memAsk memAsk
+	memErr string
 }
 
 // fits reports whether j, by the number of GPUs it asks for, can ever run
@@ -114,10 +128,18 @@ type slotTable struct {
 	// a GPU's use, capacity or openness, or to a host's health, goes through
 	// contrib so that the count stays exact.
 	freeSlots int
+	// waitingMem counts the waiting jobs by the memory they declare;
+	// minMem is the least a waiting job may declare on some host (its own
+	// or a host's mem:; 0: none does): a GPU shared by jobs that declare
+	// memory adds to freeSlots only while that much is left (memory.go).
+	waitingMem map[int]int
+	minMem     int
+	// hostMinMem is the least mem: of a host (0: none has one).
+	hostMinMem int
 }
 
 func newSlotTable(inv *inventory.Inventory) *slotTable {
-	t := &slotTable{byName: map[string]*hostSlots{}}
+	t := &slotTable{byName: map[string]*hostSlots{}, waitingMem: map[int]int{}}
 	t.update(inv)
 	return t
 }
@@ -184,16 +206,25 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 			}
 		}
 	}
-	t.freeSlots = 0
+	t.hostMinMem = 0
 	for _, hs := range t.hosts {
-		t.freeSlots += t.hostContrib(hs)
+		if m := hs.host.MemMB; m > 0 && !hs.removed && (t.hostMinMem == 0 || m < t.hostMinMem) {
+			t.hostMinMem = m
+		}
 	}
+	t.setMinMem()
 	return changes
 }
 
-// contrib is what g adds to freeSlots.
+// contrib is what g adds to freeSlots: its free slots, or, on a GPU with
+// jobs that declare memory, 1 while some of its budget is left.
 func (t *slotTable) contrib(g *gpu) int {
-	if g.host.down || !g.open() {
+	switch {
+	case g.host.down || !g.open():
+		return 0
+	case g.memJobs > 0 && t.minMem > 0 && g.memRoom() && g.budget()-g.memUsed >= t.minMem:
+		return 1
+	case g.memJobs > 0:
 		return 0
 	}
 	return max(g.cap-g.used, 0)
@@ -270,10 +301,12 @@ func (h *hostSlots) ids() string {
 	return strings.Join(ids, ",")
 }
 
-// placement is where a job runs: GPUs of one host, one slot on each.
+// placement is where a job runs: GPUs of one host, one slot on each, or
+// mem MiB of the budget of each (a job that declares its memory).
 type placement struct {
 	host *hostSlots
 	gpus []*gpu
+	mem  int
 }
 
 // String is "node1:2" or "node1:0,1", or "hpc" on a Slurm cluster.
@@ -385,17 +418,13 @@ func (t *slotTable) setUp(h *hostSlots) {
 // recently used first.
 func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 	var gs []*gpu
+	mem := h.memOf(j)
 	for _, g := range h.gpus {
-		if (j.GPU < 0 || g.id == j.GPU) && g.open() && t.free(g, hd) > 0 {
+		if (j.GPU < 0 || g.id == j.GPU) && g.open() && t.takes(g, mem, hd) {
 			gs = append(gs, g)
 		}
 	}
-	sort.SliceStable(gs, func(a, b int) bool {
-		if gs[a].used != gs[b].used {
-			return gs[a].used < gs[b].used
-		}
-		return gs[a].lastUsed < gs[b].lastUsed
-	})
+	sort.SliceStable(gs, func(a, b int) bool { return better(gs[a], gs[b]) })
 	return gs
 }
 
@@ -417,7 +446,7 @@ func (t *slotTable) place(j *Job, hd held) (placement, bool) {
 			continue
 		}
 		if best.host == nil || better(gs[0], best.gpus[0]) {
-			best = placement{host: h, gpus: gs[:h.need(j)]}
+			best = placement{host: h, gpus: gs[:h.need(j)], mem: h.memOf(j)}
 		}
 	}
 	// CUDA_VISIBLE_DEVICES lists a job's GPUs in id order.
@@ -443,7 +472,7 @@ func (t *slotTable) preferred(j *Job, hd held) (placement, bool) {
 	if len(gs) < h.need(j) {
 		return placement{}, false
 	}
-	p := placement{host: h, gpus: gs[:h.need(j)]}
+	p := placement{host: h, gpus: gs[:h.need(j)], mem: h.memOf(j)}
 	sort.Slice(p.gpus, func(a, b int) bool { return p.gpus[a].id < p.gpus[b].id })
 	return p, true
 }
@@ -471,9 +500,11 @@ func (t *slotTable) checkPrefer(j *Job) error {
 	return nil
 }
 
+// better reports whether a is less loaded than b (its jobs, slots or
+// memory), or as loaded and less recently used.
 func better(a, b *gpu) bool {
-	if a.used != b.used {
-		return a.used < b.used
+	if la, lb := a.jobs(), b.jobs(); la != lb {
+		return la < lb
 	}
 	return a.lastUsed < b.lastUsed
 }
@@ -481,6 +512,9 @@ func better(a, b *gpu) bool {
 // hold reserves for j, the oldest waiting job, the free slots it will need,
 // on the eligible host where it is closest to fitting.
 func (t *slotTable) hold(j *Job, hd held) {
+	if t.holdMemory(j, hd) {
+		return
+	}
 	var target []*gpu
 	need := 0
 	for _, h := range t.candidates(j) {
@@ -510,7 +544,12 @@ func (t *slotTable) take(p placement) {
 	t.tick++
 	for _, g := range p.gpus {
 		before := t.contrib(g)
-		g.used++
+		if p.mem > 0 {
+			g.memUsed += p.mem
+			g.memJobs++
+		} else {
+			g.used++
+		}
 		g.lastUsed = t.tick
 		t.freeSlots += t.contrib(g) - before
 	}
@@ -520,7 +559,12 @@ func (t *slotTable) take(p placement) {
 func (t *slotTable) release(p placement) {
 	for _, g := range p.gpus {
 		before := t.contrib(g)
-		g.used--
+		if p.mem > 0 {
+			g.memUsed -= p.mem
+			g.memJobs--
+		} else {
+			g.used--
+		}
 		t.freeSlots += t.contrib(g) - before
 	}
 }
@@ -566,8 +610,9 @@ func (t *slotTable) whyWaiting(j *Job, ahead int) string {
 			return g.busy
 		}
 	}
-	var why string
+	why := t.whyMemory(j)
 	switch {
+	case why != "":
 	case j.GPUs > 1 && j.Host != "":
 		why = fmt.Sprintf("waits for %d GPUs of host %s together", j.GPUs, j.Host)
 	case j.GPUs > 1:

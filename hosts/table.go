@@ -65,6 +65,11 @@ func WriteTable(w io.Writer, states []HostState, busyMB int, o TableOptions) err
 			if n == 1 {
 				slotsWord = "1 slot"
 			}
+			if total := cmp.Or(st.Host.MemoryMB, g.MemoryTotalMB); total > 0 && (st.Host.MemMB > 0 || st.Host.MemoryMB > 0 || st.Host.MaxPerGPU > 0) {
+				// What jobs that declare their memory (mem=) may share,
+				// where the inventory sets budgets.
+				slotsWord += fmt.Sprintf(" or %d MiB of mem= jobs", max(total-st.Host.ReserveMB, 0))
+			}
 			usage := fmt.Sprintf("%d/%d MiB, %d%%", g.MemoryUsedMB, g.MemoryTotalMB, g.Utilization)
 			if o.Verbose {
 				t.row("", "  gpu "+strconv.Itoa(g.Index), g.Name, usage, g.UUID, slotsWord, busy)

@@ -60,3 +60,17 @@ func TestWriteTable(t *testing.T) {
 		}
 	}
 }
+
+// A host whose inventory sets GPU memory budgets shows each GPU's: its
+// memory less reserve_mb.
+func TestWriteTableBudget(t *testing.T) {
+	st := HostState{Host: inventory.Host{Name: "big", GPUs: []int{0}, SlotsPerGPU: 1, ReserveMB: 1024, MaxPerGPU: 4}, Addr: "local",
+		GPUs: []executor.GPU{{Index: 0, Name: "H100", MemoryTotalMB: 81920}}}
+	var b bytes.Buffer
+	if err := WriteTable(&b, []HostState{st}, 500, TableOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "1 slot or 80896 MiB of mem= jobs") {
+		t.Errorf("no budget in\n%s", b.String())
+	}
+}

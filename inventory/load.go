@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -198,6 +199,9 @@ type settings struct {
 	shell             string
 	env               map[string]string
 	slotsPerGPU       int
+	// mem is the jobs' default GPU memory (MiB); memoryMB, reserveMB and
+	// maxPerGPU the GPUs' budget (reserveMB -1: not given).
+	mem, memoryMB, reserveMB, maxPerGPU int
 }
 
 func (c *checker) settingsFields(s *settings) map[string]func(string, *node) {
@@ -210,6 +214,10 @@ func (c *checker) settingsFields(s *settings) map[string]func(string, *node) {
 		"sync":          c.str(&s.sync),
 		"setup":         c.str(&s.setup),
 		"slots_per_gpu": c.integer(&s.slotsPerGPU, 1, 1024),
+		"mem":           c.memSize(&s.mem),
+		"memory_mb":     c.integer(&s.memoryMB, 1, 1<<24),
+		"reserve_mb":    c.integer(&s.reserveMB, 0, 1<<24),
+		"max_per_gpu":   c.integer(&s.maxPerGPU, 1, 1024),
 		"login":         c.oneOf(&s.login, LoginPerSlot, LoginPerJob),
 		"conda":         c.given(c.str(&s.conda), &s.condaSet),
 		"venv":          c.given(c.str(&s.venv), &s.venvSet),
@@ -245,6 +253,36 @@ func (c *checker) modules(dst *[]string) func(string, *node) {
 			*dst = append(*dst, item.text)
 		}
 	}
+}
+
+// memSize accepts a size of GPU memory ("20G", "512M").
+func (c *checker) memSize(dst *int) func(string, *node) {
+	return func(key string, v *node) {
+		mb, err := ParseMem(v.text)
+		if v.isMap || v.isSeq || err != nil {
+			c.fail(v, key, "want a size of GPU memory (20G, 512M), got %s", v.describe())
+			return
+		}
+		*dst = mb
+	}
+}
+
+// ParseMem reads a size of GPU memory: a number with a unit, M or G (MiB,
+// GiB; MB, GB, MiB and GiB are read the same), or T; "20G" is 20480 MiB.
+// It returns MiB.
+func ParseMem(s string) (int, error) {
+	t := strings.TrimSpace(s)
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if i <= 0 {
+		return 0, fmt.Errorf("%q: want a size with its unit, such as 20G or 512M", s)
+	}
+	n, err := strconv.ParseFloat(t[:i], 64)
+	unit := strings.ToUpper(strings.TrimSpace(t[i:]))
+	mult := map[string]float64{"M": 1, "MB": 1, "MIB": 1, "G": 1024, "GB": 1024, "GIB": 1024, "T": 1 << 20, "TB": 1 << 20, "TIB": 1 << 20}[unit]
+	if err != nil || mult == 0 || n <= 0 || n*mult > 1<<30 {
+		return 0, fmt.Errorf("%q: want a size with its unit, such as 20G or 512M", s)
+	}
+	return int(math.Ceil(n * mult)), nil
 }
 
 // returns accepts a list of paths relative to the workdir, or one path.
@@ -340,7 +378,7 @@ func ValidEnvName(s string) bool {
 
 func (c *checker) inventory(root *node) *Inventory {
 	inv := &Inventory{BusyMemoryMB: defaultBusyMemoryMB}
-	var defaults settings
+	defaults := settings{reserveMB: -1}
 	var hostsNode *node
 	c.fields(root, "", map[string]func(string, *node){
 		"defaults":       func(key string, v *node) { c.fields(v, key, c.settingsFields(&defaults)) },
@@ -400,7 +438,7 @@ func (c *checker) path(p string) string {
 
 func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 	h := Host{Line: n.line}
-	var s settings
+	s := settings{reserveMB: -1}
 	var gpus *node
 	before := len(c.errs)
 	fields := c.settingsFields(&s)
@@ -463,6 +501,15 @@ func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 	if h.Interactive && h.Login == LoginPerJob {
 		c.fail(n, path+".shell", "shell: interactive reads ~/.bashrc once per slot's job shell, which login: per_job has not: drop one of them (or source ~/.bashrc in setup:)")
 	}
+	h.MemMB = cmp.Or(s.mem, defaults.mem)
+	h.MemoryMB = cmp.Or(s.memoryMB, defaults.memoryMB)
+	h.ReserveMB = DefaultReserveMB
+	for _, r := range []int{defaults.reserveMB, s.reserveMB} {
+		if r >= 0 {
+			h.ReserveMB = r
+		}
+	}
+	h.MaxPerGPU = cmp.Or(s.maxPerGPU, defaults.maxPerGPU)
 	h.SlotsPerGPU = max(s.slotsPerGPU, 0)
 	if h.SlotsPerGPU == 0 {
 		h.SlotsPerGPU = max(defaults.slotsPerGPU, 1)

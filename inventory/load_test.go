@@ -18,16 +18,17 @@ func TestLoadGood(t *testing.T) {
 	t.Parallel()
 	want := []Host{
 		{Name: "Node1", GPUs: []int{0, 1, 2, 3}, SlotsPerGPU: 1, Workdir: "~/proj", Setup: "source ~/venv/bin/activate",
-			Connection: Connection{}, Modules: []string{"cuda/12.1"}, Interactive: true, Return: []string{"out/", "*.json"},
+			Connection: Connection{}, Modules: []string{"cuda/12.1"}, Interactive: true, Return: []string{"out/", "*.json"}, ReserveMB: 1024,
 			Env: []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}, Login: LoginPerSlot},
 		{Name: "node2", GPUs: []int{0, 1, 2, 3, 4, 5, 6, 7}, SlotsPerGPU: 2, Workdir: "~/proj", Setup: "source ~/venv/bin/activate",
 			Connection: Connection{Hostname: "10.0.0.12", Port: 2222, User: "bob", IdentityFile: "~/.ssh/lab_ed25519", ProxyJump: "bastion"},
-			Env:        []string{"OMP_NUM_THREADS=4", "WANDB_MODE=online"}, Login: LoginPerJob, Conda: "torch", Modules: []string{}, Return: []string{"out/", "*.json"}},
+			Env:        []string{"OMP_NUM_THREADS=4", "WANDB_MODE=online"}, Login: LoginPerJob, Conda: "torch", Modules: []string{}, Return: []string{"out/", "*.json"},
+			MemMB: 20480, MemoryMB: 81920, ReserveMB: 0, MaxPerGPU: 4},
 		{Name: "workstation", Local: true, AutoGPUs: true, SlotsPerGPU: 1, Workdir: "~/proj", Setup: "source ~/venv/bin/activate",
-			Env: []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}, Login: LoginPerSlot, Venv: ".venv", Modules: []string{"cuda/12.1"}, Return: []string{"metrics.json"}},
+			Env: []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}, Login: LoginPerSlot, Venv: ".venv", Modules: []string{"cuda/12.1"}, Return: []string{"metrics.json"}, ReserveMB: 1024},
 		{Name: "hpc", SlotsPerGPU: 1, Workdir: "~/proj", Setup: "source ~/venv/bin/activate",
 			Connection: Connection{Hostname: "login.hpc.example.edu"},
-			Env:        []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}, Login: LoginPerSlot, Modules: []string{"cuda/12.1"}, Return: []string{"out/", "*.json"},
+			Env:        []string{"OMP_NUM_THREADS=4", "WANDB_MODE=offline"}, Login: LoginPerSlot, Modules: []string{"cuda/12.1"}, Return: []string{"out/", "*.json"}, ReserveMB: 1024,
 			Slurm: &Slurm{Partition: "gpu", Account: "mylab", MaxJobs: 32, Time: "4:00:00",
 				SbatchArgs: []string{"--mem=32G", "--cpus-per-task=8"}, Workdir: "/scratch/alice/gpd", Poll: 10 * time.Second}},
 	}

@@ -61,6 +61,12 @@ type Host struct {
 	// Sync is a directory of this machine (absolute) whose snapshot, taken
 	// as the run starts, is the jobs' workdir on the host.
 	Sync string
+	// MemMB is the GPU memory (MiB) a job declares that declares none
+	// ([mem=]; 0: none, the job takes a slot). MemoryMB is each GPU's
+	// memory where nvidia-smi cannot say (0: ask it); ReserveMB is kept
+	// free of declared memory on each GPU; MaxPerGPU caps the jobs with
+	// memory on one GPU (0: memory alone limits them).
+	MemMB, MemoryMB, ReserveMB, MaxPerGPU int
 	// Return are the paths (relative to the workdir, globs allowed) that
 	// each job brings back into its log dir once it ends, unless the job
 	// names its own.
@@ -83,6 +89,10 @@ type Host struct {
 	Modules     []string
 	Interactive bool
 }
+
+// DefaultReserveMB is the GPU memory a host keeps free of declared
+// memory unless reserve_mb says otherwise.
+const DefaultReserveMB = 1024
 
 // The values of a host's login key.
 const (

@@ -2,11 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
@@ -73,5 +76,71 @@ func TestE2ESubmitAfter(t *testing.T) {
 	serve.Process.Signal(syscall.SIGTERM)
 	if err := serve.Wait(); statusOf(err) != 130 {
 		t.Errorf("serve: %v\n%s", err, errOut)
+	}
+}
+
+// On a real OpenSSH host whose nvidia-smi reports 80 GB GPUs, jobs that
+// declare 19G run four at a time on each GPU, a 50G job waits for room and
+// runs, a 100G job is rejected with the largest GPU's budget, and no
+// moment has more memory declared on a GPU than its budget (the journal's
+// start and end times).
+func TestSSHMemoryBudgets(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	var jobs strings.Builder
+	for i := range 8 {
+		fmt.Fprintf(&jobs, "[name=s%d mem=19G] sleep 0.6\n", i)
+	}
+	jobs.WriteString("[name=big mem=50G] sleep 0.2\n[name=huge mem=100G] true\n")
+	r := labRun(t, l, jobs.String(), "-i", l.Inventory(""), "-o", "logs")
+	if r.code != 1 || !strings.Contains(r.stderr, "job huge rejected: mem=100G: the largest GPU it may use gives jobs 79G (its memory less reserve_mb)") {
+		t.Fatalf("exit %d; want 1, huge rejected\n%s", r.code, r.stderr)
+	}
+	type edge struct {
+		at time.Time
+		mb int
+	}
+	var edges []edge
+	started := map[string]time.Time{}
+	for _, e := range journal(t, filepath.Join(l.Dir, "logs")) {
+		mb, _ := e["mem_mb"].(float64)
+		switch e["event"] {
+		case "started":
+			at, _ := time.Parse(time.RFC3339Nano, e["start"].(string))
+			started[e["job"].(string)] = at
+			edges = append(edges, edge{at, int(mb)})
+		case "finished":
+			s, _ := time.Parse(time.RFC3339Nano, e["start"].(string))
+			end, _ := time.Parse(time.RFC3339Nano, e["end"].(string))
+			for _, x := range edges {
+				if x.at.Equal(s) {
+					edges = append(edges, edge{end, -x.mb})
+					break
+				}
+			}
+		}
+	}
+	sort.Slice(edges, func(a, b int) bool {
+		if !edges[a].at.Equal(edges[b].at) {
+			return edges[a].at.Before(edges[b].at)
+		}
+		return edges[a].mb < edges[b].mb
+	})
+	now, peak, most := 0, 0, 0
+	for _, x := range edges {
+		now += x.mb
+		peak = max(peak, now)
+		if x.mb > 0 && now/(19*1024) > most && now%(19*1024) == 0 {
+			most = now / (19 * 1024)
+		}
+	}
+	if peak > 81920-1024 {
+		t.Errorf("%d MiB declared at once on the GPU; its budget is %d", peak, 81920-1024)
+	}
+	if most != 4 {
+		t.Errorf("at most %d jobs of 19G at once; want 4", most)
+	}
+	if _, ok := started["big"]; !ok {
+		t.Error("the 50G job never ran")
 	}
 }

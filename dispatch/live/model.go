@@ -2,6 +2,7 @@ package live
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +19,8 @@ type slot struct {
 	gpu  int
 	job  string // "" when idle
 	cmd  string
+	// mem is the GPU memory the job declared (MiB; 0: none).
+	mem int
 	// since is when the job started.
 	since time.Time
 }
@@ -76,8 +79,19 @@ func newModel(inv *inventory.Inventory, opening []string, now func() time.Time) 
 }
 
 func (m *model) addSlot(k gpuKey) {
-	m.byGPU[k] = append(m.byGPU[k], len(m.slots))
-	m.slots = append(m.slots, slot{host: k.host, gpu: k.gpu})
+	at := len(m.slots)
+	if lines := m.byGPU[k]; len(lines) > 0 {
+		at = lines[len(lines)-1] + 1 // beside the GPU's other lines
+	}
+	m.slots = slices.Insert(m.slots, at, slot{host: k.host, gpu: k.gpu})
+	for key, lines := range m.byGPU {
+		for i, l := range lines {
+			if l >= at {
+				m.byGPU[key][i] = l + 1
+			}
+		}
+	}
+	m.byGPU[k] = append(m.byGPU[k], at)
 }
 
 // keys are the slot keys of e's job: its GPUs, or a cluster's place.
@@ -119,7 +133,7 @@ func (m *model) apply(e dispatch.Event) {
 			}
 			for _, i := range m.byGPU[k] {
 				if m.slots[i].job == "" {
-					m.slots[i].job, m.slots[i].cmd, m.slots[i].since = e.Job, e.Command, start
+					m.slots[i].job, m.slots[i].cmd, m.slots[i].since, m.slots[i].mem = e.Job, e.Command, start, e.MemMB
 					break
 				}
 			}
@@ -225,6 +239,9 @@ func (m *model) slotLine(s slot) string {
 		// The command is cut in its middle to fit: a sweep's jobs differ
 		// at its end.
 		head := fmt.Sprintf("%-12s job %-6s %7s  ", where, s.job, dispatch.RoundDuration(m.now().Sub(s.since)))
+		if s.mem > 0 {
+			head += "[" + dispatch.MemWords(s.mem) + "] "
+		}
 		cmd := dispatch.OneLine(s.cmd)
 		if m.width > 1 {
 			cmd = dispatch.ClipMiddle(cmd, max(10, m.width-utf8.RuneCountInString(head)))

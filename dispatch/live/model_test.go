@@ -54,6 +54,25 @@ func TestModelView(t *testing.T) {
 			},
 		},
 		{
+			name: "jobs that declare GPU memory share a GPU, each with what it declared",
+			events: []dispatch.Event{
+				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"},
+				{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []int{0}, Command: "a", Start: at(0), MemMB: 19456},
+				{Event: dispatch.EventStarted, Job: "2", Host: "n1", GPUs: []int{0}, Command: "b", Start: at(0), MemMB: 1536},
+			},
+			after: 5 * time.Second,
+			want: []string{
+				"[--------------------] 0/2 done · 2 running",
+				"n1:0         job 1           5s  [19G] a",
+				"n1:0         job 2           5s  [1.5G] b",
+				"n1:1         idle",
+				"n2:0         idle",
+				"n2:0         idle",
+				"hpc          idle",
+				"hpc          idle",
+			},
+		},
+		{
 			name: "jobs that wait for others are counted apart, until they join the queue",
 			events: []dispatch.Event{
 				{Event: dispatch.EventQueued, Job: "train"}, {Event: dispatch.EventQueued, Job: "eval", After: []string{"train"}},

@@ -1,0 +1,290 @@
+package dispatch
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+)
+
+// GPU memory budgets. A job may declare the GPU memory it needs on each
+// of its GPUs ([mem=20G], or its host's mem:). A GPU then takes such jobs
+// while the memory they declare fits its budget: its memory (nvidia-smi's,
+// or the host's memory_mb:) less reserve_mb, and, with SkipBusy, less what
+// others used on it when it was asked. Memory alone limits how many such
+// jobs share a GPU (max_per_gpu caps them where set); they take no slot. A
+// job that declares none takes a slot as before and needs the whole GPU:
+// it never shares one with jobs that declare memory. Declared budgets, not
+// samples: a job that has not allocated its memory yet still counts.
+//
+// A host's GPUs' memory is asked of nvidia-smi once a job that declares
+// memory arrives (askMemory), unless memory_mb: says it; until it is
+// known, such jobs do not go there. A job whose memory fits no GPU it may
+// use, once every such GPU's is known, is rejected. The oldest waiting job
+// that declares memory holds the GPUs it will need (holdMemory): no new job
+// starts there until it fits, so a large job is not starved by small ones.
+
+// memAsk is where a host's GPU memory stands.
+type memAsk int
+
+const (
+	memUnasked memAsk = iota
+	memAsking
+	memKnown
+)
+
+// memOf is the memory j declares on h's GPUs (0: none; a Slurm cluster's
+// GPUs are Slurm's).
+func (h *hostSlots) memOf(j *Job) int {
+	if h.cluster {
+		return 0
+	}
+	if j.MemMB > 0 {
+		return j.MemMB
+	}
+	return h.host.MemMB
+}
+
+// memWaits counts n more (or fewer) waiting jobs that declare mb MiB (0:
+// their host's mem:, if it has one), and keeps minMem.
+func (t *slotTable) memWaits(mb, n int) {
+	t.waitingMem[mb] += n
+	left := t.waitingMem[mb]
+	if left <= 0 {
+		delete(t.waitingMem, mb)
+	}
+	eff := mb
+	if mb == 0 {
+		eff = t.hostMinMem // 0: no host has a mem:, the jobs declare none
+	}
+	switch {
+	case eff == 0:
+	case n > 0 && (t.minMem == 0 || eff < t.minMem):
+		t.setMinMem()
+	case n < 0 && left <= 0 && eff <= t.minMem:
+		t.setMinMem()
+	}
+}
+
+// setMinMem finds the least memory a waiting job may declare, and counts
+// freeSlots anew by it.
+func (t *slotTable) setMinMem() {
+	least := 0
+	for mb := range t.waitingMem {
+		if mb == 0 {
+			mb = t.hostMinMem
+		}
+		if mb > 0 && (least == 0 || mb < least) {
+			least = mb
+		}
+	}
+	t.minMem = least
+	t.freeSlots = 0
+	for _, h := range t.hosts {
+		t.freeSlots += t.hostContrib(h)
+	}
+}
+
+// budget is the memory g gives jobs that declare theirs, or -1 while it is
+// not known.
+func (g *gpu) budget() int {
+	total := g.host.host.MemoryMB
+	if total == 0 {
+		total = g.memTotal
+	}
+	if total == 0 {
+		return -1
+	}
+	return max(total-g.host.host.ReserveMB-g.memOthers, 0)
+}
+
+// memRoom reports whether g has budget left for another job that declares
+// memory.
+func (g *gpu) memRoom() bool {
+	return g.budget() > g.memUsed && (g.host.host.MaxPerGPU == 0 || g.memJobs < g.host.host.MaxPerGPU)
+}
+
+// takes reports whether g, open, can take a job that declares mem MiB (0:
+// a slot) outside what is held.
+func (t *slotTable) takes(g *gpu, mem int, hd held) bool {
+	if mem == 0 {
+		return t.free(g, hd) > 0 && g.memJobs == 0
+	}
+	return g.cap > 0 && g.used == 0 && hd[g] == 0 && g.memRoom() && g.memUsed+mem <= g.budget()
+}
+
+// holdMemory holds for j, the oldest waiting job, when it declares memory,
+// the GPUs where it is closest to fitting, and reports whether it did.
+func (t *slotTable) holdMemory(j *Job, hd held) bool {
+	var target []*gpu
+	room := -1
+	for _, h := range t.candidates(j) {
+		mem := h.memOf(j)
+		if mem == 0 || !h.usable(j) || !h.fits(j) {
+			continue
+		}
+		var gs []*gpu
+		for _, g := range h.gpus {
+			if g.cap > 0 && g.budget() >= mem && (j.GPU < 0 || g.id == j.GPU) {
+				gs = append(gs, g)
+			}
+		}
+		if len(gs) < h.need(j) {
+			continue
+		}
+		// The GPUs with the most budget left.
+		slices.SortFunc(gs, func(a, b *gpu) int { return (b.budget() - b.memUsed) - (a.budget() - a.memUsed) })
+		gs = gs[:h.need(j)]
+		if left := gs[len(gs)-1].budget() - gs[len(gs)-1].memUsed; left > room {
+			target, room = gs, left
+		}
+	}
+	for _, g := range target {
+		hd[g]++
+	}
+	return room >= 0
+}
+
+// checkMemory says why j's declared memory fits no place it may use
+// (GPUs of one host, as many as it asks for), once their memory is known,
+// or nil.
+func (t *slotTable) checkMemory(j *Job) error {
+	largest, mem := -1, 0
+	for _, h := range t.candidates(j) {
+		if h.removed || !h.fits(j) {
+			continue
+		}
+		m := h.memOf(j)
+		if m == 0 {
+			return nil // a cluster, or a host where it declares none
+		}
+		mem = m
+		var budgets []int
+		for _, g := range h.gpus {
+			if g.cap == 0 || j.GPU >= 0 && g.id != j.GPU {
+				continue
+			}
+			if g.budget() < 0 {
+				return nil // not known yet
+			}
+			budgets = append(budgets, g.budget())
+		}
+		if len(budgets) >= h.need(j) {
+			slices.Sort(budgets)
+			largest = max(largest, budgets[len(budgets)-h.need(j)])
+		}
+	}
+	if mem == 0 || largest < 0 || mem <= largest {
+		return nil
+	}
+	return fmt.Errorf("mem=%s: the largest GPU it may use gives jobs %s (its memory less reserve_mb)", MemWords(mem), MemWords(largest))
+}
+
+// MemWords says MiB in the unit people use for GPU memory: "19G", "1.5G",
+// "512M".
+func MemWords(mb int) string {
+	if mb >= 1024 && mb%1024 == 0 {
+		return fmt.Sprintf("%dG", mb/1024)
+	}
+	if mb >= 1024 {
+		return fmt.Sprintf("%.1fG", float64(mb)/1024)
+	}
+	return fmt.Sprintf("%dM", mb)
+}
+
+// memAnswer is what a host's nvidia-smi said of its GPUs' memory.
+type memAnswer struct {
+	h    *hostSlots
+	gpus []executor.GPU
+	err  error
+}
+
+// askMemory asks nvidia-smi, on each host that is up, whose GPUs' memory
+// is not known and that a waiting job declaring memory may use, for it.
+func (r *run) askMemory() {
+	if !r.memWanted {
+		return
+	}
+	for _, h := range r.sched.table.hosts {
+		if h.cluster || h.down || h.removed || h.memAsk != memUnasked || h.host.MemoryMB > 0 {
+			continue
+		}
+		h.memAsk = memAsking
+		name := h.host.Name
+		go func() {
+			ctx, cancel := context.WithTimeout(r.bg, probeLimit)
+			defer cancel()
+			gpus, err := r.opts.Executor.ProbeGPUs(ctx, name)
+			select {
+			case r.memAnswers <- memAnswer{h, gpus, err}:
+			case <-r.bg.Done():
+			}
+		}()
+	}
+}
+
+// probeLimit bounds a look at a host's GPUs' memory: a hung nvidia-smi is
+// asked again later.
+const probeLimit = 2 * time.Minute
+
+// memAnswered records a host's GPUs' memory, then rejects the waiting jobs
+// whose memory now fits no GPU they may use.
+func (r *run) memAnswered(a memAnswer) {
+	h := a.h
+	switch {
+	case unreachable(a.err):
+		h.memAsk = memUnasked // asked again once it is back
+		return
+	case a.err != nil:
+		h.memAsk, h.memErr = memKnown, a.err.Error()
+		r.record(r.hostWarning(h, fmt.Errorf("cannot tell its GPUs' memory, so jobs that declare theirs (mem=) do not go there; set memory_mb: in its inventory entry: %w", a.err)))
+	default:
+		h.memAsk = memKnown
+		for _, info := range a.gpus {
+			if g := h.byID[info.Index]; g != nil {
+				r.sched.table.setBlocked(g, func() {
+					g.memTotal = info.MemoryTotalMB
+					if r.opts.SkipBusy {
+						g.memOthers = info.MemoryUsedMB
+					}
+				})
+			}
+		}
+	}
+	why := map[*queued]error{}
+	for _, q := range r.sched.dropIf(func(q *queued) bool {
+		why[q] = r.sched.table.checkMemory(q.job)
+		return why[q] != nil
+	}) {
+		e := r.event(EventRejected, q.job, q.attempts)
+		e.Error = why[q].Error()
+		r.final(e)
+	}
+}
+
+// whyMemory says why j, which declares memory on some host it may use,
+// waits, or "" when it declares none.
+func (t *slotTable) whyMemory(j *Job) string {
+	mem, most := 0, -1
+	for _, h := range t.candidates(j) {
+		m := h.memOf(j)
+		if m == 0 || h.removed {
+			continue
+		}
+		mem = m
+		if h.memAsk != memKnown && h.host.MemoryMB == 0 {
+			return "waits for the GPU memory of host " + h.host.Name + " to be known (nvidia-smi)"
+		}
+		for _, g := range h.gpus {
+			if g.cap > 0 && g.budget() >= 0 {
+				most = max(most, g.budget()-g.memUsed)
+			}
+		}
+	}
+	if mem == 0 {
+		return ""
+	}
+	return fmt.Sprintf("waits for %s of GPU memory (the most left on a GPU it may use: %s)", MemWords(mem), MemWords(max(most, 0)))
+}

@@ -1,0 +1,175 @@
+package dispatch
+
+import (
+	"errors"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// memLab is one host with two 80 GB GPUs (81,920 MiB, as its nvidia-smi
+// says), one slot each, the default reserve.
+func memLab() *fakeExec {
+	inv := lab("a:0,1")
+	inv.Hosts[0].ReserveMB = 1024
+	return newFakeExec(inv)
+}
+
+// peakDeclared is, per GPU, the most memory declared at once by the jobs
+// running there, from the journal's start and end times, and the most of
+// them at once.
+func peakDeclared(t *testing.T, events []Event, mem map[string]int) (peakMB, peakJobs map[int]int) {
+	t.Helper()
+	type edge struct {
+		at    time.Time
+		gpu   int
+		mb    int
+		start int // +1 or -1
+	}
+	var edges []edge
+	starts := map[string]Event{}
+	for _, e := range events {
+		switch {
+		case e.Event == EventStarted:
+			starts[e.Job] = e
+		case e.JobState() != "" && Ended(e.JobState()) && e.End != nil:
+			s := starts[e.Job]
+			for _, g := range s.GPUs {
+				edges = append(edges, edge{*s.Start, g, mem[e.Job], 1}, edge{*e.End, g, -mem[e.Job], -1})
+			}
+		}
+	}
+	// Ends before starts at the same instant: a slot freed is reused.
+	sort.SliceStable(edges, func(a, b int) bool {
+		if !edges[a].at.Equal(edges[b].at) {
+			return edges[a].at.Before(edges[b].at)
+		}
+		return edges[a].start < edges[b].start
+	})
+	peakMB, peakJobs = map[int]int{}, map[int]int{}
+	now, jobs := map[int]int{}, map[int]int{}
+	for _, e := range edges {
+		now[e.gpu] += e.mb
+		jobs[e.gpu] += e.start
+		peakMB[e.gpu] = max(peakMB[e.gpu], now[e.gpu])
+		peakJobs[e.gpu] = max(peakJobs[e.gpu], jobs[e.gpu])
+	}
+	return peakMB, peakJobs
+}
+
+// On 80 GB GPUs, 19G jobs run four at a time per GPU though each GPU has
+// one slot; a 50G job waits for room and is not starved by the small ones
+// behind it; a 100G job is rejected with the largest GPU's budget; no
+// moment has more memory declared on a GPU than its budget.
+func TestMemoryBudgets(t *testing.T) {
+	t.Parallel()
+	f := memLab()
+	dir := t.TempDir()
+	var b strings.Builder
+	mem := map[string]int{}
+	add := func(id, size string, mb int, cmd string) {
+		b.WriteString("[name=" + id + " mem=" + size + "] " + cmd + "\n")
+		mem[id] = mb
+	}
+	for _, id := range []string{"s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8"} {
+		add(id, "19G", 19*1024, "sleep 400ms")
+	}
+	add("big", "50G", 50*1024, "sleep 10ms")
+	for _, id := range []string{"t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8"} {
+		add(id, "19G", 19*1024, "sleep 50ms")
+	}
+	add("huge", "100G", 100*1024, "exit 0")
+	// A job that declares none needs a whole GPU (the fake counts a
+	// violation when it shares one).
+	b.WriteString("[name=plain] sleep 20ms\n")
+	_, s := runJobsWith(t, f, Options{Inventory: f.inv, Executor: f, LogDir: dir}, b.String())
+	if s.Counts[EventFinished] != 18 || s.Counts[EventRejected] != 1 {
+		t.Errorf("counts %v; want 18 finished, huge rejected", s.Counts)
+	}
+	events := readJournal(t, dir)
+	final, started := byJob(events)
+	if e := final["huge"]; e.Error != "mem=100G: the largest GPU it may use gives jobs 79G (its memory less reserve_mb)" {
+		t.Errorf("huge: %s %q", e.Event, e.Error)
+	}
+	peakMB, peakJobs := peakDeclared(t, events, mem)
+	for g := range 2 {
+		if peakMB[g] > 81920-1024 {
+			t.Errorf("GPU %d had %d MiB declared at once; its budget is %d", g, peakMB[g], 81920-1024)
+		}
+		if peakJobs[g] != 4 {
+			t.Errorf("GPU %d ran at most %d jobs at once; want 4 of 19G", g, peakJobs[g])
+		}
+	}
+	// The big job went before the small ones queued behind it.
+	late := 0
+	for _, id := range []string{"t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8"} {
+		if started[id].Before(started["big"]) {
+			late++
+		}
+	}
+	if late > 2 {
+		t.Errorf("%d of the jobs queued after the 50G one started before it: it was starved", late)
+	}
+	var declared string
+	for _, st := range f.starts {
+		for _, kv := range st.env {
+			if strings.HasPrefix(kv, "GPUDISPATCH_MEM_MB=") {
+				declared = kv
+			}
+		}
+	}
+	if declared == "" {
+		t.Error("a job that declares memory is not told it (GPUDISPATCH_MEM_MB)")
+	}
+}
+
+// The host's mem: is the default of its jobs, max_per_gpu caps how many
+// share a GPU, and memory_mb: stands for an nvidia-smi that cannot say.
+func TestMemoryAndSlots(t *testing.T) {
+	t.Parallel()
+	f := memLab()
+	f.inv.Hosts[0].MemoryMB = 40 * 1024
+	f.inv.Hosts[0].MaxPerGPU = 2
+	f.inv.Hosts[0].MemMB = 5 * 1024
+	f.probeErr = map[string]error{"a": errors.New("nvidia-smi: command not found")}
+	dir := t.TempDir()
+	input := strings.Repeat("sleep 30ms\n", 6) + "[gpus=2 mem=30G] sleep 1ms\n"
+	_, s := runJobsWith(t, f, Options{Inventory: f.inv, Executor: f, LogDir: dir}, input)
+	if !s.Succeeded() {
+		t.Errorf("%+v", s)
+	}
+	_, peakJobs := peakDeclared(t, readJournal(t, dir), nil)
+	if peakJobs[0] > 2 || peakJobs[1] > 2 {
+		t.Errorf("at most %v jobs at once; max_per_gpu is 2", peakJobs)
+	}
+}
+
+// A host whose nvidia-smi cannot say takes no job that declares memory,
+// says why once, and the job runs on a host that can.
+func TestMemoryUnknown(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0 b:0")
+	f := newFakeExec(inv)
+	f.usage["a"] = nil
+	f.probeErr = map[string]error{"a": errors.New("nvidia-smi: command not found")}
+	dir := t.TempDir()
+	_, s := runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: dir}, "[mem=1G] sleep 10ms\n[mem=1G] sleep 10ms\n")
+	if !s.Succeeded() {
+		t.Errorf("%+v", s)
+	}
+	for _, st := range f.starts {
+		if st.host != "b" {
+			t.Errorf("a job that declares memory ran on %s, whose memory is unknown", st.host)
+		}
+	}
+	warned := 0
+	for _, e := range readJournal(t, dir) {
+		if e.Event == EventWarning && e.Host == "a" && strings.Contains(e.Error, "set memory_mb:") {
+			warned++
+		}
+	}
+	if warned != 1 {
+		t.Errorf("%d warnings about a's memory; want 1", warned)
+	}
+}
