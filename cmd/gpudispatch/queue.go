@@ -437,7 +437,11 @@ func runSteer(ctx context.Context, s streams, o steerOptions) error {
 		if err := client.Stop(ctx, o.now); err != nil {
 			return runError(o.logDir, err)
 		}
-		fmt.Fprintln(s.err, "gpudispatch: stopping: no new job starts")
+		if o.now {
+			fmt.Fprintln(s.err, "gpudispatch: stopping now: no new job starts, and the running jobs are being killed (TERM, then KILL after the grace period)")
+		} else {
+			fmt.Fprintln(s.err, "gpudispatch: stopping: no new job starts, the running jobs finish")
+		}
 		return nil
 	case "cancel":
 		answers, err = client.Cancel(ctx, o.ids)

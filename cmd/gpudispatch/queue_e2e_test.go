@@ -106,7 +106,7 @@ func TestE2ESubmitConcurrent(t *testing.T) {
 	if len(lines) != 1000 || len(slices.Compact(lines)) != 1000 {
 		t.Errorf("%d effects, want 1000 distinct", len(lines))
 	}
-	if r := gpd(t, dir, "", "stop", "-o", "logs"); r.code != 0 {
+	if r := gpd(t, dir, "", "stop", "-o", "logs"); r.code != 0 || !strings.Contains(r.stderr, "stopping: no new job starts, the running jobs finish") {
 		t.Fatalf("stop: %d %s", r.code, r.stderr)
 	}
 	if err := serve.Wait(); statusOf(err) != 130 {
@@ -196,7 +196,7 @@ func TestE2EServeSteer(t *testing.T) {
 		}
 		return n == 2
 	})
-	if r := gpd(t, dir, "", "stop", "-o", "logs", "--now"); r.code != 0 {
+	if r := gpd(t, dir, "", "stop", "-o", "logs", "--now"); r.code != 0 || !strings.Contains(r.stderr, "stopping now: no new job starts, and the running jobs are being killed") {
 		t.Fatalf("stop --now: %d %s", r.code, r.stderr)
 	}
 	if err := serve.Wait(); statusOf(err) != 130 {

@@ -119,7 +119,7 @@ func newRootCommand(s streams) *cobra.Command {
 	root.SilenceUsage = true
 	root.AddCommand(newRunCommand(s, nil), newServeCommand(s, nil), newSubmitCommand(s, nil),
 		newSteerCommand(s, "cancel", nil), newSteerCommand(s, "retry", nil), newSteerCommand(s, "priority", nil), newSteerCommand(s, "stop", nil),
-		newSweepCommand(s), newHostsCommand(s, nil), newStatusCommand(s, nil), newVersionCommand(s))
+		newSweepCommand(s), newHostsCommand(s, nil), newStatusCommand(s, nil), newVersionCommand(s), newDocsCommand())
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
 		if c.Name() == "completion" {
