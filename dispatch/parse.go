@@ -90,8 +90,6 @@ func continues(line []byte) bool {
 	return n%2 == 1
 }
 
-// next returns the next job, a *LineError for a rejected one, or io.EOF.
-// Any other error is the input's own (a read failure).
 // NoJobs reports whether r holds no job line at all (only blank lines and
 // comments), reading it to its first job line.
 func NoJobs(r io.Reader) (bool, error) {
@@ -107,6 +105,29 @@ func NoJobs(r io.Reader) (bool, error) {
 	return false, err
 }
 
+// Rejections parses the job lines r holds (named name in messages) and
+// returns what is wrong with each line that no run would take, whatever
+// its hosts: "name:N: why".
+func Rejections(r io.Reader, name string) ([]string, error) {
+	seq := 0
+	p := newParser(r, name, &seq, map[string]int{}, map[string]string{})
+	var out []string
+	for {
+		_, err := p.next()
+		var le *LineError
+		switch {
+		case errors.Is(err, io.EOF):
+			return out, nil
+		case errors.As(err, &le):
+			out = append(out, le.Error())
+		case err != nil:
+			return out, err
+		}
+	}
+}
+
+// next returns the next job, a *LineError for a rejected one, or io.EOF.
+// Any other error is the input's own (a read failure).
 func (p *parser) next() (*Job, error) {
 	var text []byte
 	first := 0

@@ -281,7 +281,7 @@ func submit(tb testing.TB, dir, logDir, lines string, args ...string) {
 
 // checkScreenshot fails unless shot is a PNG with something drawn on it:
 // many colours, and much of it not white. With GPUDISPATCH_SCREENSHOT set
-// it is written there (the README's picture).
+// it is written there (the manual's picture, docs/web.md).
 func checkScreenshot(t *testing.T, shot []byte) {
 	t.Helper()
 	img, err := png.Decode(bytes.NewReader(shot))

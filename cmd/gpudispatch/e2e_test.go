@@ -405,7 +405,8 @@ func TestE2EJSONAndRejectedLine(t *testing.T) {
 	}
 }
 
-// The examples in the README run as they are.
+// The examples (examples/, which the README and the manual point to) run
+// as they are.
 func TestE2EExamples(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -217,13 +217,18 @@ func TestGoldenErrors(t *testing.T) {
 	}
 }
 
-// The README's table of a run's exit statuses is the code's.
-func TestREADMEExitStatus(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
+// The manual's tables of exit statuses (a run's in docs/running.md,
+// submit's and the steering commands' in docs/queue.md) are the code's.
+func TestManualExitStatus(t *testing.T) {
+	var readme []byte
+	for _, name := range []string{"running.md", "queue.md"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "docs", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readme = append(readme, b...)
 	}
-	// The README puts commands and flags in backticks.
+	// The manual puts commands and flags in backticks.
 	text := strings.ReplaceAll(string(readme), "`", "")
 	for _, c := range exitCodes {
 		rows := []string{fmt.Sprintf("| %d | %s |", c.code, c.run)}
@@ -232,7 +237,7 @@ func TestREADMEExitStatus(t *testing.T) {
 		}
 		for _, row := range rows {
 			if !strings.Contains(text, row) {
-				t.Errorf("README.md lacks the row %q", row)
+				t.Errorf("the manual lacks the row %q", row)
 			}
 		}
 	}

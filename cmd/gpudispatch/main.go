@@ -1,5 +1,5 @@
 // Command gpudispatch runs a queue of shell commands on the GPUs of one or
-// more machines. See README.md.
+// more machines. See README.md and the manual in docs/.
 package main
 
 import "os"

@@ -38,7 +38,7 @@ type exitCode struct {
 }
 
 // exitCodes is the one table of exit statuses: every command's help is
-// written from it, and the README's table is tested against it.
+// written from it, and the manual's table (docs/running.md) is tested against it.
 var exitCodes = []exitCode{
 	{exitOK, "every job succeeded", "every job succeeded", "every host is up",
 		"every line was queued (with --wait: and every job succeeded)", "done for every job named"},
