@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
+	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
 // A job's files come back: an attempt that ran, on success or failure,
@@ -40,6 +41,18 @@ func returnsOf(j *Job, h []string) []string {
 		return j.Return
 	}
 	return h
+}
+
+// jobWorkdir is where h's jobs start, as Fetch takes it: its workdir, and
+// on this machine, where none is set, the coordinator's own directory (a
+// local job starts there; a remote one in its home).
+func jobWorkdir(h inventory.Host) string {
+	if h.Workdir == "" && h.Local {
+		if wd, err := os.Getwd(); err == nil {
+			return wd
+		}
+	}
+	return h.Workdir
 }
 
 // fetchReturns fetches the files attempt ended names for return, from
@@ -113,7 +126,7 @@ func (r *run) gotBack(f fetched) {
 func (r *run) fetchUnreturned() {
 	for _, e := range r.unreturned {
 		if h := r.sched.table.byName[e.Host]; h != nil && !h.removed {
-			r.fetchReturns(e, h.host.Workdir, func() {})
+			r.fetchReturns(e, jobWorkdir(h.host), func() {})
 		}
 	}
 }

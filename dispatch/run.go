@@ -901,7 +901,7 @@ func (r *run) finish(res result) {
 		// waiters): a hook finds them there.
 		e.Return, e.Snapshot = paths, q.launched.Snapshot
 		r.record(e)
-		r.fetchReturns(e, p.host.host.Workdir, func() { r.conclude(e) })
+		r.fetchReturns(e, jobWorkdir(p.host.host), func() { r.conclude(e) })
 		return
 	}
 	r.final(e)

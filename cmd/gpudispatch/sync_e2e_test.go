@@ -212,3 +212,20 @@ func TestSSHReturn(t *testing.T) {
 		t.Errorf("the re-adopted job's results: %q", got)
 	}
 }
+
+// On this machine a job with no workdir starts where gpudispatch was
+// started, not in the home directory, and its returns come from there.
+func TestE2EReturnLocal(t *testing.T) {
+	t.Parallel()
+	dir, home := t.TempDir(), t.TempDir()
+	cmd := exec.Command(binary, "--gpus", "0", "-o", "logs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+home, lockEnv(dir))
+	cmd.Stdin = strings.NewReader("[name=here return=made/] mkdir -p made/sub && echo ok > made/sub/f\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if got := readFile(t, filepath.Join(dir, "logs", "here", "made", "sub", "f")); got != "ok\n" {
+		t.Errorf("returned %q", got)
+	}
+}
