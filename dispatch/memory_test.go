@@ -101,14 +101,17 @@ func TestMemoryBudgets(t *testing.T) {
 			t.Errorf("GPU %d ran at most %d jobs at once; want 4 of 19G", g, peakJobs[g])
 		}
 	}
-	// The big job went before the small ones queued behind it.
+	// The big job went before the small ones queued behind it, but for at
+	// most one GPU's worth that a GPU freed before the other took (under
+	// load, the order of the passes varies): starved, it would start after
+	// all eight.
 	late := 0
 	for _, id := range []string{"t1", "t2", "t3", "t4", "t5", "t6", "t7", "t8"} {
 		if started[id].Before(started["big"]) {
 			late++
 		}
 	}
-	if late > 2 {
+	if late > 4 {
 		t.Errorf("%d of the jobs queued after the 50G one started before it: it was starved", late)
 	}
 	var declared string
