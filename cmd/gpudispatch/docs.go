@@ -16,8 +16,10 @@ import (
 func newDocsCommand() *cobra.Command {
 	var man bool
 	cmd := &cobra.Command{
-		Use:    "docs DIR",
-		Short:  "Write the command reference into DIR: Markdown, or man pages with --man",
+		Use:   "docs DIR",
+		Short: "Write the command reference into DIR: Markdown, or man pages with --man",
+		Example: `  gpudispatch docs docs/cli            # the Markdown reference, checked in
+  gpudispatch docs --man /usr/local/share/man/man1`,
 		Hidden: true,
 		Args:   cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
