@@ -58,6 +58,8 @@ type fakeExec struct {
 	reaps      []string                  // tags reaped, in order
 	usage      map[string][]executor.GPU // host -> what ProbeGPUs says
 	probes     int
+	// asked counts every ProbeGPUs call, those of a host down included.
+	asked int
 	// detached are the attempts an earlier run left on the hosts, by tag,
 	// for Adopt.
 	detached map[string]detached
@@ -208,6 +210,9 @@ func (f *fakeExec) upNow(host string) error {
 }
 
 func (f *fakeExec) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, error) {
+	f.mu.Lock()
+	f.asked++
+	f.mu.Unlock()
 	if err := f.upNow(host); err != nil {
 		return nil, err
 	}

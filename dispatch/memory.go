@@ -235,7 +235,9 @@ func (r *run) memAnswered(a memAnswer) {
 	h := a.h
 	switch {
 	case unreachable(a.err):
-		h.memAsk = memUnasked // asked again once it is back
+		// Down: asked again once it is back.
+		h.memAsk = memUnasked
+		r.hostDown(h, a.err)
 		return
 	case a.err != nil:
 		h.memAsk, h.memErr = memKnown, a.err.Error()

@@ -176,3 +176,22 @@ func TestMemoryUnknown(t *testing.T) {
 		t.Errorf("%d warnings about a's memory; want 1", warned)
 	}
 }
+
+// A host that does not answer when its GPUs' memory is asked is down, not
+// asked again and again; once it is back, it is asked, and takes the jobs.
+func TestMemoryHostDown(t *testing.T) {
+	t.Parallel()
+	f := memLab()
+	f.setDown("a", true)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		f.setDown("a", false)
+	}()
+	_, s := runJobsWith(t, f, Options{Inventory: f.inv, Executor: f, LogDir: t.TempDir()}, "[mem=10G] exit 0\n")
+	if !s.Succeeded() {
+		t.Errorf("%+v", s)
+	}
+	if f.asked > 5 {
+		t.Errorf("nvidia-smi was asked %d times, most while the host was down", f.asked)
+	}
+}
