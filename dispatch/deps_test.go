@@ -103,7 +103,7 @@ func TestDependenciesRejected(t *testing.T) {
 func TestDependentBlocksNothing(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	input := "[name=long] sleep 300ms\n[name=after_long after=long] exit 0\n" + repeat("sleep 1ms", 50)
+	input := "[name=long] sleep 2s\n[name=after_long after=long] exit 0\n" + repeat("sleep 1ms", 50)
 	runJobs(t, lab("a:0,1"), input, func(o *Options) { o.LogDir = dir })
 	final, started := byJob(readJournal(t, dir))
 	end := final["long"].End
