@@ -200,8 +200,22 @@ func TestSSHReturn(t *testing.T) {
 	stdin, _ := startCmd(t, cmd)
 	io.WriteString(stdin, slow)
 	stdin.Close()
-	waitJournal(t, filepath.Join(l.Dir, "logs2"), func(evs []map[string]any) bool { return count(evs, "started") > 0 })
-	time.Sleep(300 * time.Millisecond)
+	// Killed once the job runs on its host (it has written a tick).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var ticks []string
+		for _, h := range l.Hosts {
+			more, _ := filepath.Glob(filepath.Join(h.Home, ".gpudispatch", "code", "snaps", "*", "out", "ticks"))
+			ticks = append(ticks, more...)
+		}
+		if len(ticks) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the slow job never ticked")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	cmd.Process.Kill()
 	cmd.Wait()
 	r = labRun(t, l, slow, "-i", inv, "-o", "logs2", "--sync", "proj", "--resume")
