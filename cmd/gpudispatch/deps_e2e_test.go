@@ -89,7 +89,7 @@ func TestSSHMemoryBudgets(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
 	var jobs strings.Builder
 	for i := range 8 {
-		fmt.Fprintf(&jobs, "[name=s%d mem=19G] sleep 0.6\n", i)
+		fmt.Fprintf(&jobs, "[name=s%d mem=19G] sleep 2\n", i)
 	}
 	jobs.WriteString("[name=big mem=50G] sleep 0.2\n[name=huge mem=100G] true\n")
 	r := labRun(t, l, jobs.String(), "-i", l.Inventory(""), "-o", "logs")
