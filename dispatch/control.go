@@ -371,6 +371,14 @@ func (r *run) retryJob(q *queued) (string, error) {
 	e := r.event(EventRetried, q.job, q.attempts)
 	e.ByUser, e.Message = true, "queued again on request"
 	r.record(e)
+	if len(q.job.After) > 0 || len(q.job.AfterAny) > 0 {
+		// It waits again for the jobs it comes after (one retried
+		// before it runs again; one that failed cancels it again).
+		if err := r.enqueue(q, "queued again on request"); err != nil {
+			return "", err
+		}
+		return "queued again, after the jobs it waits for", nil
+	}
 	r.sched.add(q)
 	return "queued again", nil
 }

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -130,4 +131,28 @@ func TestDependencyResumed(t *testing.T) {
 	if s.Skipped != 1 || s.Counts[EventFinished] != 1 || len(f.starts) != 1 || !strings.Contains(f.starts[0].command, "exit 0") {
 		t.Errorf("resumed: skipped %d, counts %v, starts %v", s.Skipped, s.Counts, f.starts)
 	}
+}
+
+// A dependent cancelled because its dependency was lost waits for it again
+// when both are retried: it runs once the dependency succeeded.
+func TestRetryDependent(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	s := serve(t, lab("a:0"), dir, false)
+	s.submit(t, Batch{Text: "[name=train] lose 1\n[name=eval after=train] exit 0\n"})
+	if ended := s.wait(t, "train", "eval"); ended["eval"].Event != EventCancelled || ended["eval"].Error != "dependency train was lost" {
+		t.Fatalf("eval: %+v", ended["eval"])
+	}
+	as, err := s.c.Retry(context.Background(), []string{"train", "eval"})
+	if err != nil || as[0].Err != "" || as[1].Message != "queued again, after the jobs it waits for" {
+		t.Fatalf("retry: %+v %v", as, err)
+	}
+	ended := s.wait(t, "train", "eval")
+	if ended["train"].Event != EventFinished || ended["eval"].Event != EventFinished {
+		t.Fatalf("after retry: train %s, eval %s %s", ended["train"].Event, ended["eval"].Event, ended["eval"].Error)
+	}
+	if !ended["eval"].Start.After(*ended["train"].End) {
+		t.Errorf("eval started at %v, before train ended at %v", ended["eval"].Start, ended["train"].End)
+	}
+	s.stop(t, false)
 }
