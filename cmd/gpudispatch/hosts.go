@@ -102,7 +102,14 @@ func runHosts(ctx context.Context, s streams, o hostsOptions) error {
 	defer lab.Close()
 	states := settleAll(s, lab, inv, settled)
 	if o.check {
-		return checkHosts(ctx, s, lab, states, o)
+		// A host that syncs code is looked at in the snapshot, as its jobs
+		// would run.
+		code := &snapshots{limit: snapshot.DefaultLimit, keep: o.keep, w: textTo(s.err)}
+		snaps, err := code.forHosts(ctx, inv)
+		if err != nil {
+			return err
+		}
+		return checkHosts(ctx, s, lab, states, snaps, o)
 	}
 	if o.clean {
 		return cleanHosts(ctx, s, lab, states)
@@ -123,10 +130,11 @@ func runHosts(ctx context.Context, s streams, o hostsOptions) error {
 	return nil
 }
 
-// checkHosts looks at each host that is up from inside a job, all at once,
-// and prints what it found; a host that is down or fails its check makes
+// checkHosts looks at each host that is up from inside a job, all at once
+// (in the snapshot of the code it syncs, from snaps), and prints what it
+// found; a host that is down or fails its check makes
 // the exit status 1.
-func checkHosts(ctx context.Context, s streams, lab *hosts.Lab, states []hosts.HostState, o hostsOptions) error {
+func checkHosts(ctx context.Context, s streams, lab *hosts.Lab, states []hosts.HostState, snaps map[string]*snapshot.Snapshot, o hostsOptions) error {
 	checks := make([]hosts.EnvCheck, len(states))
 	var wg sync.WaitGroup
 	for i, st := range states {
@@ -143,8 +151,10 @@ func checkHosts(ctx context.Context, s streams, lab *hosts.Lab, states []hosts.H
 			} else if len(h.GPUs) > 0 {
 				gpu = h.GPUs[0]
 			}
+			p := dispatch.HostPrelude(h)
+			p.Code = snaps[h.Sync]
 			wg.Go(func() {
-				checks[i] = lab.CheckEnv(ctx, h.Name, gpu, dispatch.HostPrelude(h), h.Env, o.command)
+				checks[i] = lab.CheckEnv(ctx, h.Name, gpu, p, h.Env, o.command)
 			})
 		}
 	}

@@ -131,6 +131,14 @@ func TestSSHSync(t *testing.T) {
 		t.Errorf("a refused snapshot made a log dir")
 	}
 
+	// hosts --check looks at a host that syncs from inside its snapshot.
+	os.Remove(filepath.Join(proj, "etc"))
+	synced := envInventory(t, l, "synced.yaml", "  sync: proj")
+	r = labRun(t, l, "", "hosts", "-i", synced, "--check", "cat conf.txt")
+	if r.code != 0 || strings.Count(r.stdout, "    v2\n") != 2 || !strings.Contains(r.stdout, "/.gpudispatch/code/snaps/") {
+		t.Errorf("hosts --check with sync: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+
 	// hosts --clean: the two snapshots go from each host, and their content.
 	r = labRun(t, l, "", "hosts", "-i", inv, "--clean")
 	if r.code != 0 {
