@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	_ "embed"
@@ -39,7 +40,8 @@ const partialDir = ".gpudispatch-partial"
 type entry struct {
 	path  string // clean, relative
 	size  int64
-	mtime string // as the machine said it: seconds.nanoseconds
+	raw   string // the path as the machine said it ("./...")
+	mtime time.Time
 	at    int64  // where its bytes start; -1: not sent
 }
 
@@ -91,7 +93,8 @@ func Fetch(ctx context.Context, start spawn.Func, from executor.Return, dst stri
 	case code == 3:
 		return got, errors.New(strings.TrimPrefix(spawn.LastLine(errs.String()), "gpudispatch: "))
 	case err == nil && werr != nil:
-		err = werr
+		// Said in the shell's words, not as an exit status.
+		err = fmt.Errorf("the shell that sends the results failed (exit status %d): %s", code, cmp.Or(spawn.LastLine(errs.String()), "it said nothing"))
 	}
 	return got, err
 }
@@ -169,12 +172,22 @@ func talk(root *os.Root, dirMode fs.FileMode, from executor.Return, stdin io.Wri
 			return err
 		}
 	}
-	for _, f := range sent {
-		now, err := out.ReadString(0)
+	now := map[string]string{}
+	for {
+		name, err := out.ReadString(0)
 		if err != nil {
 			return errors.New("the machine ended before it said how the files it sent are now")
 		}
-		if now != fmt.Sprintf("%d %s\x00", f.size, f.mtime) || !complete(root, f) {
+		if name == "end\x00" {
+			break
+		}
+		if now[strings.TrimSuffix(name, "\x00")], err = out.ReadString(0); err != nil {
+			return errors.New("the machine ended before it said how the files it sent are now")
+		}
+	}
+	for _, f := range sent {
+		size, when, _ := strings.Cut(strings.TrimSuffix(now[f.raw], "\x00"), " ")
+		if size != strconv.FormatInt(f.size, 10) || !parseMtime(when).Equal(f.mtime) || !complete(root, f) {
 			// Changed (or vanished) as it was sent: its bytes may be
 			// of two versions.
 			root.Remove(partialName(f))
@@ -227,10 +240,11 @@ func list(out *bufio.Reader, got *executor.Returned) ([]entry, error) {
 			}
 			size, err := strconv.ParseInt(fs[0], 10, 64)
 			p := path.Clean(fs[2])
-			if err != nil || size < 0 || !filepath.IsLocal(p) || !strings.HasPrefix(fs[2], "./") || !mtimeRE.MatchString(fs[1]) {
+			when := parseMtime(fs[1])
+			if err != nil || size < 0 || !filepath.IsLocal(p) || !strings.HasPrefix(fs[2], "./") || when.IsZero() {
 				return nil, fmt.Errorf("the machine listed a result badly: %q", fs)
 			}
-			files = append(files, entry{path: p, size: size, mtime: fs[1]})
+			files = append(files, entry{path: p, raw: fs[2], size: size, mtime: when})
 		default:
 			return nil, fmt.Errorf("the machine answered %q", kind)
 		}
@@ -240,7 +254,7 @@ func list(out *bufio.Reader, got *executor.Returned) ([]entry, error) {
 // have reports whether dst already has f as it is on the machine.
 func have(root *os.Root, f *entry) bool {
 	st, err := root.Lstat(f.path)
-	return err == nil && st.Mode().IsRegular() && st.Size() == f.size && st.ModTime().Equal(mtime(f.mtime))
+	return err == nil && st.Mode().IsRegular() && st.Size() == f.size && st.ModTime().Equal(f.mtime)
 }
 
 // resumeAt is where f's bytes start: past those an earlier fetch got.
@@ -282,9 +296,7 @@ func keep(root *os.Root, f *entry, dirMode fs.FileMode) error {
 		}
 	}
 	part := partialName(f)
-	if t := mtime(f.mtime); !t.IsZero() {
-		root.Chtimes(part, t, t)
-	}
+	root.Chtimes(part, f.mtime, f.mtime)
 	if st, err := root.Lstat(f.path); err == nil && st.IsDir() {
 		return fmt.Errorf("results: %s is a directory here and a file on the machine", f.path)
 	}
@@ -297,19 +309,24 @@ func keep(root *os.Root, f *entry, dirMode fs.FileMode) error {
 // partialName is where f's bytes gather until they are all there.
 func partialName(f *entry) string {
 	h := sha256.Sum256([]byte(f.path))
-	return fmt.Sprintf("%s/%s-%d-%s", partialDir, hex.EncodeToString(h[:12]), f.size, strings.ReplaceAll(f.mtime, ".", "_"))
+	return fmt.Sprintf("%s/%s-%d-%d", partialDir, hex.EncodeToString(h[:12]), f.size, f.mtime.UnixNano())
 }
 
-// mtimeRE is the form of stat's "%.9Y".
-var mtimeRE = regexp.MustCompile(`^[0-9]+\.[0-9]{9}$`)
+// mtimeRE is the form of an mtime as find's %T@ and stat's %.9Y give it:
+// seconds, and a fraction of up to 10 digits.
+var mtimeRE = regexp.MustCompile(`^([0-9]+)(?:\.([0-9]{1,10}))?$`)
 
-// mtime reads stat's "%.9Y": seconds and nanoseconds.
-func mtime(s string) time.Time {
-	sec, nsec, _ := strings.Cut(s, ".")
-	a, err := strconv.ParseInt(sec, 10, 64)
+// parseMtime reads an mtime of mtimeRE's form, to the nanosecond; the zero
+// time when it is not one.
+func parseMtime(s string) time.Time {
+	m := mtimeRE.FindStringSubmatch(s)
+	if m == nil {
+		return time.Time{}
+	}
+	sec, err := strconv.ParseInt(m[1], 10, 64)
 	if err != nil {
 		return time.Time{}
 	}
-	b, _ := strconv.ParseInt(nsec, 10, 64)
-	return time.Unix(a, b)
+	nsec, _ := strconv.ParseInt((m[2] + "000000000")[:9], 10, 64)
+	return time.Unix(sec, nsec)
 }

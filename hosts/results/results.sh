@@ -13,8 +13,9 @@
 # their first byte, each exactly SIZE-START bytes (zeros past a file that
 # shrank), then a tar stream of those to send whole (one block per record,
 # so that it ends with its end blocks), then the size and mtime of each file
-# sent, in order, as it is now: "SIZE MTIME" NUL-terminated. A file whose
-# size or mtime differs from the first answer changed while it was sent.
+# sent as it is now: its path and "SIZE MTIME", NUL-terminated, then "end".
+# A file whose size or mtime differs from the first answer, or that is not
+# listed, changed while it was sent. MTIME is seconds with a fraction.
 set -u
 IFS= read -r where || exit 1
 IFS= read -r n || exit 1
@@ -53,22 +54,25 @@ for pat in "${pats[@]}"; do
   for x in "${m[@]}"; do
     [ -e "$x" ] || [ -L "$x" ] || continue
     found=1
-    while IFS= read -r -d '' f; do
-      if [ -L "$f" ]; then
-        if [ -f "$f" ] && IFS=' ' read -r s t < <(stat -L -c '%s %.9Y' -- "$f"); then
-          printf 'file\0%s\0%s\0%s\0' "$s" "$t" "$f"
-          files+=("$f")
+    # find says the size and mtime of regular files: no process per file.
+    while IFS= read -r -d '' rec; do
+      kind=${rec%% *} rec=${rec#* }
+      if [ "$kind" = l ]; then
+        if [ -f "$rec" ] && IFS=' ' read -r s t < <(stat -L -c '%s %.9Y' -- "$rec"); then
+          printf 'file\0%s\0%s\0%s\0' "$s" "$t" "$rec"
+          files+=("$rec")
           sizes+=("$s")
         else
-          printf 'link\0%s\0' "$f"
+          printf 'link\0%s\0' "$rec"
         fi
         continue
       fi
-      IFS=' ' read -r s t < <(stat -c '%s %.9Y' -- "$f") || continue
+      s=${rec%% *} rec=${rec#* }
+      t=${rec%% *} f=${rec#* }
       printf 'file\0%s\0%s\0%s\0' "$s" "$t" "$f"
       files+=("$f")
       sizes+=("$s")
-    done < <(find -P "$x" \( -type f -o -type l \) -print0)
+    done < <(find -P "$x" \( -type f -printf 'f %s %T@ %p\0' \) -o \( -type l -printf 'l %p\0' \))
   done
   [ "$found" = 1 ] || printf 'miss\0%s\0' "$pat"
 done
@@ -100,6 +104,9 @@ if [ "${#whole[@]}" -gt 0 ]; then
 else
   head -c 1024 /dev/zero
 fi
-for f in "${sent[@]}"; do
-  stat -L -c '%s %.9Y' -- "$f" 2>/dev/null || echo "- -"
-done | tr '\n' '\0'
+# One stat for them all (xargs keeps to the argument limit); a file that
+# went is left out.
+if [ "${#sent[@]}" -gt 0 ]; then
+  printf '%s\0' "${sent[@]}" | xargs -0 stat -L --printf '%n\0%s %.9Y\0' -- 2>/dev/null
+fi
+printf 'end\0'
