@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -151,7 +152,7 @@ func (t *slotTable) holdMemory(j *Job, hd held) bool {
 // (GPUs of one host, as many as it asks for), once their memory is known,
 // or nil.
 func (t *slotTable) checkMemory(j *Job) error {
-	largest, mem := -1, 0
+	largest, mem, mute := -1, 0, 0
 	for _, h := range t.candidates(j) {
 		if h.removed || !h.fits(j) {
 			continue
@@ -161,6 +162,10 @@ func (t *slotTable) checkMemory(j *Job) error {
 			return nil // a cluster, or a host where it declares none
 		}
 		mem = m
+		if h.memNever && h.host.MemoryMB == 0 {
+			mute++ // never a place for it
+			continue
+		}
 		var budgets []int
 		for _, g := range h.gpus {
 			if g.cap == 0 || j.GPU >= 0 && g.id != j.GPU {
@@ -176,7 +181,10 @@ func (t *slotTable) checkMemory(j *Job) error {
 			largest = max(largest, budgets[len(budgets)-h.need(j)])
 		}
 	}
-	if mem == 0 || largest < 0 || mem <= largest {
+	switch {
+	case mem > 0 && largest < 0 && mute > 0:
+		return fmt.Errorf("mem=%s: no host it may use can tell its GPUs' memory: set memory_mb: in their inventory entries", MemWords(mem))
+	case mem == 0 || largest < 0 || mem <= largest:
 		return nil
 	}
 	return fmt.Errorf("mem=%s: the largest GPU it may use gives jobs %s (its memory less reserve_mb)", MemWords(mem), MemWords(largest))
@@ -194,19 +202,23 @@ func MemWords(mb int) string {
 	return fmt.Sprintf("%dM", mb)
 }
 
-// memAnswer is what a host's nvidia-smi said of its GPUs' memory.
+// memAnswer is what a host's nvidia-smi said of its GPUs' memory; again
+// is set instead when it is time to ask a host whose nvidia-smi did not
+// answer in time once more.
 type memAnswer struct {
-	h    *hostSlots
-	gpus []executor.GPU
-	err  error
+	h     *hostSlots
+	gpus  []executor.GPU
+	err   error
+	again bool
 }
 
 // askMemory asks nvidia-smi, on each host that is up, whose GPUs' memory
 // is not known and that a waiting job declaring memory may use, for it.
 func (r *run) askMemory() {
-	if !r.memWanted {
+	if !r.memWanted || !r.memLook {
 		return
 	}
+	r.memLook = false
 	for _, h := range r.sched.table.hosts {
 		if h.cluster || h.down || h.removed || h.memAsk != memUnasked || h.host.MemoryMB > 0 {
 			continue
@@ -218,7 +230,7 @@ func (r *run) askMemory() {
 			defer cancel()
 			gpus, err := r.opts.Executor.ProbeGPUs(ctx, name)
 			select {
-			case r.memAnswers <- memAnswer{h, gpus, err}:
+			case r.memAnswers <- memAnswer{h: h, gpus: gpus, err: err}:
 			case <-r.bg.Done():
 			}
 		}()
@@ -234,16 +246,33 @@ const probeLimit = 2 * time.Minute
 func (r *run) memAnswered(a memAnswer) {
 	h := a.h
 	switch {
+	case a.again:
+		h.memAsk, r.memLook = memUnasked, true
+		return
 	case unreachable(a.err):
 		// Down: asked again once it is back.
 		h.memAsk = memUnasked
 		r.hostDown(h, a.err)
 		return
+	case errors.Is(a.err, executor.ErrProbeTimeout):
+		// Sick, perhaps for a while: asked again after the recheck time.
+		h.memAsk = memKnown
+		if h.memErr == "" {
+			r.record(r.hostWarning(h, fmt.Errorf("jobs that declare their GPU memory (mem=) do not go there until its nvidia-smi answers (asked again every %s): %w", r.opts.Recheck, a.err)))
+		}
+		h.memErr = a.err.Error()
+		time.AfterFunc(r.opts.Recheck, func() {
+			select {
+			case r.memAnswers <- memAnswer{h: h, again: true}:
+			case <-r.bg.Done():
+			}
+		})
+		return
 	case a.err != nil:
-		h.memAsk, h.memErr = memKnown, a.err.Error()
+		h.memAsk, h.memErr, h.memNever = memKnown, a.err.Error(), true
 		r.record(r.hostWarning(h, fmt.Errorf("cannot tell its GPUs' memory, so jobs that declare theirs (mem=) do not go there; set memory_mb: in its inventory entry: %w", a.err)))
 	default:
-		h.memAsk = memKnown
+		h.memAsk, h.memErr = memKnown, ""
 		for _, info := range a.gpus {
 			if g := h.byID[info.Index]; g != nil {
 				r.sched.table.setBlocked(g, func() {
@@ -276,7 +305,11 @@ func (t *slotTable) whyMemory(j *Job) string {
 			continue
 		}
 		mem = m
-		if h.memAsk != memKnown && h.host.MemoryMB == 0 {
+		switch {
+		case h.host.MemoryMB > 0:
+		case h.memErr != "":
+			return "waits: host " + h.host.Name + " cannot tell its GPUs' memory (" + h.memErr + ")"
+		case h.memAsk != memKnown:
 			return "waits for the GPU memory of host " + h.host.Name + " to be known (nvidia-smi)"
 		}
 		for _, g := range h.gpus {

@@ -2,10 +2,13 @@ package dispatch
 
 import (
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // memLab is one host with two 80 GB GPUs (81,920 MiB, as its nvidia-smi
@@ -193,5 +196,52 @@ func TestMemoryHostDown(t *testing.T) {
 	}
 	if f.asked > 5 {
 		t.Errorf("nvidia-smi was asked %d times, most while the host was down", f.asked)
+	}
+}
+
+// A host whose nvidia-smi does not answer in time is asked again after
+// the recheck time, and takes the job once it answers.
+func TestMemoryProbeTimeout(t *testing.T) {
+	t.Parallel()
+	f := memLab()
+	f.mu.Lock()
+	f.probeErr = map[string]error{"a": fmt.Errorf("a: %w", executor.ErrProbeTimeout)}
+	f.mu.Unlock()
+	time.AfterFunc(150*time.Millisecond, func() {
+		f.mu.Lock()
+		f.probeErr = nil
+		f.mu.Unlock()
+	})
+	dir := t.TempDir()
+	_, s := runJobsWith(t, f, Options{Inventory: f.inv, Executor: f, LogDir: dir, Recheck: 50 * time.Millisecond}, "[mem=10G] exit 0\n")
+	if !s.Succeeded() {
+		t.Errorf("%+v", s)
+	}
+	warned := 0
+	for _, e := range readJournal(t, dir) {
+		if e.Event == EventWarning && strings.Contains(e.Error, "until its nvidia-smi answers") {
+			warned++
+		}
+	}
+	if warned != 1 {
+		t.Errorf("%d warnings of a's nvidia-smi; want 1", warned)
+	}
+}
+
+// A job that declares memory and may only go to hosts that can never tell
+// their GPUs' memory is rejected, saying to set memory_mb:, rather than
+// wait forever.
+func TestMemoryNowhere(t *testing.T) {
+	t.Parallel()
+	f := memLab()
+	f.probeErr = map[string]error{"a": errors.New("nvidia-smi: command not found")}
+	dir := t.TempDir()
+	_, s := runJobsWith(t, f, Options{Inventory: f.inv, Executor: f, LogDir: dir}, "[name=m mem=1G] exit 0\n[name=plain] exit 0\n")
+	final, _ := byJob(readJournal(t, dir))
+	if e := final["m"]; e.Event != EventRejected || e.Error != "mem=1G: no host it may use can tell its GPUs' memory: set memory_mb: in their inventory entries" {
+		t.Errorf("m: %s %q", e.Event, e.Error)
+	}
+	if s.Counts[EventFinished] != 1 {
+		t.Errorf("counts %v", s.Counts)
 	}
 }

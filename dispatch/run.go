@@ -223,9 +223,12 @@ type run struct {
 	dependents map[string][]*queued
 	earlier    map[string]bool
 	// memWanted is set once a job may declare GPU memory: hosts' GPU
-	// memory is then asked (memory.go), and answered on memAnswers.
-	memWanted  bool
-	memAnswers chan memAnswer
+	// memory is then asked (memory.go), and answered on memAnswers;
+	// memLook is set when a host may have become one to ask (up, added,
+	// its last look failed), so that the hosts are not looked over at
+	// every event.
+	memWanted, memLook bool
+	memAnswers         chan memAnswer
 }
 
 // expiry is a host's host-down timeout passing, for one time it went down.
@@ -382,6 +385,7 @@ func prepare(opts Options) (*run, error) {
 	for _, h := range opts.Inventory.Hosts {
 		r.memWanted = r.memWanted || h.MemMB > 0
 	}
+	r.memLook = r.memWanted
 	if opts.Serve {
 		if err := r.loadServed(); err != nil {
 			return nil, &SetupError{err}
@@ -581,8 +585,8 @@ func (r *run) admissible(j *Job) (final bool, err error) {
 	if why := r.opts.LeftOut[j.Host]; j.Host != "" && why != nil {
 		return true, fmt.Errorf("host %s is left out of this run: %w", j.Host, why)
 	}
-	if j.MemMB > 0 {
-		r.memWanted = true
+	if j.MemMB > 0 && !r.memWanted {
+		r.memWanted, r.memLook = true, true
 	}
 	err = cmp.Or(r.sched.table.check(j), r.sched.table.checkPrefer(j), r.sched.table.checkMemory(j))
 	return err == nil || !r.sched.table.anyOpening(), err
@@ -941,6 +945,7 @@ func (r *run) hostDown(h *hostSlots, why error) {
 }
 
 func (r *run) hostUp(h *hostSlots) {
+	r.memLook = true
 	r.sched.table.setUp(h)
 	r.record(r.hostEvent(EventHostUp, h))
 }
@@ -981,6 +986,7 @@ func (r *run) reload(u Update) {
 		r.opts.Snapshots = map[string]*snapshot.Snapshot{}
 	}
 	maps.Copy(r.opts.Snapshots, u.Snapshots)
+	r.memLook = true // hosts added, or opened
 	changes := r.sched.table.update(u.Inventory)
 	for _, name := range u.Opened {
 		if h := r.sched.table.byName[name]; h != nil {

@@ -88,9 +88,11 @@ type hostSlots struct {
 	unfit      map[string]unfitMark
 	preludeKey string
 	// memAsk says whether its GPUs' memory was asked of nvidia-smi
-	// (memory.go); memErr is why the answer did not come.
-	memAsk memAsk
-	memErr string
+	// (memory.go); memErr is why the answer did not come, and memNever
+	// is set when it never will (no nvidia-smi there).
+	memAsk   memAsk
+	memErr   string
+	memNever bool
 }
 
 // fits reports whether j, by the number of GPUs it asks for, can ever run
