@@ -42,7 +42,7 @@ type entry struct {
 	size  int64
 	raw   string // the path as the machine said it ("./...")
 	mtime time.Time
-	at    int64  // where its bytes start; -1: not sent
+	at    int64 // where its bytes start; -1: not sent
 }
 
 // Fetch copies into the directory dst (which must exist) the files that
