@@ -6,8 +6,12 @@
 // ID is a hash of that list: two snapshots of the same content have the
 // same ID, wherever and whenever they were taken.
 //
-// A snapshot holds no bytes: the content is read again, from the
-// directory, when a host lacks it (see hosts/codestore). A file whose size
-// or content changed since the snapshot was taken is refused then, so a
-// host never builds a tree that differs from the snapshot's ID.
+// The content is copied, by hash, into the coordinator's content store as
+// the snapshot is taken, so that a host that comes up hours later gets
+// the files as they were, whatever was edited since. The store keeps each
+// snapshot's list (manifests/ID.list, for Since and Open) and, per
+// directory, an index that names the directory's last list: a file whose
+// size and modification time are the list's is not read again, as git's
+// index does. A list is NUL-separated fields, since a path may hold any
+// other byte; Prune removes old lists and the content no list names.
 package snapshot

@@ -3,9 +3,11 @@ package snapshot
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -13,23 +15,13 @@ import (
 // index remembers, for one directory, the hash of each file by its size
 // and modification time, as git's index does: a file that kept both is not
 // read again. A time close to when the index was written is not trusted
-// (a file written again within the clock's step would keep it).
+// (a file written again within the clock's step would keep it). The index
+// is the list of the directory's last snapshot: index/KEY names it, and
+// that file's time is when it was written.
 type index struct {
 	path    string
 	written int64
-	files   map[string]indexed
-}
-
-type indexed struct {
-	Size  int64  `json:"size"`
-	Mtime int64  `json:"mtime"`
-	Exec  bool   `json:"exec"`
-	Hash  string `json:"hash"`
-}
-
-type indexFile struct {
-	Written int64              `json:"written"`
-	Files   map[string]indexed `json:"files"`
+	files   map[string]File
 }
 
 // dirKey names the directory dir in a store.
@@ -38,23 +30,113 @@ func dirKey(dir string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// saveManifest keeps s's files in its store, for Earlier; it is a cache.
+// saveManifest keeps s's files in its store, for Since and Open, and
+// renews it there for Prune.
 func (s *Snapshot) saveManifest() {
-	writeAtomic(filepath.Join(s.Store, "manifests", s.ID+".json"), s.Files)
+	writeAtomic(manifest(s.Store, s.ID), encode(s.Files))
 }
 
-// Earlier returns the files of the snapshot id taken earlier with the same
-// store, by path, when the store still has its list.
-func (s *Snapshot) Earlier(id string) (map[string]File, bool) {
-	files, ok := readManifest(s.Store, id)
-	if !ok {
-		return nil, false
-	}
-	byPath := make(map[string]File, len(files))
+// manifest is the path of snapshot id's list in store.
+func manifest(store, id string) string {
+	return filepath.Join(store, "manifests", id+".list")
+}
+
+// encode writes files as a list: per file, its path, "x" or "-" (Exec),
+// size, modification time, hash and link, each ended by a NUL byte (a path
+// holds anything else).
+func encode(files []File) []byte {
+	var b []byte
 	for _, f := range files {
-		byPath[f.Path] = f
+		b = append(b, f.Path...)
+		b = append(b, 0)
+		if f.Exec {
+			b = append(b, 'x', 0)
+		} else {
+			b = append(b, '-', 0)
+		}
+		b = strconv.AppendInt(b, f.Size, 10)
+		b = append(b, 0)
+		b = strconv.AppendInt(b, f.mtime, 10)
+		b = append(b, 0)
+		b = append(b, f.Hash...)
+		b = append(b, 0)
+		b = append(b, f.Link...)
+		b = append(b, 0)
 	}
-	return byPath, true
+	return b
+}
+
+// decode reads a list encode wrote.
+func decode(b []byte) ([]File, error) {
+	fields := strings.Split(string(b), "\x00")
+	if len(fields)%6 != 1 || fields[len(fields)-1] != "" {
+		return nil, errors.New("not a list of files")
+	}
+	files := make([]File, 0, len(fields)/6)
+	for i := 0; i+6 < len(fields); i += 6 {
+		f := File{Path: fields[i], Exec: fields[i+1] == "x", Hash: fields[i+4], Link: fields[i+5]}
+		var err1, err2 error
+		f.Size, err1 = strconv.ParseInt(fields[i+2], 10, 64)
+		f.mtime, err2 = strconv.ParseInt(fields[i+3], 10, 64)
+		if err1 != nil || err2 != nil || f.Path == "" || (f.Link == "") != (len(f.Hash) == 64) {
+			return nil, fmt.Errorf("a bad entry in a list of files: %q", fields[i])
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// Diff is how a snapshot differs from one taken earlier of its directory.
+type Diff struct {
+	// Changed are the files that are new or differ: another content, mode
+	// or link target.
+	Changed []File
+	// Gone are the earlier snapshot's paths that this one has not, or has
+	// otherwise.
+	Gone []string
+}
+
+// Since returns how s differs from the snapshot id taken earlier with the
+// same store, when the store still has that one's list. It is worked out
+// once per id: every machine that has id asks.
+func (s *Snapshot) Since(id string) (Diff, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d, ok := s.since[id]; ok {
+		return d, d.Changed != nil || d.Gone != nil
+	}
+	d := Diff{}
+	if files, ok := readManifest(s.Store, id); ok {
+		d = diff(s.Files, files)
+	}
+	if s.since == nil {
+		s.since = map[string]Diff{}
+	}
+	s.since[id] = d
+	return d, d.Changed != nil || d.Gone != nil
+}
+
+// diff is how now differs from earlier (see Diff); its lists are not nil.
+func diff(now, earlier []File) Diff {
+	d := Diff{Changed: []File{}, Gone: []string{}}
+	was := make(map[string]File, len(earlier))
+	for _, f := range earlier {
+		was[f.Path] = f
+	}
+	kept := make(map[string]bool, len(now))
+	for _, f := range now {
+		if e, ok := was[f.Path]; ok && e.Blob() == f.Blob() && e.Link == f.Link {
+			kept[f.Path] = true
+			continue
+		}
+		d.Changed = append(d.Changed, f)
+	}
+	for _, f := range earlier {
+		if !kept[f.Path] {
+			d.Gone = append(d.Gone, f.Path)
+		}
+	}
+	return d
 }
 
 // readManifest reads the list of snapshot id kept in store, in its order.
@@ -62,20 +144,30 @@ func readManifest(store, id string) ([]File, bool) {
 	if len(id) != 20 || strings.Trim(id, "0123456789abcdef") != "" {
 		return nil, false
 	}
-	b, err := os.ReadFile(filepath.Join(store, "manifests", id+".json"))
-	var files []File
-	if err != nil || json.Unmarshal(b, &files) != nil {
+	b, err := os.ReadFile(manifest(store, id))
+	if err != nil {
 		return nil, false
 	}
-	return files, true
+	files, err := decode(b)
+	return files, err == nil
 }
 
 // openIndex reads the index of dir kept in store (none: an empty one).
 func openIndex(store, dir string) *index {
-	idx := &index{path: filepath.Join(store, "index", dirKey(dir)+".json")}
-	var f indexFile
-	if b, err := os.ReadFile(idx.path); err == nil && json.Unmarshal(b, &f) == nil {
-		idx.written, idx.files = f.Written, f.Files
+	idx := &index{path: filepath.Join(store, "index", dirKey(dir))}
+	b, err := os.ReadFile(idx.path)
+	fi, serr := os.Stat(idx.path)
+	if err != nil || serr != nil {
+		return idx
+	}
+	files, ok := readManifest(store, strings.TrimSpace(string(b)))
+	if !ok {
+		return idx
+	}
+	idx.written = fi.ModTime().UnixNano()
+	idx.files = make(map[string]File, len(files))
+	for _, f := range files {
+		idx.files[f.Path] = f
 	}
 	return idx
 }
@@ -83,7 +175,7 @@ func openIndex(store, dir string) *index {
 // known returns f's hash when the index has f as it is now.
 func (idx *index) known(f File) (string, bool) {
 	e, ok := idx.files[f.Path]
-	if !ok || e.Size != f.Size || e.Mtime != f.mtime || e.Exec != f.Exec || len(e.Hash) != 64 {
+	if !ok || e.Size != f.Size || e.mtime != f.mtime || e.Exec != f.Exec || e.Link != "" {
 		return "", false
 	}
 	if idx.written-f.mtime < int64(2*time.Second) {
@@ -92,23 +184,16 @@ func (idx *index) known(f File) (string, bool) {
 	return e.Hash, true
 }
 
-// save writes the index of files, hashed; it is a cache, so a failure
-// only costs the next snapshot a read of every file.
-func (idx *index) save(files []File) {
-	f := indexFile{Written: time.Now().UnixNano(), Files: map[string]indexed{}}
-	for _, file := range files {
-		if file.Link == "" {
-			f.Files[file.Path] = indexed{Size: file.Size, Mtime: file.mtime, Exec: file.Exec, Hash: file.Hash}
-		}
-	}
-	writeAtomic(idx.path, f)
+// save makes the snapshot id, whose list is saved, the index; it is a
+// cache, so a failure only costs the next snapshot a read of every file.
+func (idx *index) save(id string) {
+	writeAtomic(idx.path, []byte(id+"\n"))
 }
 
-// writeAtomic writes v as JSON to path, whole or not at all; a failure is
-// ignored (what it writes are caches).
-func writeAtomic(path string, v any) {
-	b, err := json.Marshal(v)
-	if err != nil || os.MkdirAll(filepath.Dir(path), 0o700) != nil {
+// writeAtomic writes b to path, whole or not at all; a failure is ignored
+// (what it writes are caches).
+func writeAtomic(path string, b []byte) {
+	if os.MkdirAll(filepath.Dir(path), 0o700) != nil {
 		return
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "tmp-")
@@ -124,10 +209,11 @@ func writeAtomic(path string, v any) {
 
 // Prune removes from store the lists of snapshots taken more than keep ago
 // and the content that no remaining list names and that came in more than
-// keep ago. Taking a snapshot renews its list.
+// keep ago. Taking a snapshot renews its list. An index names a list, so
+// the content it knows is never removed while it stands.
 func Prune(store string, keep time.Duration) {
 	cutoff := time.Now().Add(-keep)
-	lists, _ := filepath.Glob(filepath.Join(store, "manifests", "*.json"))
+	lists, _ := filepath.Glob(filepath.Join(store, "manifests", "*"))
 	used := map[string]bool{}
 	for _, l := range lists {
 		fi, err := os.Stat(l)
@@ -135,14 +221,17 @@ func Prune(store string, keep time.Duration) {
 			os.Remove(l)
 			continue
 		}
-		var files []File
-		if b, err := os.ReadFile(l); err == nil && json.Unmarshal(b, &files) == nil {
-			for _, f := range files {
-				used[f.Hash] = true
-			}
-		} else {
+		if !strings.HasSuffix(l, ".list") {
+			continue // another version's, or a write under way
+		}
+		b, err := os.ReadFile(l)
+		files, derr := decode(b)
+		if err != nil || derr != nil {
 			// A list that cannot be read: keep all content.
 			return
+		}
+		for _, f := range files {
+			used[f.Hash] = true
 		}
 	}
 	dirs, _ := filepath.Glob(filepath.Join(store, "[0-9a-f][0-9a-f]"))

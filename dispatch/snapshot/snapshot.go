@@ -15,8 +15,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // DefaultLimit is the largest snapshot taken unless told otherwise.
@@ -67,6 +69,9 @@ type Snapshot struct {
 	// Key names Dir among the directories snapshots are taken of, so that
 	// a machine can say which snapshot of it it has last.
 	Key string
+
+	mu    sync.Mutex
+	since map[string]Diff // by earlier ID; see Since
 }
 
 // Content opens the content of f as it was when s was taken.
@@ -93,27 +98,11 @@ func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error
 		return nil, err
 	}
 	s := &Snapshot{Dir: abs, Store: store}
-	for _, p := range paths {
-		fi, err := os.Lstat(filepath.Join(abs, p))
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			continue // tracked by git, deleted in the work tree
-		case err != nil:
-			return nil, fmt.Errorf("sync: %w", err)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(filepath.Join(abs, p))
-			if err != nil {
-				return nil, fmt.Errorf("sync: %w", err)
-			}
-			if !inside(p, link) {
-				return nil, fmt.Errorf("sync: %s is a symbolic link to %s, out of %s: gpudispatch ships no link that leads out of the directory; remove it, or name it in %s", filepath.Join(abs, p), link, abs, IgnoreFile)
-			}
-			s.Files = append(s.Files, File{Path: p, Link: link})
-		case fi.Mode().IsRegular():
-			s.Files = append(s.Files, File{Path: p, Exec: fi.Mode()&0o111 != 0, Size: fi.Size(), mtime: fi.ModTime().UnixNano()})
-			s.Bytes += fi.Size()
-		}
-		// Directories (git submodules) and special files are not shipped.
+	if s.Files, err = stat(ctx, abs, paths); err != nil {
+		return nil, err
+	}
+	for _, f := range s.Files {
+		s.Bytes += f.Size
 	}
 	if s.Bytes > limit {
 		return nil, tooLarge(s, limit)
@@ -125,18 +114,109 @@ func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error
 	if err := s.hash(ctx, idx); err != nil {
 		return nil, err
 	}
-	idx.save(s.Files)
 	s.ID = idOf(s.Files)
 	s.Key = dirKey(abs)
 	s.saveManifest()
+	idx.save(s.ID)
 	return s, nil
 }
 
-// idOf is the ID of a snapshot of files: a hash of their list.
+// stat returns the entries of the paths under dir, on as many goroutines
+// as there are CPUs: a regular file's mode, size and time, a link's target
+// (which must stay in dir). Paths that are gone (tracked by git, deleted
+// in the work tree), directories (git submodules) and special files are
+// left out.
+func stat(ctx context.Context, dir string, paths []string) ([]File, error) {
+	files := make([]File, len(paths))
+	keep := make([]bool, len(paths))
+	err := parallel(ctx, len(paths), func(i int) error {
+		p := paths[i]
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		fi, err := os.Lstat(full)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return fmt.Errorf("sync: %w", err)
+		case fi.Mode()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(full)
+			if err != nil {
+				return fmt.Errorf("sync: %w", err)
+			}
+			if !inside(p, link) {
+				return fmt.Errorf("sync: %s is a symbolic link to %s, out of %s: gpudispatch ships no link that leads out of the directory; remove it, or name it in %s", full, link, dir, IgnoreFile)
+			}
+			files[i], keep[i] = File{Path: p, Link: link}, true
+		case fi.Mode().IsRegular():
+			files[i], keep[i] = File{Path: p, Exec: fi.Mode()&0o111 != 0, Size: fi.Size(), mtime: fi.ModTime().UnixNano()}, true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	kept := files[:0]
+	for i, f := range files {
+		if keep[i] {
+			kept = append(kept, f)
+		}
+	}
+	return kept, nil
+}
+
+// parallel calls f for 0..n-1 on as many goroutines as there are CPUs, in
+// runs of indexes, and returns the first error (or ctx's), after which it
+// calls f no more.
+func parallel(ctx context.Context, n int, f func(i int) error) error {
+	const run = 64
+	var (
+		next  atomic.Int64
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	failed := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return first != nil
+	}
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for {
+				from := int(next.Add(run)) - run
+				if from >= n || ctx.Err() != nil || failed() {
+					return
+				}
+				for i := from; i < min(from+run, n); i++ {
+					if err := f(i); err != nil {
+						mu.Lock()
+						first = cmp.Or(first, err)
+						mu.Unlock()
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return cmp.Or(first, ctx.Err())
+}
+
+// idOf is the ID of a snapshot of files: a hash of their list, a line per
+// file: its path (quoted as Go does), exec (true or false), hash and link
+// (quoted).
 func idOf(files []File) string {
 	id := sha256.New()
+	var line []byte
 	for _, f := range files {
-		fmt.Fprintf(id, "%q %t %s %q\n", f.Path, f.Exec, f.Hash, f.Link)
+		line = strconv.AppendQuote(line[:0], f.Path)
+		line = append(line, ' ')
+		line = strconv.AppendBool(line, f.Exec)
+		line = append(line, ' ')
+		line = append(line, f.Hash...)
+		line = append(line, ' ')
+		line = strconv.AppendQuote(line, f.Link)
+		line = append(line, '\n')
+		id.Write(line)
 	}
 	return hex.EncodeToString(id.Sum(nil))[:20]
 }
@@ -266,46 +346,23 @@ func tooLarge(s *Snapshot, limit int64) error {
 // hash fills in the files' hashes, copying into the store the content it
 // lacks, on as many goroutines as there are CPUs.
 func (s *Snapshot) hash(ctx context.Context, idx *index) error {
-	work := make(chan int)
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
-	)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for i := range work {
-				if err := s.keep(&s.Files[i], idx); err != nil {
-					mu.Lock()
-					first = cmp.Or(first, err)
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for i, f := range s.Files {
-		if f.Link != "" {
-			continue
+	return parallel(ctx, len(s.Files), func(i int) error {
+		if s.Files[i].Link != "" {
+			return nil
 		}
-		select {
-		case work <- i:
-		case <-ctx.Done():
-		}
-	}
-	close(work)
-	wg.Wait()
-	return cmp.Or(first, ctx.Err())
+		return s.keep(&s.Files[i], idx)
+	})
 }
 
 // keep hashes f and keeps its content in the store, where it is not yet:
-// a file the index knows unchanged, whose content the store has, is not
-// read at all; another is read once, into the store.
+// a file the index knows unchanged is not read at all; another is read
+// once, into the store.
 func (s *Snapshot) keep(f *File, idx *index) error {
 	if hash, ok := idx.known(*f); ok {
-		if _, err := os.Stat(filepath.Join(s.Store, hash[:2], hash)); err == nil {
-			f.Hash = hash
-			return nil
-		}
+		// The store has its content: Prune keeps what the index's list
+		// names.
+		f.Hash = hash
+		return nil
 	}
 	path := filepath.Join(s.Dir, filepath.FromSlash(f.Path))
 	tmp, err := os.CreateTemp(s.Store, "in-")

@@ -176,7 +176,7 @@ func TestOpen(t *testing.T) {
 	if _, err := Open(store, "0123456789abcdef0123", dir); err == nil || !strings.Contains(err.Error(), "no longer in") {
 		t.Errorf("a snapshot never taken: %v", err)
 	}
-	os.WriteFile(filepath.Join(store, "manifests", s.ID+".json"), []byte(`[{"Path":"x","Size":1,"Hash":"00"}]`), 0o600)
+	os.WriteFile(manifest(store, s.ID), encode([]File{{Path: "x", Size: 1, Hash: strings.Repeat("0", 64)}}), 0o600)
 	if _, err := Open(store, s.ID, dir); err == nil || !strings.Contains(err.Error(), "not that snapshot's") {
 		t.Errorf("a list that is not the snapshot's: %v", err)
 	}
@@ -235,8 +235,8 @@ func FuzzInside(f *testing.F) {
 
 // A second snapshot takes unchanged files from the index without reading
 // them, and still sees each edit: a changed file (same size, new time) gets
-// its new hash, the others keep theirs, and a file whose content the store
-// lost is read again.
+// its new hash, the others keep theirs. An index whose list Prune removed
+// is not used: every file is read again, into the store.
 func TestTakeIndex(t *testing.T) {
 	dir, store := t.TempDir(), t.TempDir()
 	write(t, dir, map[string]string{"a.py": "aaaa", "b.py": "bbbb", "c.py": "cccc"})
@@ -248,16 +248,36 @@ func TestTakeIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// b.py rewritten behind the index's back (same size, its old time
+	// put back): a second snapshot that read it would see "BBBB".
+	os.WriteFile(filepath.Join(dir, "b.py"), []byte("BBBB"), 0o644)
+	os.Chtimes(filepath.Join(dir, "b.py"), old, old)
 	os.WriteFile(filepath.Join(dir, "a.py"), []byte("AAAA"), 0o644)
-	os.Remove(filepath.Join(store, first.Files[2].Hash[:2], first.Files[2].Hash))
 	second, err := Take(context.Background(), dir, store, DefaultLimit)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if second.Files[0].Hash == first.Files[0].Hash || second.Files[1].Hash != first.Files[1].Hash || second.Files[2].Hash != first.Files[2].Hash {
-		t.Errorf("hashes %v then %v: want a.py's alone to change", first.Files, second.Files)
+		t.Errorf("hashes %v then %v: want a.py's alone to change (b.py not read)", first.Files, second.Files)
 	}
-	for _, f := range second.Files {
+	// Both lists and their content pruned: the index names a list that is
+	// gone, and the next snapshot puts the content back.
+	long := time.Now().Add(-48 * time.Hour)
+	for _, s := range []*Snapshot{first, second} {
+		os.Chtimes(manifest(store, s.ID), long, long)
+		for _, f := range s.Files {
+			os.Chtimes(filepath.Join(store, f.Hash[:2], f.Hash), long, long)
+		}
+	}
+	Prune(store, 24*time.Hour)
+	third, err := Take(context.Background(), dir, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if third.Files[1].Hash == first.Files[1].Hash {
+		t.Errorf("b.py was not read again after the index's list went")
+	}
+	for _, f := range third.Files {
 		if _, err := os.Stat(filepath.Join(store, f.Hash[:2], f.Hash)); err != nil {
 			t.Errorf("the store lacks %s's content: %v", f.Path, err)
 		}
@@ -280,7 +300,7 @@ func TestPrune(t *testing.T) {
 		t.Fatal(err)
 	}
 	long := time.Now().Add(-48 * time.Hour)
-	os.Chtimes(filepath.Join(store, "manifests", a.ID+".json"), long, long)
+	os.Chtimes(manifest(store, a.ID), long, long)
 	for _, f := range append(a.Files, b.Files...) {
 		os.Chtimes(filepath.Join(store, f.Hash[:2], f.Hash), long, long)
 	}
@@ -299,7 +319,27 @@ func TestPrune(t *testing.T) {
 			t.Errorf("%s of the recent snapshot was removed", f.Path)
 		}
 	}
-	if _, ok := b.Earlier(a.ID); ok {
+	if _, ok := b.Since(a.ID); ok {
 		t.Errorf("the old snapshot's list is still there")
 	}
+}
+
+// A list of files reads back as it was written, whatever the paths hold
+// but NUL; and no bytes make decode panic.
+func FuzzDecode(f *testing.F) {
+	hash := strings.Repeat("ab", 32)
+	f.Add([]byte(nil))
+	f.Add(encode([]File{{Path: "a.py", Size: 3, mtime: 1, Hash: hash}, {Path: "l", Link: "a.py"}}))
+	f.Add(encode([]File{{Path: "x\ny z", Exec: true, Size: 1 << 40, mtime: -5, Hash: hash}}))
+	f.Add([]byte("a\x00-\x001\x002\x00\x00\x00"))
+	f.Add([]byte("a\x00-\x00x\x002\x00" + hash + "\x00\x00"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		files, err := decode(b)
+		if err != nil {
+			return
+		}
+		if again, err := decode(encode(files)); err != nil || !slices.Equal(again, files) {
+			t.Errorf("%q decoded to %+v, which reads back as %+v, %v", b, files, again, err)
+		}
+	})
 }

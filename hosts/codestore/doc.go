@@ -9,4 +9,14 @@
 // A tree's files are links to the store's read-only blobs: a job that
 // writes into a file of the snapshot gets "permission denied" rather than
 // changing it for every snapshot that shares it; it writes new files.
+//
+// The next snapshot of a directory is built from the last one by their
+// differences. A tree jobs ran in is not a place to start from (they
+// wrote and removed files there), so the machine keeps a copy no job
+// touches, the base, and, made once the coordinator has its answer, a
+// spare copy of that: the next build turns one into the new tree and the
+// other into the new base, applying the differences to both, and so does
+// not copy 10,000 links while the coordinator waits. flock(1) keeps a
+// build from taking the base while its spare is copied; without it there
+// is no spare, and each build copies the base itself.
 package codestore

@@ -43,8 +43,10 @@ prune() {
     ls -l /proc/[0-9]*/cwd 2>/dev/null | grep -qF -- " -> $tree" && continue
     rm -f -- "$ok" && rm -rf -- "$tree"
   done
-  find "$store/base" -maxdepth 1 -name '*.id' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do
-    rm -f -- "$ok" && rm -rf -- "${ok%.id}"
+  # A base goes with its spare (see store.sh).
+  find "$store/base" -maxdepth 1 -name '*.id' ! -name '*.spare.id' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do
+    ok=${ok%.id}
+    rm -f -- "$ok.id" "$ok.spare.id" "$ok.lock" && rm -rf -- "$ok" "$ok.spare"
   done
   find "$store/tmp" -mindepth 1 -maxdepth 1 -mmin +1440 -exec rm -rf -- {} + 2>/dev/null
   find "$store/blobs" -type f -links 1 -mmin +"$keep" -delete 2>/dev/null

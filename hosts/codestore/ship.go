@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -87,6 +88,8 @@ type Store struct {
 
 	mu    sync.Mutex
 	ships map[string]*shipping
+	// tails are the store shells that answered and go on (see Close).
+	tails sync.WaitGroup
 }
 
 // New returns the store in dir of the machine that start runs bash on:
@@ -138,7 +141,7 @@ func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, 
 	st.mu.Unlock()
 	if mine {
 		go func() {
-			sh.dir, sh.sent, sh.err = ship(context.WithoutCancel(ctx), st.start, st.dir, s, st.keep)
+			sh.dir, sh.sent, sh.err = st.ship(context.WithoutCancel(ctx), s)
 			if sh.err != nil {
 				st.mu.Lock()
 				if st.ships[s.ID] == sh {
@@ -160,11 +163,31 @@ func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, 
 	}
 }
 
-// ship builds s's tree on the machine, sending what it lacks.
-func ship(ctx context.Context, start spawn.Func, storeDir string, s *snapshot.Snapshot, keep time.Duration) (string, Sent, error) {
+// Close waits a while (at most tailWait) for the store shells that
+// answered and still make a spare copy or prune on the machine: they need
+// no coordinator, but one that exits at once would leave them unwatched.
+func (st *Store) Close() {
+	done := make(chan struct{})
+	go func() {
+		st.tails.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(tailWait):
+	}
+}
+
+// tailWait is how long Close waits for the store shells.
+const tailWait = 10 * time.Second
+
+// ship builds s's tree on the machine, sending what it lacks. It returns
+// once the machine's shell says the tree is there: what the shell does
+// after that is Close's.
+func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (string, Sent, error) {
 	outR, outW := io.Pipe()
 	var errs bytes.Buffer
-	proc, err := start(ctx, spawn.Bootstrap(storeCode, ProcessName), outW, &errs)
+	proc, err := st.start(ctx, spawn.Bootstrap(storeCode, ProcessName), outW, &errs)
 	if err != nil {
 		return "", Sent{}, err
 	}
@@ -177,23 +200,25 @@ func ship(ctx context.Context, start spawn.Func, storeDir string, s *snapshot.Sn
 	}()
 	in := bufio.NewWriterSize(proc.Stdin, 1<<16)
 	var sent Sent
-	dir, err := talk(storeDir, s, keep, in, proc.Stdin.Close, bufio.NewReader(outR), &sent)
+	dir, err := talk(st.dir, s, st.keep, in, proc.Stdin.Close, bufio.NewReader(outR), &sent)
 	proc.Stdin.Close()
 	go io.Copy(io.Discard, outR)
+	if err == nil {
+		st.tails.Add(1)
+		go func() {
+			<-waited
+			st.tails.Done()
+		}()
+		return dir, sent, nil
+	}
 	werr := <-waited
 	if _, said := spawn.ExitStatus(werr); !said {
 		return "", sent, fmt.Errorf("%w: the connection was lost while the code (snapshot %s of %s) was put there", executor.ErrHostDown, s.ID, s.Dir)
 	}
-	if err == nil && werr != nil {
-		err = werr
+	if said := spawn.LastLine(errs.String()); said != "" {
+		err = errors.New(said)
 	}
-	if err != nil {
-		if said := spawn.LastLine(errs.String()); said != "" {
-			err = errors.New(said)
-		}
-		return "", sent, fmt.Errorf("cannot put the code (snapshot %s of %s) there: %w", s.ID, s.Dir, err)
-	}
-	return dir, sent, nil
+	return "", sent, fmt.Errorf("cannot put the code (snapshot %s of %s) there: %w", s.ID, s.Dir, err)
 }
 
 // talk is the coordinator's side of store.sh's exchange: it sends the
@@ -231,11 +256,10 @@ func talk(storeDir string, s *snapshot.Snapshot, keep time.Duration, in *bufio.W
 	// The tree is made from the machine's base, the last tree of the
 	// directory it built, by their differences, when this machine still
 	// has that tree's list; else whole.
-	files, use, gone := s.Files, "-", ""
-	if earlier, ok := s.Earlier(base); ok {
-		if changed, g, ok := changes(s.Files, earlier); ok {
-			files, use, gone = changed, base, g
-		}
+	files, use, gone, changed := s.Files, "-", "", ""
+	if d, ok := s.Since(base); ok && !newline(d) {
+		files, use = d.Changed, base
+		gone, changed = lines(d.Gone), lines(paths(d.Changed))
 	}
 	// The blobs, each once.
 	var blobs []string
@@ -249,7 +273,7 @@ func talk(storeDir string, s *snapshot.Snapshot, keep time.Duration, in *bufio.W
 		}
 	}
 	names := strings.Join(blobs, "\n")
-	fmt.Fprintf(in, "%d\n%s%d\n%s%d\n%s", len(use), use, len(gone), gone, len(names), names)
+	fmt.Fprintf(in, "%d\n%s%d\n%s%d\n%s%d\n%s", len(use), use, len(gone), gone, len(changed), changed, len(names), names)
 	if err := in.Flush(); err != nil {
 		return "", err
 	}
@@ -350,32 +374,28 @@ func dirs(tw *tar.Writer, d string, made map[string]bool) error {
 	return tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir})
 }
 
-// changes returns the files of now that differ from the earlier tree (new,
-// or another content, mode or link), and the earlier tree's paths that now
-// has not or has otherwise, one per line: what the machine removes from
-// its base before it adds the changed files. It fails on a path with a
-// newline in it (the tree is then made whole).
-func changes(now []snapshot.File, earlier map[string]snapshot.File) ([]snapshot.File, string, bool) {
-	var changed []snapshot.File
-	var gone strings.Builder
-	kept := map[string]bool{}
-	for _, f := range now {
-		if strings.Contains(f.Path, "\n") {
-			return nil, "", false
-		}
-		if e, ok := earlier[f.Path]; ok && e.Blob() == f.Blob() && e.Link == f.Link {
-			kept[f.Path] = true
-			continue
-		}
-		changed = append(changed, f)
+// newline says whether a path of d has a newline: the machine reads its
+// lists by line (the tree is then made whole).
+func newline(d snapshot.Diff) bool {
+	return slices.ContainsFunc(d.Gone, func(p string) bool { return strings.Contains(p, "\n") }) ||
+		slices.ContainsFunc(d.Changed, func(f snapshot.File) bool { return strings.Contains(f.Path, "\n") })
+}
+
+// paths are the files' paths.
+func paths(files []snapshot.File) []string {
+	ps := make([]string, len(files))
+	for i, f := range files {
+		ps[i] = f.Path
 	}
-	for p := range earlier {
-		if strings.Contains(p, "\n") {
-			return nil, "", false
-		}
-		if !kept[p] {
-			gone.WriteString(p + "\n")
-		}
+	return ps
+}
+
+// lines joins ps, each ended by a newline.
+func lines(ps []string) string {
+	var b strings.Builder
+	for _, p := range ps {
+		b.WriteString(p)
+		b.WriteByte('\n')
 	}
-	return changed, gone.String(), true
+	return b.String()
 }

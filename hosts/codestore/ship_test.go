@@ -106,7 +106,7 @@ func TestShip(t *testing.T) {
 // start runs bash on, whose home is home; then an edited copy of it.
 func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files map[string]string) {
 	s := take(t, dir, local)
-	got, sent, err := New(start, 0, "").Ensure(context.Background(), s)
+	got, sent, err := newStore(t, start, 0, "").Ensure(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files ma
 	edited := project(t, files)
 	os.WriteFile(filepath.Join(edited, "conf/a.yaml"), []byte("lr: 0.2\n"), 0o644)
 	s2 := take(t, edited, local)
-	got2, sent, err := New(start, 0, "").Ensure(context.Background(), s2)
+	got2, sent, err := newStore(t, start, 0, "").Ensure(context.Background(), s2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files ma
 	}
 	// A store that has the snapshot sends nothing, even to a new
 	// coordinator.
-	if _, sent, err := New(start, 0, "").Ensure(context.Background(), s); err != nil || sent != (Sent{}) {
+	if _, sent, err := newStore(t, start, 0, "").Ensure(context.Background(), s); err != nil || sent != (Sent{}) {
 		t.Errorf("shipping a snapshot the machine has: sent %+v, %v", sent, err)
 	}
 }
@@ -147,7 +147,7 @@ func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files ma
 func TestEnsureOnce(t *testing.T) {
 	dir := project(t, map[string]string{"a": "a"})
 	s := take(t, dir, t.TempDir())
-	st := New(spawn.Local, 0, "")
+	st := newStore(t, spawn.Local, 0, "")
 	errs := make(chan error)
 	total := make(chan int)
 	for range 5 {
@@ -185,13 +185,21 @@ func TestShipFails(t *testing.T) {
 		return spawn.Local(ctx, "export HOME="+home+"; "+line, stdout, stderr)
 	}
 	s := take(t, project(t, map[string]string{"a": "a"}), t.TempDir())
-	st := New(start, 0, "")
+	st := newStore(t, start, 0, "")
 	for range 2 {
 		_, _, err := st.Ensure(context.Background(), s)
 		if err == nil || !strings.Contains(err.Error(), "cannot put the code") || !strings.Contains(err.Error(), ".gpudispatch/code") {
 			t.Errorf("shipping into a store not one's own: %v", err)
 		}
 	}
+}
+
+// newStore is New's store, closed as the test ends: what it does on the
+// machine after it answered is over before the machine's files go.
+func newStore(t *testing.T, start spawn.Func, keep time.Duration, dir string) *Store {
+	st := New(start, keep, dir)
+	t.Cleanup(st.Close)
+	return st
 }
 
 func take(t *testing.T, dir, store string) *snapshot.Snapshot {
@@ -222,13 +230,43 @@ func compare(got, want map[string]string) string {
 // A machine makes the next tree of a directory from the last one it built
 // of it, by their differences: a changed file, a removed one, a new one, a
 // file that became a directory and a directory that became a file; what
-// jobs wrote into the earlier tree stays out of the new one, and the
-// earlier tree stays as it was.
+// jobs wrote into (or removed from) the earlier tree stays out of the new
+// one, and the earlier tree stays as it was. With flock(1) there, the
+// machine keeps a spare copy of the last tree, made after it answered, and
+// the next build makes the base and the spare the new tree and the new
+// base, copying neither; without flock, it copies the base as it builds.
 func TestShipIncremental(t *testing.T) {
+	noFlock := t.TempDir()
+	for _, bin := range []string{"/usr/bin", "/bin"} {
+		entries, _ := os.ReadDir(bin)
+		for _, e := range entries {
+			if e.Name() != "flock" {
+				os.Symlink(filepath.Join(bin, e.Name()), filepath.Join(noFlock, e.Name()))
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name, path string
+		spare      bool
+	}{
+		{"flock", os.Getenv("PATH"), true},
+		{"no flock", noFlock, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			home := t.TempDir()
+			start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+				return spawn.Local(ctx, "export HOME="+home+" PATH="+tc.path+"; "+line, stdout, stderr)
+			}
+			shipIncrementally(t, start, filepath.Join(home, ".gpudispatch", "code"), tc.spare)
+		})
+	}
+}
+
+func shipIncrementally(t *testing.T, start spawn.Func, store string, spare bool) {
 	files := map[string]string{"a.py": "a1", "b.py": "b", "gone.py": "g", "x": "file", "d/in.py": "i", "keep/k.py": "k"}
 	dir := project(t, files)
 	local := t.TempDir()
-	st := New(spawn.Local, 0, "")
+	st := newStore(t, start, 0, "")
 	first, _, err := st.Ensure(context.Background(), take(t, dir, local))
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +280,8 @@ func TestShipIncremental(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "x", "y.py"), []byte("y"), 0o644)
 	os.RemoveAll(filepath.Join(dir, "d"))
 	os.WriteFile(filepath.Join(dir, "d"), []byte("now a file"), 0o644)
-	second, sent, err := st.Ensure(context.Background(), take(t, dir, local))
+	s2 := take(t, dir, local)
+	second, sent, err := st.Ensure(context.Background(), s2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,6 +296,43 @@ func TestShipIncremental(t *testing.T) {
 	if diff := compare(tree(t, first), files); diff != "" {
 		t.Errorf("the first tree changed: %s", diff)
 	}
+	// A job of the second tree writes a file and removes one: the base and
+	// its spare stay as the snapshot was.
+	os.WriteFile(filepath.Join(second, "result.txt"), []byte("a job's"), 0o444)
+	os.Remove(filepath.Join(second, "b.py"))
+	st.Close()
+	base := filepath.Join(store, "base", s2.Key)
+	if diff := compare(tree(t, base), want); diff != "" {
+		t.Errorf("the base: %s", diff)
+	}
+	fi, err := os.Stat(base + ".spare")
+	if (err == nil) != spare {
+		t.Fatalf("a spare of the base: %v, want one %t", err, spare)
+	}
+	if spare {
+		if diff := compare(tree(t, base+".spare"), want); diff != "" {
+			t.Errorf("the spare: %s", diff)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "a.py"), []byte("a3"), 0o644)
+	third, sent, err := st.Ensure(context.Background(), take(t, dir, local))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want["a.py"] = "a3"
+	if diff := compare(tree(t, third), want); diff != "" {
+		t.Errorf("the third tree: %s", diff)
+	}
+	if sent.Files != 1 {
+		t.Errorf("the third tree sent %+v; want the one new content", sent)
+	}
+	if got, err := os.Stat(base); spare && (err != nil || !os.SameFile(got, fi)) {
+		t.Errorf("the new base is not the spare the machine made: %v", err)
+	}
+	st.Close()
+	if diff := compare(tree(t, base), want); diff != "" {
+		t.Errorf("the third base: %s", diff)
+	}
 }
 
 // A shipping removes on the machine what no run used for the keep time:
@@ -267,10 +343,12 @@ func TestShipPrunes(t *testing.T) {
 	store := filepath.Join(os.Getenv("HOME"), ".gpudispatch", "code")
 	build := func(files map[string]string) (*snapshot.Snapshot, string) {
 		s := take(t, project(t, files), local)
-		dir, _, err := New(spawn.Local, time.Hour, "").Ensure(context.Background(), s)
+		st := New(spawn.Local, time.Hour, "")
+		dir, _, err := st.Ensure(context.Background(), s)
 		if err != nil {
 			t.Fatal(err)
 		}
+		st.Close() // it prunes after it answered
 		return s, dir
 	}
 	oldSnap, oldDir := build(map[string]string{"only-old.py": "prune-test old", "shared.py": "prune-test shared"})
@@ -339,11 +417,11 @@ func TestStoresAreTheirUsers(t *testing.T) {
 		}
 	}
 	s := take(t, project(t, map[string]string{"secret.py": "alice's own"}), t.TempDir())
-	aliceTree, _, err := New(starts["gpdalice"], 0, "").Ensure(context.Background(), s)
+	aliceTree, _, err := newStore(t, starts["gpdalice"], 0, "").Ensure(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := New(starts["gpdbob"], 0, "").Ensure(context.Background(), s); err != nil {
+	if _, _, err := newStore(t, starts["gpdbob"], 0, "").Ensure(context.Background(), s); err != nil {
 		t.Fatalf("bob's own store: %v", err)
 	}
 	store := filepath.Join(home["gpdalice"], ".gpudispatch", "code")
@@ -367,7 +445,7 @@ func TestStoresAreTheirUsers(t *testing.T) {
 // again if another run's prune took it.
 func TestEnsureRenews(t *testing.T) {
 	s := take(t, project(t, map[string]string{"a.py": "renew"}), t.TempDir())
-	st := New(spawn.Local, 10*time.Minute, "")
+	st := newStore(t, spawn.Local, 10*time.Minute, "")
 	dir, _, err := st.Ensure(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)
@@ -399,7 +477,7 @@ func TestEnsureOutlivesACancelledCaller(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 		return spawn.Local(ctx, line, stdout, stderr)
 	}
-	st := New(slow, 0, "")
+	st := newStore(t, slow, 0, "")
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cause := errors.New("the job was cancelled")
 	time.AfterFunc(50*time.Millisecond, func() { cancel(cause) })
@@ -420,7 +498,7 @@ func TestEnsureOutlivesACancelledCaller(t *testing.T) {
 // them as the store was given, and Clean empties it.
 func TestStoreElsewhere(t *testing.T) {
 	s := take(t, project(t, map[string]string{"a.py": "there"}), t.TempDir())
-	st := New(spawn.Local, 0, "~/scratch/gpd/code")
+	st := newStore(t, spawn.Local, 0, "~/scratch/gpd/code")
 	dir, _, err := st.Ensure(context.Background(), s)
 	home := os.Getenv("HOME")
 	if want := filepath.Join(home, "scratch/gpd/code/snaps", s.ID); err != nil || dir != want {
@@ -432,6 +510,7 @@ func TestStoreElsewhere(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(home, "scratch/gpd/code")); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("the store: %v, %v; want a 0700 directory", fi, err)
 	}
+	st.Close()
 	said, err := Clean(context.Background(), spawn.Local, filepath.Join(home, "scratch/gpd/code"))
 	if err != nil || !strings.HasPrefix(said, "removed 1 snapshots and 1 files") {
 		t.Errorf("Clean said %q, %v", said, err)

@@ -7,42 +7,87 @@
 #   snaps/ID.ok       there once the tree is whole; touched at each use;
 #   base/KEY/         a copy of the last tree built of the directory KEY
 #   base/KEY.id       names, which no job touches: the next tree of that
-#                     directory is made from it by its differences.
+#                     directory is made from it by its differences;
+#   base/KEY.spare/   a second copy of it, made after the answer (its id
+#   base/KEY.spare.id in KEY.spare.id), so that the next build finds two:
+#                     one becomes the new tree, the other the new base,
+#                     and neither is copied while the coordinator waits;
+#   base/KEY.lock     flock(1) on it guards base/KEY* (without a lock, no
+#                     spare is made, and each build copies the base).
 # It runs after prune.sh, which defines prune and open_store.
 # stdin, after this code: the store's directory on a line (see open_store),
-# then "ID KEY KEEP" on a line (KEEP: minutes, see
-# prune). The shell answers "have"
-# and STORE, on lines, when the tree is there, and is done. Else "need",
-# STORE, TMP and BASE (the ID of base/KEY, or "-"), on lines, then it
-# reads blocks, each a byte
-# count on a line and that many bytes: the base to use ("-" for none), the
-# paths the base has that the tree has not or has otherwise (one per
-# line), the names of the blobs the changed files need (one per line). It
-# answers the names of those the store lacks, one per line, then "end".
-# Then it reads a tar stream it extracts in TMP: new/XX/BLOB for the blobs
-# it lacked, and tree/..., the tree's changed files as hard links to blobs
-# by absolute path (in the store, or in TMP/new), its links, and their
-# directories. Once tar succeeded, the new blobs join the store, the tree
-# becomes snaps/ID and the new base/KEY, and the shell says "built".
+# then "ID KEY KEEP" on a line (KEEP: minutes, see prune). The shell
+# answers "have" and STORE, on lines, when the tree is there, and is done.
+# Else "need", STORE, TMP and BASE (the ID of base/KEY, or "-"), on lines,
+# then it reads blocks, each a byte count on a line and that many bytes:
+# the base to use ("-" for none), the paths the base has that the tree has
+# not or has otherwise (one per line), the paths of the tree's changed
+# files (one per line; none when the base is "-"), the names of the blobs
+# the changed files need (one per line). It answers the names of those the
+# store lacks, one per line, then "end". Then it reads a tar stream it
+# extracts in TMP: new/XX/BLOB for the blobs it lacked, and tree/..., the
+# tree's changed files as hard links to blobs by absolute path (in the
+# store, or in TMP/new), its links, and their directories. Once tar
+# succeeded, the new blobs join the store, the tree becomes snaps/ID and a
+# copy of it the new base/KEY, and the shell says "built". It closes its
+# output then, and makes the spare and prunes (see after_answer): the
+# coordinator does not wait for that.
 set -u
 umask 077
 open_store
 # shellcheck disable=SC2154 # set by open_store
-mkdir -p -- "$store/blobs" "$store/snaps" "$store/tmp" "$store/base" || exit 1
+[ -d "$store/base" ] || mkdir -p -- "$store/blobs" "$store/snaps" "$store/tmp" "$store/base" || exit 1
 IFS=' ' read -r id key keep || exit 1
 case $id$key in '' | *[!0-9a-f]*) exit 2 ;; esac
 case $keep in '' | *[!0-9]*) exit 2 ;; esac
 snap=$store/snaps/$id
+b=$store/base/$key
+# locked runs its arguments holding the lock of base/KEY (flock(1),
+# waited for at most a minute). It runs nothing and returns 75 when there
+# is no lock to take: no flock, a filesystem without locks, a minute gone.
+locked() {
+  command -v flock >/dev/null || return 75
+  (
+    { exec 9>>"$b.lock" && flock -w 60 9; } 2>/dev/null || exit 75
+    "$@"
+  )
+}
+# guarded runs its arguments holding the lock, or without it when there is
+# none to take.
+guarded() {
+  locked "$@"
+  local rc=$?
+  [ "$rc" = 75 ] || return "$rc"
+  "$@"
+}
+# after_answer is what the shell does once it answered: it makes base/KEY's
+# spare unless there is one, and prunes now and then. Its output goes
+# nowhere: the coordinator may be gone.
+after_answer() {
+  exec </dev/null >/dev/null 2>&1
+  # Only under the lock: a build would take the base while it is copied.
+  locked make_spare
+  prune_often
+}
+make_spare() {
+  local have want t
+  [ -d "$b" ] && IFS= read -r want <"$b.id" || return 0
+  [ -d "$b.spare" ] && IFS= read -r have <"$b.spare.id" && [ "$have" = "$want" ] && return 0
+  rm -rf -- "$b.spare" "$b.spare.id"
+  t=$(mktemp -d -- "$store/tmp/XXXXXXXX") || return 1
+  cp -al -- "$b" "$t/spare" && mv -T -- "$t/spare" "$b.spare" && printf '%s\n' "$want" >"$b.spare.id"
+  rm -rf -- "$t"
+}
 if [ -e "$snap.ok" ]; then
   touch -- "$snap.ok"
   printf 'have\n%s\n' "$store"
-  prune_often
+  after_answer
   exit 0
 fi
 tmp=$(mktemp -d -- "$store/tmp/XXXXXXXX") || exit 1
 trap 'rm -rf -- "$tmp"' EXIT
 base=-
-if [ -d "$store/base/$key" ] && IFS= read -r base <"$store/base/$key.id"; then
+if [ -d "$b" ] && IFS= read -r base <"$b.id"; then
   case $base in '' | *[!0-9a-f]*) base=- ;; esac
 fi
 printf 'need\n%s\n%s\n%s\n' "$store" "$tmp" "$base"
@@ -57,25 +102,56 @@ block() {
 }
 block use
 block gone
+block changed
 block names
 # shellcheck disable=SC2154 # set by block
 case $names in *[!0-9a-fx$'\n']*) exit 2 ;; esac
-for b in $names; do
-  [ -e "$store/blobs/${b:0:2}/$b" ] || printf '%s\n' "$b"
+for n in $names; do
+  [ -e "$store/blobs/${n:0:2}/$n" ] || printf '%s\n' "$n"
 done
 echo end
+# claim takes base/KEY, and its spare if it has one, into TMP: another
+# build of the directory meanwhile finds none and makes a whole tree.
+# shellcheck disable=SC2154 # $use is set by block
+claim() {
+  local have
+  if [ "$use" != "$base" ] || ! mv -T -- "$b" "$tmp/tree" 2>/dev/null; then
+    echo "gpudispatch: another run took the last tree of this directory meanwhile: the next try builds it whole" >&2
+    return 1
+  fi
+  if [ -d "$b.spare" ] && IFS= read -r have <"$b.spare.id" && [ "$have" = "$use" ]; then
+    mv -T -- "$b.spare" "$tmp/spare"
+  fi
+  rm -rf -- "$b.id" "$b.spare" "$b.spare.id"
+}
+# prune_trees removes the paths that went from the trees named (in TMP),
+# and the directories that leaves empty: one rm and one rmdir for all.
+prune_trees() {
+  local g=${gone%$'\n'} t paths='' dirs='' d
+  declare -A seen
+  for t in "$@"; do
+    # Each line of $g, the tree's name before it.
+    paths+="$t/${g//$'\n'/$'\n'$t/}"$'\n'
+  done
+  (cd -- "$tmp" && printf '%s' "$paths" | xargs -d '\n' rm -rf --) || return 1
+  while IFS= read -r d; do
+    d=${d%/*}
+    [ -z "${seen[$d]:-}" ] || continue
+    seen[$d]=1
+    dirs+=$d$'\n'
+  done <<<"$paths"
+  (cd -- "$tmp" && printf '%s' "$dirs" | xargs -d '\n' rmdir -p --ignore-fail-on-non-empty -- 2>/dev/null)
+  return 0
+}
 # shellcheck disable=SC2154 # set by block
 if [ "$use" != - ]; then
-  # The base is taken (another build of the directory makes a whole tree
-  # meanwhile), and what differs goes.
-  if [ "$use" != "$base" ] || ! mv -T -- "$store/base/$key" "$tmp/tree" 2>/dev/null; then
-    echo "gpudispatch: another run took the last tree of this directory meanwhile: the next try builds it whole" >&2
-    exit 1
-  fi
-  rm -f -- "$store/base/$key.id"
+  guarded claim || exit 1
   if [ -n "$gone" ]; then
-    (cd -- "$tmp/tree" && printf '%s' "$gone" | xargs -d '\n' rm -rf --) || exit 1
-    find "$tmp/tree" -depth -mindepth 1 -type d -empty -delete
+    if [ -d "$tmp/spare" ]; then
+      prune_trees tree spare || exit 1
+    else
+      prune_trees tree || exit 1
+    fi
   fi
 fi
 tar -x -P --no-same-owner -f - -C "$tmp" || exit 1
@@ -84,15 +160,26 @@ if [ -d "$tmp/new" ]; then
   # the snapshots to come.
   cp -al -n -- "$tmp/new/." "$store/blobs/" 2>/dev/null
 fi
-cp -al -- "$tmp/tree" "$tmp/snap" || exit 1
-if ! mv -T -- "$tmp/snap" "$snap" 2>/dev/null && [ ! -e "$snap.ok" ]; then
+# The new base: the spare, with the changed files linked in as the tree
+# has them; else a copy of the whole tree.
+if [ -d "$tmp/spare" ] && [ -n "$changed" ]; then
+  (cd -- "$tmp/tree" && printf '%s' "$changed" | xargs -d '\n' cp -al --parents -t "$tmp/spare" --) || rm -rf -- "$tmp/spare"
+fi
+if [ ! -d "$tmp/spare" ]; then
+  cp -al -- "$tmp/tree" "$tmp/spare" || exit 1
+fi
+if ! mv -T -- "$tmp/tree" "$snap" 2>/dev/null && [ ! -e "$snap.ok" ]; then
   # What a build cut off left.
-  rm -rf -- "$snap" && mv -T -- "$tmp/snap" "$snap" || exit 1
+  rm -rf -- "$snap" && mv -T -- "$tmp/tree" "$snap" || exit 1
 fi
 : >"$snap.ok" || exit 1
-rm -rf -- "$store/base/$key"
-if mv -T -- "$tmp/tree" "$store/base/$key" 2>/dev/null; then
-  printf '%s\n' "$id" >"$store/base/$key.id"
-fi
+install_base() {
+  # Another build's, meanwhile: the last one built is the base.
+  if [ -e "$b" ] || [ -e "$b.spare" ]; then
+    rm -rf -- "$b" "$b.spare" "$b.spare.id"
+  fi
+  mv -T -- "$tmp/spare" "$b" 2>/dev/null && printf '%s\n' "$id" >"$b.id"
+}
+guarded install_base
 echo built
-prune_often
+after_answer

@@ -194,15 +194,18 @@ func (ss *Shells) put(sh *shell) {
 	}
 }
 
-// Close ends the idle shells and those that become idle from now on.
+// Close ends the idle shells and those that become idle from now on, and
+// waits a while for the content store's work on the machine (see
+// codestore.Store.Close).
 func (ss *Shells) Close() {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	ss.closed = true
 	for _, sh := range ss.idle {
 		sh.close()
 	}
 	ss.idle = nil
+	ss.mu.Unlock()
+	ss.code.Close()
 }
 
 // newMark returns a fresh end mark: hex, so no newline, and unguessable, so

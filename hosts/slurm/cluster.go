@@ -456,8 +456,10 @@ func (c *Cluster) LockGPU(context.Context, int, string) (executor.GPULock, error
 }
 
 // Close ends the agent; jobs it still follows (none, after a run that ended
-// well) run on in Slurm.
+// well) run on in Slurm. It waits a while for the content store's work on
+// the login node (see codestore.Store.Close).
 func (c *Cluster) Close() {
+	defer c.code.Close()
 	c.stop() // ends a reconnection under way, which holds mu
 	c.mu.Lock()
 	c.closed = true
