@@ -42,31 +42,25 @@ case $id$key in '' | *[!0-9a-f]*) exit 2 ;; esac
 case $keep in '' | *[!0-9]*) exit 2 ;; esac
 snap=$store/snaps/$id
 b=$store/base/$key
-# locked runs its arguments holding the lock of base/KEY (flock(1),
-# waited for at most a minute). It runs nothing and returns 75 when there
-# is no lock to take: no flock, a filesystem without locks, a minute gone.
-locked() {
-  command -v flock >/dev/null || return 75
-  (
-    { exec 9>>"$b.lock" && flock -w 60 9; } 2>/dev/null || exit 75
-    "$@"
-  )
+# lock takes the lock of base/KEY on descriptor 9: flock(1) on
+# base/KEY.lock, waited for at most a minute. It fails when there is no
+# lock to take (no flock, a filesystem without locks, a minute gone): the
+# shell goes on without it. unlock lets it go.
+lock() {
+  command -v flock >/dev/null || return 1
+  { exec 9>>"$b.lock" && flock -w 60 9; } 2>/dev/null
 }
-# guarded runs its arguments holding the lock, or without it when there is
-# none to take.
-guarded() {
-  locked "$@"
-  local rc=$?
-  [ "$rc" = 75 ] || return "$rc"
-  "$@"
-}
+unlock() { exec 9>&-; }
 # after_answer is what the shell does once it answered: it makes base/KEY's
 # spare unless there is one, and prunes now and then. Its output goes
 # nowhere: the coordinator may be gone.
 after_answer() {
   exec </dev/null >/dev/null 2>&1
   # Only under the lock: a build would take the base while it is copied.
-  locked make_spare
+  if lock; then
+    make_spare
+  fi
+  unlock
   prune_often
 }
 make_spare() {
@@ -133,19 +127,22 @@ prune_trees() {
     # Each line of $g, the tree's name before it.
     paths+="$t/${g//$'\n'/$'\n'$t/}"$'\n'
   done
-  (cd -- "$tmp" && printf '%s' "$paths" | xargs -d '\n' rm -rf --) || return 1
+  (cd -- "$tmp" && xargs -d '\n' rm -rf -- <<<"${paths%$'\n'}") || return 1
   while IFS= read -r d; do
     d=${d%/*}
     [ -z "${seen[$d]:-}" ] || continue
     seen[$d]=1
     dirs+=$d$'\n'
-  done <<<"$paths"
-  (cd -- "$tmp" && printf '%s' "$dirs" | xargs -d '\n' rmdir -p --ignore-fail-on-non-empty -- 2>/dev/null)
+  done <<<"${paths%$'\n'}"
+  (cd -- "$tmp" && xargs -d '\n' rmdir -p --ignore-fail-on-non-empty -- <<<"${dirs%$'\n'}" 2>/dev/null)
   return 0
 }
+# A build from the base holds the lock until the new base is in place; a
+# whole one, only to put it there.
 # shellcheck disable=SC2154 # set by block
 if [ "$use" != - ]; then
-  guarded claim || exit 1
+  lock
+  claim || exit 1
   if [ -n "$gone" ]; then
     if [ -d "$tmp/spare" ]; then
       prune_trees tree spare || exit 1
@@ -163,7 +160,7 @@ fi
 # The new base: the spare, with the changed files linked in as the tree
 # has them; else a copy of the whole tree.
 if [ -d "$tmp/spare" ] && [ -n "$changed" ]; then
-  (cd -- "$tmp/tree" && printf '%s' "$changed" | xargs -d '\n' cp -al --parents -t "$tmp/spare" --) || rm -rf -- "$tmp/spare"
+  (cd -- "$tmp/tree" && xargs -d '\n' cp -al --parents -t "$tmp/spare" -- <<<"${changed%$'\n'}") || rm -rf -- "$tmp/spare"
 fi
 if [ ! -d "$tmp/spare" ]; then
   cp -al -- "$tmp/tree" "$tmp/spare" || exit 1
@@ -180,6 +177,8 @@ install_base() {
   fi
   mv -T -- "$tmp/spare" "$b" 2>/dev/null && printf '%s\n' "$id" >"$b.id"
 }
-guarded install_base
+[ "$use" != - ] || lock
+install_base
+unlock
 echo built
 after_answer
