@@ -365,14 +365,29 @@ func (s *Snapshot) keep(f *File, idx *index) error {
 		return nil
 	}
 	path := filepath.Join(s.Dir, filepath.FromSlash(f.Path))
-	tmp, err := os.CreateTemp(s.Store, "in-")
-	if err != nil {
-		return fmt.Errorf("sync: the coordinator's content store: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	hash, n, err := hashOf(path, tmp)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
+	var (
+		hash string
+		n    int64
+		err  error
+		tmp  *os.File
+		b    []byte
+	)
+	if f.Size <= smallFile {
+		// Read whole: what is hashed is what is kept, and the copy is
+		// made only when the store lacks it, beside where it goes (the
+		// store's top directory is not one that every copy locks).
+		b, err = os.ReadFile(path)
+		sum := sha256.Sum256(b)
+		hash, n = hex.EncodeToString(sum[:]), int64(len(b))
+	} else {
+		if tmp, err = os.CreateTemp(s.Store, "in-"); err != nil {
+			return fmt.Errorf("sync: the coordinator's content store: %w", err)
+		}
+		defer os.Remove(tmp.Name())
+		hash, n, err = hashOf(path, tmp)
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -391,11 +406,27 @@ func (s *Snapshot) keep(f *File, idx *index) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return fmt.Errorf("sync: the coordinator's content store: %w", err)
 	}
+	if tmp == nil {
+		if tmp, err = os.CreateTemp(filepath.Dir(dst), "in-"); err != nil {
+			return fmt.Errorf("sync: the coordinator's content store: %w", err)
+		}
+		defer os.Remove(tmp.Name())
+		_, err = tmp.Write(b)
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("sync: copying %s into the coordinator's content store %s: %w", path, s.Store, err)
+		}
+	}
 	if err := os.Rename(tmp.Name(), dst); err != nil {
 		return fmt.Errorf("sync: the coordinator's content store: %w", err)
 	}
 	return nil
 }
+
+// smallFile is the size up to which a file is read whole as it is hashed.
+const smallFile = 1 << 20
 
 // hashOf returns the SHA-256 of the file at path and its length, copying
 // it to w as well when w is not nil.
