@@ -141,7 +141,7 @@ func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, 
 	st.mu.Unlock()
 	if mine {
 		go func() {
-			sh.dir, sh.sent, sh.err = st.ship(context.WithoutCancel(ctx), s)
+			sh.dir, sh.sent, sh.err = st.shipAgain(context.WithoutCancel(ctx), s)
 			if sh.err != nil {
 				st.mu.Lock()
 				if st.ships[s.ID] == sh {
@@ -181,15 +181,29 @@ func (st *Store) Close() {
 // tailWait is how long Close waits for the store shells.
 const tailWait = 10 * time.Second
 
+// shipAgain ships s, again when another build of its directory on the
+// machine replaced the base this one's differences were made against (a
+// few times: each try sees the newer base).
+func (st *Store) shipAgain(ctx context.Context, s *snapshot.Snapshot) (dir string, sent Sent, err error) {
+	for range 3 {
+		var raced bool
+		if dir, sent, raced, err = st.ship(ctx, s); !raced {
+			break
+		}
+	}
+	return dir, sent, err
+}
+
 // ship builds s's tree on the machine, sending what it lacks. It returns
 // once the machine's shell says the tree is there: what the shell does
 // after that is Close's.
-func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (string, Sent, error) {
+// raced says the machine's base changed meanwhile (exit status 3).
+func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (dir string, sent Sent, raced bool, err error) {
 	outR, outW := io.Pipe()
 	var errs bytes.Buffer
 	proc, err := st.start(ctx, spawn.Bootstrap(storeCode, ProcessName), outW, &errs)
 	if err != nil {
-		return "", Sent{}, err
+		return "", Sent{}, false, err
 	}
 	// The answer ends when the shell does.
 	waited := make(chan error, 1)
@@ -199,8 +213,7 @@ func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (string, Sent, 
 		waited <- err
 	}()
 	in := bufio.NewWriterSize(proc.Stdin, 1<<16)
-	var sent Sent
-	dir, err := talk(st.dir, s, st.keep, in, proc.Stdin.Close, bufio.NewReader(outR), &sent)
+	dir, err = talk(st.dir, s, st.keep, in, proc.Stdin.Close, bufio.NewReader(outR), &sent)
 	proc.Stdin.Close()
 	go io.Copy(io.Discard, outR)
 	if err == nil {
@@ -209,16 +222,17 @@ func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (string, Sent, 
 			<-waited
 			st.tails.Done()
 		}()
-		return dir, sent, nil
+		return dir, sent, false, nil
 	}
 	werr := <-waited
-	if _, said := spawn.ExitStatus(werr); !said {
-		return "", sent, fmt.Errorf("%w: the connection was lost while the code (snapshot %s of %s) was put there", executor.ErrHostDown, s.ID, s.Dir)
+	code, said := spawn.ExitStatus(werr)
+	if !said {
+		return "", sent, false, fmt.Errorf("%w: the connection was lost while the code (snapshot %s of %s) was put there", executor.ErrHostDown, s.ID, s.Dir)
 	}
-	if said := spawn.LastLine(errs.String()); said != "" {
-		err = errors.New(said)
+	if last := spawn.LastLine(errs.String()); last != "" {
+		err = errors.New(last)
 	}
-	return "", sent, fmt.Errorf("cannot put the code (snapshot %s of %s) there: %w", s.ID, s.Dir, err)
+	return "", sent, code == 3, fmt.Errorf("cannot put the code (snapshot %s of %s) there: %w", s.ID, s.Dir, err)
 }
 
 // talk is the coordinator's side of store.sh's exchange: it sends the

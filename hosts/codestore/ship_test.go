@@ -519,3 +519,73 @@ func TestStoreElsewhere(t *testing.T) {
 		t.Errorf("Clean of no store said %q, %v", said, err)
 	}
 }
+
+// gated holds a process's second write to its stdin (the first is the
+// store shell's code, the second the coordinator's lists) until open is
+// closed, and says on reached that it got there.
+type gated struct {
+	io.WriteCloser
+	writes        int
+	reached, open chan struct{}
+}
+
+func (g *gated) Write(b []byte) (int, error) {
+	if g.writes++; g.writes == 2 {
+		close(g.reached)
+		<-g.open
+	}
+	return g.WriteCloser.Write(b)
+}
+
+// Two builds of one directory's next snapshots at once on a machine: the
+// one that found the base first but took it last asks again, and is built
+// from the base the other left, right.
+func TestShipRace(t *testing.T) {
+	// Content no earlier run built: a tree the machine has would be
+	// answered at once.
+	fresh := fmt.Sprint(time.Now().UnixNano())
+	dir := project(t, map[string]string{"a.py": "a1", "b.py": "b1", "fresh": fresh})
+	local := t.TempDir()
+	if _, _, err := newStore(t, spawn.Local, 0, "").Ensure(context.Background(), take(t, dir, local)); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "a.py"), []byte("a2"), 0o644)
+	second := take(t, dir, local)
+	os.WriteFile(filepath.Join(dir, "b.py"), []byte("b3"), 0o644)
+	third := take(t, dir, local)
+
+	g := &gated{reached: make(chan struct{}), open: make(chan struct{})}
+	starts := 0
+	held := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		proc, err := spawn.Local(ctx, line, stdout, stderr)
+		if starts++; err == nil && starts == 1 {
+			g.WriteCloser = proc.Stdin
+			proc.Stdin = g
+		}
+		return proc, err
+	}
+	type result struct {
+		dir string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, _, err := newStore(t, held, 0, "").Ensure(context.Background(), second)
+		done <- result{got, err}
+	}()
+	<-g.reached // the first build knows the base, and has not taken it
+	if _, _, err := newStore(t, spawn.Local, 0, "").Ensure(context.Background(), third); err != nil {
+		t.Fatal(err)
+	}
+	close(g.open)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("the build that came second to the base: %v", r.err)
+	}
+	if starts != 2 {
+		t.Errorf("the store shell was started %d times; want 2 (the second after the race)", starts)
+	}
+	if diff := compare(tree(t, r.dir), map[string]string{"a.py": "a2", "b.py": "b1", "fresh": fresh}); diff != "" {
+		t.Errorf("the second snapshot's tree: %s", diff)
+	}
+}

@@ -31,7 +31,9 @@
 # succeeded, the new blobs join the store, the tree becomes snaps/ID and a
 # copy of it the new base/KEY, and the shell says "built". It closes its
 # output then, and makes the spare and prunes (see after_answer): the
-# coordinator does not wait for that.
+# coordinator does not wait for that. Exit status 3: another build of the
+# directory replaced its base before this one could take it, and the
+# coordinator asks again.
 set -u
 umask 077
 # Bytes, not characters: bash works on multibyte text in time that grows
@@ -119,12 +121,15 @@ fi
 echo end
 # claim takes base/KEY, and its spare if it has one, into TMP: another
 # build of the directory meanwhile finds none and makes a whole tree.
+# It fails (3) when the base is no longer the one the coordinator made its
+# differences against: another build of the directory came first.
 # shellcheck disable=SC2154 # $use is set by block
 claim() {
-  local have
-  if [ "$use" != "$base" ] || ! mv -T -- "$b" "$tmp/tree" 2>/dev/null; then
-    echo "gpudispatch: another run took the last tree of this directory meanwhile: the next try builds it whole" >&2
-    return 1
+  local have now=-
+  [ -d "$b" ] && IFS= read -r now <"$b.id"
+  if [ "$now" != "$use" ] || ! mv -T -- "$b" "$tmp/tree" 2>/dev/null; then
+    echo "gpudispatch: another build of this directory changed its last tree meanwhile" >&2
+    return 3
   fi
   if [ -d "$b.spare" ] && IFS= read -r have <"$b.spare.id" && [ "$have" = "$use" ]; then
     mv -T -- "$b.spare" "$tmp/spare"
@@ -155,7 +160,7 @@ prune_trees() {
 # shellcheck disable=SC2154 # set by block
 if [ "$use" != - ]; then
   lock
-  claim || exit 1
+  claim || exit
   if [ -n "$gone" ]; then
     if [ -d "$tmp/spare" ]; then
       prune_trees tree spare || exit 1
