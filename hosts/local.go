@@ -65,7 +65,7 @@ func (l *Local) Adopt(ctx context.Context, c executor.Command, outOff, errOff in
 
 // Fetch implements Runner.
 func (l *Local) Fetch(ctx context.Context, from executor.Return, dst string) (executor.Returned, error) {
-	return results.Fetch(ctx, spawn.Local, from, dst)
+	return results.Fetch(ctx, spawn.Local, from, dst, 0)
 }
 
 func (l *Local) init() {

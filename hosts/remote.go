@@ -129,7 +129,7 @@ func (r *Remote) checkLockDir(ctx context.Context) error {
 
 // Fetch implements Runner.
 func (r *Remote) Fetch(ctx context.Context, from executor.Return, dst string) (executor.Returned, error) {
-	return results.Fetch(ctx, r.spawn, from, dst)
+	return results.Fetch(ctx, r.spawn, from, dst, r.silence.lostAfter)
 }
 
 // WaitUp implements Runner.

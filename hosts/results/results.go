@@ -45,6 +45,10 @@ type entry struct {
 	at    int64 // where its bytes start; -1: not sent
 }
 
+// DefaultQuiet is how long a fetch waits on a machine that sends and
+// takes nothing before it gives up.
+const DefaultQuiet = 5 * time.Minute
+
 // Fetch copies into the directory dst (which must exist) the files that
 // from.Paths name in a job's workdir on the machine start runs bash on,
 // under the same relative paths. It resumes the files a cut-off fetch
@@ -52,7 +56,10 @@ type entry struct {
 // files get dst's mode without its execute bits. An error wraps
 // executor.ErrHostDown when the machine could not be reached or the
 // connection was lost; what came back before it is kept for the next try.
-func Fetch(ctx context.Context, start spawn.Func, from executor.Return, dst string) (executor.Returned, error) {
+// A machine that neither sends nor takes a byte for quiet (0:
+// DefaultQuiet) while the fetch waits on it (a disk that hangs) is given
+// up, with an error that says so.
+func Fetch(ctx context.Context, start spawn.Func, from executor.Return, dst string, quiet time.Duration) (executor.Returned, error) {
 	var got executor.Returned
 	root, err := os.OpenRoot(dst)
 	if err != nil {
@@ -69,6 +76,9 @@ func Fetch(ctx context.Context, start spawn.Func, from executor.Return, dst stri
 	}
 	defer root.Remove(partialDir) // once empty
 
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := watch{limit: cmp.Or(quiet, DefaultQuiet), cancel: cancel}
 	outR, outW := io.Pipe()
 	var errs bytes.Buffer
 	proc, err := start(ctx, spawn.Bootstrap(script, ProcessName), outW, &errs)
@@ -81,13 +91,15 @@ func Fetch(ctx context.Context, start spawn.Func, from executor.Return, dst stri
 		outW.Close()
 		waited <- err
 	}()
-	out := bufio.NewReaderSize(outR, 1<<16)
-	err = talk(root, dirMode, from, proc.Stdin, out, &got)
+	out := bufio.NewReaderSize(reading{outR, w}, 1<<16)
+	err = talk(root, dirMode, from, writing{proc.Stdin, w}, out, &got)
 	proc.Stdin.Close()
 	go io.Copy(io.Discard, outR)
 	werr := <-waited
 	code, said := spawn.ExitStatus(werr)
 	switch {
+	case errors.Is(context.Cause(ctx), errQuiet):
+		return got, fmt.Errorf("the host neither sent nor took a byte for %v while the job's results came back (a disk that hangs?): given up; --resume fetches them again", w.limit)
 	case !said:
 		return got, fmt.Errorf("%w: the connection was lost while the job's results came back", executor.ErrHostDown)
 	case code == 3:
@@ -97,6 +109,43 @@ func Fetch(ctx context.Context, start spawn.Func, from executor.Return, dst stri
 		err = fmt.Errorf("the shell that sends the results failed (exit status %d): %s", code, cmp.Or(spawn.LastLine(errs.String()), "it said nothing"))
 	}
 	return got, err
+}
+
+// errQuiet ends a fetch whose machine went quiet.
+var errQuiet = errors.New("the machine went quiet")
+
+// watch gives a fetch up (cancel, with errQuiet) when one read from its
+// machine or write to it waits longer than limit.
+type watch struct {
+	limit  time.Duration
+	cancel context.CancelCauseFunc
+}
+
+// arm starts the clock of one wait; the func it returns stops it.
+func (w watch) arm() func() bool {
+	return time.AfterFunc(w.limit, func() { w.cancel(errQuiet) }).Stop
+}
+
+// reading and writing are a machine's stdout and stdin, each wait on them
+// timed by w.
+type reading struct {
+	io.Reader
+	w watch
+}
+
+type writing struct {
+	io.Writer
+	w watch
+}
+
+func (r reading) Read(p []byte) (int, error) {
+	defer r.w.arm()()
+	return r.Reader.Read(p)
+}
+
+func (w writing) Write(p []byte) (int, error) {
+	defer w.w.arm()()
+	return w.Writer.Write(p)
 }
 
 // talk is the coordinator's side of results.sh's exchange.

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
@@ -102,7 +103,7 @@ func TestFetch(t *testing.T) {
 			write(t, dir, workdir)
 			from.Paths = paths
 			dst := t.TempDir()
-			got, err := Fetch(context.Background(), start, from, dst)
+			got, err := Fetch(context.Background(), start, from, dst, 0)
 			if err != nil {
 				t.Fatalf("%+v: %v", from, err)
 			}
@@ -118,12 +119,12 @@ func TestFetch(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, "pwned")); err == nil {
 				t.Errorf("a path was run as a command")
 			}
-			again, err := Fetch(context.Background(), start, from, dst)
+			again, err := Fetch(context.Background(), start, from, dst, 0)
 			if err != nil || len(again.Files) != len(returned) {
 				t.Errorf("%+v: the second fetch: %v, %v", from, again.Files, err)
 			}
 		}
-		_, err := Fetch(context.Background(), start, executor.Return{Workdir: "~/gone", Paths: paths}, t.TempDir())
+		_, err := Fetch(context.Background(), start, executor.Return{Workdir: "~/gone", Paths: paths}, t.TempDir(), 0)
 		if err == nil || !strings.Contains(err.Error(), "workdir "+home+"/gone is not there any more") {
 			t.Errorf("a workdir gone: %v", err)
 		}
@@ -211,14 +212,14 @@ func TestFetchResumes(t *testing.T) {
 	from := executor.Return{Workdir: "~/resume", Paths: []string{"ckpt.pt", "small"}}
 	dst := t.TempDir()
 	var first, second int64
-	_, err := Fetch(context.Background(), cutAfter(600_000, &first), from, dst)
+	_, err := Fetch(context.Background(), cutAfter(600_000, &first), from, dst, 0)
 	if !errors.Is(err, executor.ErrHostDown) {
 		t.Fatalf("a fetch cut off: %v; want ErrHostDown", err)
 	}
 	if _, err := os.Stat(filepath.Join(dst, "ckpt.pt")); err == nil {
 		t.Fatal("a file cut off is in place")
 	}
-	got, err := Fetch(context.Background(), cutAfter(1<<30, &second), from, dst)
+	got, err := Fetch(context.Background(), cutAfter(1<<30, &second), from, dst, 0)
 	if err != nil || len(got.Files) != 2 {
 		t.Fatalf("the second fetch: %+v, %v", got, err)
 	}
@@ -263,7 +264,7 @@ func TestFetchChanged(t *testing.T) {
 		return p, err
 	}
 	dst := t.TempDir()
-	got, err := Fetch(context.Background(), start, executor.Return{Workdir: "~/changing", Paths: []string{"*.txt"}}, dst)
+	got, err := Fetch(context.Background(), start, executor.Return{Workdir: "~/changing", Paths: []string{"*.txt"}}, dst, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,5 +273,60 @@ func TestFetchChanged(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dst, "log.txt")); err == nil {
 		t.Error("a file that changed as it was sent is kept")
+	}
+}
+
+// hangAfter is a machine whose output stops after n bytes and never comes
+// again (its disk hangs), until the fetch gives it up.
+func hangAfter(n int64) spawn.Func {
+	return func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, line, &hangWriter{w: stdout, left: n, done: ctx.Done()}, stderr)
+	}
+}
+
+type hangWriter struct {
+	w    io.Writer
+	left int64
+	done <-chan struct{}
+}
+
+func (h *hangWriter) Write(p []byte) (int, error) {
+	if h.left <= 0 {
+		<-h.done
+		return 0, errors.New("hung")
+	}
+	if int64(len(p)) > h.left {
+		n, _ := h.w.Write(p[:h.left])
+		h.left = 0
+		<-h.done
+		return n, errors.New("hung")
+	}
+	h.left -= int64(len(p))
+	return h.w.Write(p)
+}
+
+// A machine that goes quiet halfway through a file is given up once it
+// has sent nothing for the quiet time, with words that say so; a later
+// fetch brings the rest.
+func TestFetchGivesUpAQuietMachine(t *testing.T) {
+	home := os.Getenv("HOME")
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	write(t, filepath.Join(home, "quiet"), map[string]string{"ckpt.pt": string(big)})
+	from := executor.Return{Workdir: "~/quiet", Paths: []string{"ckpt.pt"}}
+	dst := t.TempDir()
+	start := time.Now()
+	_, err := Fetch(context.Background(), hangAfter(300_000), from, dst, 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "neither sent nor took a byte for 300ms") || errors.Is(err, executor.ErrHostDown) {
+		t.Fatalf("a machine gone quiet: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("giving up took %v", took)
+	}
+	got, err := Fetch(context.Background(), spawn.Local, from, dst, 0)
+	if err != nil || len(got.Files) != 1 {
+		t.Fatalf("the fetch after: %+v, %v", got, err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "ckpt.pt")); !bytes.Equal(b, big) {
+		t.Errorf("ckpt.pt came back with %d bytes, not the file", len(b))
 	}
 }

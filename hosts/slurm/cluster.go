@@ -440,7 +440,7 @@ func (c *Cluster) Fetch(ctx context.Context, from executor.Return, dst string) (
 	if from.Snapshot != "" {
 		from.Workdir, from.Snapshot = c.code.Tree(from.Snapshot), ""
 	}
-	return results.Fetch(ctx, c.o.Spawn, from, dst)
+	return results.Fetch(ctx, c.o.Spawn, from, dst, 0)
 }
 
 // CleanCode removes from the cluster's content store every snapshot and
