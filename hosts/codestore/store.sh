@@ -36,8 +36,8 @@
 # coordinator asks again.
 set -u
 umask 077
-# Bytes, not characters: bash works on multibyte text in time that grows
-# with the square of its length (seconds for the names of 10,000 blobs).
+# Bytes, not characters: paths hold any bytes, and sort and comm must
+# agree on their order.
 export LC_ALL=C
 open_store
 # shellcheck disable=SC2154 # set by open_store
@@ -110,9 +110,9 @@ if [ "${#names}" -lt 4096 ]; then
     [ -e "$store/blobs/${n:0:2}/$n" ] || printf '%s\n' "$n"
   done
 else
-  # Many: one ls for all, where a test per name costs bash 50 us. (And
-  # through a file: ${names%...} costs bash seconds when it does not end
-  # so.)
+  # Many: one ls for all, where a test per name costs bash 50 us; and
+  # through a file, since ${names%$'\n'} on a list that does not end with
+  # a newline costs bash seconds.
   printf '%s\n' "$names" >"$tmp/names"
   (cd -- "$store/blobs" && sed -E '/^$/d; s,^(..),\1/\1,' "$tmp/names" | xargs -d '\n' ls -d -- 2>/dev/null) |
     sed 's,^.*/,,' | sort >"$tmp/have"
