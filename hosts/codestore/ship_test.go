@@ -589,3 +589,51 @@ func TestShipRace(t *testing.T) {
 		t.Errorf("the second snapshot's tree: %s", diff)
 	}
 }
+
+// A next snapshot that changes and removes thousands of files (lists too
+// long for one command line) is built from the base as one that changes
+// a few.
+func TestShipManyChanges(t *testing.T) {
+	files := map[string]string{}
+	for i := range 3000 {
+		files[fmt.Sprintf("dir-%02d/a-rather-long-file-name-%04d.py", i%30, i)] = fmt.Sprint("v1 ", i)
+	}
+	dir := project(t, files)
+	local := t.TempDir()
+	home := t.TempDir()
+	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, "export HOME="+home+"; "+line, stdout, stderr)
+	}
+	st := newStore(t, start, 0, "")
+	if _, _, err := st.Ensure(context.Background(), take(t, dir, local)); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	want := map[string]string{}
+	for p, content := range files {
+		var i int
+		fmt.Sscanf(content, "v1 %d", &i)
+		switch {
+		case i%2 == 0:
+			os.Remove(filepath.Join(dir, p))
+		default:
+			want[p] = fmt.Sprint("v2 ", i)
+			os.WriteFile(filepath.Join(dir, p), []byte(want[p]), 0o644)
+		}
+	}
+	s := take(t, dir, local)
+	got, sent, err := st.Ensure(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent.Files != 1500 {
+		t.Errorf("sent %+v; want the 1500 changed files", sent)
+	}
+	if diff := compare(tree(t, got), want); diff != "" {
+		t.Errorf("the tree: %.300s", diff)
+	}
+	st.Close()
+	if diff := compare(tree(t, filepath.Join(home, ".gpudispatch/code/base", s.Key)), want); diff != "" {
+		t.Errorf("the base: %.300s", diff)
+	}
+}

@@ -131,10 +131,25 @@ claim() {
     echo "gpudispatch: another build of this directory changed its last tree meanwhile" >&2
     return 3
   fi
+  # The id files stay: without their directories they name nothing, and
+  # the next base brings its own.
   if [ -d "$b.spare" ] && IFS= read -r have <"$b.spare.id" && [ "$have" = "$use" ]; then
     mv -T -- "$b.spare" "$tmp/spare"
   fi
-  rm -rf -- "$b.id" "$b.spare" "$b.spare.id"
+}
+# each runs its arguments with the lines of $1 (which ends with a newline)
+# after them: at once when they are few, through xargs when they might not
+# fit on a command line.
+each() {
+  local list=${1%$'\n'} a
+  shift
+  [ -n "$list" ] || return 0
+  if [ "${#list}" -lt 65536 ]; then
+    mapfile -t a <<<"$list"
+    "$@" "${a[@]}"
+  else
+    xargs -d '\n' "$@" <<<"$list"
+  fi
 }
 # prune_trees removes the paths that went from the trees named (in TMP),
 # and the directories that leaves empty: one rm and one rmdir for all.
@@ -145,14 +160,14 @@ prune_trees() {
     # Each line of $g, the tree's name before it.
     paths+="$t/${g//$'\n'/$'\n'$t/}"$'\n'
   done
-  (cd -- "$tmp" && xargs -d '\n' rm -rf -- <<<"${paths%$'\n'}") || return 1
+  (cd -- "$tmp" && each "$paths" rm -rf --) || return 1
   while IFS= read -r d; do
     d=${d%/*}
     [ -z "${seen[$d]:-}" ] || continue
     seen[$d]=1
     dirs+=$d$'\n'
   done <<<"${paths%$'\n'}"
-  (cd -- "$tmp" && xargs -d '\n' rmdir -p --ignore-fail-on-non-empty -- <<<"${dirs%$'\n'}" 2>/dev/null)
+  (cd -- "$tmp" && each "$dirs" rmdir -p --ignore-fail-on-non-empty -- 2>/dev/null)
   return 0
 }
 # A build from the base holds the lock until the new base is in place; a
@@ -178,13 +193,14 @@ if [ -d "$tmp/new" ]; then
   for d in "$tmp"/new/??; do
     [ -e "$store/blobs/${d##*/}" ] || fresh+=("$d")
   done
-  [ "${#fresh[@]}" = 0 ] || mv -t "$store/blobs" -- "${fresh[@]}" 2>/dev/null
-  rmdir -- "$tmp/new" 2>/dev/null || cp -al -n -- "$tmp/new/." "$store/blobs/" 2>/dev/null
+  if [ "${#fresh[@]}" = 0 ] || { mv -t "$store/blobs" -- "${fresh[@]}" 2>/dev/null; ! rmdir -- "$tmp/new" 2>/dev/null; }; then
+    cp -al -n -- "$tmp/new/." "$store/blobs/" 2>/dev/null
+  fi
 fi
 # The new base: the spare, with the changed files linked in as the tree
 # has them; else a copy of the whole tree.
 if [ -d "$tmp/spare" ] && [ -n "$changed" ]; then
-  (cd -- "$tmp/tree" && xargs -d '\n' cp -al --parents -t "$tmp/spare" -- <<<"${changed%$'\n'}") || rm -rf -- "$tmp/spare"
+  (cd -- "$tmp/tree" && each "$changed" cp -al --parents -t "$tmp/spare" --) || rm -rf -- "$tmp/spare"
 fi
 if [ ! -d "$tmp/spare" ]; then
   cp -al -- "$tmp/tree" "$tmp/spare" || exit 1
