@@ -30,6 +30,19 @@ func readJournal(t *testing.T, dir string) []Event {
 	return events
 }
 
+// warnings counts the journal's warnings about host ("": any) whose error
+// says text.
+func warnings(t *testing.T, dir, host, text string) int {
+	t.Helper()
+	n := 0
+	for _, e := range readJournal(t, dir) {
+		if e.Event == EventWarning && (host == "" || e.Host == host) && strings.Contains(e.Error, text) {
+			n++
+		}
+	}
+	return n
+}
+
 func TestJournalCutsTornTail(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), JournalName)

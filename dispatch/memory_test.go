@@ -169,13 +169,7 @@ func TestMemoryUnknown(t *testing.T) {
 			t.Errorf("a job that declares memory ran on %s, whose memory is unknown", st.host)
 		}
 	}
-	warned := 0
-	for _, e := range readJournal(t, dir) {
-		if e.Event == EventWarning && e.Host == "a" && strings.Contains(e.Error, "set memory_mb:") {
-			warned++
-		}
-	}
-	if warned != 1 {
+	if warned := warnings(t, dir, "a", "set memory_mb:"); warned != 1 {
 		t.Errorf("%d warnings about a's memory; want 1", warned)
 	}
 }
@@ -217,13 +211,7 @@ func TestMemoryProbeTimeout(t *testing.T) {
 	if !s.Succeeded() {
 		t.Errorf("%+v", s)
 	}
-	warned := 0
-	for _, e := range readJournal(t, dir) {
-		if e.Event == EventWarning && strings.Contains(e.Error, "until its nvidia-smi answers") {
-			warned++
-		}
-	}
-	if warned != 1 {
+	if warned := warnings(t, dir, "", "until its nvidia-smi answers"); warned != 1 {
 		t.Errorf("%d warnings of a's nvidia-smi; want 1", warned)
 	}
 }

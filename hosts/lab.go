@@ -486,11 +486,16 @@ func (l *Lab) Close() {
 	l.opening.Wait()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// All at once: a runner may wait a while as it closes (a cluster's
+	// agent, a content store's work on its host), and a run with several
+	// sick hosts must not wait for each in turn.
+	var wg sync.WaitGroup
 	for _, r := range l.runners {
 		if c, ok := r.(interface{ Close() }); ok {
-			c.Close()
+			wg.Go(c.Close)
 		}
 	}
+	wg.Wait()
 	l.pools.Close()
 }
 

@@ -103,22 +103,29 @@ func (s *Snapshot) Since(id string) (Diff, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if d, ok := s.since[id]; ok {
-		return d, d.Changed != nil || d.Gone != nil
+		return d.Diff, d.ok
 	}
-	d := Diff{}
+	var d since
 	if files, ok := readManifest(s.Store, id); ok {
-		d = diff(s.Files, files)
+		d = since{diff(s.Files, files), true}
 	}
 	if s.since == nil {
-		s.since = map[string]Diff{}
+		s.since = map[string]since{}
 	}
 	s.since[id] = d
-	return d, d.Changed != nil || d.Gone != nil
+	return d.Diff, d.ok
 }
 
-// diff is how now differs from earlier (see Diff); its lists are not nil.
+// since is what Since found for one earlier ID: ok says its list was
+// there.
+type since struct {
+	Diff
+	ok bool
+}
+
+// diff is how now differs from earlier (see Diff).
 func diff(now, earlier []File) Diff {
-	d := Diff{Changed: []File{}, Gone: []string{}}
+	var d Diff
 	was := make(map[string]File, len(earlier))
 	for _, f := range earlier {
 		was[f.Path] = f

@@ -71,7 +71,7 @@ type Snapshot struct {
 	Key string
 
 	mu    sync.Mutex
-	since map[string]Diff // by earlier ID; see Since
+	since map[string]since // by earlier ID; see Since
 }
 
 // Content opens the content of f as it was when s was taken.

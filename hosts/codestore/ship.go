@@ -56,7 +56,7 @@ func Clean(ctx context.Context, start spawn.Func, dir string) (string, error) {
 	proc.Stdin.Close()
 	if err := proc.Wait(); err != nil {
 		if said := spawn.LastLine(errs.String()); said != "" {
-			return "", errors.New(said)
+			return "", errors.New(strings.TrimPrefix(said, "gpudispatch: "))
 		}
 		return "", err
 	}
@@ -230,7 +230,7 @@ func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (dir string, se
 		return "", sent, false, fmt.Errorf("%w: the connection was lost while the code (snapshot %s of %s) was put there", executor.ErrHostDown, s.ID, s.Dir)
 	}
 	if last := spawn.LastLine(errs.String()); last != "" {
-		err = errors.New(last)
+		err = errors.New(strings.TrimPrefix(last, "gpudispatch: "))
 	}
 	return "", sent, code == 3, fmt.Errorf("cannot put the code (snapshot %s of %s) there: %w", s.ID, s.Dir, err)
 }

@@ -97,7 +97,7 @@ block() {
   IFS= read -r n || exit 1
   case $n in '' | *[!0-9]*) exit 2 ;; esac
   printf -v "$1" ''
-  [ "$n" = 0 ] || LC_ALL=C IFS= read -r -N "$n" "$1" || exit 1
+  [ "$n" = 0 ] || IFS= read -r -N "$n" "$1" || exit 1
 }
 block use
 block gone

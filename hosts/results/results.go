@@ -78,7 +78,8 @@ func Fetch(ctx context.Context, start spawn.Func, from executor.Return, dst stri
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	w := watch{limit: cmp.Or(quiet, DefaultQuiet), cancel: cancel}
+	w := newWatch(cmp.Or(quiet, DefaultQuiet), cancel)
+	defer w.timer.Stop()
 	outR, outW := io.Pipe()
 	var errs bytes.Buffer
 	proc, err := start(ctx, spawn.Bootstrap(script, ProcessName), outW, &errs)
@@ -115,27 +116,35 @@ func Fetch(ctx context.Context, start spawn.Func, from executor.Return, dst stri
 var errQuiet = errors.New("the machine went quiet")
 
 // watch gives a fetch up (cancel, with errQuiet) when one read from its
-// machine or write to it waits longer than limit.
+// machine or write to it waits longer than limit. The exchange reads and
+// writes in turn, so one timer, set again at each wait, times them all.
 type watch struct {
-	limit  time.Duration
-	cancel context.CancelCauseFunc
+	limit time.Duration
+	timer *time.Timer
+}
+
+func newWatch(limit time.Duration, cancel context.CancelCauseFunc) *watch {
+	t := time.AfterFunc(limit, func() { cancel(errQuiet) })
+	t.Stop()
+	return &watch{limit: limit, timer: t}
 }
 
 // arm starts the clock of one wait; the func it returns stops it.
-func (w watch) arm() func() bool {
-	return time.AfterFunc(w.limit, func() { w.cancel(errQuiet) }).Stop
+func (w *watch) arm() func() bool {
+	w.timer.Reset(w.limit)
+	return w.timer.Stop
 }
 
 // reading and writing are a machine's stdout and stdin, each wait on them
 // timed by w.
 type reading struct {
 	io.Reader
-	w watch
+	w *watch
 }
 
 type writing struct {
 	io.Writer
-	w watch
+	w *watch
 }
 
 func (r reading) Read(p []byte) (int, error) {
