@@ -21,7 +21,10 @@ import (
 type index struct {
 	path    string
 	written int64
-	files   map[string]File
+	// id names the last snapshot, whose files are list, by path in files.
+	id    string
+	list  []File
+	files map[string]File
 }
 
 // dirKey names the directory dir in a store.
@@ -91,8 +94,7 @@ type Diff struct {
 	// Changed are the files that are new or differ: another content, mode
 	// or link target.
 	Changed []File
-	// Gone are the earlier snapshot's paths that this one has not, or has
-	// otherwise.
+	// Gone are the earlier snapshot's paths that this one has not.
 	Gone []string
 }
 
@@ -107,13 +109,18 @@ func (s *Snapshot) Since(id string) (Diff, bool) {
 	}
 	var d since
 	if files, ok := readManifest(s.Store, id); ok {
-		d = since{diff(s.Files, files), true}
+		d = since{diff(s.Files, files, nil), true}
 	}
+	s.remember(id, d)
+	return d.Diff, d.ok
+}
+
+// remember keeps what Since found for id.
+func (s *Snapshot) remember(id string, d since) {
 	if s.since == nil {
 		s.since = map[string]since{}
 	}
 	s.since[id] = d
-	return d.Diff, d.ok
 }
 
 // since is what Since found for one earlier ID: ok says its list was
@@ -123,23 +130,26 @@ type since struct {
 	ok bool
 }
 
-// diff is how now differs from earlier (see Diff).
-func diff(now, earlier []File) Diff {
+// diff is how now differs from earlier (see Diff); was has earlier's
+// files by path, or is nil.
+func diff(now, earlier []File, was map[string]File) Diff {
 	var d Diff
-	was := make(map[string]File, len(earlier))
-	for _, f := range earlier {
-		was[f.Path] = f
+	if was == nil {
+		was = make(map[string]File, len(earlier))
+		for _, f := range earlier {
+			was[f.Path] = f
+		}
 	}
-	kept := make(map[string]bool, len(now))
+	has := make(map[string]bool, len(now))
 	for _, f := range now {
+		has[f.Path] = true
 		if e, ok := was[f.Path]; ok && e.Blob() == f.Blob() && e.Link == f.Link {
-			kept[f.Path] = true
 			continue
 		}
 		d.Changed = append(d.Changed, f)
 	}
 	for _, f := range earlier {
-		if !kept[f.Path] {
+		if !has[f.Path] {
 			d.Gone = append(d.Gone, f.Path)
 		}
 	}
@@ -167,11 +177,12 @@ func openIndex(store, dir string) *index {
 	if err != nil || serr != nil {
 		return idx
 	}
-	files, ok := readManifest(store, strings.TrimSpace(string(b)))
+	id := strings.TrimSpace(string(b))
+	files, ok := readManifest(store, id)
 	if !ok {
 		return idx
 	}
-	idx.written = fi.ModTime().UnixNano()
+	idx.written, idx.id, idx.list = fi.ModTime().UnixNano(), id, files
 	idx.files = make(map[string]File, len(files))
 	for _, f := range files {
 		idx.files[f.Path] = f

@@ -292,50 +292,71 @@ func talk(storeDir string, s *snapshot.Snapshot, keep time.Duration, in *bufio.W
 		return "", err
 	}
 	missing := map[string]bool{}
+	var into []string
 	for {
 		line, err := out.ReadString('\n')
 		if err != nil {
 			return "", errors.New("the store's shell ended before it listed what it lacks")
 		}
-		if line = strings.TrimSuffix(line, "\n"); line == "end" {
+		line = strings.TrimSuffix(line, "\n")
+		if line == "end" {
 			break
+		}
+		if d, ok := strings.CutPrefix(line, "into "); ok {
+			into = append(into, d)
+			continue
 		}
 		missing[line] = true
 	}
+	if len(into) == 0 {
+		return "", errors.New("the store's shell named no directory to build the tree in")
+	}
 	tw := tar.NewWriter(in)
 	// Each directory once: tar keeps a list of those it made, which it
-	// searches for each one.
-	made := map[string]bool{"tree": true}
-	if err := tw.WriteHeader(&tar.Header{Name: "tree/", Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
-		return "", err
+	// searches for each one. The names are absolute: a directory is
+	// written from the top the shell named.
+	made := map[string]bool{}
+	top := func(d string) error {
+		made[d] = true
+		return tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir})
+	}
+	if len(missing) > 0 {
+		if err := top(tmp); err != nil {
+			return "", err
+		}
 	}
 	for _, b := range blobs {
 		if !missing[b] {
 			continue
 		}
 		f := first[b]
-		if err := sendBlob(tw, s, f, made); err != nil {
+		if err := sendBlob(tw, s, f, tmp, made); err != nil {
 			return "", err
 		}
 		sent.Files++
 		sent.Bytes += f.Size
 	}
-	for _, f := range files {
-		name := "tree/" + f.Path
-		if err := dirs(tw, path.Dir(name), made); err != nil {
+	for _, d := range into {
+		if err := top(d); err != nil {
 			return "", err
 		}
-		h := &tar.Header{Name: name, Mode: 0o644, Typeflag: tar.TypeLink}
-		switch {
-		case f.Link != "":
-			h.Typeflag, h.Linkname = tar.TypeSymlink, f.Link
-		case missing[f.Blob()]:
-			h.Linkname = tmp + "/new/" + f.Blob()[:2] + "/" + f.Blob()
-		default:
-			h.Linkname = store + "/blobs/" + f.Blob()[:2] + "/" + f.Blob()
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			return "", err
+		for _, f := range files {
+			name := d + "/" + f.Path
+			if err := dirs(tw, path.Dir(name), made); err != nil {
+				return "", err
+			}
+			h := &tar.Header{Name: name, Mode: 0o644, Typeflag: tar.TypeLink}
+			switch {
+			case f.Link != "":
+				h.Typeflag, h.Linkname = tar.TypeSymlink, f.Link
+			case missing[f.Blob()]:
+				h.Linkname = tmp + "/new/" + f.Blob()[:2] + "/" + f.Blob()
+			default:
+				h.Linkname = store + "/blobs/" + f.Blob()[:2] + "/" + f.Blob()
+			}
+			if err := tw.WriteHeader(h); err != nil {
+				return "", err
+			}
 		}
 	}
 	if err := tw.Close(); err != nil {
@@ -354,8 +375,8 @@ func talk(storeDir string, s *snapshot.Snapshot, keep time.Duration, in *bufio.W
 	return dir, nil
 }
 
-// sendBlob writes f's content as the store's new blob.
-func sendBlob(tw *tar.Writer, s *snapshot.Snapshot, f snapshot.File, made map[string]bool) error {
+// sendBlob writes f's content as the store's new blob, in tmp/new.
+func sendBlob(tw *tar.Writer, s *snapshot.Snapshot, f snapshot.File, tmp string, made map[string]bool) error {
 	src, err := s.Content(f)
 	if err != nil {
 		return fmt.Errorf("the coordinator's copy of %s: %w", f.Path, err)
@@ -366,19 +387,20 @@ func sendBlob(tw *tar.Writer, s *snapshot.Snapshot, f snapshot.File, made map[st
 		mode = 0o555
 	}
 	b := f.Blob()
-	if err := dirs(tw, "new/"+b[:2], made); err != nil {
+	if err := dirs(tw, tmp+"/new/"+b[:2], made); err != nil {
 		return err
 	}
-	if err := tw.WriteHeader(&tar.Header{Name: "new/" + b[:2] + "/" + b, Mode: mode, Size: f.Size, Typeflag: tar.TypeReg}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: tmp + "/new/" + b[:2] + "/" + b, Mode: mode, Size: f.Size, Typeflag: tar.TypeReg}); err != nil {
 		return err
 	}
 	_, err = io.Copy(tw, src)
 	return err
 }
 
-// dirs writes the directory d and those above it that made lacks.
+// dirs writes the directory d and those above it that made lacks (below
+// a top made has).
 func dirs(tw *tar.Writer, d string, made map[string]bool) error {
-	if d == "." || d == "" || made[d] {
+	if d == "." || d == "" || d == "/" || made[d] {
 		return nil
 	}
 	if err := dirs(tw, path.Dir(d), made); err != nil {

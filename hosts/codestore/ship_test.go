@@ -314,6 +314,7 @@ func shipIncrementally(t *testing.T, start spawn.Func, store string, spare bool)
 			t.Errorf("the spare: %s", diff)
 		}
 	}
+	was, _ := os.Stat(base)
 	os.WriteFile(filepath.Join(dir, "a.py"), []byte("a3"), 0o644)
 	third, sent, err := st.Ensure(context.Background(), take(t, dir, local))
 	if err != nil {
@@ -326,8 +327,13 @@ func shipIncrementally(t *testing.T, start spawn.Func, store string, spare bool)
 	if sent.Files != 1 {
 		t.Errorf("the third tree sent %+v; want the one new content", sent)
 	}
-	if got, err := os.Stat(base); spare && (err != nil || !os.SameFile(got, fi)) {
-		t.Errorf("the new base is not the spare the machine made: %v", err)
+	// With a spare, the build was done in place: the spare became the
+	// tree, and the base stayed the base.
+	if got, err := os.Stat(third); spare && (err != nil || !os.SameFile(got, fi)) {
+		t.Errorf("the third tree is not the spare the machine made: %v", err)
+	}
+	if got, err := os.Stat(base); spare && (err != nil || !os.SameFile(got, was)) {
+		t.Errorf("the base was replaced, not changed in place: %v", err)
 	}
 	st.Close()
 	if diff := compare(tree(t, base), want); diff != "" {

@@ -21,19 +21,24 @@
 # Else "need", STORE, TMP and BASE (the ID of base/KEY, or "-"), on lines,
 # then it reads blocks, each a byte count on a line and that many bytes:
 # the base to use ("-" for none), the paths the base has that the tree has
-# not or has otherwise (one per line), the paths of the tree's changed
-# files (one per line; none when the base is "-"), the names of the blobs
-# the changed files need (one per line). It answers the names of those the
-# store lacks, one per line, then "end". Then it reads a tar stream it
-# extracts in TMP: new/XX/BLOB for the blobs it lacked, and tree/..., the
-# tree's changed files as hard links to blobs by absolute path (in the
-# store, or in TMP/new), its links, and their directories. Once tar
-# succeeded, the new blobs join the store, the tree becomes snaps/ID and a
-# copy of it the new base/KEY, and the shell says "built". It closes its
-# output then, and makes the spare and prunes (see after_answer): the
-# coordinator does not wait for that. Exit status 3: another build of the
-# directory replaced its base before this one could take it, and the
-# coordinator asks again.
+# not (one per line), the paths of the tree's changed files (one per line;
+# none when the base is "-"), the names of the blobs the changed files
+# need (one per line). It answers the names of those the store lacks, one
+# per line, and "into DIR" for each directory to build the tree in, then
+# "end". Then it reads a tar stream of absolute names: TMP/new/XX/BLOB for
+# the blobs it lacked, and in each DIR the tree's changed files as hard
+# links to blobs (in the store, or in TMP/new), its links, and their
+# directories. Once tar succeeded, the tree becomes snaps/ID, and the shell
+# says "built". It closes its output then, puts the new blobs in the
+# store, makes the spare and prunes (see after_answer): the coordinator
+# does not wait for that.
+# A build from the base with a spare, under the lock, is done in place:
+# the differences go into both (DIR: base/KEY.spare and base/KEY), the
+# spare becomes the tree, the base stays the base: nothing is copied while
+# the coordinator waits. Else the tree is built in TMP (from the base,
+# taken by a rename, or whole), and copied to be the new base.
+# Exit status 3: another build of the directory replaced its base before
+# this one could take it, and the coordinator asks again.
 set -u
 umask 077
 # Bytes, not characters: paths hold any bytes, and sort and comm must
@@ -51,22 +56,42 @@ b=$store/base/$key
 # base/KEY.lock, waited for at most a minute. It fails when there is no
 # lock to take (no flock, a filesystem without locks, a minute gone): the
 # shell goes on without it. unlock lets it go.
+locked=
 lock() {
   command -v flock >/dev/null || return 1
-  { exec 9>>"$b.lock" && flock -w 60 9; } 2>/dev/null
+  { exec 9>>"$b.lock" && flock -w 60 9; } 2>/dev/null && locked=1
 }
-unlock() { exec 9>&-; }
-# after_answer is what the shell does once it answered: it makes base/KEY's
-# spare unless there is one, and prunes now and then. Its output goes
+unlock() {
+  exec 9>&-
+  locked=
+}
+# after_answer is what the shell does once it answered: it keeps the new
+# blobs, makes base/KEY's spare unless there is one, and prunes now and
+# then. Its output goes
 # nowhere: the coordinator may be gone.
 after_answer() {
   exec </dev/null >/dev/null 2>&1
+  keep_blobs
   # Only under the lock: a build would take the base while it is copied.
-  if lock; then
+  if [ -n "$locked" ] || lock; then
     make_spare
   fi
   unlock
   prune_often
+}
+# keep_blobs puts the new blobs in the store, for the snapshots to come
+# (the trees hold their own links to them). A directory of blobs the store
+# has not (all of them, in a new store) moves there whole; the others'
+# blobs are linked.
+keep_blobs() {
+  local fresh=() d
+  [ -d "$tmp/new" ] || return 0
+  for d in "$tmp"/new/??; do
+    [ -e "$store/blobs/${d##*/}" ] || fresh+=("$d")
+  done
+  if [ "${#fresh[@]}" = 0 ] || { mv -t "$store/blobs" -- "${fresh[@]}" 2>/dev/null; ! rmdir -- "$tmp/new" 2>/dev/null; }; then
+    cp -al -n -- "$tmp/new/." "$store/blobs/" 2>/dev/null
+  fi
 }
 make_spare() {
   local have want t
@@ -77,14 +102,16 @@ make_spare() {
   cp -al -- "$b" "$t/spare" && mv -T -- "$t/spare" "$b.spare" && printf '%s\n' "$want" >"$b.spare.id"
   rm -rf -- "$t"
 }
+# Made by the first that needs it (tar, most often): a name no other shell
+# has, on this machine or another one that shares the home.
+tmp=$store/tmp/${HOSTNAME:-host}.$$.$RANDOM
+trap '[ ! -e "$tmp" ] || rm -rf -- "$tmp"' EXIT
 if [ -e "$snap.ok" ]; then
-  touch -- "$snap.ok"
   printf 'have\n%s\n' "$store"
+  touch -- "$snap.ok"
   after_answer
   exit 0
 fi
-tmp=$(mktemp -d -- "$store/tmp/XXXXXXXX") || exit 1
-trap 'rm -rf -- "$tmp"' EXIT
 base=-
 if [ -d "$b" ] && IFS= read -r base <"$b.id"; then
   case $base in '' | *[!0-9a-f]*) base=- ;; esac
@@ -113,30 +140,43 @@ else
   # Many: one ls for all, where a test per name costs bash 50 us; and
   # through a file, since ${names%$'\n'} on a list that does not end with
   # a newline costs bash seconds.
-  printf '%s\n' "$names" >"$tmp/names"
+  mkdir -p -- "$tmp" && printf '%s\n' "$names" >"$tmp/names" || exit 1
   (cd -- "$store/blobs" && sed -E '/^$/d; s,^(..),\1/\1,' "$tmp/names" | xargs -d '\n' ls -d -- 2>/dev/null) |
     sed 's,^.*/,,' | sort >"$tmp/have"
   sed '/^$/d' "$tmp/names" | sort | comm -23 - "$tmp/have"
 fi
-echo end
-# claim takes base/KEY, and its spare if it has one, into TMP: another
-# build of the directory meanwhile finds none and makes a whole tree.
-# It fails (3) when the base is no longer the one the coordinator made its
-# differences against: another build of the directory came first.
+# claim takes base/KEY for this build: in place, with its spare, when the
+# lock is held and there is a spare of it; else by a rename into TMP
+# (another build of the directory meanwhile finds none and makes a whole
+# tree). It sets $in (the directory holding the trees to build) and $into
+# (their names there). It fails (3) when the base is no longer the one
+# the coordinator made its differences against: another build of the
+# directory came first.
 # shellcheck disable=SC2154 # $use is set by block
 claim() {
   local have now=-
   [ -d "$b" ] && IFS= read -r now <"$b.id"
-  if [ "$now" != "$use" ] || ! mv -T -- "$b" "$tmp/tree" 2>/dev/null; then
+  if [ "$now" = "$use" ] && [ -n "$locked" ] && [ -d "$b.spare" ] &&
+    IFS= read -r have <"$b.spare.id" && [ "$have" = "$use" ]; then
+    # Neither is that snapshot from now on, should this shell end here.
+    printf -- '-\n' >"$b.id" && printf -- '-\n' >"$b.spare.id" || return 1
+    in=$store/base into=("$key.spare" "$key")
+    return 0
+  fi
+  if [ "$now" != "$use" ] || ! { mkdir -p -- "$tmp" && mv -T -- "$b" "$tmp/tree" 2>/dev/null; }; then
     echo "gpudispatch: another build of this directory changed its last tree meanwhile" >&2
     return 3
   fi
-  # The id files stay: without their directories they name nothing, and
-  # the next base brings its own.
-  if [ -d "$b.spare" ] && IFS= read -r have <"$b.spare.id" && [ "$have" = "$use" ]; then
-    mv -T -- "$b.spare" "$tmp/spare"
-  fi
 }
+in=$tmp into=(tree)
+if [ "$use" != - ]; then
+  lock
+  claim || exit
+fi
+for t in "${into[@]}"; do
+  printf 'into %s\n' "$in/$t"
+done
+echo end
 # each runs its arguments with the lines of $1 (which ends with a newline)
 # after them: at once when they are few, through xargs when they might not
 # fit on a command line.
@@ -151,7 +191,7 @@ each() {
     xargs -d '\n' "$@" <<<"$list"
   fi
 }
-# prune_trees removes the paths that went from the trees named (in TMP),
+# prune_trees removes the paths that went from the trees named (in $in),
 # and the directories that leaves empty: one rm and one rmdir for all.
 prune_trees() {
   local g=${gone%$'\n'} t paths='' dirs='' d
@@ -160,54 +200,30 @@ prune_trees() {
     # Each line of $g, the tree's name before it.
     paths+="$t/${g//$'\n'/$'\n'$t/}"$'\n'
   done
-  (cd -- "$tmp" && each "$paths" rm -rf --) || return 1
+  (cd -- "$in" && each "$paths" rm -rf --) || return 1
   while IFS= read -r d; do
     d=${d%/*}
     [ -z "${seen[$d]:-}" ] || continue
     seen[$d]=1
     dirs+=$d$'\n'
   done <<<"${paths%$'\n'}"
-  (cd -- "$tmp" && each "$dirs" rmdir -p --ignore-fail-on-non-empty -- 2>/dev/null)
+  # A tree left empty goes too: the tar stream makes it again.
+  (cd -- "$in" && each "$dirs" rmdir -p --ignore-fail-on-non-empty -- 2>/dev/null)
   return 0
 }
-# A build from the base holds the lock until the new base is in place; a
-# whole one, only to put it there.
 # shellcheck disable=SC2154 # set by block
-if [ "$use" != - ]; then
-  lock
-  claim || exit
-  if [ -n "$gone" ]; then
-    if [ -d "$tmp/spare" ]; then
-      prune_trees tree spare || exit 1
-    else
-      prune_trees tree || exit 1
-    fi
-  fi
+if [ -n "$gone" ] && [ "$use" != - ]; then
+  prune_trees "${into[@]}" || exit 1
 fi
-tar -x -P --no-same-owner -f - -C "$tmp" || exit 1
-if [ -d "$tmp/new" ]; then
-  # The tree holds its own links to the new blobs: the store's are for
-  # the snapshots to come. A directory of blobs the store has not (all of
-  # them, in a new store) moves there whole; the others' blobs are linked.
-  fresh=()
-  for d in "$tmp"/new/??; do
-    [ -e "$store/blobs/${d##*/}" ] || fresh+=("$d")
-  done
-  if [ "${#fresh[@]}" = 0 ] || { mv -t "$store/blobs" -- "${fresh[@]}" 2>/dev/null; ! rmdir -- "$tmp/new" 2>/dev/null; }; then
-    cp -al -n -- "$tmp/new/." "$store/blobs/" 2>/dev/null
-  fi
+tar -x -P --no-same-owner -f - -C "$store" || exit 1
+tree=$in/${into[0]}
+if [ "$in" = "$tmp" ]; then
+  # The new base: a copy of the tree.
+  cp -al -- "$tree" "$tmp/spare" || exit 1
 fi
-# The new base: the spare, with the changed files linked in as the tree
-# has them; else a copy of the whole tree.
-if [ -d "$tmp/spare" ] && [ -n "$changed" ]; then
-  (cd -- "$tmp/tree" && each "$changed" cp -al --parents -t "$tmp/spare" --) || rm -rf -- "$tmp/spare"
-fi
-if [ ! -d "$tmp/spare" ]; then
-  cp -al -- "$tmp/tree" "$tmp/spare" || exit 1
-fi
-if ! mv -T -- "$tmp/tree" "$snap" 2>/dev/null && [ ! -e "$snap.ok" ]; then
+if ! mv -T -- "$tree" "$snap" 2>/dev/null && [ ! -e "$snap.ok" ]; then
   # What a build cut off left.
-  rm -rf -- "$snap" && mv -T -- "$tmp/tree" "$snap" || exit 1
+  rm -rf -- "$snap" && mv -T -- "$tree" "$snap" || exit 1
 fi
 : >"$snap.ok" || exit 1
 install_base() {
@@ -217,8 +233,13 @@ install_base() {
   fi
   mv -T -- "$tmp/spare" "$b" 2>/dev/null && printf '%s\n' "$id" >"$b.id"
 }
-[ "$use" != - ] || lock
-install_base
-unlock
+if [ "$in" = "$tmp" ]; then
+  [ -n "$locked" ] || lock
+  install_base
+else
+  # In place: the base is the tree as it was built.
+  printf '%s\n' "$id" >"$b.id"
+fi
 echo built
+# The lock, when held, is kept for the spare.
 after_answer
