@@ -93,12 +93,8 @@ func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("sync: %s is not a directory", abs)
 	}
-	paths, err := list(ctx, abs)
-	if err != nil {
-		return nil, err
-	}
 	s := &Snapshot{Dir: abs, Store: store}
-	if s.Files, err = stat(ctx, abs, paths); err != nil {
+	if s.Files, err = entries(ctx, abs); err != nil {
 		return nil, err
 	}
 	for _, f := range s.Files {
@@ -118,38 +114,35 @@ func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error
 	s.Key = dirKey(abs)
 	s.saveManifest()
 	idx.save(s.ID)
+	if idx.id != "" {
+		// The machines that have the directory's last snapshot are sent
+		// its differences: worked out here from the index at hand.
+		s.remember(idx.id, since{diff(s.Files, idx.list, idx.files), true})
+	}
 	return s, nil
 }
 
+// entries returns what is shipped of dir (see list), sorted by path.
+func entries(ctx context.Context, dir string) ([]File, error) {
+	paths, all, err := list(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	if all {
+		return walk(ctx, dir)
+	}
+	return stat(ctx, dir, paths)
+}
+
 // stat returns the entries of the paths under dir, on as many goroutines
-// as there are CPUs: a regular file's mode, size and time, a link's target
-// (which must stay in dir). Paths that are gone (tracked by git, deleted
-// in the work tree), directories (git submodules) and special files are
-// left out.
+// as there are CPUs (see entry).
 func stat(ctx context.Context, dir string, paths []string) ([]File, error) {
 	files := make([]File, len(paths))
 	keep := make([]bool, len(paths))
 	err := parallel(ctx, len(paths), func(i int) error {
-		p := paths[i]
-		full := filepath.Join(dir, filepath.FromSlash(p))
-		fi, err := os.Lstat(full)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-		case err != nil:
-			return fmt.Errorf("sync: %w", err)
-		case fi.Mode()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(full)
-			if err != nil {
-				return fmt.Errorf("sync: %w", err)
-			}
-			if !inside(p, link) {
-				return fmt.Errorf("sync: %s is a symbolic link to %s, out of %s: gpudispatch ships no link that leads out of the directory; remove it, or name it in %s", full, link, dir, IgnoreFile)
-			}
-			files[i], keep[i] = File{Path: p, Link: link}, true
-		case fi.Mode().IsRegular():
-			files[i], keep[i] = File{Path: p, Exec: fi.Mode()&0o111 != 0, Size: fi.Size(), mtime: fi.ModTime().UnixNano()}, true
-		}
-		return nil
+		var err error
+		files[i], keep[i], err = entry(dir, paths[i])
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -161,6 +154,124 @@ func stat(ctx context.Context, dir string, paths []string) ([]File, error) {
 		}
 	}
 	return kept, nil
+}
+
+// entry returns the entry of the path p under dir: a regular file's mode,
+// size and time, a link's target (which must stay in dir). Paths that are
+// gone (tracked by git, deleted in the work tree, or since the walk),
+// directories (git submodules) and special files are not kept.
+func entry(dir, p string) (f File, keep bool, err error) {
+	full := filepath.Join(dir, filepath.FromSlash(p))
+	fi, err := os.Lstat(full)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return File{}, false, fmt.Errorf("sync: %w", err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		link, err := os.Readlink(full)
+		if err != nil {
+			return File{}, false, fmt.Errorf("sync: %w", err)
+		}
+		if !inside(p, link) {
+			return File{}, false, fmt.Errorf("sync: %s is a symbolic link to %s, out of %s: gpudispatch ships no link that leads out of the directory; remove it, or name it in %s", full, link, dir, IgnoreFile)
+		}
+		return File{Path: p, Link: link}, true, nil
+	case fi.Mode().IsRegular():
+		return File{Path: p, Exec: fi.Mode()&0o111 != 0, Size: fi.Size(), mtime: fi.ModTime().UnixNano()}, true, nil
+	}
+	return File{}, false, nil
+}
+
+// walk returns the entries of every file under dir but those of a
+// directory named .git (a repository git is not here to read), sorted by
+// path. Directories are read on as many goroutines as there are CPUs, and
+// each reads and looks at the files of one directory at a time.
+func walk(ctx context.Context, dir string) ([]File, error) {
+	w := &walker{root: dir, todo: []string{""}}
+	w.more = sync.NewCond(&w.mu)
+	n := runtime.GOMAXPROCS(0)
+	found := make([][]File, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { found[i] = w.work(ctx) })
+	}
+	wg.Wait()
+	if w.err != nil {
+		return nil, w.err
+	}
+	files := slices.Concat(found...)
+	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	return files, nil
+}
+
+// walker is the state walk's goroutines share.
+type walker struct {
+	root string
+	mu   sync.Mutex
+	more *sync.Cond // signalled when todo grows, or busy falls
+	todo []string   // directories to read, relative ("" for the root)
+	busy int        // directories being read
+	err  error
+}
+
+// work reads directories until there are none left, or one failed, and
+// returns the entries it found.
+func (w *walker) work(ctx context.Context) []File {
+	var files []File
+	for {
+		w.mu.Lock()
+		for len(w.todo) == 0 && w.busy > 0 && w.err == nil {
+			w.more.Wait()
+		}
+		if len(w.todo) == 0 || w.err != nil {
+			w.mu.Unlock()
+			return files
+		}
+		d := w.todo[len(w.todo)-1]
+		w.todo = w.todo[:len(w.todo)-1]
+		w.busy++
+		w.mu.Unlock()
+		subdirs, err := w.read(d, &files)
+		if err == nil {
+			err = ctx.Err()
+		}
+		w.mu.Lock()
+		w.todo = append(w.todo, subdirs...)
+		w.busy--
+		w.err = cmp.Or(w.err, err)
+		w.more.Broadcast()
+		w.mu.Unlock()
+	}
+}
+
+// read appends the entries of the files of directory d (relative) to
+// files, and returns its subdirectories.
+func (w *walker) read(d string, files *[]File) (subdirs []string, err error) {
+	list, err := os.ReadDir(filepath.Join(w.root, filepath.FromSlash(d)))
+	if err != nil {
+		return nil, fmt.Errorf("sync: %w", err)
+	}
+	prefix := ""
+	if d != "" {
+		prefix = d + "/"
+	}
+	for _, e := range list {
+		p := prefix + e.Name()
+		if e.IsDir() {
+			if e.Name() != ".git" {
+				subdirs = append(subdirs, p)
+			}
+			continue
+		}
+		f, keep, err := entry(w.root, p)
+		if err != nil {
+			return nil, err
+		}
+		if keep {
+			*files = append(*files, f)
+		}
+	}
+	return subdirs, nil
 }
 
 // parallel calls f for 0..n-1 on as many goroutines as there are CPUs, in
@@ -239,36 +350,20 @@ func Open(store, id, dir string) (*Snapshot, error) {
 	return s, nil
 }
 
-// list returns the paths under dir that are shipped, relative, with "/".
-func list(ctx context.Context, dir string) ([]string, error) {
+// list returns the paths under dir that are shipped, relative, with "/",
+// as git lists them; all says every file is (no git repository, no
+// ignore file): walk finds them.
+func list(ctx context.Context, dir string) (paths []string, all bool, err error) {
 	ignore := filepath.Join(dir, IgnoreFile)
-	_, err := os.Stat(ignore)
-	hasIgnore := err == nil
+	_, serr := os.Stat(ignore)
+	hasIgnore := serr == nil
 	_, noGit := exec.LookPath("git")
-	inGit := noGit == nil && exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--is-inside-work-tree").Run() == nil
+	inGit := noGit == nil && mayBeGit(dir) && exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--is-inside-work-tree").Run() == nil
 	if hasIgnore && noGit != nil {
-		return nil, fmt.Errorf("sync: %s is read with git's rules, and git is not installed here: install git, or remove it", ignore)
+		return nil, false, fmt.Errorf("sync: %s is read with git's rules, and git is not installed here: install git, or remove it", ignore)
 	}
 	if !inGit && !hasIgnore {
-		var paths []string
-		err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.IsDir() && d.Name() == ".git" {
-				// A repository git is not here to read: never shipped.
-				return filepath.SkipDir
-			}
-			if !d.IsDir() {
-				rel, _ := filepath.Rel(dir, p)
-				paths = append(paths, filepath.ToSlash(rel))
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("sync: %w", err)
-		}
-		return paths, nil
+		return nil, true, nil
 	}
 	git := func(args ...string) ([]string, error) {
 		if !inGit {
@@ -300,16 +395,15 @@ func list(ctx context.Context, dir string) ([]string, error) {
 	if hasIgnore {
 		args = append(args, "--exclude-from="+ignore)
 	}
-	paths, err := git(args...)
-	if err != nil {
-		return nil, err
+	if paths, err = git(args...); err != nil {
+		return nil, false, err
 	}
 	if inGit && hasIgnore {
 		// Tracked files are listed whatever the ignore rules: take out
 		// those .gpdignore names.
 		ignored, err := git("ls-files", "-z", "--cached", "--ignored", "--exclude-from="+ignore)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		out := make(map[string]bool, len(ignored))
 		for _, p := range ignored {
@@ -318,7 +412,24 @@ func list(ctx context.Context, dir string) ([]string, error) {
 		paths = slices.DeleteFunc(paths, func(p string) bool { return out[p] })
 	}
 	slices.Sort(paths)
-	return slices.Compact(paths), nil
+	return slices.Compact(paths), false, nil
+}
+
+// mayBeGit says whether dir may be in a git work tree: git says so only
+// with a .git in dir or above it, or with GIT_DIR set (a look costs less
+// than starting git).
+func mayBeGit(dir string) bool {
+	if os.Getenv("GIT_DIR") != "" {
+		return true
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil {
+			return true
+		}
+		if filepath.Dir(d) == d {
+			return false
+		}
+	}
 }
 
 // inside says whether the link at p (relative, "/") with target link stays

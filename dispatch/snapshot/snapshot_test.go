@@ -2,6 +2,7 @@ package snapshot
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,16 +48,42 @@ func TestTakeLists(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("git is not installed: the ignore rules are git's")
 	}
+	// Many directories, read at once: every file, sorted by path.
+	wide, wideWant := map[string]string{}, []string{}
+	for i := range 600 {
+		p := fmt.Sprintf("d%d/e%d/f%03d.py", i%7, i%5, i)
+		wide[p] = "x"
+		wideWant = append(wideWant, p)
+	}
+	slices.Sort(wideWant)
 	for _, tc := range []struct {
 		name  string
 		files map[string]string
 		git   []string // tracked: the directory is a git work tree
+		sub   string   // the snapshot's directory in it ("": its top)
 		want  []string
 	}{
 		{
 			name:  "plain directory",
 			files: map[string]string{"a.py": "a", "sub/b.py": "b", "link": "->sub/b.py", ".hidden": "h"},
 			want:  []string{".hidden", "a.py", "link", "sub/b.py"},
+		},
+		{
+			name:  "plain directory, sorted by path",
+			files: map[string]string{"a/b.py": "b", "a-c.py": "c", "a.py": "a", "a/z/y.py": "y"},
+			want:  []string{"a-c.py", "a.py", "a/b.py", "a/z/y.py"},
+		},
+		{
+			name:  "plain directory, many directories",
+			files: wide,
+			want:  wideWant,
+		},
+		{
+			name:  "directory in a git work tree",
+			files: map[string]string{".gitignore": "*.log\n", "sub/a.py": "a", "sub/x.log": "l", "top.py": "t"},
+			git:   []string{".gitignore", "sub/a.py"},
+			sub:   "sub",
+			want:  []string{"a.py"},
 		},
 		{
 			name:  "plain directory with a .git that git cannot read",
@@ -87,7 +114,7 @@ func TestTakeLists(t *testing.T) {
 			if tc.git != nil {
 				gitInit(t, dir, tc.git...)
 			}
-			s, err := Take(context.Background(), dir, t.TempDir(), DefaultLimit)
+			s, err := Take(context.Background(), filepath.Join(dir, tc.sub), t.TempDir(), DefaultLimit)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -281,6 +308,43 @@ func TestTakeIndex(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(store, f.Hash[:2], f.Hash)); err != nil {
 			t.Errorf("the store lacks %s's content: %v", f.Path, err)
 		}
+	}
+}
+
+// How a snapshot differs from the directory's last one is worked out as
+// it is taken, from the index at hand (the last one's list is not read
+// again): a changed file is changed, not gone; a file that became a
+// directory is gone, and its files are new.
+func TestSinceLast(t *testing.T) {
+	dir, store := t.TempDir(), t.TempDir()
+	write(t, dir, map[string]string{"same.py": "s", "edit.py": "e1", "gone.py": "g", "x": "file"})
+	first, err := Take(context.Background(), dir, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, "gone.py"))
+	os.Remove(filepath.Join(dir, "x"))
+	write(t, dir, map[string]string{"edit.py": "e2", "new.py": "n", "x/y.py": "y"})
+	second, err := Take(context.Background(), dir, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(manifest(store, first.ID)); err != nil {
+		t.Fatal(err)
+	}
+	d, ok := second.Since(first.ID)
+	if !ok {
+		t.Fatal("no differences from the last snapshot once its list went")
+	}
+	var changed []string
+	for _, f := range d.Changed {
+		changed = append(changed, f.Path)
+	}
+	if want := []string{"edit.py", "new.py", "x/y.py"}; !slices.Equal(changed, want) {
+		t.Errorf("changed %q, want %q", changed, want)
+	}
+	if want := []string{"gone.py", "x"}; !slices.Equal(d.Gone, want) {
+		t.Errorf("gone %q, want %q", d.Gone, want)
 	}
 }
 
