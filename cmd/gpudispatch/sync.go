@@ -66,7 +66,8 @@ func (ss *snapshots) forHosts(ctx context.Context, inv *inventory.Inventory) (ma
 	return added, nil
 }
 
-// take takes a snapshot of dir, says so, and prunes the cache.
+// take takes a snapshot of dir, says so, and prunes the cache now and
+// then.
 func (ss *snapshots) take(ctx context.Context, dir string) (*snapshot.Snapshot, error) {
 	store, err := codeStore()
 	if err != nil {
@@ -79,7 +80,7 @@ func (ss *snapshots) take(ctx context.Context, dir string) (*snapshot.Snapshot, 
 	if ss.w != nil {
 		fmt.Fprintf(ss.w, "gpudispatch: snapshot %s of %s: %s, %s\n", s.ID, s.Dir, dispatch.Count(len(s.Files), "file"), snapshot.Size(s.Bytes))
 	}
-	snapshot.Prune(store, ss.keep)
+	snapshot.PruneOften(store, ss.keep)
 	return s, nil
 }
 

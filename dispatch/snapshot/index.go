@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,7 +110,7 @@ func (s *Snapshot) Since(id string) (Diff, bool) {
 	}
 	var d since
 	if files, ok := readManifest(s.Store, id); ok {
-		d = since{diff(s.Files, files, nil), true}
+		d = since{diff(s.Files, files), true}
 	}
 	s.remember(id, d)
 	return d.Diff, d.ok
@@ -130,30 +131,44 @@ type since struct {
 	ok bool
 }
 
-// diff is how now differs from earlier (see Diff); was has earlier's
-// files by path, or is nil.
-func diff(now, earlier []File, was map[string]File) Diff {
+// diff is how now differs from earlier (see Diff): one pass over both,
+// sorted by path (a list written before they were is sorted here).
+func diff(now, earlier []File) Diff {
+	now, earlier = byPath(now), byPath(earlier)
 	var d Diff
-	if was == nil {
-		was = make(map[string]File, len(earlier))
-		for _, f := range earlier {
-			was[f.Path] = f
+	i, j := 0, 0
+	for i < len(now) || j < len(earlier) {
+		c := -1
+		switch {
+		case i == len(now):
+			c = 1
+		case j < len(earlier):
+			c = strings.Compare(now[i].Path, earlier[j].Path)
 		}
-	}
-	has := make(map[string]bool, len(now))
-	for _, f := range now {
-		has[f.Path] = true
-		if e, ok := was[f.Path]; ok && e.Blob() == f.Blob() && e.Link == f.Link {
-			continue
-		}
-		d.Changed = append(d.Changed, f)
-	}
-	for _, f := range earlier {
-		if !has[f.Path] {
-			d.Gone = append(d.Gone, f.Path)
+		switch {
+		case c < 0:
+			d.Changed = append(d.Changed, now[i])
+			i++
+		case c > 0:
+			d.Gone = append(d.Gone, earlier[j].Path)
+			j++
+		default:
+			if f, e := now[i], earlier[j]; e.Blob() != f.Blob() || e.Link != f.Link {
+				d.Changed = append(d.Changed, f)
+			}
+			i, j = i+1, j+1
 		}
 	}
 	return d
+}
+
+// byPath returns files sorted by path: files itself when they are.
+func byPath(files []File) []File {
+	cmp := func(a, b File) int { return strings.Compare(a.Path, b.Path) }
+	if slices.IsSortedFunc(files, cmp) {
+		return files
+	}
+	return slices.SortedFunc(slices.Values(files), cmp)
 }
 
 // readManifest reads the list of snapshot id kept in store, in its order.
@@ -223,6 +238,20 @@ func writeAtomic(path string, b []byte) {
 		os.Rename(tmp.Name(), path)
 	}
 	os.Remove(tmp.Name())
+}
+
+// PruneOften prunes store (see Prune) unless it was pruned within a tenth
+// of keep: a prune reads every list and looks at all the content, and each
+// run takes snapshots.
+func PruneOften(store string, keep time.Duration) {
+	mark := filepath.Join(store, ".pruned")
+	if fi, err := os.Stat(mark); err == nil && time.Since(fi.ModTime()) < keep/10 {
+		return
+	}
+	if f, err := os.Create(mark); err == nil {
+		f.Close()
+	}
+	Prune(store, keep)
 }
 
 // Prune removes from store the lists of snapshots taken more than keep ago

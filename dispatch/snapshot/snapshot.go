@@ -93,6 +93,9 @@ func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("sync: %s is not a directory", abs)
 	}
+	// The index is read while the directory is.
+	indexed := make(chan *index, 1)
+	go func() { indexed <- openIndex(store, abs) }()
 	s := &Snapshot{Dir: abs, Store: store}
 	if s.Files, err = entries(ctx, abs); err != nil {
 		return nil, err
@@ -106,7 +109,7 @@ func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error
 	if err := os.MkdirAll(store, 0o700); err != nil {
 		return nil, fmt.Errorf("sync: the coordinator's content store: %w", err)
 	}
-	idx := openIndex(store, abs)
+	idx := <-indexed
 	if err := s.hash(ctx, idx); err != nil {
 		return nil, err
 	}
@@ -117,7 +120,7 @@ func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error
 	if idx.id != "" {
 		// The machines that have the directory's last snapshot are sent
 		// its differences: worked out here from the index at hand.
-		s.remember(idx.id, since{diff(s.Files, idx.list, idx.files), true})
+		s.remember(idx.id, since{diff(s.Files, idx.list), true})
 	}
 	return s, nil
 }

@@ -2,7 +2,9 @@ package snapshot
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -348,6 +350,36 @@ func TestSinceLast(t *testing.T) {
 	}
 }
 
+// diff pairs the files of two lists by path, in whatever order a list was
+// written (the versions before this one did not sort a plain directory's).
+func TestDiff(t *testing.T) {
+	h := func(c byte) string { return strings.Repeat(string(c), 64) }
+	for _, tc := range []struct {
+		name          string
+		now, earlier  []File
+		changed, gone []string
+	}{
+		{"same", []File{{Path: "a", Hash: h('1')}}, []File{{Path: "a", Hash: h('1')}}, nil, nil},
+		{"content, mode, link", []File{{Path: "a", Hash: h('2')}, {Path: "b", Hash: h('1'), Exec: true}, {Path: "c", Link: "b"}},
+			[]File{{Path: "a", Hash: h('1')}, {Path: "b", Hash: h('1')}, {Path: "c", Link: "a"}}, []string{"a", "b", "c"}, nil},
+		{"new and gone", []File{{Path: "b", Hash: h('1')}, {Path: "d", Hash: h('1')}},
+			[]File{{Path: "a", Hash: h('1')}, {Path: "b", Hash: h('1')}, {Path: "c", Hash: h('1')}}, []string{"d"}, []string{"a", "c"}},
+		{"an earlier list in walk order", []File{{Path: "a-c", Hash: h('1')}, {Path: "a/b", Hash: h('2')}},
+			[]File{{Path: "a/b", Hash: h('1')}, {Path: "a-c", Hash: h('1')}, {Path: "a.py", Hash: h('1')}}, []string{"a/b"}, []string{"a.py"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := diff(tc.now, tc.earlier)
+			var changed []string
+			for _, f := range d.Changed {
+				changed = append(changed, f.Path)
+			}
+			if !slices.Equal(changed, tc.changed) || !slices.Equal(d.Gone, tc.gone) {
+				t.Errorf("changed %q, gone %q; want %q, %q", changed, d.Gone, tc.changed, tc.gone)
+			}
+		})
+	}
+}
+
 // Prune removes the lists of snapshots older than keep and the content no
 // other list names; a snapshot taken again is renewed.
 func TestPrune(t *testing.T) {
@@ -385,6 +417,39 @@ func TestPrune(t *testing.T) {
 	}
 	if _, ok := b.Since(a.ID); ok {
 		t.Errorf("the old snapshot's list is still there")
+	}
+}
+
+// PruneOften prunes a store at most once in a tenth of the keep time.
+func TestPruneOften(t *testing.T) {
+	store := t.TempDir()
+	long := time.Now().Add(-48 * time.Hour)
+	stale := func(name string) string {
+		dir := t.TempDir()
+		write(t, dir, map[string]string{name: name})
+		s, err := Take(context.Background(), dir, store, DefaultLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(manifest(store, s.ID), long, long)
+		return manifest(store, s.ID)
+	}
+	gone := func(list string) bool {
+		_, err := os.Stat(list)
+		return errors.Is(err, fs.ErrNotExist)
+	}
+	first := stale("a.py")
+	PruneOften(store, 24*time.Hour)
+	second := stale("b.py")
+	PruneOften(store, 24*time.Hour)
+	if !gone(first) || gone(second) {
+		t.Errorf("pruned: the first list %t, the second %t; want the first alone (pruned again at once)", gone(first), gone(second))
+	}
+	hours := time.Now().Add(-3 * time.Hour)
+	os.Chtimes(filepath.Join(store, ".pruned"), hours, hours)
+	PruneOften(store, 24*time.Hour)
+	if !gone(second) {
+		t.Errorf("not pruned again 3 hours after the last prune (keep: a day)")
 	}
 }
 

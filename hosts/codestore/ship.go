@@ -267,6 +267,12 @@ func talk(storeDir string, s *snapshot.Snapshot, keep time.Duration, in *bufio.W
 		return "", errors.New("the store's shell ended before it answered")
 	}
 	tmp, base = strings.TrimSuffix(tmp, "\n"), strings.TrimSuffix(base, "\n")
+	// The tar stream's names are the store's (tar runs there): short
+	// names travel in one header.
+	tmp, ok := strings.CutPrefix(tmp, store+"/")
+	if !ok {
+		return "", fmt.Errorf("the store's shell answered a temporary directory out of the store: %q", tmp)
+	}
 	// The tree is made from the machine's base, the last tree of the
 	// directory it built, by their differences, when this machine still
 	// has that tree's list; else whole.
@@ -303,6 +309,9 @@ func talk(storeDir string, s *snapshot.Snapshot, keep time.Duration, in *bufio.W
 			break
 		}
 		if d, ok := strings.CutPrefix(line, "into "); ok {
+			if d, ok = strings.CutPrefix(d, store+"/"); !ok {
+				return "", fmt.Errorf("the store's shell would build the tree out of the store: %q", line)
+			}
 			into = append(into, d)
 			continue
 		}
@@ -313,8 +322,8 @@ func talk(storeDir string, s *snapshot.Snapshot, keep time.Duration, in *bufio.W
 	}
 	tw := tar.NewWriter(in)
 	// Each directory once: tar keeps a list of those it made, which it
-	// searches for each one. The names are absolute: a directory is
-	// written from the top the shell named.
+	// searches for each one. A directory is written from the top the
+	// shell named.
 	made := map[string]bool{}
 	top := func(d string) error {
 		made[d] = true
@@ -352,7 +361,7 @@ func talk(storeDir string, s *snapshot.Snapshot, keep time.Duration, in *bufio.W
 			case missing[f.Blob()]:
 				h.Linkname = tmp + "/new/" + f.Blob()[:2] + "/" + f.Blob()
 			default:
-				h.Linkname = store + "/blobs/" + f.Blob()[:2] + "/" + f.Blob()
+				h.Linkname = "blobs/" + f.Blob()[:2] + "/" + f.Blob()
 			}
 			if err := tw.WriteHeader(h); err != nil {
 				return "", err

@@ -25,10 +25,10 @@
 # none when the base is "-"), the names of the blobs the changed files
 # need (one per line). It answers the names of those the store lacks, one
 # per line, and "into DIR" for each directory to build the tree in, then
-# "end". Then it reads a tar stream of absolute names: TMP/new/XX/BLOB for
-# the blobs it lacked, and in each DIR the tree's changed files as hard
-# links to blobs (in the store, or in TMP/new), its links, and their
-# directories. Once tar succeeded, the tree becomes snaps/ID, and the shell
+# "end". Then it reads a tar stream it extracts in STORE (its names are
+# relative to it): TMP/new/XX/BLOB for the blobs it lacked, and in each DIR
+# the tree's changed files as hard links to blobs (in blobs/, or in
+# TMP/new), its links, and their directories. Once tar succeeded, the tree becomes snaps/ID, and the shell
 # says "built". It closes its output then, puts the new blobs in the
 # store, makes the spare and prunes (see after_answer): the coordinator
 # does not wait for that.
@@ -215,7 +215,7 @@ prune_trees() {
 if [ -n "$gone" ] && [ "$use" != - ]; then
   prune_trees "${into[@]}" || exit 1
 fi
-tar -x -P --no-same-owner -f - -C "$store" || exit 1
+tar -x --no-same-owner -f - -C "$store" || exit 1
 tree=$in/${into[0]}
 if [ "$in" = "$tmp" ]; then
   # The new base: a copy of the tree.
