@@ -22,10 +22,9 @@ import (
 type index struct {
 	path    string
 	written int64
-	// id names the last snapshot, whose files are list, by path in files.
-	id    string
-	list  []File
-	files map[string]File
+	// id names the last snapshot, whose files are list, sorted by path.
+	id   string
+	list []File
 }
 
 // dirKey names the directory dir in a store.
@@ -49,7 +48,11 @@ func manifest(store, id string) string {
 // size, modification time, hash and link, each ended by a NUL byte (a path
 // holds anything else).
 func encode(files []File) []byte {
-	var b []byte
+	n := 0
+	for _, f := range files {
+		n += len(f.Path) + len(f.Hash) + len(f.Link) + 2*20 + 8
+	}
+	b := make([]byte, 0, n)
 	for _, f := range files {
 		b = append(b, f.Path...)
 		b = append(b, 0)
@@ -72,18 +75,23 @@ func encode(files []File) []byte {
 
 // decode reads a list encode wrote.
 func decode(b []byte) ([]File, error) {
-	fields := strings.Split(string(b), "\x00")
-	if len(fields)%6 != 1 || fields[len(fields)-1] != "" {
-		return nil, errors.New("not a list of files")
-	}
-	files := make([]File, 0, len(fields)/6)
-	for i := 0; i+6 < len(fields); i += 6 {
-		f := File{Path: fields[i], Exec: fields[i+1] == "x", Hash: fields[i+4], Link: fields[i+5]}
+	list := string(b)
+	files := make([]File, 0, strings.Count(list, "\x00")/6)
+	var field [6]string
+	for list != "" {
+		for i := range field {
+			end := strings.IndexByte(list, 0)
+			if end < 0 {
+				return nil, errors.New("not a list of files")
+			}
+			field[i], list = list[:end], list[end+1:]
+		}
+		f := File{Path: field[0], Exec: field[1] == "x", Hash: field[4], Link: field[5]}
 		var err1, err2 error
-		f.Size, err1 = strconv.ParseInt(fields[i+2], 10, 64)
-		f.mtime, err2 = strconv.ParseInt(fields[i+3], 10, 64)
+		f.Size, err1 = strconv.ParseInt(field[2], 10, 64)
+		f.mtime, err2 = strconv.ParseInt(field[3], 10, 64)
 		if err1 != nil || err2 != nil || f.Path == "" || (f.Link == "") != (len(f.Hash) == 64) {
-			return nil, fmt.Errorf("a bad entry in a list of files: %q", fields[i])
+			return nil, fmt.Errorf("a bad entry in a list of files: %q", field[0])
 		}
 		files = append(files, f)
 	}
@@ -197,18 +205,30 @@ func openIndex(store, dir string) *index {
 	if !ok {
 		return idx
 	}
-	idx.written, idx.id, idx.list = fi.ModTime().UnixNano(), id, files
-	idx.files = make(map[string]File, len(files))
-	for _, f := range files {
-		idx.files[f.Path] = f
-	}
+	idx.written, idx.id, idx.list = fi.ModTime().UnixNano(), id, byPath(files)
 	return idx
 }
 
-// known returns f's hash when the index has f as it is now.
-func (idx *index) known(f File) (string, bool) {
-	e, ok := idx.files[f.Path]
-	if !ok || e.Size != f.Size || e.mtime != f.mtime || e.Exec != f.Exec || e.Link != "" {
+// pair returns, for each of files (sorted by path), the index's entry of
+// the same path, or nil.
+func (idx *index) pair(files []File) []*File {
+	entries := make([]*File, len(files))
+	j := 0
+	for i, f := range files {
+		for j < len(idx.list) && idx.list[j].Path < f.Path {
+			j++
+		}
+		if j < len(idx.list) && idx.list[j].Path == f.Path {
+			entries[i] = &idx.list[j]
+		}
+	}
+	return entries
+}
+
+// known returns f's hash when e, the index's entry of its path (or nil),
+// has f as it is now.
+func (idx *index) known(f File, e *File) (string, bool) {
+	if e == nil || e.Size != f.Size || e.mtime != f.mtime || e.Exec != f.Exec || e.Link != "" {
 		return "", false
 	}
 	if idx.written-f.mtime < int64(2*time.Second) {

@@ -144,7 +144,7 @@ func stat(ctx context.Context, dir string, paths []string) ([]File, error) {
 	keep := make([]bool, len(paths))
 	err := parallel(ctx, len(paths), func(i int) error {
 		var err error
-		files[i], keep[i], err = entry(dir, paths[i])
+		files[i], keep[i], err = entry(dir, filepath.Join(dir, filepath.FromSlash(paths[i])), paths[i])
 		return err
 	})
 	if err != nil {
@@ -159,12 +159,12 @@ func stat(ctx context.Context, dir string, paths []string) ([]File, error) {
 	return kept, nil
 }
 
-// entry returns the entry of the path p under dir: a regular file's mode,
-// size and time, a link's target (which must stay in dir). Paths that are
-// gone (tracked by git, deleted in the work tree, or since the walk),
-// directories (git submodules) and special files are not kept.
-func entry(dir, p string) (f File, keep bool, err error) {
-	full := filepath.Join(dir, filepath.FromSlash(p))
+// entry returns the entry of the path p under dir (full: the two joined):
+// a regular file's mode, size and time, a link's target (which must stay
+// in dir). Paths that are gone (tracked by git, deleted in the work tree,
+// or since the walk), directories (git submodules) and special files are
+// not kept.
+func entry(dir, full, p string) (f File, keep bool, err error) {
 	fi, err := os.Lstat(full)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -250,7 +250,8 @@ func (w *walker) work(ctx context.Context) []File {
 // read appends the entries of the files of directory d (relative) to
 // files, and returns its subdirectories.
 func (w *walker) read(d string, files *[]File) (subdirs []string, err error) {
-	list, err := os.ReadDir(filepath.Join(w.root, filepath.FromSlash(d)))
+	full := filepath.Join(w.root, filepath.FromSlash(d))
+	list, err := os.ReadDir(full)
 	if err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
 	}
@@ -266,7 +267,7 @@ func (w *walker) read(d string, files *[]File) (subdirs []string, err error) {
 			}
 			continue
 		}
-		f, keep, err := entry(w.root, p)
+		f, keep, err := entry(w.root, full+string(filepath.Separator)+e.Name(), p)
 		if err != nil {
 			return nil, err
 		}
@@ -460,19 +461,20 @@ func tooLarge(s *Snapshot, limit int64) error {
 // hash fills in the files' hashes, copying into the store the content it
 // lacks, on as many goroutines as there are CPUs.
 func (s *Snapshot) hash(ctx context.Context, idx *index) error {
+	known := idx.pair(s.Files)
 	return parallel(ctx, len(s.Files), func(i int) error {
 		if s.Files[i].Link != "" {
 			return nil
 		}
-		return s.keep(&s.Files[i], idx)
+		return s.keep(&s.Files[i], idx, known[i])
 	})
 }
 
 // keep hashes f and keeps its content in the store, where it is not yet:
-// a file the index knows unchanged is not read at all; another is read
-// once, into the store.
-func (s *Snapshot) keep(f *File, idx *index) error {
-	if hash, ok := idx.known(*f); ok {
+// a file the index knows unchanged (e is its entry of f's path, or nil) is
+// not read at all; another is read once, into the store.
+func (s *Snapshot) keep(f *File, idx *index, e *File) error {
+	if hash, ok := idx.known(*f, e); ok {
 		// The store has its content: Prune keeps what the index's list
 		// names.
 		f.Hash = hash
