@@ -35,8 +35,9 @@
 # A build from the base with a spare, under the lock, is done in place:
 # the differences go into both (DIR: base/KEY.spare and base/KEY), the
 # spare becomes the tree, the base stays the base: nothing is copied while
-# the coordinator waits. Else the tree is built in TMP (from the base,
-# taken by a rename, or whole), and copied to be the new base.
+# the coordinator waits. Else the tree is built in TMP: whole, written
+# twice (DIR: TMP/tree and TMP/spare, the new base), or from the base,
+# taken by a rename, and copied to be the new base.
 # Exit status 3: another build of the directory replaced its base before
 # this one could take it, and the coordinator asks again.
 set -u
@@ -168,8 +169,10 @@ claim() {
     return 3
   fi
 }
-in=$tmp into=(tree)
+# A whole tree is written twice by tar: the tree, and the new base.
+in=$tmp into=(tree spare)
 if [ "$use" != - ]; then
+  into=(tree)
   lock
   claim || exit
 fi
@@ -217,8 +220,8 @@ if [ -n "$gone" ] && [ "$use" != - ]; then
 fi
 tar -x --no-same-owner -f - -C "$store" || exit 1
 tree=$in/${into[0]}
-if [ "$in" = "$tmp" ]; then
-  # The new base: a copy of the tree.
+if [ "$in" = "$tmp" ] && [ ! -d "$tmp/spare" ]; then
+  # The new base: a copy of the tree made from the base.
   cp -al -- "$tree" "$tmp/spare" || exit 1
 fi
 if ! mv -T -- "$tree" "$snap" 2>/dev/null && [ ! -e "$snap.ok" ]; then
