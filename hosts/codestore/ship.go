@@ -368,6 +368,11 @@ func talk(storeDir string, s *snapshot.Snapshot, keep time.Duration, in *bufio.W
 			}
 		}
 	}
+	// Last: an empty TMP/end, which says the stream is whole (tar takes
+	// a stream cut between two entries for a whole one).
+	if err := tw.WriteHeader(&tar.Header{Name: tmp + "/end", Mode: 0o600, Typeflag: tar.TypeReg}); err != nil {
+		return "", err
+	}
 	if err := tw.Close(); err != nil {
 		return "", err
 	}

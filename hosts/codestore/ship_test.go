@@ -1,6 +1,7 @@
 package codestore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -541,6 +542,75 @@ func (g *gated) Write(b []byte) (int, error) {
 		<-g.open
 	}
 	return g.WriteCloser.Write(b)
+}
+
+// cut is a store shell's stdin whose tar stream (its third write) ends
+// before its entry for base/KEY/a.py: where a lost connection can end it,
+// between two entries, which tar takes for the archive's end.
+type cut struct {
+	io.WriteCloser
+	writes int
+}
+
+func (c *cut) Write(b []byte) (int, error) {
+	if c.writes++; c.writes != 3 {
+		return c.WriteCloser.Write(b)
+	}
+	for off := len(b) - 512; off >= 0; off -= 512 {
+		name := string(bytes.TrimRight(b[off:off+100], "\x00"))
+		if strings.HasPrefix(name, "base/") && !strings.Contains(name, ".spare") && strings.HasSuffix(name, "/a.py") {
+			c.WriteCloser.Write(b[:off])
+			break
+		}
+	}
+	c.WriteCloser.Close()
+	return 0, errors.New("cut off")
+}
+
+// A build from the base cut off midway (the spare changed, the base not
+// yet) is not taken for built, and leaves no base that says it is a
+// snapshot it is not: the next snapshot, which differs from the cut-off
+// one only elsewhere, is built right.
+func TestShipCutOff(t *testing.T) {
+	dir := project(t, map[string]string{"a.py": "a1", "b.py": "b1"})
+	local := t.TempDir()
+	home := t.TempDir()
+	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		// A short host name: no tar entry needs a long-name record.
+		return spawn.Local(ctx, "export HOME="+home+" HOSTNAME=h; "+line, stdout, stderr)
+	}
+	st := newStore(t, start, 0, "")
+	if _, _, err := st.Ensure(context.Background(), take(t, dir, local)); err != nil {
+		t.Fatal(err)
+	}
+	st.Close() // the spare is made
+	os.WriteFile(filepath.Join(dir, "a.py"), []byte("a2"), 0o644)
+	cutOff := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		proc, err := start(ctx, line, stdout, stderr)
+		if err == nil {
+			proc.Stdin = &cut{WriteCloser: proc.Stdin}
+		}
+		return proc, err
+	}
+	second := take(t, dir, local)
+	cutSt := newStore(t, cutOff, 0, "")
+	if _, _, err := cutSt.Ensure(context.Background(), second); err == nil {
+		t.Fatal("a build whose tar stream was cut off succeeded")
+	}
+	cutSt.Close()
+	if _, err := os.Stat(filepath.Join(home, ".gpudispatch/code/snaps", second.ID+".ok")); err == nil {
+		t.Errorf("the cut-off tree is marked whole")
+	}
+	os.WriteFile(filepath.Join(dir, "b.py"), []byte("b3"), 0o644)
+	s := take(t, dir, local)
+	got, _, err := newStore(t, start, 0, "").Ensure(context.Background(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"a.py": "a2", "b.py": "b3"}
+	if diff := compare(tree(t, got), want); diff != "" {
+		t.Errorf("the tree after a cut-off build: %s", diff)
+	}
 }
 
 // Two builds of one directory's next snapshots at once on a machine: the

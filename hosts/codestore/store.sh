@@ -28,7 +28,8 @@
 # "end". Then it reads a tar stream it extracts in STORE (its names are
 # relative to it): TMP/new/XX/BLOB for the blobs it lacked, and in each DIR
 # the tree's changed files as hard links to blobs (in blobs/, or in
-# TMP/new), its links, and their directories. Once tar succeeded, the tree becomes snaps/ID, and the shell
+# TMP/new), its links, and their directories; and last an empty TMP/end
+# (a stream cut between two entries is a whole one to tar). Once tar succeeded, the tree becomes snaps/ID, and the shell
 # says "built". It closes its output then, puts the new blobs in the
 # store, makes the spare and prunes (see after_answer): the coordinator
 # does not wait for that.
@@ -219,6 +220,10 @@ if [ -n "$gone" ] && [ "$use" != - ]; then
   prune_trees "${into[@]}" || exit 1
 fi
 tar -x --no-same-owner -f - -C "$store" || exit 1
+if [ ! -e "$tmp/end" ]; then
+  echo "gpudispatch: the code's stream was cut off on its way" >&2
+  exit 1
+fi
 tree=$in/${into[0]}
 if [ "$in" = "$tmp" ] && [ ! -d "$tmp/spare" ]; then
   # The new base: a copy of the tree made from the base.
