@@ -182,9 +182,7 @@ func TestShipFails(t *testing.T) {
 		os.Remove(filepath.Join(home, ".gpudispatch", "code"))
 		os.Symlink(t.TempDir(), filepath.Join(home, ".gpudispatch", "code"))
 	}
-	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
-		return spawn.Local(ctx, "export HOME="+home+"; "+line, stdout, stderr)
-	}
+	start := homeIn(home)
 	s := take(t, project(t, map[string]string{"a": "a"}), t.TempDir())
 	st := newStore(t, start, 0, "")
 	for range 2 {
@@ -192,6 +190,18 @@ func TestShipFails(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "cannot put the code") || !strings.Contains(err.Error(), ".gpudispatch/code") {
 			t.Errorf("shipping into a store not one's own: %v", err)
 		}
+	}
+}
+
+// homeIn starts bash here as a machine whose home is home, with the
+// variables vars (NAME=VALUE) set too.
+func homeIn(home string, vars ...string) spawn.Func {
+	set := "export HOME=" + home
+	for _, v := range vars {
+		set += " " + v
+	}
+	return func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, set+"; "+line, stdout, stderr)
 	}
 }
 
@@ -255,9 +265,7 @@ func TestShipIncremental(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			home := t.TempDir()
-			start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
-				return spawn.Local(ctx, "export HOME="+home+" PATH="+tc.path+"; "+line, stdout, stderr)
-			}
+			start := homeIn(home, "PATH="+tc.path)
 			shipIncrementally(t, start, filepath.Join(home, ".gpudispatch", "code"), tc.spare)
 		})
 	}
@@ -575,10 +583,8 @@ func TestShipCutOff(t *testing.T) {
 	dir := project(t, map[string]string{"a.py": "a1", "b.py": "b1"})
 	local := t.TempDir()
 	home := t.TempDir()
-	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
-		// A short host name: no tar entry needs a long-name record.
-		return spawn.Local(ctx, "export HOME="+home+" HOSTNAME=h; "+line, stdout, stderr)
-	}
+	// A short host name: no tar entry needs a long-name record.
+	start := homeIn(home, "HOSTNAME=h")
 	st := newStore(t, start, 0, "")
 	if _, _, err := st.Ensure(context.Background(), take(t, dir, local)); err != nil {
 		t.Fatal(err)
@@ -677,9 +683,7 @@ func TestShipManyChanges(t *testing.T) {
 	dir := project(t, files)
 	local := t.TempDir()
 	home := t.TempDir()
-	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
-		return spawn.Local(ctx, "export HOME="+home+"; "+line, stdout, stderr)
-	}
+	start := homeIn(home)
 	st := newStore(t, start, 0, "")
 	if _, _, err := st.Ensure(context.Background(), take(t, dir, local)); err != nil {
 		t.Fatal(err)
