@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -288,20 +289,37 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	// The code as it is now, before anything runs.
+	// The code as it is now, before anything runs: taken while the hosts
+	// are opened (a snapshot that cannot be taken is the run's error).
 	code := &snapshots{limit: o.syncLimit, keep: o.keep}
+	var said bytes.Buffer // what is said of them, once the hosts are opened
 	if !o.quiet && !o.dryRun {
-		code.w = textTo(s.err)
+		code.w = &said
 	}
-	snaps, err := code.forHosts(ctx, inv)
-	if err != nil {
-		return err
-	}
+	var snaps map[string]*snapshot.Snapshot
+	taken := make(chan error, 1)
+	go func() {
+		var err error
+		if snaps, err = code.forHosts(ctx, inv); err != nil {
+			cancel(err) // no host waited for
+		}
+		taken <- err
+	}()
 	// The run starts once one host is up; the others join as they are
 	// opened. A dry run reports on every host.
 	lab, states, settled, err := startHosts(ctx, s, o.labOptions, inv, o.dryRun)
+	if terr := <-taken; terr != nil {
+		if err == nil {
+			lab.Close()
+		}
+		return terr
+	}
 	if err != nil {
 		return err
+	}
+	if code.w != nil {
+		code.w = textTo(s.err)
+		code.w.Write(said.Bytes())
 	}
 	defer lab.Close()
 	opts := dispatch.Options{

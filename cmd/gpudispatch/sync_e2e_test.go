@@ -121,11 +121,19 @@ func TestSSHSync(t *testing.T) {
 		}
 	}
 
-	// A link out of the project: nothing runs.
+	// A link out of the project: nothing runs, and the run does not wait
+	// for its hosts (the snapshot is taken while they are opened; here
+	// one that never answers) to say so.
 	os.Symlink("/etc", filepath.Join(proj, "etc"))
-	r = labRun(t, l, "echo never\n", "-i", inv, "-o", "logs3", "--sync", "proj")
+	silent := filepath.Join(l.Dir, "silent.yaml")
+	os.WriteFile(silent, fmt.Appendf(nil, "hosts:\n  - name: silent\n    hostname: 127.0.0.1\n    port: %d\n    identity_file: %s\n    gpus: [0]\n", silentListener(t), l.ClientKey), 0o644)
+	start := time.Now()
+	r = labRun(t, l, "echo never\n", "-i", silent, "-o", "logs3", "--sync", "proj", "--connect-timeout", "60s")
 	if r.code == 0 || !strings.Contains(r.stderr, filepath.Join(proj, "etc")+" is a symbolic link to /etc, out of "+proj) {
 		t.Errorf("a link out of the project: exit %d\n%s", r.code, r.stderr)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Errorf("the refused snapshot was said after %v: the run waited for the silent host", took)
 	}
 	if _, err := os.Stat(filepath.Join(l.Dir, "logs3")); err == nil {
 		t.Errorf("a refused snapshot made a log dir")
