@@ -620,55 +620,78 @@ func TestShipCutOff(t *testing.T) {
 }
 
 // Two builds of one directory's next snapshots at once on a machine: the
-// one that found the base first but took it last asks again, and is built
-// from the base the other left, right.
+// one that read the base before the other replaced it, and took the lock
+// after, asks again, and is built from the base the other left, right.
 func TestShipRace(t *testing.T) {
 	// Content no earlier run built: a tree the machine has would be
 	// answered at once.
 	fresh := fmt.Sprint(time.Now().UnixNano())
 	dir := project(t, map[string]string{"a.py": "a1", "b.py": "b1", "fresh": fresh})
 	local := t.TempDir()
-	if _, _, err := newStore(t, spawn.Local, 0, "").Ensure(context.Background(), take(t, dir, local)); err != nil {
+	first := newStore(t, spawn.Local, 0, "")
+	if _, _, err := first.Ensure(context.Background(), take(t, dir, local)); err != nil {
 		t.Fatal(err)
 	}
+	first.Close() // the spare is made
 	os.WriteFile(filepath.Join(dir, "a.py"), []byte("a2"), 0o644)
 	second := take(t, dir, local)
 	os.WriteFile(filepath.Join(dir, "b.py"), []byte("b3"), 0o644)
 	third := take(t, dir, local)
 
-	g := &gated{reached: make(chan struct{}), open: make(chan struct{})}
-	starts := 0
-	held := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
-		proc, err := spawn.Local(ctx, line, stdout, stderr)
-		if starts++; err == nil && starts == 1 {
-			g.WriteCloser = proc.Stdin
-			proc.Stdin = g
+	// gate wraps the first store shell a start starts in g.
+	gate := func(g *gated, starts *int) spawn.Func {
+		return func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+			proc, err := spawn.Local(ctx, line, stdout, stderr)
+			if *starts++; err == nil && *starts == 1 {
+				g.WriteCloser = proc.Stdin
+				proc.Stdin = g
+			}
+			return proc, err
 		}
-		return proc, err
 	}
 	type result struct {
 		dir string
 		err error
 	}
-	done := make(chan result, 1)
+	// The third snapshot's build holds the lock, its lists not yet sent.
+	held := &gated{reached: make(chan struct{}), open: make(chan struct{})}
+	var thirdStarts int
+	thirdDone := make(chan result, 1)
 	go func() {
-		got, _, err := newStore(t, held, 0, "").Ensure(context.Background(), second)
-		done <- result{got, err}
+		got, _, err := newStore(t, gate(held, &thirdStarts), 0, "").Ensure(context.Background(), third)
+		thirdDone <- result{got, err}
 	}()
-	<-g.reached // the first build knows the base, and has not taken it
-	if _, _, err := newStore(t, spawn.Local, 0, "").Ensure(context.Background(), third); err != nil {
-		t.Fatal(err)
+	<-held.reached
+	// The second's has read the base, and waits for the lock.
+	asked := &gated{reached: make(chan struct{}), open: make(chan struct{})}
+	close(asked.open)
+	var secondStarts int
+	secondDone := make(chan result, 1)
+	go func() {
+		got, _, err := newStore(t, gate(asked, &secondStarts), 0, "").Ensure(context.Background(), second)
+		secondDone <- result{got, err}
+	}()
+	<-asked.reached
+	close(held.open)
+	for _, c := range []struct {
+		name   string
+		done   chan result
+		starts *int
+		want   map[string]string
+	}{
+		{"third", thirdDone, &thirdStarts, map[string]string{"a.py": "a2", "b.py": "b3", "fresh": fresh}},
+		{"second", secondDone, &secondStarts, map[string]string{"a.py": "a2", "b.py": "b1", "fresh": fresh}},
+	} {
+		r := <-c.done
+		if r.err != nil {
+			t.Fatalf("the %s snapshot's build: %v", c.name, r.err)
+		}
+		if diff := compare(tree(t, r.dir), c.want); diff != "" {
+			t.Errorf("the %s snapshot's tree: %s", c.name, diff)
+		}
 	}
-	close(g.open)
-	r := <-done
-	if r.err != nil {
-		t.Fatalf("the build that came second to the base: %v", r.err)
-	}
-	if starts != 2 {
-		t.Errorf("the store shell was started %d times; want 2 (the second after the race)", starts)
-	}
-	if diff := compare(tree(t, r.dir), map[string]string{"a.py": "a2", "b.py": "b1", "fresh": fresh}); diff != "" {
-		t.Errorf("the second snapshot's tree: %s", diff)
+	if thirdStarts != 1 || secondStarts != 2 {
+		t.Errorf("the store shells were started %d and %d times; want 1, and 2 for the build that came second to the base", thirdStarts, secondStarts)
 	}
 }
 

@@ -57,9 +57,23 @@ b=$store/base/$key
 # lock takes the lock of base/KEY on descriptor 9: flock(1) on
 # base/KEY.lock, waited for at most a minute. It fails when there is no
 # lock to take (no flock, a filesystem without locks, a minute gone): the
-# shell goes on without it. unlock lets it go.
-locked=
+# shell goes on without it. lock_early starts taking it in the background
+# (the lock is the open file's, which the shell keeps), and lock then
+# waits for that. unlock lets it go.
+locked='' locker=''
+lock_early() {
+  command -v flock >/dev/null || return 0
+  exec 9>>"$b.lock" 2>/dev/null || return 0
+  flock -w 60 9 2>/dev/null &
+  locker=$!
+}
 lock() {
+  if [ -n "$locker" ]; then
+    wait "$locker" && locked=1
+    locker=
+    [ -n "$locked" ]
+    return
+  fi
   command -v flock >/dev/null || return 1
   { exec 9>>"$b.lock" && flock -w 60 9; } 2>/dev/null && locked=1
 }
@@ -119,6 +133,9 @@ if [ -d "$b" ] && IFS= read -r base <"$b.id"; then
   case $base in '' | *[!0-9a-f]*) base=- ;; esac
 fi
 printf 'need\n%s\n%s\n%s\n' "$store" "$tmp" "$base"
+# A build from the base takes the lock: while the coordinator sends its
+# lists.
+[ "$base" = - ] || lock_early
 # block reads a block into the variable $1: one read, where a read per
 # line would take a system call per byte.
 block() {
