@@ -638,9 +638,14 @@ func TestShipRace(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "b.py"), []byte("b3"), 0o644)
 	third := take(t, dir, local)
 
-	// gate wraps the first store shell a start starts in g.
-	gate := func(g *gated, starts *int) spawn.Func {
-		return func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+	type result struct {
+		dir string
+		err error
+	}
+	// build ships s from a store whose first shell's stdin is g, and
+	// counts the shells it starts in starts.
+	build := func(s *snapshot.Snapshot, g *gated, starts *int) chan result {
+		start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
 			proc, err := spawn.Local(ctx, line, stdout, stderr)
 			if *starts++; err == nil && *starts == 1 {
 				g.WriteCloser = proc.Stdin
@@ -648,29 +653,23 @@ func TestShipRace(t *testing.T) {
 			}
 			return proc, err
 		}
-	}
-	type result struct {
-		dir string
-		err error
+		done := make(chan result, 1)
+		go func() {
+			got, _, err := newStore(t, start, 0, "").Ensure(context.Background(), s)
+			done <- result{got, err}
+		}()
+		return done
 	}
 	// The third snapshot's build holds the lock, its lists not yet sent.
 	held := &gated{reached: make(chan struct{}), open: make(chan struct{})}
 	var thirdStarts int
-	thirdDone := make(chan result, 1)
-	go func() {
-		got, _, err := newStore(t, gate(held, &thirdStarts), 0, "").Ensure(context.Background(), third)
-		thirdDone <- result{got, err}
-	}()
+	thirdDone := build(third, held, &thirdStarts)
 	<-held.reached
 	// The second's has read the base, and waits for the lock.
 	asked := &gated{reached: make(chan struct{}), open: make(chan struct{})}
 	close(asked.open)
 	var secondStarts int
-	secondDone := make(chan result, 1)
-	go func() {
-		got, _, err := newStore(t, gate(asked, &secondStarts), 0, "").Ensure(context.Background(), second)
-		secondDone <- result{got, err}
-	}()
+	secondDone := build(second, asked, &secondStarts)
 	<-asked.reached
 	close(held.open)
 	for _, c := range []struct {
