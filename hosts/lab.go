@@ -419,6 +419,10 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		release()
 		return st, nil
 	}
+	if rem, ok := r.(*Remote); ok && h.Sync != "" {
+		// Its code store's shell starts while the host is looked at.
+		rem.shells.WarmCode()
+	}
 	if h.AutoGPUs || o.ProbeGPUs {
 		l.step(h.Name, st.Addr, "asking nvidia-smi for its GPUs")
 		st.GPUs, st.GPUErr = l.probes.gpus(ctx, h.Name, r, o.ProbeTimeout)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 
+	"github.com/gpudispatch/gpudispatch/hosts/codestore"
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
@@ -251,5 +252,50 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("waited 20 s for %s", what)
 		}
+	}
+}
+
+// A host whose jobs need code (sync:) has its code store's shell started
+// as it is opened, waiting for the run's snapshot; one without has none.
+func TestOpenWarmsTheCodeStore(t *testing.T) {
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	inv, err := inventory.Load(l.Inventory(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv.Hosts[0].Sync = t.TempDir()
+	t.Setenv("SSH_AUTH_SOCK", "")
+	lab, states, err := openAll(context.Background(), inv, Options{Keepalive: 200 * time.Millisecond, Grace: 300 * time.Millisecond, ConnectTimeout: 2 * time.Second, LockDir: l.Dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lab.Close()
+	for _, st := range states {
+		if st.Err != nil {
+			t.Fatalf("%s: %v", st.Host.Name, st.Err)
+		}
+	}
+	// storeShells counts the store shells whose HOME is home.
+	storeShells := func(home string) int {
+		n := 0
+		procs, _ := filepath.Glob("/proc/[0-9]*")
+		for _, p := range procs {
+			cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+			env, _ := os.ReadFile(filepath.Join(p, "environ"))
+			if strings.HasSuffix(string(cmdline), "\x00"+codestore.ProcessName+"\x00") && strings.Contains("\x00"+string(env), "\x00HOME="+home+"\x00") {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for storeShells(l.Hosts[0].Home) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := storeShells(l.Hosts[0].Home); n != 1 {
+		t.Errorf("%s (sync:) has %d store shells waiting; want 1", l.Hosts[0].Name, n)
+	}
+	if n := storeShells(l.Hosts[1].Home); n != 0 {
+		t.Errorf("%s (no sync:) has %d store shells; want none", l.Hosts[1].Name, n)
 	}
 }

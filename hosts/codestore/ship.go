@@ -88,6 +88,11 @@ type Store struct {
 
 	mu    sync.Mutex
 	ships map[string]*shipping
+	// warm is a store shell started ahead (see Warm), or nil; warming
+	// says one is being started.
+	warm    *shell
+	warming bool
+	closed  bool
 	// tails are the store shells that answered and go on (see Close).
 	tails sync.WaitGroup
 }
@@ -163,10 +168,51 @@ func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, 
 	}
 }
 
+// Warm starts a store shell on the machine, in the background, for the
+// next shipping, which then need not wait for a session, bash and the
+// code to reach the machine (a run warms the store of a host whose jobs
+// need code as it opens the host). A warm shell that died meanwhile is
+// replaced by a new one when the shipping comes.
+func (st *Store) Warm() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.warm != nil || st.warming || st.closed {
+		return
+	}
+	st.warming = true
+	st.tails.Add(1)
+	go func() {
+		defer st.tails.Done()
+		sh, err := st.open(context.Background())
+		if err == nil {
+			err = sh.in.Flush()
+		}
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		st.warming = false
+		switch {
+		case err != nil && sh != nil:
+			sh.close()
+		case err == nil && st.closed:
+			sh.close()
+		case err == nil:
+			st.warm = sh
+		}
+	}()
+}
+
 // Close waits a while (at most tailWait) for the store shells that
 // answered and still make a spare copy or prune on the machine: they need
 // no coordinator, but one that exits at once would leave them unwatched.
+// A warm shell is let go.
 func (st *Store) Close() {
+	st.mu.Lock()
+	st.closed = true
+	if st.warm != nil {
+		st.warm.close()
+		st.warm = nil
+	}
+	st.mu.Unlock()
 	done := make(chan struct{})
 	go func() {
 		st.tails.Wait()
@@ -194,59 +240,104 @@ func (st *Store) shipAgain(ctx context.Context, s *snapshot.Snapshot) (dir strin
 	return dir, sent, err
 }
 
-// ship builds s's tree on the machine, sending what it lacks. It returns
-// once the machine's shell says the tree is there: what the shell does
-// after that is Close's.
-// raced says the machine's base changed meanwhile (exit status 3).
-func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (dir string, sent Sent, raced bool, err error) {
-	outR, outW := io.Pipe()
-	var errs bytes.Buffer
-	proc, err := st.start(ctx, spawn.Bootstrap(storeCode, ProcessName), outW, &errs)
-	if err != nil {
-		return "", Sent{}, false, err
+// shell is a store shell on the machine, its code and the store's
+// directory written (in: flushed or not): it waits for a snapshot.
+type shell struct {
+	proc   *spawn.Proc
+	in     *bufio.Writer
+	out    *bufio.Reader
+	outR   *io.PipeReader
+	errs   *bytes.Buffer
+	waited chan error // its end
+}
+
+// open starts a store shell on the machine.
+func (st *Store) open(ctx context.Context) (*shell, error) {
+	if strings.ContainsAny(st.dir, "\n\x00") {
+		return nil, fmt.Errorf("the content store's directory %q has a newline", st.dir)
 	}
+	outR, outW := io.Pipe()
+	sh := &shell{outR: outR, out: bufio.NewReader(outR), errs: &bytes.Buffer{}, waited: make(chan error, 1)}
+	proc, err := st.start(ctx, spawn.Bootstrap(storeCode, ProcessName), outW, sh.errs)
+	if err != nil {
+		return nil, err
+	}
+	sh.proc = proc
 	// The answer ends when the shell does.
-	waited := make(chan error, 1)
 	go func() {
 		err := proc.Wait()
 		outW.Close()
-		waited <- err
+		sh.waited <- err
 	}()
-	in := bufio.NewWriterSize(proc.Stdin, 1<<16)
-	dir, err = talk(st.dir, s, st.keep, in, proc.Stdin.Close, bufio.NewReader(outR), &sent)
-	proc.Stdin.Close()
-	go io.Copy(io.Discard, outR)
+	sh.in = bufio.NewWriterSize(proc.Stdin, 1<<16)
+	fmt.Fprintf(sh.in, "%s%s\n", storeCode, st.dir)
+	return sh, nil
+}
+
+// close lets a shell that waits for a snapshot go: it ends at the end of
+// its stdin.
+func (sh *shell) close() {
+	sh.proc.Stdin.Close()
+	go io.Copy(io.Discard, sh.outR)
+}
+
+// ship builds s's tree on the machine, sending what it lacks, from the
+// warm shell if there is one (and a new one if that one is gone). It
+// returns once the machine's shell says the tree is there: what the shell
+// does after that is Close's.
+// raced says the machine's base changed meanwhile (exit status 3).
+func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (dir string, sent Sent, raced bool, err error) {
+	st.mu.Lock()
+	sh := st.warm
+	st.warm = nil
+	st.mu.Unlock()
+	if sh != nil {
+		dir, err = talk(sh, s, st.keep, &sent)
+		if errors.Is(err, errGone) {
+			// It ended before it was asked: a new one is.
+			sh.close()
+			sh = nil
+		}
+	}
+	if sh == nil {
+		if sh, err = st.open(ctx); err != nil {
+			return "", Sent{}, false, err
+		}
+		dir, err = talk(sh, s, st.keep, &sent)
+	}
+	sh.proc.Stdin.Close()
+	go io.Copy(io.Discard, sh.outR)
 	if err == nil {
 		st.tails.Add(1)
 		go func() {
-			<-waited
+			<-sh.waited
 			st.tails.Done()
 		}()
 		return dir, sent, false, nil
 	}
-	werr := <-waited
+	werr := <-sh.waited
 	code, said := spawn.ExitStatus(werr)
 	if !said {
 		return "", sent, false, fmt.Errorf("%w: the connection was lost while the code (snapshot %s of %s) was put there", executor.ErrHostDown, s.ID, s.Dir)
 	}
-	if last := spawn.LastLine(errs.String()); last != "" {
+	if last := spawn.LastLine(sh.errs.String()); last != "" {
 		err = errors.New(strings.TrimPrefix(last, "gpudispatch: "))
 	}
 	return "", sent, code == 3, fmt.Errorf("cannot put the code (snapshot %s of %s) there: %w", s.ID, s.Dir, err)
 }
 
-// talk is the coordinator's side of store.sh's exchange: it sends the
-// code first (spawn.Bootstrap).
+// errGone is talk's error when the shell could not be asked or ended
+// before it answered.
+var errGone = errors.New("the store's shell ended before it answered")
+
+// talk is the coordinator's side of store.sh's exchange with sh, from the
+// snapshot's ID on (open wrote what comes before it).
 // The tar stream ends with stdin: tar reads whole records.
-func talk(storeDir string, s *snapshot.Snapshot, keep time.Duration, in *bufio.Writer, end func() error, out *bufio.Reader, sent *Sent) (string, error) {
-	if strings.ContainsAny(storeDir, "\n\x00") {
-		return "", fmt.Errorf("the content store's directory %q has a newline", storeDir)
-	}
-	if _, err := fmt.Fprintf(in, "%s%s\n%s %s %d\n", storeCode, storeDir, s.ID, s.Key, max(int(keep/time.Minute), 1)); err != nil {
-		return "", err
-	}
+func talk(sh *shell, s *snapshot.Snapshot, keep time.Duration, sent *Sent) (string, error) {
+	in, out, end := sh.in, sh.out, sh.proc.Stdin.Close
+	fmt.Fprintf(in, "%s %s %d\n", s.ID, s.Key, max(int(keep/time.Minute), 1))
 	if err := in.Flush(); err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %v", errGone, err)
 	}
 	word, _ := out.ReadString('\n')
 	store, _ := out.ReadString('\n')
@@ -257,7 +348,7 @@ func talk(storeDir string, s *snapshot.Snapshot, keep time.Duration, in *bufio.W
 		return dir, nil
 	case "need\n":
 	case "":
-		return "", errors.New("the store's shell ended before it answered")
+		return "", errGone
 	default:
 		return "", fmt.Errorf("the store's shell answered %q", word)
 	}

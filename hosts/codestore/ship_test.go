@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -203,6 +204,57 @@ func homeIn(home string, vars ...string) spawn.Func {
 	return func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
 		return spawn.Local(ctx, set+"; "+line, stdout, stderr)
 	}
+}
+
+// A warm store shell, started ahead, ships the next snapshot with no
+// shell started then; one that ended meanwhile is replaced by a new one.
+func TestWarm(t *testing.T) {
+	dir := project(t, map[string]string{"a.py": "a1"})
+	local := t.TempDir()
+	home := t.TempDir()
+	starts := 0
+	var mu sync.Mutex
+	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		mu.Lock()
+		starts++
+		mu.Unlock()
+		return homeIn(home)(ctx, line, stdout, stderr)
+	}
+	st := newStore(t, start, 0, "")
+	warmed := func() *shell {
+		t.Helper()
+		st.Warm()
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			st.mu.Lock()
+			sh := st.warm
+			st.mu.Unlock()
+			if sh != nil {
+				return sh
+			}
+		}
+		t.Fatal("no warm shell after 10 s")
+		return nil
+	}
+	ship := func(content string, wantStarts int) {
+		t.Helper()
+		os.WriteFile(filepath.Join(dir, "a.py"), []byte(content), 0o644)
+		got, _, err := st.Ensure(context.Background(), take(t, dir, local))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := compare(tree(t, got), map[string]string{"a.py": content}); diff != "" {
+			t.Errorf("the tree: %s", diff)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if starts != wantStarts {
+			t.Errorf("%d store shells started; want %d", starts, wantStarts)
+		}
+	}
+	warmed()
+	ship("a1", 1)
+	warmed().proc.Stdin.Close() // it ends
+	ship("a2", 3)
 }
 
 // newStore is New's store, closed as the test ends: what it does on the

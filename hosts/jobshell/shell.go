@@ -109,6 +109,10 @@ func New(start spawn.Func, s Supervision) *Shells {
 	return &Shells{spawn: start, sup: s, code: codestore.New(start, s.KeepCode, "")}
 }
 
+// WarmCode starts a store shell on the machine for the first snapshot a
+// job brings (see codestore.Store.Warm).
+func (ss *Shells) WarmCode() { ss.code.Warm() }
+
 // Run runs c in an idle shell of the machine, or in a new one, and returns
 // its exit status (see shell.run). An error of type *LostError means the
 // shell ended before the job did: the job may run on (see Follow).
