@@ -14,7 +14,8 @@ open_store() {
   esac
   if [ ! -d "$store" ]; then
     [ "${1:-}" = existing ] && return 1
-    mkdir -p -- "${store%/*}" && mkdir -m 0700 -- "$store" || exit 1
+    # Another shell may make it at the same moment: then it is there.
+    mkdir -p -- "${store%/*}" && { mkdir -m 0700 -- "$store" 2>/dev/null || [ -d "$store" ]; } || exit 1
   fi
   if [ ! -O "$store" ] || [ -L "$store" ]; then
     echo "gpudispatch: $store is not a directory of yours" >&2

@@ -88,10 +88,10 @@ type Store struct {
 
 	mu    sync.Mutex
 	ships map[string]*shipping
-	// warm is a store shell started ahead (see Warm), or nil; warming
-	// says one is being started.
+	// warm is a store shell started ahead (see Warm), or nil; warming is
+	// closed once the one being started is (nil: none is).
 	warm    *shell
-	warming bool
+	warming chan struct{}
 	closed  bool
 	// tails are the store shells that answered and go on (see Close).
 	tails sync.WaitGroup
@@ -176,20 +176,22 @@ func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, 
 func (st *Store) Warm() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.warm != nil || st.warming || st.closed {
+	if st.warm != nil || st.warming != nil || st.closed {
 		return
 	}
-	st.warming = true
+	warming := make(chan struct{})
+	st.warming = warming
 	st.tails.Add(1)
 	go func() {
 		defer st.tails.Done()
+		defer close(warming)
 		sh, err := st.open(context.Background())
 		if err == nil {
 			err = sh.in.Flush()
 		}
 		st.mu.Lock()
 		defer st.mu.Unlock()
-		st.warming = false
+		st.warming = nil
 		switch {
 		case err != nil && sh != nil:
 			sh.close()
@@ -288,6 +290,13 @@ func (sh *shell) close() {
 // raced says the machine's base changed meanwhile (exit status 3).
 func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (dir string, sent Sent, raced bool, err error) {
 	st.mu.Lock()
+	if warming := st.warming; warming != nil {
+		// Started earlier than a new one would be: it is ready sooner,
+		// and two would hold two of the host's sessions.
+		st.mu.Unlock()
+		<-warming
+		st.mu.Lock()
+	}
 	sh := st.warm
 	st.warm = nil
 	st.mu.Unlock()
@@ -418,7 +427,7 @@ func talk(sh *shell, s *snapshot.Snapshot, keep time.Duration, sent *Sent) (stri
 	made := map[string]bool{}
 	top := func(d string) error {
 		made[d] = true
-		return tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir})
+		return tw.WriteHeader(dirEntry(d))
 	}
 	if len(missing) > 0 {
 		if err := top(tmp); err != nil {
@@ -512,7 +521,14 @@ func dirs(tw *tar.Writer, d string, made map[string]bool) error {
 		return err
 	}
 	made[d] = true
-	return tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir})
+	return tw.WriteHeader(dirEntry(d))
+}
+
+// dirEntry is the tar entry of the directory d. tar gives a directory its
+// entry's time: now, not 1970, which the store's prune would take for a
+// build left a day ago (see prune.sh).
+func dirEntry(d string) *tar.Header {
+	return &tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: time.Now()}
 }
 
 // newline says whether a path of d has a newline: the machine reads its

@@ -207,7 +207,8 @@ func homeIn(home string, vars ...string) spawn.Func {
 }
 
 // A warm store shell, started ahead, ships the next snapshot with no
-// shell started then; one that ended meanwhile is replaced by a new one.
+// shell started then, even one still being started; one that ended
+// meanwhile is replaced by a new one.
 func TestWarm(t *testing.T) {
 	dir := project(t, map[string]string{"a.py": "a1"})
 	local := t.TempDir()
@@ -251,10 +252,29 @@ func TestWarm(t *testing.T) {
 			t.Errorf("%d store shells started; want %d", starts, wantStarts)
 		}
 	}
-	warmed()
-	ship("a1", 1)
+	st.Warm()
+	ship("a1", 1)               // at once: the warm shell is not ready yet
 	warmed().proc.Stdin.Close() // it ends
 	ship("a2", 3)
+}
+
+// Store shells that find no store at once, on a new machine, all make it
+// (one mkdir wins, the others find it there).
+func TestFirstShipsAtOnce(t *testing.T) {
+	local := t.TempDir()
+	for range 3 {
+		home := t.TempDir()
+		var wg sync.WaitGroup
+		for i := range 8 {
+			s := take(t, project(t, map[string]string{"a.py": fmt.Sprint(i)}), local)
+			wg.Go(func() {
+				if _, _, err := newStore(t, homeIn(home), 0, "").Ensure(context.Background(), s); err != nil {
+					t.Errorf("a first shipping with others: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+	}
 }
 
 // newStore is New's store, closed as the test ends: what it does on the
