@@ -14,9 +14,15 @@
 // differences. A tree jobs ran in is not a place to start from (they
 // wrote and removed files there), so the machine keeps a copy no job
 // touches, the base, and, made once the coordinator has its answer, a
-// spare copy of that: the next build turns one into the new tree and the
-// other into the new base, applying the differences to both, and so does
-// not copy 10,000 links while the coordinator waits. flock(1) keeps a
-// build from taking the base while its spare is copied; without it there
-// is no spare, and each build copies the base itself.
+// spare copy of that: the next build applies the differences to both where
+// they are and renames the spare into the new tree, the base staying the
+// base, and so neither copies nor moves 10,000 links while the coordinator
+// waits. flock(1) keeps a build from taking the base while another changes
+// it or copies its spare; without it there is no spare, and each build
+// copies the base itself. The stream ends with a mark the shell checks: a
+// stream cut between two entries is a whole one to tar.
+//
+// A store shell can be started ahead (Store.Warm): a run starts one on each
+// host whose jobs need code as it opens the host, so that the snapshot does
+// not wait for a session and bash to start there.
 package codestore
