@@ -83,8 +83,7 @@ unlock() {
 }
 # after_answer is what the shell does once it answered: it keeps the new
 # blobs, makes base/KEY's spare unless there is one, and prunes now and
-# then. Its output goes
-# nowhere: the coordinator may be gone.
+# then. Its output goes nowhere: the coordinator may be gone.
 after_answer() {
   exec </dev/null >/dev/null 2>&1
   keep_blobs
