@@ -146,18 +146,11 @@ func diff(now, earlier []File) Diff {
 	var d Diff
 	i, j := 0, 0
 	for i < len(now) || j < len(earlier) {
-		c := -1
 		switch {
-		case i == len(now):
-			c = 1
-		case j < len(earlier):
-			c = strings.Compare(now[i].Path, earlier[j].Path)
-		}
-		switch {
-		case c < 0:
+		case j == len(earlier) || i < len(now) && now[i].Path < earlier[j].Path:
 			d.Changed = append(d.Changed, now[i])
 			i++
-		case c > 0:
+		case i == len(now) || now[i].Path > earlier[j].Path:
 			d.Gone = append(d.Gone, earlier[j].Path)
 			j++
 		default:
@@ -170,13 +163,15 @@ func diff(now, earlier []File) Diff {
 	return d
 }
 
+// pathOrder orders files by path, as lists are.
+func pathOrder(a, b File) int { return strings.Compare(a.Path, b.Path) }
+
 // byPath returns files sorted by path: files itself when they are.
 func byPath(files []File) []File {
-	cmp := func(a, b File) int { return strings.Compare(a.Path, b.Path) }
-	if slices.IsSortedFunc(files, cmp) {
+	if slices.IsSortedFunc(files, pathOrder) {
 		return files
 	}
-	return slices.SortedFunc(slices.Values(files), cmp)
+	return slices.SortedFunc(slices.Values(files), pathOrder)
 }
 
 // readManifest reads the list of snapshot id kept in store, in its order.

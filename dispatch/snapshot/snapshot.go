@@ -203,7 +203,7 @@ func walk(ctx context.Context, dir string) ([]File, error) {
 		return nil, w.err
 	}
 	files := slices.Concat(found...)
-	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	slices.SortFunc(files, pathOrder)
 	return files, nil
 }
 

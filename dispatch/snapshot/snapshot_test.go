@@ -181,7 +181,7 @@ func TestTakeID(t *testing.T) {
 }
 
 // Another process opens a snapshot by its ID from the same store: the same
-// files, in the same order (a walk's, not sorted), and the same content.
+// files, in the same order (by path), and the same content.
 // A list that is gone or not the snapshot's is refused.
 func TestOpen(t *testing.T) {
 	dir, store := t.TempDir(), t.TempDir()

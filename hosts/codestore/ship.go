@@ -193,12 +193,10 @@ func (st *Store) Warm() {
 		defer st.mu.Unlock()
 		st.warming = nil
 		switch {
-		case err != nil && sh != nil:
-			sh.close()
-		case err == nil && st.closed:
-			sh.close()
-		case err == nil:
+		case err == nil && !st.closed:
 			st.warm = sh
+		case sh != nil:
+			sh.close()
 		}
 	}()
 }
@@ -276,8 +274,8 @@ func (st *Store) open(ctx context.Context) (*shell, error) {
 	return sh, nil
 }
 
-// close lets a shell that waits for a snapshot go: it ends at the end of
-// its stdin.
+// close ends the shell's stdin (one waiting for a snapshot then ends; one
+// that answered goes on with what it does after) and drains its output.
 func (sh *shell) close() {
 	sh.proc.Stdin.Close()
 	go io.Copy(io.Discard, sh.outR)
@@ -314,8 +312,7 @@ func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (dir string, se
 		}
 		dir, err = talk(sh, s, st.keep, &sent)
 	}
-	sh.proc.Stdin.Close()
-	go io.Copy(io.Discard, sh.outR)
+	sh.close()
 	if err == nil {
 		st.tails.Add(1)
 		go func() {
@@ -449,23 +446,8 @@ func talk(sh *shell, s *snapshot.Snapshot, keep time.Duration, sent *Sent) (stri
 		if err := top(d); err != nil {
 			return "", err
 		}
-		for _, f := range files {
-			name := d + "/" + f.Path
-			if err := dirs(tw, path.Dir(name), made); err != nil {
-				return "", err
-			}
-			h := &tar.Header{Name: name, Mode: 0o644, Typeflag: tar.TypeLink}
-			switch {
-			case f.Link != "":
-				h.Typeflag, h.Linkname = tar.TypeSymlink, f.Link
-			case missing[f.Blob()]:
-				h.Linkname = tmp + "/new/" + f.Blob()[:2] + "/" + f.Blob()
-			default:
-				h.Linkname = "blobs/" + f.Blob()[:2] + "/" + f.Blob()
-			}
-			if err := tw.WriteHeader(h); err != nil {
-				return "", err
-			}
+		if err := linkTree(tw, d, files, missing, tmp, made); err != nil {
+			return "", err
 		}
 	}
 	// Last: an empty TMP/end, which says the stream is whole (tar takes
@@ -489,6 +471,33 @@ func talk(sh *shell, s *snapshot.Snapshot, keep time.Duration, sent *Sent) (stri
 	return dir, nil
 }
 
+// linkTree writes files into the tree d: links to their blobs (in the
+// store, or in tmp/new for those missing), and their symbolic links.
+func linkTree(tw *tar.Writer, d string, files []snapshot.File, missing map[string]bool, tmp string, made map[string]bool) error {
+	for _, f := range files {
+		name := d + "/" + f.Path
+		if err := dirs(tw, path.Dir(name), made); err != nil {
+			return err
+		}
+		h := &tar.Header{Name: name, Mode: 0o644, Typeflag: tar.TypeLink}
+		switch {
+		case f.Link != "":
+			h.Typeflag, h.Linkname = tar.TypeSymlink, f.Link
+		case missing[f.Blob()]:
+			h.Linkname = blobPath(tmp+"/new", f.Blob())
+		default:
+			h.Linkname = blobPath("blobs", f.Blob())
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// blobPath is where the blob b is kept under dir: dir/XX/b.
+func blobPath(dir, b string) string { return dir + "/" + b[:2] + "/" + b }
+
 // sendBlob writes f's content as the store's new blob, in tmp/new.
 func sendBlob(tw *tar.Writer, s *snapshot.Snapshot, f snapshot.File, tmp string, made map[string]bool) error {
 	src, err := s.Content(f)
@@ -500,11 +509,11 @@ func sendBlob(tw *tar.Writer, s *snapshot.Snapshot, f snapshot.File, tmp string,
 	if f.Exec {
 		mode = 0o555
 	}
-	b := f.Blob()
-	if err := dirs(tw, tmp+"/new/"+b[:2], made); err != nil {
+	name := blobPath(tmp+"/new", f.Blob())
+	if err := dirs(tw, path.Dir(name), made); err != nil {
 		return err
 	}
-	if err := tw.WriteHeader(&tar.Header{Name: tmp + "/new/" + b[:2] + "/" + b, Mode: mode, Size: f.Size, Typeflag: tar.TypeReg}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: f.Size, Typeflag: tar.TypeReg}); err != nil {
 		return err
 	}
 	_, err = io.Copy(tw, src)

@@ -29,10 +29,10 @@
 # relative to it): TMP/new/XX/BLOB for the blobs it lacked, and in each DIR
 # the tree's changed files as hard links to blobs (in blobs/, or in
 # TMP/new), its links, and their directories; and last an empty TMP/end
-# (a stream cut between two entries is a whole one to tar). Once tar succeeded, the tree becomes snaps/ID, and the shell
-# says "built". It closes its output then, puts the new blobs in the
-# store, makes the spare and prunes (see after_answer): the coordinator
-# does not wait for that.
+# (a stream cut between two entries is a whole one to tar). Once tar
+# succeeded, the tree becomes snaps/ID, and the shell says "built". It
+# closes its output then, puts the new blobs in the store, makes the spare
+# and prunes (see after_answer): the coordinator does not wait for that.
 # A build from the base with a spare, under the lock, is done in place:
 # the differences go into both (DIR: base/KEY.spare and base/KEY), the
 # spare becomes the tree, the base stays the base: nothing is copied while
@@ -109,13 +109,11 @@ keep_blobs() {
   fi
 }
 make_spare() {
-  local have want t
+  local have want
   [ -d "$b" ] && IFS= read -r want <"$b.id" || return 0
   [ -d "$b.spare" ] && IFS= read -r have <"$b.spare.id" && [ "$have" = "$want" ] && return 0
-  rm -rf -- "$b.spare" "$b.spare.id"
-  t=$(mktemp -d -- "$store/tmp/XXXXXXXX") || return 1
-  cp -al -- "$b" "$t/spare" && mv -T -- "$t/spare" "$b.spare" && printf '%s\n' "$want" >"$b.spare.id"
-  rm -rf -- "$t"
+  rm -rf -- "$b.spare" "$b.spare.id" "$tmp/spare"
+  mkdir -p -- "$tmp" && cp -al -- "$b" "$tmp/spare" && mv -T -- "$tmp/spare" "$b.spare" && printf '%s\n' "$want" >"$b.spare.id"
 }
 # Made by the first that needs it (tar, most often): a name no other shell
 # has, on this machine or another one that shares the home.
