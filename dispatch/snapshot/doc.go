@@ -6,16 +6,24 @@
 // ID is a hash of that list: two snapshots of the same content have the
 // same ID, wherever and whenever they were taken.
 //
-// The content is copied, by hash, into the coordinator's content store as
-// the snapshot is taken, so that a host that comes up hours later gets
-// the files as they were, whatever was edited since. The store keeps each
-// snapshot's list (manifests/ID.list, for Since and Open) and, per
+// The content is copied into the coordinator's content store as the
+// snapshot is taken, so that a host that comes up hours later gets the
+// files as they were, whatever was edited since. What a snapshot finds the
+// store lacks goes into one new pack (packs/NAME: contents end to end,
+// each file's range reserved and written by whichever goroutine hashed
+// it), so that a first snapshot of 10,000 files creates one file here, not
+// 10,000; each list says where each file's content is (pack and offset).
+// Content the store has is found by the directory's last list: a file
+// unchanged, renamed or put back is not packed again (content shared by
+// two directories is packed once per directory). The store keeps each
+// snapshot's list (manifests/ID.packed, for Since and Open) and, per
 // directory, an index that names the directory's last list: a file whose
 // size and modification time are the list's is not read again, as git's
 // index does. A list is NUL-separated fields, since a path may hold any
-// other byte, sorted by path, so that two lists are compared in one pass;
-// Prune removes old lists and the content no list names. Taking a snapshot
-// costs an lstat per file, made on every CPU, and works out how it differs
-// from the directory's last one, which is what a machine that has that one
-// is sent.
+// other byte, sorted by path, so that two lists are compared in one pass.
+// Prune removes old lists and the packs no list names; a pack stays whole
+// while any list names part of it. Taking a snapshot costs an lstat per
+// file (on Linux an fstatat in its open directory), made on every CPU, and
+// works out how it differs from the directory's last one, which is what a
+// machine that has that one is sent.
 package snapshot

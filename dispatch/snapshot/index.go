@@ -39,18 +39,26 @@ func (s *Snapshot) saveManifest() {
 	writeAtomic(manifest(s.Store, s.ID), encode(s.Files))
 }
 
+// listSuffix ends the name of a list this version writes. Versions
+// before packs wrote ID.list, whose content was a file per hash, in the
+// store's XX directories (see Prune).
+const (
+	listSuffix    = ".packed"
+	oldListSuffix = ".list"
+)
+
 // manifest is the path of snapshot id's list in store.
 func manifest(store, id string) string {
-	return filepath.Join(store, "manifests", id+".list")
+	return filepath.Join(store, "manifests", id+listSuffix)
 }
 
 // encode writes files as a list: per file, its path, "x" or "-" (Exec),
-// size, modification time, hash and link, each ended by a NUL byte (a path
-// holds anything else).
+// size, modification time, hash, link, pack and offset in it (empty and 0
+// for a link), each ended by a NUL byte (a path holds anything else).
 func encode(files []File) []byte {
 	n := 0
 	for _, f := range files {
-		n += len(f.Path) + len(f.Hash) + len(f.Link) + 2*20 + 8
+		n += len(f.Path) + len(f.Hash) + len(f.Link) + len(f.pack) + 3*20 + 10
 	}
 	b := make([]byte, 0, n)
 	for _, f := range files {
@@ -69,6 +77,10 @@ func encode(files []File) []byte {
 		b = append(b, 0)
 		b = append(b, f.Link...)
 		b = append(b, 0)
+		b = append(b, f.pack...)
+		b = append(b, 0)
+		b = strconv.AppendInt(b, f.off, 10)
+		b = append(b, 0)
 	}
 	return b
 }
@@ -76,8 +88,8 @@ func encode(files []File) []byte {
 // decode reads a list encode wrote.
 func decode(b []byte) ([]File, error) {
 	list := string(b)
-	files := make([]File, 0, strings.Count(list, "\x00")/6)
-	var field [6]string
+	var field [8]string
+	files := make([]File, 0, strings.Count(list, "\x00")/len(field))
 	for list != "" {
 		for i := range field {
 			end := strings.IndexByte(list, 0)
@@ -86,11 +98,14 @@ func decode(b []byte) ([]File, error) {
 			}
 			field[i], list = list[:end], list[end+1:]
 		}
-		f := File{Path: field[0], Exec: field[1] == "x", Hash: field[4], Link: field[5]}
-		var err1, err2 error
+		f := File{Path: field[0], Exec: field[1] == "x", Hash: field[4], Link: field[5], pack: field[6]}
+		var err1, err2, err3 error
 		f.Size, err1 = strconv.ParseInt(field[2], 10, 64)
 		f.mtime, err2 = strconv.ParseInt(field[3], 10, 64)
-		if err1 != nil || err2 != nil || f.Path == "" || (f.Link == "") != (len(f.Hash) == 64) {
+		f.off, err3 = strconv.ParseInt(field[7], 10, 64)
+		content := f.Link == ""
+		if err1 != nil || err2 != nil || err3 != nil || f.Path == "" || content != (len(f.Hash) == 64) ||
+			content != validPack(f.pack) || f.off < 0 || !content && (f.Size != 0 || f.off != 0) {
 			return nil, fmt.Errorf("a bad entry in a list of files: %q", field[0])
 		}
 		files = append(files, f)
@@ -270,20 +285,25 @@ func PruneOften(store string, keep time.Duration) {
 }
 
 // Prune removes from store the lists of snapshots taken more than keep ago
-// and the content that no remaining list names and that came in more than
-// keep ago. Taking a snapshot renews its list. An index names a list, so
-// the content it knows is never removed while it stands.
+// and the packs that no remaining list names and that were written more
+// than keep ago. Taking a snapshot renews its list. An index names a list,
+// so the content it knows is never removed while it stands. A pack is kept
+// whole while a list names any of it.
 func Prune(store string, keep time.Duration) {
 	cutoff := time.Now().Add(-keep)
 	lists, _ := filepath.Glob(filepath.Join(store, "manifests", "*"))
 	used := map[string]bool{}
+	loose := false
 	for _, l := range lists {
 		fi, err := os.Stat(l)
 		if err == nil && fi.ModTime().Before(cutoff) {
 			os.Remove(l)
 			continue
 		}
-		if !strings.HasSuffix(l, ".list") {
+		if strings.HasSuffix(l, oldListSuffix) {
+			loose = true
+		}
+		if !strings.HasSuffix(l, listSuffix) {
 			continue // another version's, or a write under way
 		}
 		b, err := os.ReadFile(l)
@@ -293,22 +313,32 @@ func Prune(store string, keep time.Duration) {
 			return
 		}
 		for _, f := range files {
-			used[f.Hash] = true
+			used[f.pack] = true
+		}
+	}
+	old := func(path string) bool {
+		fi, err := os.Lstat(path)
+		return err == nil && fi.ModTime().Before(cutoff)
+	}
+	packs, _ := filepath.Glob(filepath.Join(store, packDir, "*"))
+	for _, p := range packs {
+		if !used[filepath.Base(p)] && old(p) {
+			os.Remove(p)
+		}
+	}
+	if loose {
+		// An earlier version's list stands: it may name any of the
+		// content that version kept a file per hash.
+		return
+	}
+	blobs, _ := filepath.Glob(filepath.Join(store, "[0-9a-f][0-9a-f]", "*"))
+	for _, b := range blobs {
+		if old(b) {
+			os.Remove(b)
 		}
 	}
 	dirs, _ := filepath.Glob(filepath.Join(store, "[0-9a-f][0-9a-f]"))
 	for _, d := range dirs {
-		entries, err := os.ReadDir(d)
-		if err != nil {
-			continue
-		}
-		for _, e := range entries {
-			if used[e.Name()] {
-				continue
-			}
-			if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
-				os.Remove(filepath.Join(d, e.Name()))
-			}
-		}
+		os.Remove(d) // when empty
 	}
 }

@@ -41,6 +41,10 @@ type File struct {
 	Link string
 	// mtime is the file's modification time as listed (UnixNano).
 	mtime int64
+	// pack and off say where the coordinator's store has the content: in
+	// which pack, from which byte (see packer).
+	pack string
+	off  int64
 }
 
 // Blob is the name of f's content in a content store: its hash, with "x"
@@ -72,11 +76,6 @@ type Snapshot struct {
 
 	mu    sync.Mutex
 	since map[string]since // by earlier ID; see Since
-}
-
-// Content opens the content of f as it was when s was taken.
-func (s *Snapshot) Content(f File) (*os.File, error) {
-	return os.Open(filepath.Join(s.Store, f.Hash[:2], f.Hash))
 }
 
 // Take takes a snapshot of dir, whose content it keeps in store (the
@@ -251,7 +250,13 @@ func (w *walker) work(ctx context.Context) []File {
 // files, and returns its subdirectories.
 func (w *walker) read(d string, files *[]File) (subdirs []string, err error) {
 	full := filepath.Join(w.root, filepath.FromSlash(d))
-	list, err := os.ReadDir(full)
+	dir, err := os.Open(full)
+	if err != nil {
+		return nil, fmt.Errorf("sync: %w", err)
+	}
+	defer dir.Close()
+	// Unsorted: walk sorts them all.
+	list, err := dir.ReadDir(-1)
 	if err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
 	}
@@ -267,7 +272,7 @@ func (w *walker) read(d string, files *[]File) (subdirs []string, err error) {
 			}
 			continue
 		}
-		f, keep, err := entry(w.root, full+string(filepath.Separator)+e.Name(), p)
+		f, keep, err := entryIn(dir, w.root, full+string(filepath.Separator)+e.Name(), e.Name(), p)
 		if err != nil {
 			return nil, err
 		}
@@ -321,19 +326,37 @@ func parallel(ctx context.Context, n int, f func(i int) error) error {
 // (quoted).
 func idOf(files []File) string {
 	id := sha256.New()
-	var line []byte
+	var lines []byte
 	for _, f := range files {
-		line = strconv.AppendQuote(line[:0], f.Path)
-		line = append(line, ' ')
-		line = strconv.AppendBool(line, f.Exec)
-		line = append(line, ' ')
-		line = append(line, f.Hash...)
-		line = append(line, ' ')
-		line = strconv.AppendQuote(line, f.Link)
-		line = append(line, '\n')
-		id.Write(line)
+		lines = appendQuote(lines, f.Path)
+		lines = append(lines, ' ')
+		lines = strconv.AppendBool(lines, f.Exec)
+		lines = append(lines, ' ')
+		lines = append(lines, f.Hash...)
+		lines = append(lines, ' ')
+		lines = appendQuote(lines, f.Link)
+		lines = append(lines, '\n')
+		if len(lines) > 1<<16 {
+			id.Write(lines)
+			lines = lines[:0]
+		}
 	}
+	id.Write(lines)
 	return hex.EncodeToString(id.Sum(nil))[:20]
+}
+
+// appendQuote is strconv.AppendQuote, which it calls only for a string
+// that is not plain printable ASCII without quotes or backslashes (most
+// paths are, and are quoted as they are).
+func appendQuote(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' || c == '"' || c == '\\' {
+			return strconv.AppendQuote(b, s)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // Open returns the snapshot id of dir that Take took earlier with store
@@ -459,107 +482,114 @@ func tooLarge(s *Snapshot, limit int64) error {
 }
 
 // hash fills in the files' hashes, copying into the store the content it
-// lacks, on as many goroutines as there are CPUs.
+// lacks (into one new pack), on as many goroutines as there are CPUs.
 func (s *Snapshot) hash(ctx context.Context, idx *index) error {
 	known := idx.pair(s.Files)
-	return parallel(ctx, len(s.Files), func(i int) error {
+	p := newPacker(s.Store, idx.list)
+	err := parallel(ctx, len(s.Files), func(i int) error {
 		if s.Files[i].Link != "" {
 			return nil
 		}
-		return s.keep(&s.Files[i], idx, known[i])
+		return s.keep(&s.Files[i], idx, known[i], p)
 	})
+	return cmp.Or(err, p.close())
 }
 
-// keep hashes f and keeps its content in the store, where it is not yet:
-// a file the index knows unchanged (e is its entry of f's path, or nil) is
-// not read at all; another is read once, into the store.
-func (s *Snapshot) keep(f *File, idx *index, e *File) error {
+// keep fills in f's hash and where the store has its content (e: the
+// index's entry of its path, or nil), writing the content into p's pack
+// when the store lacks it.
+func (s *Snapshot) keep(f *File, idx *index, e *File, p *packer) error {
 	if hash, ok := idx.known(*f, e); ok {
 		// The store has its content: Prune keeps what the index's list
 		// names.
-		f.Hash = hash
+		f.Hash, f.pack, f.off = hash, e.pack, e.off
 		return nil
 	}
 	path := filepath.Join(s.Dir, filepath.FromSlash(f.Path))
 	var (
-		hash string
-		n    int64
-		err  error
-		tmp  *os.File
-		b    []byte
+		n   int64
+		err error
 	)
 	if f.Size <= smallFile {
-		// Read whole: what is hashed is what is kept, and the copy is
-		// made only when the store lacks it, beside where it goes (the
-		// store's top directory is not one that every copy locks).
-		b, err = os.ReadFile(path)
-		sum := sha256.Sum256(b)
-		hash, n = hex.EncodeToString(sum[:]), int64(len(b))
+		// Read whole: what is hashed is what is kept, and it is written
+		// only when the store lacks it.
+		var b []byte
+		if b, err = os.ReadFile(path); err == nil {
+			sum := sha256.Sum256(b)
+			f.Hash, n = hex.EncodeToString(sum[:]), int64(len(b))
+			err = s.put(f, p, b)
+		}
 	} else {
-		if tmp, err = os.CreateTemp(s.Store, "in-"); err != nil {
-			return fmt.Errorf("sync: the coordinator's content store: %w", err)
-		}
-		defer os.Remove(tmp.Name())
-		hash, n, err = hashOf(path, tmp)
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
+		n, err = s.copyLarge(f, p, path)
 	}
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("sync: %s vanished while the snapshot was taken: take it again", path)
-	case err != nil:
+	case err != nil && !errors.Is(err, errChanged):
 		return fmt.Errorf("sync: copying %s into the coordinator's content store %s: %w", path, s.Store, err)
 	}
-	if fi, err := os.Lstat(path); err != nil || n != f.Size || fi.Size() != n || fi.ModTime().UnixNano() != f.mtime {
+	if fi, serr := os.Lstat(path); err != nil || serr != nil || n != f.Size || fi.Size() != n || fi.ModTime().UnixNano() != f.mtime {
 		return fmt.Errorf("sync: %s changed while the snapshot was taken: take it again", path)
-	}
-	f.Hash = hash
-	dst := filepath.Join(s.Store, hash[:2], hash)
-	if _, err := os.Stat(dst); err == nil {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return fmt.Errorf("sync: the coordinator's content store: %w", err)
-	}
-	if tmp == nil {
-		if tmp, err = os.CreateTemp(filepath.Dir(dst), "in-"); err != nil {
-			return fmt.Errorf("sync: the coordinator's content store: %w", err)
-		}
-		defer os.Remove(tmp.Name())
-		_, err = tmp.Write(b)
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("sync: copying %s into the coordinator's content store %s: %w", path, s.Store, err)
-		}
-	}
-	if err := os.Rename(tmp.Name(), dst); err != nil {
-		return fmt.Errorf("sync: the coordinator's content store: %w", err)
 	}
 	return nil
 }
 
-// smallFile is the size up to which a file is read whole as it is hashed.
-const smallFile = 1 << 20
+// errChanged is a file whose length is no longer the one listed.
+var errChanged = errors.New("changed while the snapshot was taken")
 
-// hashOf returns the SHA-256 of the file at path and its length, copying
-// it to w as well when w is not nil.
-func hashOf(path string, w io.Writer) (string, int64, error) {
+// put points f (hashed, its content b) at the store's copy of b, writing
+// one into p's pack if the store has none.
+func (s *Snapshot) put(f *File, p *packer, b []byte) error {
+	if at, ok := p.find(f.Hash); ok {
+		f.pack, f.off = at.pack, at.off
+		return nil
+	}
+	if int64(len(b)) != f.Size {
+		return errChanged
+	}
+	pf, at, err := p.reserve(f.Size)
+	if err != nil {
+		return err
+	}
+	if _, err := pf.WriteAt(b, at.off); err != nil {
+		return err
+	}
+	f.pack, f.off = at.pack, at.off
+	p.wrote(f.Hash, at)
+	return nil
+}
+
+// copyLarge hashes the file at path (f, too large to be read whole) as it
+// copies it into p's pack: f.Size bytes, and no more. It returns how many
+// it read.
+func (s *Snapshot) copyLarge(f *File, p *packer, path string) (int64, error) {
 	src, err := os.Open(path)
 	if err != nil {
-		return "", 0, err
+		return 0, err
 	}
 	defer src.Close()
-	h := sha256.New()
-	var to io.Writer = h
-	if w != nil {
-		to = io.MultiWriter(h, w)
+	pf, at, err := p.reserve(f.Size)
+	if err != nil {
+		return 0, err
 	}
-	n, err := io.Copy(to, src)
-	return hex.EncodeToString(h.Sum(nil)), n, err
+	h := sha256.New()
+	n, err := io.CopyN(io.MultiWriter(h, io.NewOffsetWriter(pf, at.off)), src, f.Size)
+	switch {
+	case errors.Is(err, io.EOF):
+		return n, errChanged
+	case err != nil:
+		return n, err
+	}
+	if m, _ := src.Read(make([]byte, 1)); m != 0 {
+		return n + 1, errChanged
+	}
+	f.Hash, f.pack, f.off = hex.EncodeToString(h.Sum(nil)), at.pack, at.off
+	p.wrote(f.Hash, at)
+	return n, nil
 }
+
+// smallFile is the size up to which a file is read whole as it is hashed.
+const smallFile = 1 << 20
 
 // Size says n bytes in a unit a reader takes in at once.
 func Size(n int64) string {

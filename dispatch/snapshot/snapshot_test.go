@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -168,15 +170,37 @@ func TestTakeID(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "a.py"), []byte("edited"), 0o644)
-	f, err := s.Content(s.Files[0])
+	if got := content(t, s, s.Files[0]); got != "a" {
+		t.Errorf("the store's copy of a.py reads %q after the edit; want what it was, %q", got, "a")
+	}
+}
+
+// content reads f's content from s's store ("" when it cannot).
+func content(t *testing.T, s *Snapshot, f File) string {
+	t.Helper()
+	c := s.Contents()
+	defer c.Close()
+	r, err := c.Open(f)
+	if err != nil {
+		return ""
+	}
+	b, err := io.ReadAll(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	b := make([]byte, 10)
-	n, _ := f.Read(b)
-	if string(b[:n]) != "a" {
-		t.Errorf("the store's copy of a.py reads %q after the edit; want what it was, %q", b[:n], "a")
+	return string(b)
+}
+
+// age sets the time of every list and pack in store to long ago.
+func age(t *testing.T, store string, long time.Time) {
+	t.Helper()
+	for _, pattern := range []string{"manifests/*", "packs/*"} {
+		paths, _ := filepath.Glob(filepath.Join(store, pattern))
+		for _, p := range paths {
+			if err := os.Chtimes(p, long, long); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 
@@ -198,14 +222,14 @@ func TestOpen(t *testing.T) {
 		t.Errorf("opened %+v; took %+v", got, s)
 	}
 	for i := range s.Files {
-		if got.Files[i].Path != s.Files[i].Path || got.Files[i].Hash != s.Files[i].Hash {
+		if got.Files[i].Path != s.Files[i].Path || got.Files[i].Hash != s.Files[i].Hash || content(t, got, got.Files[i]) != content(t, s, s.Files[i]) {
 			t.Errorf("file %d: %+v, took %+v", i, got.Files[i], s.Files[i])
 		}
 	}
 	if _, err := Open(store, "0123456789abcdef0123", dir); err == nil || !strings.Contains(err.Error(), "no longer in") {
 		t.Errorf("a snapshot never taken: %v", err)
 	}
-	os.WriteFile(manifest(store, s.ID), encode([]File{{Path: "x", Size: 1, Hash: strings.Repeat("0", 64)}}), 0o600)
+	os.WriteFile(manifest(store, s.ID), encode([]File{{Path: "x", Size: 1, Hash: strings.Repeat("0", 64), pack: "0123456789abcdef"}}), 0o600)
 	if _, err := Open(store, s.ID, dir); err == nil || !strings.Contains(err.Error(), "not that snapshot's") {
 		t.Errorf("a list that is not the snapshot's: %v", err)
 	}
@@ -291,13 +315,7 @@ func TestTakeIndex(t *testing.T) {
 	}
 	// Both lists and their content pruned: the index names a list that is
 	// gone, and the next snapshot puts the content back.
-	long := time.Now().Add(-48 * time.Hour)
-	for _, s := range []*Snapshot{first, second} {
-		os.Chtimes(manifest(store, s.ID), long, long)
-		for _, f := range s.Files {
-			os.Chtimes(filepath.Join(store, f.Hash[:2], f.Hash), long, long)
-		}
-	}
+	age(t, store, time.Now().Add(-48*time.Hour))
 	Prune(store, 24*time.Hour)
 	third, err := Take(context.Background(), dir, store, DefaultLimit)
 	if err != nil {
@@ -307,8 +325,8 @@ func TestTakeIndex(t *testing.T) {
 		t.Errorf("b.py was not read again after the index's list went")
 	}
 	for _, f := range third.Files {
-		if _, err := os.Stat(filepath.Join(store, f.Hash[:2], f.Hash)); err != nil {
-			t.Errorf("the store lacks %s's content: %v", f.Path, err)
+		if got, want := content(t, third, f), map[string]string{"a.py": "AAAA", "b.py": "BBBB", "c.py": "cccc"}[f.Path]; got != want {
+			t.Errorf("the store has %q for %s, want %q", got, f.Path, want)
 		}
 	}
 }
@@ -380,8 +398,9 @@ func TestDiff(t *testing.T) {
 	}
 }
 
-// Prune removes the lists of snapshots older than keep and the content no
-// other list names; a snapshot taken again is renewed.
+// Prune removes the lists of snapshots older than keep and the packs no
+// other list names; a snapshot taken again is renewed, and so is the
+// content it shares with an older one.
 func TestPrune(t *testing.T) {
 	store := t.TempDir()
 	old, kept := t.TempDir(), t.TempDir()
@@ -395,28 +414,54 @@ func TestPrune(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	long := time.Now().Add(-48 * time.Hour)
-	os.Chtimes(manifest(store, a.ID), long, long)
-	for _, f := range append(a.Files, b.Files...) {
-		os.Chtimes(filepath.Join(store, f.Hash[:2], f.Hash), long, long)
+	age(t, store, time.Now().Add(-48*time.Hour))
+	// b taken again: its list is renewed, its pack is not rewritten.
+	if b, err = Take(context.Background(), kept, store, DefaultLimit); err != nil {
+		t.Fatal(err)
 	}
+	// A pack being written, which no list names yet.
+	fresh := filepath.Join(store, packDir, "0123456789abcdef")
+	os.WriteFile(fresh, []byte("x"), 0o600)
 	Prune(store, 24*time.Hour)
-	have := func(f File) bool {
-		_, err := os.Stat(filepath.Join(store, f.Hash[:2], f.Hash))
-		return err == nil
-	}
 	for _, f := range a.Files {
-		if want := f.Path == "shared.py"; have(f) != want {
-			t.Errorf("%s of the old snapshot: kept %t, want %t", f.Path, have(f), want)
+		if got := content(t, a, f); got != "" {
+			t.Errorf("%s of the old snapshot is still there: %q", f.Path, got)
 		}
 	}
 	for _, f := range b.Files {
-		if !have(f) {
+		if got := content(t, b, f); got == "" {
 			t.Errorf("%s of the recent snapshot was removed", f.Path)
 		}
 	}
 	if _, ok := b.Since(a.ID); ok {
 		t.Errorf("the old snapshot's list is still there")
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Errorf("a new pack no list names yet was removed: %v", err)
+	}
+}
+
+// Content an earlier version kept a file per hash goes once it is old,
+// unless a list of that version still stands (it may name any of it).
+func TestPruneLoose(t *testing.T) {
+	long := time.Now().Add(-48 * time.Hour)
+	for _, oldList := range []bool{false, true} {
+		store := t.TempDir()
+		blob := filepath.Join(store, "ab", strings.Repeat("ab", 32))
+		os.MkdirAll(filepath.Dir(blob), 0o700)
+		os.WriteFile(blob, []byte("x"), 0o400)
+		os.Chtimes(blob, long, long)
+		if oldList {
+			os.MkdirAll(filepath.Join(store, "manifests"), 0o700)
+			os.WriteFile(filepath.Join(store, "manifests", "0123456789abcdef0123"+oldListSuffix), nil, 0o600)
+		}
+		Prune(store, 24*time.Hour)
+		if _, err := os.Stat(blob); (err == nil) != oldList {
+			t.Errorf("with a list of the earlier version %t: the old content kept: %t", oldList, err == nil)
+		}
+		if _, err := os.Stat(filepath.Dir(blob)); !oldList && err == nil {
+			t.Errorf("the empty directory of the old content stays")
+		}
 	}
 }
 
@@ -458,10 +503,12 @@ func TestPruneOften(t *testing.T) {
 func FuzzDecode(f *testing.F) {
 	hash := strings.Repeat("ab", 32)
 	f.Add([]byte(nil))
-	f.Add(encode([]File{{Path: "a.py", Size: 3, mtime: 1, Hash: hash}, {Path: "l", Link: "a.py"}}))
-	f.Add(encode([]File{{Path: "x\ny z", Exec: true, Size: 1 << 40, mtime: -5, Hash: hash}}))
-	f.Add([]byte("a\x00-\x001\x002\x00\x00\x00"))
-	f.Add([]byte("a\x00-\x00x\x002\x00" + hash + "\x00\x00"))
+	pack := "0123456789abcdef"
+	f.Add(encode([]File{{Path: "a.py", Size: 3, mtime: 1, Hash: hash, pack: pack}, {Path: "l", Link: "a.py"}}))
+	f.Add(encode([]File{{Path: "x\ny z", Exec: true, Size: 1 << 40, mtime: -5, Hash: hash, pack: pack, off: 1 << 33}}))
+	f.Add([]byte("a\x00-\x001\x002\x00\x00\x00\x00\x000\x00"))
+	f.Add([]byte("a\x00-\x00x\x002\x00" + hash + "\x00\x00" + pack + "\x000\x00"))
+	f.Add([]byte("a\x00-\x001\x002\x00" + hash + "\x00\x00../../x\x000\x00"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		files, err := decode(b)
 		if err != nil {
@@ -469,6 +516,125 @@ func FuzzDecode(f *testing.F) {
 		}
 		if again, err := decode(encode(files)); err != nil || !slices.Equal(again, files) {
 			t.Errorf("%q decoded to %+v, which reads back as %+v, %v", b, files, again, err)
+		}
+	})
+}
+
+// The content a snapshot's store lacks goes into one pack per snapshot:
+// a second snapshot packs only what changed, and content the store has
+// (a file renamed, two files alike) is not packed again.
+func TestTakePacks(t *testing.T) {
+	dir, store := t.TempDir(), t.TempDir()
+	files := map[string]string{}
+	for i := range 50 {
+		files[fmt.Sprintf("d%d/f%02d.py", i%3, i)] = fmt.Sprintf("content %02d\n", i)
+	}
+	files["twin.py"] = "content 07\n"
+	write(t, dir, files)
+	packs := func() (sizes []int64) {
+		paths, _ := filepath.Glob(filepath.Join(store, packDir, "*"))
+		for _, p := range paths {
+			fi, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sizes = append(sizes, fi.Size())
+		}
+		slices.Sort(sizes)
+		return sizes
+	}
+	first, err := Take(context.Background(), dir, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := packs(), []int64{50 * int64(len("content 00\n"))}; !slices.Equal(got, want) {
+		t.Errorf("after the first snapshot, packs of %v bytes; want %v (twin.py's content once)", got, want)
+	}
+	loose, _ := filepath.Glob(filepath.Join(store, "[0-9a-f][0-9a-f]"))
+	if len(loose) != 0 {
+		t.Errorf("content kept a file per hash: %v", loose)
+	}
+	os.Rename(filepath.Join(dir, "d0/f00.py"), filepath.Join(dir, "renamed.py"))
+	write(t, dir, map[string]string{"d1/f01.py": "edited"})
+	second, err := Take(context.Background(), dir, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := packs(), []int64{int64(len("edited")), 50 * int64(len("content 00\n"))}; !slices.Equal(got, want) {
+		t.Errorf("after the second snapshot, packs of %v bytes; want %v (the edited file alone)", got, want)
+	}
+	for _, s := range []*Snapshot{first, second} {
+		for _, f := range s.Files {
+			want := files[f.Path]
+			switch f.Path {
+			case "renamed.py":
+				want = files["d0/f00.py"]
+			case "d1/f01.py":
+				if s == second {
+					want = "edited"
+				}
+			}
+			if got := content(t, s, f); got != want {
+				t.Errorf("snapshot %s: %s reads %q, want %q", s.ID, f.Path, got, want)
+			}
+		}
+	}
+}
+
+// A file whose length is not the one listed when its content is read
+// (written to meanwhile) stops the snapshot, named; whether it is read
+// whole or copied as it is read, it never takes more than its range of
+// the pack.
+func TestKeepChanged(t *testing.T) {
+	dir, store := t.TempDir(), t.TempDir()
+	small, large := "small.py", "large.bin"
+	write(t, dir, map[string]string{small: "small", large: strings.Repeat("x", smallFile+10)})
+	for _, tc := range []struct {
+		name  string
+		path  string
+		delta int64 // listed size minus real size
+	}{
+		{"small, grew", small, -1},
+		{"small, shrank", small, 1},
+		{"large, grew", large, -5},
+		{"large, shrank", large, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fi, err := os.Lstat(filepath.Join(dir, tc.path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := &Snapshot{Dir: dir, Store: store}
+			f := File{Path: tc.path, Size: fi.Size() + tc.delta, mtime: fi.ModTime().UnixNano()}
+			p := newPacker(store, nil)
+			err = s.keep(&f, &index{}, nil, p)
+			p.close()
+			if err == nil || !strings.Contains(err.Error(), tc.path+" changed while the snapshot was taken") {
+				t.Errorf("got %v, want the file named as changed", err)
+			}
+			if p.name == "" {
+				return
+			}
+			packed, err := os.Stat(packPath(store, p.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if packed.Size() > f.Size {
+				t.Errorf("the pack holds %d bytes for a file listed as %d", packed.Size(), f.Size)
+			}
+		})
+	}
+}
+
+// appendQuote quotes as strconv.AppendQuote does, whatever the bytes (an
+// ID must not change with how it is worked out).
+func FuzzAppendQuote(f *testing.F) {
+	for _, s := range []string{"", "a/b.py", `say "hi"`, `back\slash`, "tab\there", "é.py", "\xff\xfe", "~", "\x7f", " lead"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := appendQuote([]byte("x"), s), strconv.AppendQuote([]byte("x"), s); string(got) != string(want) {
+			t.Errorf("appendQuote(%q) = %s, want %s", s, got, want)
 		}
 	})
 }

@@ -322,6 +322,10 @@ func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (dir string, se
 		return dir, sent, false, nil
 	}
 	werr := <-sh.waited
+	if errors.As(err, new(hereError)) {
+		// What the machine says of the stream cut short is not why.
+		return "", sent, false, fmt.Errorf("cannot put the code (snapshot %s of %s) there: %w", s.ID, s.Dir, err)
+	}
 	code, said := spawn.ExitStatus(werr)
 	if !said {
 		return "", sent, false, fmt.Errorf("%w: the connection was lost while the code (snapshot %s of %s) was put there", executor.ErrHostDown, s.ID, s.Dir)
@@ -431,12 +435,14 @@ func talk(sh *shell, s *snapshot.Snapshot, keep time.Duration, sent *Sent) (stri
 			return "", err
 		}
 	}
+	content := s.Contents()
+	defer content.Close()
 	for _, b := range blobs {
 		if !missing[b] {
 			continue
 		}
 		f := first[b]
-		if err := sendBlob(tw, s, f, tmp, made); err != nil {
+		if err := sendBlob(tw, content, f, tmp, made); err != nil {
 			return "", err
 		}
 		sent.Files++
@@ -499,12 +505,11 @@ func linkTree(tw *tar.Writer, d string, files []snapshot.File, missing map[strin
 func blobPath(dir, b string) string { return dir + "/" + b[:2] + "/" + b }
 
 // sendBlob writes f's content as the store's new blob, in tmp/new.
-func sendBlob(tw *tar.Writer, s *snapshot.Snapshot, f snapshot.File, tmp string, made map[string]bool) error {
-	src, err := s.Content(f)
+func sendBlob(tw *tar.Writer, content *snapshot.Contents, f snapshot.File, tmp string, made map[string]bool) error {
+	src, err := content.Open(f)
 	if err != nil {
-		return fmt.Errorf("the coordinator's copy of %s: %w", f.Path, err)
+		return hereError{fmt.Errorf("the coordinator's copy of %s: %w", f.Path, err)}
 	}
-	defer src.Close()
 	mode := int64(0o444)
 	if f.Exec {
 		mode = 0o555
@@ -516,9 +521,19 @@ func sendBlob(tw *tar.Writer, s *snapshot.Snapshot, f snapshot.File, tmp string,
 	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: f.Size, Typeflag: tar.TypeReg}); err != nil {
 		return err
 	}
-	_, err = io.Copy(tw, src)
+	_, err = io.CopyN(tw, src, f.Size)
+	if errors.Is(err, io.EOF) {
+		return hereError{fmt.Errorf("the coordinator's copy of %s is cut short: run gpudispatch hosts --clean, which removes it, and take the snapshot again", f.Path)}
+	}
 	return err
 }
+
+// hereError is a failure on the coordinator's side of a shipping (its copy
+// of a file), which no machine's answer explains.
+type hereError struct{ error }
+
+// Unwrap returns the failure.
+func (e hereError) Unwrap() error { return e.error }
 
 // dirs writes the directory d and those above it that made lacks (below
 // a top made has).

@@ -194,6 +194,28 @@ func TestShipFails(t *testing.T) {
 	}
 }
 
+// The coordinator's copy of a file cut short (its pack truncated by hand or
+// by a full disk) is named, with what to do; no tree is built of it.
+func TestShipCutShortCopy(t *testing.T) {
+	local := t.TempDir()
+	s := take(t, project(t, map[string]string{"a.py": "print(1)", "b.py": "print(2)"}), local)
+	packs, _ := filepath.Glob(filepath.Join(local, "packs", "*"))
+	if len(packs) != 1 {
+		t.Fatalf("packs %v, want one", packs)
+	}
+	if err := os.Truncate(packs[0], 3); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	_, _, err := newStore(t, homeIn(home), 0, "").Ensure(context.Background(), s)
+	if err == nil || !strings.Contains(err.Error(), "a.py is cut short") || !strings.Contains(err.Error(), "hosts --clean") {
+		t.Errorf("shipping a copy cut short: %v", err)
+	}
+	if snaps, _ := filepath.Glob(filepath.Join(home, ".gpudispatch", "code", "snaps", s.ID+"*")); len(snaps) != 0 {
+		t.Errorf("a tree was built: %v", snaps)
+	}
+}
+
 // homeIn starts bash here as a machine whose home is home, with the
 // variables vars (NAME=VALUE) set too.
 func homeIn(home string, vars ...string) spawn.Func {
