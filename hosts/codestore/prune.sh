@@ -27,13 +27,19 @@ open_store() {
 # blobs no tree links to any more, and what cut-off builds left.
 # shellcheck disable=SC2154 # $store and $keep are the caller's
 # prune_often prunes unless the store was pruned within a tenth of $keep:
-# a look at every blob costs, and a run ships to a host many times.
+# a look at every blob costs, and a run ships to a host many times. The
+# time of the last prune is in .pruned (seconds since 1970), read and
+# written by bash alone: a process more per shipping costs a lab of
+# hosts on one machine.
 prune_often() {
-  local m=$((keep / 10))
-  if [ "$m" -gt 0 ] && [ -n "$(find "$store/.pruned" -mmin -"$m" 2>/dev/null)" ]; then
+  local last='' now
+  printf -v now '%(%s)T' -1
+  IFS= read -r last <"$store/.pruned" 2>/dev/null
+  case $last in '' | *[!0-9]*) last=0 ;; esac
+  if [ "$keep" -ge 10 ] && [ $((now - last)) -lt $((keep * 60 / 10)) ]; then
     return 0
   fi
-  : >"$store/.pruned"
+  printf '%s\n' "$now" >"$store/.pruned"
   prune
 }
 prune() {

@@ -472,7 +472,9 @@ func TestShipPrunes(t *testing.T) {
 	}
 	// The store pruned as the first two were built: the next shipping
 	// prunes once a tenth of the keep time has passed since.
-	os.Chtimes(filepath.Join(store, ".pruned"), long, long)
+	if err := os.WriteFile(filepath.Join(store, ".pruned"), fmt.Appendf(nil, "%d\n", long.Unix()), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	busy := exec.Command("sleep", "30")
 	busy.Dir = busyDir
 	if err := busy.Start(); err != nil {
@@ -504,6 +506,12 @@ func TestShipPrunes(t *testing.T) {
 	if blob(oldSnap, "only-old.py") || !blob(oldSnap, "shared.py") || !blob(busySnap, "busy.py") {
 		t.Errorf("content: only-old.py kept %t (want false), shared.py %t, busy.py %t (want true)",
 			blob(oldSnap, "only-old.py"), blob(oldSnap, "shared.py"), blob(busySnap, "busy.py"))
+	}
+	// Pruned just now: the next shipping does not look again.
+	os.Chtimes(newDir+".ok", long, long)
+	build(map[string]string{"other.py": "prune-test other"})
+	if _, err := os.Stat(newDir); err != nil {
+		t.Errorf("pruned again at once: %v", err)
 	}
 }
 

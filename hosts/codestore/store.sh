@@ -112,8 +112,12 @@ make_spare() {
   local have want
   [ -d "$b" ] && IFS= read -r want <"$b.id" || return 0
   [ -d "$b.spare" ] && IFS= read -r have <"$b.spare.id" && [ "$have" = "$want" ] && return 0
-  rm -rf -- "$b.spare" "$b.spare.id" "$tmp/spare"
-  mkdir -p -- "$tmp" && cp -al -- "$b" "$tmp/spare" && mv -T -- "$tmp/spare" "$b.spare" && printf '%s\n' "$want" >"$b.spare.id"
+  # No process for what is not there: after a build in place, the spare
+  # is gone, and TMP is there.
+  if [ -e "$b.spare" ] || [ -e "$b.spare.id" ] || [ -e "$tmp/spare" ]; then
+    rm -rf -- "$b.spare" "$b.spare.id" "$tmp/spare"
+  fi
+  { [ -d "$tmp" ] || mkdir -p -- "$tmp"; } && cp -al -- "$b" "$tmp/spare" && mv -T -- "$tmp/spare" "$b.spare" && printf '%s\n' "$want" >"$b.spare.id"
 }
 # Made by the first that needs it (tar, most often): a name no other shell
 # has, on this machine or another one that shares the home.
