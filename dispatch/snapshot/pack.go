@@ -116,6 +116,14 @@ func (p *packer) close() error {
 	return nil
 }
 
+// discard closes and removes the pack, if one was made: the Take failed.
+func (p *packer) discard() {
+	if p.f != nil {
+		p.f.Close()
+		os.Remove(p.f.Name())
+	}
+}
+
 // Contents reads the content of a snapshot's files, each as it was when
 // the snapshot was taken; it keeps the packs it opened open until Close.
 // One goroutine uses it.

@@ -492,7 +492,12 @@ func (s *Snapshot) hash(ctx context.Context, idx *index) error {
 		}
 		return s.keep(&s.Files[i], idx, known[i], p)
 	})
-	return cmp.Or(err, p.close())
+	if err != nil {
+		// No list will name it: what it holds is of no use.
+		p.discard()
+		return err
+	}
+	return p.close()
 }
 
 // keep fills in f's hash and where the store has its content (e: the

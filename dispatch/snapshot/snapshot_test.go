@@ -638,3 +638,22 @@ func FuzzAppendQuote(f *testing.F) {
 		}
 	})
 }
+
+// A snapshot that fails as its content is copied leaves no pack behind:
+// no list would name it for the keep time.
+func TestHashFailsLeavesNoPack(t *testing.T) {
+	dir, store := t.TempDir(), t.TempDir()
+	write(t, dir, map[string]string{"a.py": "aaaa", "b.py": "bbbb"})
+	files, err := walk(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files[1].Size++ // b.py "changed" after it was listed
+	s := &Snapshot{Dir: dir, Store: store, Files: files}
+	if err := s.hash(context.Background(), &index{}); err == nil || !strings.Contains(err.Error(), "b.py changed") {
+		t.Fatalf("got %v, want b.py named as changed", err)
+	}
+	if packs, _ := filepath.Glob(filepath.Join(store, packDir, "*")); len(packs) != 0 {
+		t.Errorf("packs left: %v", packs)
+	}
+}
