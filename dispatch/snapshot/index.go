@@ -212,11 +212,28 @@ func openIndex(store, dir string) *index {
 	}
 	id := strings.TrimSpace(string(b))
 	files, ok := readManifest(store, id)
-	if !ok {
+	if !ok || !packsThere(store, files) {
 		return idx
 	}
 	idx.written, idx.id, idx.list = fi.ModTime().UnixNano(), id, byPath(files)
 	return idx
+}
+
+// packsThere says whether store has every pack files name: an index
+// whose content was removed by hand is not used (its files are read again,
+// and packed anew).
+func packsThere(store string, files []File) bool {
+	seen := map[string]bool{"": true}
+	for _, f := range files {
+		if seen[f.pack] {
+			continue
+		}
+		seen[f.pack] = true
+		if _, err := os.Stat(packPath(store, f.pack)); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // pair returns, for each of files (sorted by path), the index's entry of

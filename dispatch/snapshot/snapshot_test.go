@@ -657,3 +657,30 @@ func TestHashFailsLeavesNoPack(t *testing.T) {
 		t.Errorf("packs left: %v", packs)
 	}
 }
+
+// A pack removed by hand is not pointed to again: the next snapshot reads
+// the files and packs them anew.
+func TestPackRemovedByHand(t *testing.T) {
+	dir, store := t.TempDir(), t.TempDir()
+	write(t, dir, map[string]string{"a.py": "aaaa", "b.py": "bbbb"})
+	old := time.Now().Add(-time.Hour)
+	for _, name := range []string{"a.py", "b.py"} {
+		os.Chtimes(filepath.Join(dir, name), old, old)
+	}
+	if _, err := Take(context.Background(), dir, store, DefaultLimit); err != nil {
+		t.Fatal(err)
+	}
+	packs, _ := filepath.Glob(filepath.Join(store, packDir, "*"))
+	for _, p := range packs {
+		os.Remove(p)
+	}
+	s, err := Take(context.Background(), dir, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range s.Files {
+		if got, want := content(t, s, f), map[string]string{"a.py": "aaaa", "b.py": "bbbb"}[f.Path]; got != want {
+			t.Errorf("%s reads %q, want %q", f.Path, got, want)
+		}
+	}
+}

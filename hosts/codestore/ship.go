@@ -508,7 +508,7 @@ func blobPath(dir, b string) string { return dir + "/" + b[:2] + "/" + b }
 func sendBlob(tw *tar.Writer, content *snapshot.Contents, f snapshot.File, tmp string, made map[string]bool) error {
 	src, err := content.Open(f)
 	if err != nil {
-		return hereError{fmt.Errorf("the coordinator's copy of %s: %w", f.Path, err)}
+		return hereError{fmt.Errorf("the coordinator's copy of %s: %w: run gpudispatch hosts --clean, which removes what is left of it, and take the snapshot again", f.Path, err)}
 	}
 	mode := int64(0o444)
 	if f.Exec {

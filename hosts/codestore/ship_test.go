@@ -195,7 +195,8 @@ func TestShipFails(t *testing.T) {
 }
 
 // The coordinator's copy of a file cut short (its pack truncated by hand or
-// by a full disk) is named, with what to do; no tree is built of it.
+// by a full disk), or gone, is named, with what to do; no tree is built of
+// it.
 func TestShipCutShortCopy(t *testing.T) {
 	local := t.TempDir()
 	s := take(t, project(t, map[string]string{"a.py": "print(1)", "b.py": "print(2)"}), local)
@@ -213,6 +214,12 @@ func TestShipCutShortCopy(t *testing.T) {
 	}
 	if snaps, _ := filepath.Glob(filepath.Join(home, ".gpudispatch", "code", "snaps", s.ID+"*")); len(snaps) != 0 {
 		t.Errorf("a tree was built: %v", snaps)
+	}
+	// Gone altogether.
+	os.Remove(packs[0])
+	_, _, err = newStore(t, homeIn(home), 0, "").Ensure(context.Background(), s)
+	if err == nil || !strings.Contains(err.Error(), "coordinator's copy of a.py") || !strings.Contains(err.Error(), "hosts --clean") {
+		t.Errorf("shipping a copy that is gone: %v", err)
 	}
 }
 
