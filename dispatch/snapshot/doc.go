@@ -22,7 +22,9 @@
 // index does. A list is NUL-separated fields, since a path may hold any
 // other byte, sorted by path, so that two lists are compared in one pass.
 // Prune removes old lists and the packs no list names; a pack stays whole
-// while any list names part of it. Taking a snapshot costs an lstat per
+// while any list names part of it, so a Take copies into its own pack what
+// it still uses of a pack mostly dead to it (less than half), and the old
+// pack goes with the lists that name it. Taking a snapshot costs an lstat per
 // file (on Linux an fstatat in its open directory), made on every CPU, and
 // works out how it differs from the directory's last one, which is what a
 // machine that has that one is sent.

@@ -116,6 +116,59 @@ func (p *packer) close() error {
 	return nil
 }
 
+// repack copies into p's pack the content s has in packs mostly dead to
+// it (less than half of each is content s points to), and points s at the
+// copies. A file unchanged since it was packed would otherwise keep its
+// whole pack, and every edited file's old content in it, for as long as
+// the directory's snapshots are taken; once repacked, an old pack goes
+// when the lists that name it are older than the keep time.
+func (s *Snapshot) repack(p *packer) error {
+	// By file: content two files share counts twice, which only errs
+	// towards keeping a pack.
+	live := map[string]int64{}
+	for _, f := range s.Files {
+		if f.Link == "" && f.pack != p.name {
+			live[f.pack] += f.Size
+		}
+	}
+	sparse := map[string]bool{}
+	for pack, n := range live {
+		if fi, err := os.Stat(packPath(s.Store, pack)); err == nil && 2*n < fi.Size() {
+			sparse[pack] = true
+		}
+	}
+	if len(sparse) == 0 {
+		return nil
+	}
+	c := s.Contents()
+	defer c.Close()
+	moved := map[place]place{}
+	for i := range s.Files {
+		f := &s.Files[i]
+		if !sparse[f.pack] {
+			continue
+		}
+		from := place{f.pack, f.off}
+		to, ok := moved[from]
+		if !ok {
+			r, err := c.Open(*f)
+			if err != nil {
+				return fmt.Errorf("sync: the coordinator's content store: %w", err)
+			}
+			pf, at, err := p.reserve(f.Size)
+			if err != nil {
+				return err
+			}
+			if _, err := io.CopyN(io.NewOffsetWriter(pf, at.off), r, f.Size); err != nil {
+				return fmt.Errorf("sync: repacking %s in the coordinator's content store: %w", f.Path, err)
+			}
+			to, moved[from] = at, at
+		}
+		f.pack, f.off = to.pack, to.off
+	}
+	return nil
+}
+
 // discard closes and removes the pack, if one was made: the Take failed.
 func (p *packer) discard() {
 	if p.f != nil {

@@ -492,6 +492,9 @@ func (s *Snapshot) hash(ctx context.Context, idx *index) error {
 		}
 		return s.keep(&s.Files[i], idx, known[i], p)
 	})
+	if err == nil {
+		err = s.repack(p)
+	}
 	if err != nil {
 		// No list will name it: what it holds is of no use.
 		p.discard()

@@ -684,3 +684,44 @@ func TestPackRemovedByHand(t *testing.T) {
 		}
 	}
 }
+
+// A pack mostly dead to a snapshot (its files edited since) is not kept
+// alive by the few it still has: they are copied into the new pack, and
+// the old one goes with the lists that name it.
+func TestRepack(t *testing.T) {
+	dir, store := t.TempDir(), t.TempDir()
+	big := strings.Repeat("a", 1000)
+	write(t, dir, map[string]string{"big.dat": big, "small.py": "small", "twin.py": "small"})
+	first, err := Take(context.Background(), dir, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := first.Files[0].pack
+	write(t, dir, map[string]string{"big.dat": strings.Repeat("b", 1000)})
+	second, err := Take(context.Background(), dir, store, DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range second.Files {
+		if f.pack == old {
+			t.Errorf("%s still points at the old pack, which holds %d bytes of the snapshot's %d", f.Path, len("small"), 1000+len("small"))
+		}
+	}
+	if second.Files[1].pack != second.Files[2].pack || second.Files[1].off != second.Files[2].off {
+		t.Errorf("two files of the same content were copied twice: %+v, %+v", second.Files[1], second.Files[2])
+	}
+	age(t, store, time.Now().Add(-48*time.Hour))
+	if _, err := Take(context.Background(), dir, store, DefaultLimit); err != nil { // renews the second's list
+		t.Fatal(err)
+	}
+	Prune(store, 24*time.Hour)
+	if _, err := os.Stat(packPath(store, old)); err == nil {
+		t.Errorf("the old pack stays")
+	}
+	for _, f := range second.Files {
+		want := map[string]string{"big.dat": strings.Repeat("b", 1000), "small.py": "small", "twin.py": "small"}[f.Path]
+		if got := content(t, second, f); got != want {
+			t.Errorf("%s reads %q, want %q", f.Path, got, want)
+		}
+	}
+}
