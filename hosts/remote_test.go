@@ -288,10 +288,7 @@ func TestOpenWarmsTheCodeStore(t *testing.T) {
 		}
 		return n
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for storeShells(l.Hosts[0].Home) == 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, "the store shell of "+l.Hosts[0].Name, func() bool { return storeShells(l.Hosts[0].Home) > 0 })
 	if n := storeShells(l.Hosts[0].Home); n != 1 {
 		t.Errorf("%s (sync:) has %d store shells waiting; want 1", l.Hosts[0].Name, n)
 	}

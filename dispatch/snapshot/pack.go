@@ -3,6 +3,7 @@ package snapshot
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -24,7 +25,7 @@ func packPath(store, name string) string {
 	return filepath.Join(store, packDir, name)
 }
 
-// validPack says whether name may name a pack (what newPack names).
+// validPack says whether name may name a pack (as reserve names them).
 func validPack(name string) bool {
 	_, err := hex.DecodeString(name)
 	return len(name) == 16 && err == nil
@@ -159,7 +160,11 @@ func (s *Snapshot) repack(p *packer) error {
 			if err != nil {
 				return err
 			}
-			if _, err := io.CopyN(io.NewOffsetWriter(pf, at.off), r, f.Size); err != nil {
+			_, err = io.CopyN(io.NewOffsetWriter(pf, at.off), r, f.Size)
+			switch {
+			case errors.Is(err, io.EOF):
+				return fmt.Errorf("sync: the coordinator's copy of %s is cut short: run gpudispatch hosts --clean, which removes it, and take the snapshot again", f.Path)
+			case err != nil:
 				return fmt.Errorf("sync: repacking %s in the coordinator's content store: %w", f.Path, err)
 			}
 			to, moved[from] = at, at
@@ -204,10 +209,9 @@ func (c *Contents) Open(f File) (io.Reader, error) {
 }
 
 // Close closes the packs c opened.
-func (c *Contents) Close() error {
+func (c *Contents) Close() {
 	for _, pf := range c.open {
 		pf.Close()
 	}
 	clear(c.open)
-	return nil
 }

@@ -725,3 +725,19 @@ func TestRepack(t *testing.T) {
 		}
 	}
 }
+
+// A copy cut short in an old pack is named as it is repacked, with what to
+// do.
+func TestRepackCutShort(t *testing.T) {
+	store := t.TempDir()
+	const old = "0123456789abcdef"
+	os.MkdirAll(filepath.Join(store, packDir), 0o700)
+	os.WriteFile(packPath(store, old), []byte("abc"), 0o600) // the file's byte, at 10, is gone
+	s := &Snapshot{Store: store, Files: []File{{Path: "a.py", Size: 1, Hash: strings.Repeat("0", 64), pack: old, off: 10}}}
+	p := newPacker(store, nil)
+	err := s.repack(p)
+	p.discard()
+	if err == nil || !strings.Contains(err.Error(), "a.py is cut short") || !strings.Contains(err.Error(), "hosts --clean") {
+		t.Errorf("got %v, want a.py named as cut short, with what to do", err)
+	}
+}
