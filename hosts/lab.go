@@ -50,6 +50,11 @@ type Options struct {
 	// presumed running, while this coordinator is awake and reaches other
 	// hosts; then they are lost (0: DefaultLostAfter).
 	LostAfter time.Duration
+	// WarmCode starts, as each host that syncs code is opened, the shell
+	// of its code store, so that the first snapshot shipped there waits
+	// for no session and no bash: for a caller about to ship. Unset, a
+	// host holds no session it may never use.
+	WarmCode bool
 }
 
 // Defaults for Options: a dead connection is noticed within about 30 s, a
@@ -419,7 +424,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		release()
 		return st, nil
 	}
-	if rem, ok := r.(*Remote); ok && h.Sync != "" {
+	if rem, ok := r.(*Remote); ok && h.Sync != "" && o.WarmCode {
 		// Its code store's shell starts while the host is looked at.
 		rem.shells.WarmCode()
 	}

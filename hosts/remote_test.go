@@ -256,7 +256,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 // A host whose jobs need code (sync:) has its code store's shell started
-// as it is opened, waiting for the run's snapshot; one without has none.
+// as it is opened, waiting for the run's snapshot; one without has none,
+// and neither has a lab opened to list its hosts.
 func TestOpenWarmsTheCodeStore(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
 	inv, err := inventory.Load(l.Inventory(""))
@@ -265,14 +266,18 @@ func TestOpenWarmsTheCodeStore(t *testing.T) {
 	}
 	inv.Hosts[0].Sync = t.TempDir()
 	t.Setenv("SSH_AUTH_SOCK", "")
-	lab, states, err := openAll(context.Background(), inv, Options{Keepalive: 200 * time.Millisecond, Grace: 300 * time.Millisecond, ConnectTimeout: 2 * time.Second, LockDir: l.Dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lab.Close()
-	for _, st := range states {
-		if st.Err != nil {
-			t.Fatalf("%s: %v", st.Host.Name, st.Err)
+	// A lab that will not ship (a listing of the hosts) is opened first,
+	// then one that will: only the second starts a store shell.
+	for _, warm := range []bool{false, true} {
+		lab, states, err := openAll(context.Background(), inv, Options{Keepalive: 200 * time.Millisecond, Grace: 300 * time.Millisecond, ConnectTimeout: 2 * time.Second, LockDir: l.Dir, WarmCode: warm})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer lab.Close()
+		for _, st := range states {
+			if st.Err != nil {
+				t.Fatalf("%s: %v", st.Host.Name, st.Err)
+			}
 		}
 	}
 	// storeShells counts the store shells whose HOME is home.
@@ -289,8 +294,11 @@ func TestOpenWarmsTheCodeStore(t *testing.T) {
 		return n
 	}
 	waitFor(t, "the store shell of "+l.Hosts[0].Name, func() bool { return storeShells(l.Hosts[0].Home) > 0 })
+	// Had the first lab started one too, it would have been asked for
+	// earlier: both are up well within a second of the first seen.
+	time.Sleep(time.Second)
 	if n := storeShells(l.Hosts[0].Home); n != 1 {
-		t.Errorf("%s (sync:) has %d store shells waiting; want 1", l.Hosts[0].Name, n)
+		t.Errorf("%s (sync:) has %d store shells waiting; want 1 (of the lab that will ship)", l.Hosts[0].Name, n)
 	}
 	if n := storeShells(l.Hosts[1].Home); n != 0 {
 		t.Errorf("%s (no sync:) has %d store shells; want none", l.Hosts[1].Name, n)

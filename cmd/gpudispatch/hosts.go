@@ -95,6 +95,7 @@ func runHosts(ctx context.Context, s streams, o hostsOptions) error {
 	}
 	opts := hostOptions(o.labOptions)
 	opts.ProbeGPUs = true
+	opts.WarmCode = o.check // --check ships each sync: host its snapshot
 	lab, settled, err := hosts.Start(ctx, inv, opts)
 	if err != nil {
 		return usageError("%v", err)

@@ -245,17 +245,20 @@ func waitingLine(answered, total int, pending []hosts.Opening) string {
 	return fmt.Sprintf("gpudispatch: %d/%d hosts answered; waiting for %s", answered, total, strings.Join(waits, ", "))
 }
 
-// startHosts opens every host in the background and waits for the first
-// one that is up, or with all for every one; it warns of those that cannot
-// be used. The hosts not settled yet come on the channel returned. When no
+// startHosts opens every host in the background, its code store ready to
+// ship to, and waits for the first one that is up; a dry run ships
+// nothing and waits for every host. It warns of those that cannot be
+// used. The hosts not settled yet come on the channel returned. When no
 // host can be used, the run cannot start.
-func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory, all bool) (*hosts.Lab, []hosts.HostState, <-chan hosts.HostState, error) {
-	lab, settled, err := hosts.Start(ctx, inv, hostOptions(o))
+func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory, dryRun bool) (*hosts.Lab, []hosts.HostState, <-chan hosts.HostState, error) {
+	opts := hostOptions(o)
+	opts.WarmCode = !dryRun
+	lab, settled, err := hosts.Start(ctx, inv, opts)
 	if err != nil {
 		return nil, nil, nil, usageError("%v", err)
 	}
 	var states []hosts.HostState
-	if all {
+	if dryRun {
 		states = settleAll(s, lab, inv, settled)
 	} else {
 		for st := range settled {
