@@ -253,6 +253,11 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]*$`)
 // number).
 var attemptRE = regexp.MustCompile(`^[0-9]+$|\.([2-9]|[1-9][0-9]+)$`)
 
+// logDirSuffixRE matches the names of the files a log dir holds beside
+// its jobs' directories (ID.out, ID.err, journal.jsonl, gpudispatch.lock,
+// gpudispatch.sock).
+var logDirSuffixRE = regexp.MustCompile(`\.(out|err|jsonl|lock|sock)$`)
+
 // parsePrefix splits j.Text into its placement prefix and its command:
 // "@HOST cmd", "@HOST:GPU cmd", "[key=value ...] cmd", or "@HOST [..] cmd".
 func parsePrefix(j *Job) error {
@@ -333,6 +338,11 @@ func parseOptions(j *Job, words []string) error {
 					instead = "job" + val
 				}
 				return fmt.Errorf("[%s]: a name must not be a number, nor end in .N for a number N from 2 (ID.N.out is attempt N of job ID): write %s for instance", w, instead)
+			}
+			// A job's returned files go in LOGDIR/ID/: that directory
+			// must not be a log or the log dir's own file.
+			if logDirSuffixRE.MatchString(val) {
+				return fmt.Errorf("[%s]: a name must not end in .out, .err, .jsonl, .lock or .sock (the log dir's files: logs, journal, lock, socket; its returned files go in a directory named as the job): write %s for instance", w, strings.ReplaceAll(val, ".", "_"))
 			}
 			j.Name = val
 		case "timeout":

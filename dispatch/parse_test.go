@@ -133,6 +133,8 @@ func TestParseRejects(t *testing.T) {
 		{"[name=../x] x", `cmds.txt:1: [name=../x]: a name is letters, digits, '.', '_' and '-', not starting with '.' (it names the log files)`, 1},
 		{"[name=12] x", `cmds.txt:1: [name=12]: a name must not be a number, nor end in .N for a number N from 2 (ID.N.out is attempt N of job ID): write job12 for instance`, 1},
 		{"[name=train.2] x", `cmds.txt:1: [name=train.2]: a name must not be a number, nor end in .N for a number N from 2 (ID.N.out is attempt N of job ID): write train_2 for instance`, 1},
+		{"[name=a.out] x", `cmds.txt:1: [name=a.out]: a name must not end in .out, .err, .jsonl, .lock or .sock (the log dir's files: logs, journal, lock, socket; its returned files go in a directory named as the job): write a_out for instance`, 1},
+		{"[name=journal.jsonl] x", `cmds.txt:1: [name=journal.jsonl]: a name must not end in .out, .err, .jsonl, .lock or .sock (the log dir's files: logs, journal, lock, socket; its returned files go in a directory named as the job): write journal_jsonl for instance`, 1},
 		{"[timeout=soon] x", `cmds.txt:1: [timeout=soon]: want a duration such as 90s, 30m or 2h`, 1},
 		{"@n1 ", `cmds.txt:1: no command after the placement prefix`, 1},
 		{"[name=lr1e-2_'sgd nesterov'] x", `cmds.txt:1: [name=lr1e-2_sgd nesterov]: a name is letters, digits, '.', '_' and '-', not starting with '.' (it names the log files)`, 1},
