@@ -60,12 +60,16 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 			b.Fatalf("warming the ControlMaster of %s: %v: %s", h.Name, err, out)
 		}
 	}
-	// rsync copies into dest on each host (a fresh one is a first copy).
+	// rsync copies into dest in each host's home (a fresh one is a first
+	// copy). The path is absolute: a session of these hosts starts in the
+	// user's home of /etc/passwd, which all of them share (only $HOME is
+	// the host's), so a relative one had four hosts write one directory
+	// that outlived the run, and rsync's "first" copy sent no content.
 	rsync := func(dest string) time.Duration {
 		settle()
 		start := time.Now()
 		each(b, lab, func(h *sshtest.Host) error {
-			out, err := exec.Command("rsync", "-a", "-e", sshArgs, proj+"/", h.Name+":"+dest+"/").CombinedOutput()
+			out, err := exec.Command("rsync", "-a", "-e", sshArgs, proj+"/", h.Name+":"+filepath.Join(h.Home, dest)+"/").CombinedOutput()
 			if err != nil {
 				return fmt.Errorf("%v: %s", err, out)
 			}
@@ -128,6 +132,13 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 		g1, r1 := gpd(pooled, true, local, ""), rsync("rsynced")
 		take1 := took[len(took)-1]
 		r1b, g1b := rsync("rsynced-b"), gpd(pooled, true, b.TempDir(), "~/.gpudispatch/code-b")
+		for _, h := range lab.Hosts {
+			for _, dest := range []string{"rsynced", "rsynced-b"} {
+				if _, err := os.Stat(filepath.Join(h.Home, dest, "d00/f00000.bin")); err != nil {
+					b.Fatalf("rsync's copy is not in %s's home: %v", h.Name, err)
+				}
+			}
+		}
 		take1b := took[len(took)-1]
 		b.ReportMetric((r1+r1b).Seconds()/(g1+g1b).Seconds(), "first-ratio")
 		b.ReportMetric(r1.Seconds()/g1.Seconds(), "first-ratio-gpd-ahead")
