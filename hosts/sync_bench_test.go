@@ -26,8 +26,8 @@ import (
 // warm ControlMaster. gpudispatch's store shells are started ahead, as a
 // run starts them while it opens its hosts. The ratios are rsync's time
 // over gpudispatch's (above 1: gpudispatch is faster); the first
-// snapshot's is of both going first once each, the second snapshot's the
-// median of five edits. The second snapshot is also
+// snapshot's is of four copies each, each going first twice, the second
+// snapshot's the median of five edits. The second snapshot is also
 // shipped with no shell started ahead (gpd-cold-second-s: a submit's
 // snapshot to a standing queue), and so through rsync's ControlMasters
 // (gpd-mux-second-s).
@@ -125,27 +125,48 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 	local := b.TempDir()
 	for b.Loop() {
 		// A first copy is mostly creating files on the hosts' disk, and
-		// right after a mass deletion (the last run's clean-up) this VM's
-		// ext4 makes whoever creates files first pay for finding free
-		// inodes: so each goes first once, into fresh stores, and the
-		// ratio is of the two sums.
-		g1, r1 := gpd(pooled, true, local, ""), rsync("rsynced")
-		take1 := took[len(took)-1]
-		r1b, g1b := rsync("rsynced-b"), gpd(pooled, true, b.TempDir(), "~/.gpudispatch/code-b")
-		for _, h := range lab.Hosts {
-			for _, dest := range []string{"rsynced", "rsynced-b"} {
+		// whoever goes second is slower (on this VM's ext4 right after a
+		// mass deletion, such as the last run's clean-up, whoever creates
+		// files first pays for finding free inodes instead): so each goes
+		// first twice, in two ABBA rounds, into fresh stores and
+		// directories, and the ratio is of the sums. The second
+		// snapshots below start from the first round's.
+		var gs, rs, takesFirst []time.Duration
+		var pairs []float64
+		first := func(i int, gpdAhead bool) {
+			dest, store, cache := "rsynced", "", local
+			if i > 0 {
+				dest, store, cache = fmt.Sprintf("rsynced-%d", i), fmt.Sprintf("~/.gpudispatch/code-%d", i), b.TempDir()
+			}
+			var g, r time.Duration
+			if gpdAhead {
+				g, r = gpd(pooled, true, cache, store), rsync(dest)
+			} else {
+				r, g = rsync(dest), gpd(pooled, true, cache, store)
+			}
+			for _, h := range lab.Hosts {
 				if _, err := os.Stat(filepath.Join(h.Home, dest, "d00/f00000.bin")); err != nil {
 					b.Fatalf("rsync's copy is not in %s's home: %v", h.Name, err)
 				}
 			}
+			gs, rs, takesFirst = append(gs, g), append(rs, r), append(takesFirst, took[len(took)-1])
+			pairs = append(pairs, r.Seconds()/g.Seconds())
 		}
-		take1b := took[len(took)-1]
-		b.ReportMetric((r1+r1b).Seconds()/(g1+g1b).Seconds(), "first-ratio")
-		b.ReportMetric(r1.Seconds()/g1.Seconds(), "first-ratio-gpd-ahead")
-		b.ReportMetric(r1b.Seconds()/g1b.Seconds(), "first-ratio-rsync-ahead")
-		b.ReportMetric(((take1 + take1b) / 2).Seconds(), "take-first-s")
-		b.ReportMetric(((g1 + g1b) / 2).Seconds(), "gpd-first-s")
-		b.ReportMetric(((r1 + r1b) / 2).Seconds(), "rsync-first-s")
+		for i := range 4 {
+			first(i, i == 0 || i == 3)
+		}
+		sum := func(ds []time.Duration) (t time.Duration) {
+			for _, d := range ds {
+				t += d
+			}
+			return t
+		}
+		b.ReportMetric(sum(rs).Seconds()/sum(gs).Seconds(), "first-ratio")
+		b.ReportMetric(slices.Min(pairs), "first-ratio-min")
+		b.ReportMetric(slices.Max(pairs), "first-ratio-max")
+		b.ReportMetric(sum(takesFirst).Seconds()/4, "take-first-s")
+		b.ReportMetric(sum(gs).Seconds()/4, "gpd-first-s")
+		b.ReportMetric(sum(rs).Seconds()/4, "rsync-first-s")
 		// The second snapshot takes a fraction of a second, which the
 		// VM's moods move by half: the median of five.
 		var ratio, g2, r2, c2, m2, takes []float64
