@@ -17,9 +17,13 @@
 // spare copy of that: the next build applies the differences to both where
 // they are and renames the spare into the new tree, the base staying the
 // base, and so neither copies nor moves 10,000 links while the coordinator
-// waits. flock(1) keeps a build from taking the base while another changes
+// waits. A tree built in a temporary directory (the first of a directory
+// on a machine, or one whose base had no spare) gets its new base after
+// the answer too: made from the blobs, by a tar of links the stream
+// carries as one file, never copied from the tree, where jobs may already
+// write. flock(1) keeps a build from taking the base while another changes
 // it or copies its spare; without it there is no spare, and each build
-// copies the base itself. The stream ends with a mark the shell checks: a
+// takes the base itself. The stream ends with a mark the shell checks: a
 // stream cut between two entries is a whole one to tar.
 //
 // A store shell can be started ahead (Store.Warm): a run starts one on each

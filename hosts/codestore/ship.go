@@ -400,6 +400,7 @@ func talk(sh *shell, s *snapshot.Snapshot, keep time.Duration, sent *Sent) (stri
 	}
 	missing := map[string]bool{}
 	var into []string
+	var newBase string
 	for {
 		line, err := out.ReadString('\n')
 		if err != nil {
@@ -414,6 +415,12 @@ func talk(sh *shell, s *snapshot.Snapshot, keep time.Duration, sent *Sent) (stri
 				return "", fmt.Errorf("the store's shell would build the tree out of the store: %q", line)
 			}
 			into = append(into, d)
+			continue
+		}
+		if d, ok := strings.CutPrefix(line, "newbase "); ok {
+			if newBase, ok = strings.CutPrefix(d, store+"/"); !ok {
+				return "", fmt.Errorf("the store's shell would build the base out of the store: %q", line)
+			}
 			continue
 		}
 		missing[line] = true
@@ -453,6 +460,11 @@ func talk(sh *shell, s *snapshot.Snapshot, keep time.Duration, sent *Sent) (stri
 			return "", err
 		}
 		if err := linkTree(tw, d, files, missing, tmp, made); err != nil {
+			return "", err
+		}
+	}
+	if newBase != "" {
+		if err := sendBase(tw, newBase, s.Files, tmp); err != nil {
 			return "", err
 		}
 	}
@@ -499,6 +511,43 @@ func linkTree(tw *tar.Writer, d string, files []snapshot.File, missing map[strin
 		}
 	}
 	return nil
+}
+
+// sendBase writes the file d.tar, a tar of the whole tree files in d, as
+// links to the store's blobs, which the machine extracts once it has
+// answered and put the new blobs there: the tree's new base is written
+// once while the coordinator waits, not twice, and never copied from the
+// tree, where jobs may write by then. The tar is made twice, first only
+// to count its bytes (its header says how many follow), so that it is
+// never held whole (512 bytes a file, for every host shipped to at once).
+func sendBase(tw *tar.Writer, d string, files []snapshot.File, tmp string) error {
+	write := func(w io.Writer) error {
+		bw := tar.NewWriter(w)
+		if err := bw.WriteHeader(dirEntry(d)); err != nil {
+			return err
+		}
+		if err := linkTree(bw, d, files, nil, tmp, map[string]bool{d: true}); err != nil {
+			return err
+		}
+		return bw.Close()
+	}
+	var size byteCount
+	if err := write(&size); err != nil {
+		return err
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: d + ".tar", Mode: 0o600, Size: int64(size), Typeflag: tar.TypeReg}); err != nil {
+		return err
+	}
+	return write(tw)
+}
+
+// byteCount counts the bytes written to it.
+type byteCount int64
+
+// Write counts p.
+func (c *byteCount) Write(p []byte) (int, error) {
+	*c += byteCount(len(p))
+	return len(p), nil
 }
 
 // blobPath is where the blob b is kept under dir: dir/XX/b.

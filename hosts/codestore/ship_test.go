@@ -377,11 +377,18 @@ func shipIncrementally(t *testing.T, start spawn.Func, store string, spare bool)
 	dir := project(t, files)
 	local := t.TempDir()
 	st := newStore(t, start, 0, "")
-	first, _, err := st.Ensure(context.Background(), take(t, dir, local))
+	s1 := take(t, dir, local)
+	first, _, err := st.Ensure(context.Background(), s1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(first, "result.txt"), []byte("a job's"), 0o444)
+	// The base is made once the machine answered, while a job may write
+	// in the tree: it is the snapshot, not the tree.
+	st.Close()
+	if diff := compare(tree(t, filepath.Join(store, "base", s1.Key)), files); diff != "" {
+		t.Errorf("the first base: %s", diff)
+	}
 	os.WriteFile(filepath.Join(dir, "a.py"), []byte("a2"), 0o644)
 	os.Remove(filepath.Join(dir, "gone.py"))
 	os.WriteFile(filepath.Join(dir, "new.py"), []byte("n"), 0o644)

@@ -24,21 +24,25 @@
 # not (one per line), the paths of the tree's changed files (one per line;
 # none when the base is "-"), the names of the blobs the changed files
 # need (one per line). It answers the names of those the store lacks, one
-# per line, and "into DIR" for each directory to build the tree in, then
-# "end". Then it reads a tar stream it extracts in STORE (its names are
-# relative to it): TMP/new/XX/BLOB for the blobs it lacked, and in each DIR
-# the tree's changed files as hard links to blobs (in blobs/, or in
-# TMP/new), its links, and their directories; and last an empty TMP/end
-# (a stream cut between two entries is a whole one to tar). Once tar
-# succeeded, the tree becomes snaps/ID, and the shell says "built". It
-# closes its output then, puts the new blobs in the store, makes the spare
-# and prunes (see after_answer): the coordinator does not wait for that.
-# A build from the base with a spare, under the lock, is done in place:
-# the differences go into both (DIR: base/KEY.spare and base/KEY), the
-# spare becomes the tree, the base stays the base: nothing is copied while
-# the coordinator waits. Else the tree is built in TMP: whole, written
-# twice (DIR: TMP/tree and TMP/spare, the new base), or from the base,
-# taken by a rename, and copied to be the new base.
+# per line, "into DIR" for each directory to build the tree in, and
+# "newbase DIR" where it wants the tree's new base, then "end". Then it
+# reads a tar stream it extracts in STORE (its names are relative to it):
+# TMP/new/XX/BLOB for the blobs it lacked, and in each DIR the tree's
+# changed files as hard links to blobs (in blobs/, or in TMP/new), its
+# links, and their directories; for a newbase DIR, a file DIR.tar that
+# holds the whole tree in DIR, as links to blobs/; and last an empty
+# TMP/end (a stream cut between two entries is a whole one to tar). Once
+# tar succeeded, the tree becomes snaps/ID, and the shell says "built".
+# It closes its output then, puts the new blobs in the store, makes the new
+# base from DIR.tar, makes the spare and prunes (see after_answer): the
+# coordinator does not wait for that. A build from the base with a spare,
+# under the lock, is done in place: the differences go into both (DIR:
+# base/KEY.spare and base/KEY), the spare becomes the tree, the base stays
+# the base: nothing is copied while the coordinator waits. Else the tree is
+# built in TMP (DIR: TMP/tree), whole or from the base, taken by a rename,
+# and the new base (TMP/spare) is made after the answer: written once,
+# not twice, while the coordinator waits, and never copied from the tree,
+# where jobs may already write.
 # Exit status 3: another build of the directory replaced its base before
 # this one could take it, and the coordinator asks again.
 set -u
@@ -47,8 +51,13 @@ umask 077
 # agree on their order.
 export LC_ALL=C
 open_store
+# A store made just now lacks every blob: it is not asked.
+new_store=''
 # shellcheck disable=SC2154 # set by open_store
-[ -d "$store/base" ] || mkdir -p -- "$store/blobs" "$store/snaps" "$store/tmp" "$store/base" || exit 1
+if [ ! -d "$store/base" ]; then
+  mkdir -p -- "$store/blobs" "$store/snaps" "$store/tmp" "$store/base" || exit 1
+  new_store=1
+fi
 IFS=' ' read -r id key keep || exit 1
 case $id$key in '' | *[!0-9a-f]*) exit 2 ;; esac
 case $keep in '' | *[!0-9]*) exit 2 ;; esac
@@ -60,7 +69,7 @@ b=$store/base/$key
 # shell goes on without it. lock_early starts taking it in the background
 # (the lock is the open file's, which the shell keeps), and lock then
 # waits for that. unlock lets it go.
-locked='' locker=''
+locked='' locker='' new_base=''
 lock_early() {
   command -v flock >/dev/null || return 0
   exec 9>>"$b.lock" 2>/dev/null || return 0
@@ -82,11 +91,16 @@ unlock() {
   locked=
 }
 # after_answer is what the shell does once it answered: it keeps the new
-# blobs, makes base/KEY's spare unless there is one, and prunes now and
+# blobs, makes the new base (from blobs only: jobs may write in the tree
+# now), makes base/KEY's spare unless there is one, and prunes now and
 # then. Its output goes nowhere: the coordinator may be gone.
 after_answer() {
   exec </dev/null >/dev/null 2>&1
   keep_blobs
+  if [ -n "$new_base" ] && tar -x --no-same-owner -f "$tmp/spare.tar" -C "$store"; then
+    [ -n "$locked" ] || lock
+    install_base
+  fi
   # Only under the lock: a build would take the base while it is copied.
   if [ -n "$locked" ] || lock; then
     make_spare
@@ -107,6 +121,14 @@ keep_blobs() {
   if [ "${#fresh[@]}" = 0 ] || { mv -t "$store/blobs" -- "${fresh[@]}" 2>/dev/null; ! rmdir -- "$tmp/new" 2>/dev/null; }; then
     cp -al -n -- "$tmp/new/." "$store/blobs/" 2>/dev/null
   fi
+}
+# install_base makes TMP/spare base/KEY, the base of snapshot ID.
+install_base() {
+  # Another build's, meanwhile: the last one built is the base.
+  if [ -e "$b" ] || [ -e "$b.spare" ]; then
+    rm -rf -- "$b" "$b.spare" "$b.spare.id"
+  fi
+  mv -T -- "$tmp/spare" "$b" 2>/dev/null && printf '%s\n' "$id" >"$b.id"
 }
 make_spare() {
   local have want
@@ -152,7 +174,9 @@ block changed
 block names
 # shellcheck disable=SC2154 # set by block
 case $names in *[!0-9a-fx$'\n']*) exit 2 ;; esac
-if [ "${#names}" -lt 4096 ]; then
+if [ -n "$new_store" ]; then
+  [ -z "$names" ] || printf '%s\n' "$names"
+elif [ "${#names}" -lt 4096 ]; then
   for n in $names; do
     [ -e "$store/blobs/${n:0:2}/$n" ] || printf '%s\n' "$n"
   done
@@ -188,16 +212,19 @@ claim() {
     return 3
   fi
 }
-# A whole tree is written twice by tar: the tree, and the new base.
-in=$tmp into=(tree spare)
+in=$tmp into=(tree)
 if [ "$use" != - ]; then
-  into=(tree)
   lock
   claim || exit
 fi
 for t in "${into[@]}"; do
   printf 'into %s\n' "$in/$t"
 done
+# Built in TMP, the tree needs a new base.
+if [ "$in" = "$tmp" ]; then
+  new_base=1
+  printf 'newbase %s\n' "$tmp/spare"
+fi
 echo end
 # each runs its arguments with the lines of $1 (which ends with a newline)
 # after them: at once when they are few, through xargs when they might not
@@ -243,26 +270,12 @@ if [ ! -e "$tmp/end" ]; then
   exit 1
 fi
 tree=$in/${into[0]}
-if [ "$in" = "$tmp" ] && [ ! -d "$tmp/spare" ]; then
-  # The new base: a copy of the tree made from the base.
-  cp -al -- "$tree" "$tmp/spare" || exit 1
-fi
 if ! mv -T -- "$tree" "$snap" 2>/dev/null && [ ! -e "$snap.ok" ]; then
   # What a build cut off left.
   rm -rf -- "$snap" && mv -T -- "$tree" "$snap" || exit 1
 fi
 : >"$snap.ok" || exit 1
-install_base() {
-  # Another build's, meanwhile: the last one built is the base.
-  if [ -e "$b" ] || [ -e "$b.spare" ]; then
-    rm -rf -- "$b" "$b.spare" "$b.spare.id"
-  fi
-  mv -T -- "$tmp/spare" "$b" 2>/dev/null && printf '%s\n' "$id" >"$b.id"
-}
-if [ "$in" = "$tmp" ]; then
-  [ -n "$locked" ] || lock
-  install_base
-else
+if [ "$in" != "$tmp" ]; then
   # In place: the base is the tree as it was built.
   printf '%s\n' "$id" >"$b.id"
 fi
