@@ -151,6 +151,7 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 			}
 			gs, rs, takesFirst = append(gs, g), append(rs, r), append(takesFirst, took[len(took)-1])
 			pairs = append(pairs, r.Seconds()/g.Seconds())
+			b.Logf("first copy %d (gpudispatch ahead: %t): gpudispatch %.2f s, rsync %.2f s", i+1, gpdAhead, g.Seconds(), r.Seconds())
 		}
 		for i := range 4 {
 			first(i, i == 0 || i == 3)
