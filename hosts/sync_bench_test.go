@@ -176,6 +176,7 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 			g, r := gpd(pooled, true, local, ""), rsync("rsynced")
 			ratio, g2, r2 = append(ratio, r.Seconds()/g.Seconds()), append(g2, g.Seconds()), append(r2, r.Seconds())
 			takes = append(takes, took[len(took)-1].Seconds())
+			b.Logf("second snapshot %d: gpudispatch %.0f ms (its snapshot here %.0f ms), rsync %.0f ms", len(g2), g.Seconds()*1000, takes[len(takes)-1]*1000, r.Seconds()*1000)
 			edit()
 			c2 = append(c2, gpd(pooled, false, local, "").Seconds())
 			edit()
