@@ -131,7 +131,7 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 		// first twice, in two ABBA rounds, into fresh stores and
 		// directories, and the ratio is of the sums. The second
 		// snapshots below start from the first round's.
-		var gs, rs, takesFirst []time.Duration
+		var gSum, rSum, takeSum time.Duration
 		var pairs []float64
 		first := func(i int, gpdAhead bool) {
 			dest, store, cache := "rsynced", "", local
@@ -149,25 +149,19 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 					b.Fatalf("rsync's copy is not in %s's home: %v", h.Name, err)
 				}
 			}
-			gs, rs, takesFirst = append(gs, g), append(rs, r), append(takesFirst, took[len(took)-1])
+			gSum, rSum, takeSum = gSum+g, rSum+r, takeSum+took[len(took)-1]
 			pairs = append(pairs, r.Seconds()/g.Seconds())
 			b.Logf("first copy %d (gpudispatch ahead: %t): gpudispatch %.2f s, rsync %.2f s", i+1, gpdAhead, g.Seconds(), r.Seconds())
 		}
 		for i := range 4 {
 			first(i, i == 0 || i == 3)
 		}
-		sum := func(ds []time.Duration) (t time.Duration) {
-			for _, d := range ds {
-				t += d
-			}
-			return t
-		}
-		b.ReportMetric(sum(rs).Seconds()/sum(gs).Seconds(), "first-ratio")
+		b.ReportMetric(rSum.Seconds()/gSum.Seconds(), "first-ratio")
 		b.ReportMetric(slices.Min(pairs), "first-ratio-min")
 		b.ReportMetric(slices.Max(pairs), "first-ratio-max")
-		b.ReportMetric(sum(takesFirst).Seconds()/4, "take-first-s")
-		b.ReportMetric(sum(gs).Seconds()/4, "gpd-first-s")
-		b.ReportMetric(sum(rs).Seconds()/4, "rsync-first-s")
+		b.ReportMetric(takeSum.Seconds()/4, "take-first-s")
+		b.ReportMetric(gSum.Seconds()/4, "gpd-first-s")
+		b.ReportMetric(rSum.Seconds()/4, "rsync-first-s")
 		// The second snapshot takes a fraction of a second, which the
 		// VM's moods move by half: the median of five.
 		var ratio, g2, r2, c2, m2, takes []float64

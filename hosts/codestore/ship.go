@@ -464,7 +464,7 @@ func talk(sh *shell, s *snapshot.Snapshot, keep time.Duration, sent *Sent) (stri
 		}
 	}
 	if newBase != "" {
-		if err := sendBase(tw, newBase, s.Files, tmp); err != nil {
+		if err := sendBase(tw, newBase, s.Files); err != nil {
 			return "", err
 		}
 	}
@@ -513,20 +513,22 @@ func linkTree(tw *tar.Writer, d string, files []snapshot.File, missing map[strin
 	return nil
 }
 
-// sendBase writes the file d.tar, a tar of the whole tree files in d, as
-// links to the store's blobs, which the machine extracts once it has
-// answered and put the new blobs there: the tree's new base is written
-// once while the coordinator waits, not twice, and never copied from the
-// tree, where jobs may write by then. The tar is made twice, first only
-// to count its bytes (its header says how many follow), so that it is
-// never held whole (512 bytes a file, for every host shipped to at once).
-func sendBase(tw *tar.Writer, d string, files []snapshot.File, tmp string) error {
+// sendBase writes the file d.tar: a tar that makes the directory d of
+// files, each a link to its blob in the store's blobs/, which the machine
+// extracts once it has answered and put the new blobs there. So the
+// tree's new base is written once while the coordinator waits, not twice,
+// and never copied from the tree, where jobs may write by then. The tar is
+// made twice, first only to count its bytes (its header says how many
+// follow), so that it is never held whole (512 bytes a file, for every
+// host shipped to at once).
+func sendBase(tw *tar.Writer, d string, files []snapshot.File) error {
 	write := func(w io.Writer) error {
 		bw := tar.NewWriter(w)
 		if err := bw.WriteHeader(dirEntry(d)); err != nil {
 			return err
 		}
-		if err := linkTree(bw, d, files, nil, tmp, map[string]bool{d: true}); err != nil {
+		// Nothing is missing: every link is to blobs/.
+		if err := linkTree(bw, d, files, nil, "", map[string]bool{d: true}); err != nil {
 			return err
 		}
 		return bw.Close()
