@@ -416,12 +416,33 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		}
 		return st, c
 	}
+	// What the host keeps with no coordinator, and whether it would: asked
+	// at once, beside the looks below, which it does not depend on (each
+	// is a session and a bash there, and a round trip on a far network).
+	type keptAnswer struct {
+		report jobshell.KeptReport
+		err    error
+	}
+	kept := make(chan keptAnswer, 1)
+	keptCtx, stopKept := context.WithCancel(ctx)
+	defer stopKept()
+	go func() {
+		r, err := jobshell.ListKept(keptCtx, login)
+		kept <- keptAnswer{r, err}
+	}()
+	// A host left out is not asked on: its answer is waited for, so that
+	// nothing of the host's opening outlives it.
+	leave := func() {
+		stopKept()
+		<-kept
+		release()
+	}
 	// Another user of the host must not be able to turn the run's GPU locks
 	// against it: with a lock dir they could redirect, the host is left out.
 	l.step(h.Name, st.Addr, "checking its GPU lock dir")
 	if err := r.checkLockDir(ctx); err != nil {
 		st.Err = err
-		release()
+		leave()
 		return st, nil
 	}
 	if rem, ok := r.(*Remote); ok && h.Sync != "" && o.WarmCode {
@@ -444,7 +465,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 				st.Err = fmt.Errorf("gpus: auto: nvidia-smi lists no GPU")
 			}
 			if st.Err != nil {
-				release()
+				leave()
 				return st, nil
 			}
 			st.Host.GPUs = nil
@@ -454,11 +475,10 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			st.Host.AutoGPUs = false
 		}
 	}
-	// What the host keeps with no coordinator, and whether it would.
 	l.step(h.Name, st.Addr, "listing the jobs it keeps")
-	kept, err := jobshell.ListKept(ctx, login)
-	st.Kept, st.KeptErr = kept.Jobs, err
-	if kept.KillsAtLogout {
+	k := <-kept
+	st.Kept, st.KeptErr = k.report.Jobs, k.err
+	if k.report.KillsAtLogout {
 		st.Warnings = append(st.Warnings, fmt.Sprintf("%s: systemd there kills your processes when your last session ends (KillUserProcesses=yes) and you have no linger: a job left running with no gpudispatch would die then; run loginctl enable-linger on %s", h.Name, h.Name))
 	}
 	return st, r
