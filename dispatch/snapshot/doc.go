@@ -25,7 +25,9 @@
 // while any list names part of it, so a Take copies into its own pack what
 // it still uses of a pack mostly dead to it (less than half), and the old
 // pack goes with the lists that name it. Taking a snapshot costs an lstat per
-// file (on Linux an fstatat in its open directory), made on every CPU, and
-// works out how it differs from the directory's last one, which is what a
-// machine that has that one is sent.
+// file (on Linux an fstatat in its open directory), made on every CPU; a
+// walk sorts each directory's names and puts the directories together in
+// path order, never sorting the whole list. It works out how the snapshot
+// differs from the directory's last one, which is what a machine that has
+// that one is sent.
 package snapshot

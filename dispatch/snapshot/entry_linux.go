@@ -4,25 +4,29 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
 
-// entryIn is entry for the file name of the open directory d (full: its
-// path): an fstatat relative to d, where an lstat of the full path would
-// look up each of its directories again.
-func entryIn(d *os.File, root, full, name, p string) (File, bool, error) {
+// entryIn looks at the entry name of the open directory dir (full: its
+// path; p: the entry's path relative to root) with an fstatat relative to
+// dir, where an lstat of the full path would look up each of its
+// directories again. A file or a link is entry's.
+func entryIn(dir *os.File, root, full, name, p string) (File, kind, error) {
 	var st unix.Stat_t
-	err := unix.Fstatat(int(d.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
+	err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
 	switch {
 	case errors.Is(err, unix.ENOENT):
-		return File{}, false, nil
+		return File{}, other, nil
 	case err != nil:
-		return File{}, false, fmt.Errorf("sync: %s: %w", full, err)
+		return File{}, other, fmt.Errorf("sync: %s: %w", filepath.Join(full, name), err)
 	case st.Mode&unix.S_IFMT == unix.S_IFREG:
-		return File{Path: p, Exec: st.Mode&0o111 != 0, Size: st.Size, mtime: st.Mtim.Nano()}, true, nil
+		return File{Path: p, Exec: st.Mode&0o111 != 0, Size: st.Size, mtime: st.Mtim.Nano()}, aFile, nil
+	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
+		return File{}, aDir, nil
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
-		return entry(root, full, p)
+		return fileOrNot(entry(root, filepath.Join(full, name), p))
 	}
-	return File{}, false, nil
+	return File{}, other, nil
 }

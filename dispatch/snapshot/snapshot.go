@@ -184,25 +184,41 @@ func entry(dir, full, p string) (f File, keep bool, err error) {
 	return File{}, false, nil
 }
 
+// kind is what an entry of a directory is, to a walk.
+type kind int
+
+const (
+	other kind = iota // gone, or a special file: not shipped
+	aFile             // a regular file, or a link in the tree
+	aDir
+)
+
+// fileOrNot is entry's answer as entryIn gives it.
+func fileOrNot(f File, keep bool, err error) (File, kind, error) {
+	if keep {
+		return f, aFile, err
+	}
+	return f, other, err
+}
+
 // walk returns the entries of every file under dir but those of a
 // directory named .git (a repository git is not here to read), sorted by
-// path. Directories are read on as many goroutines as there are CPUs, and
-// each reads and looks at the files of one directory at a time.
+// path. Directories are read on as many goroutines as there are CPUs, each
+// one directory at a time, its names sorted; the lists are then put
+// together in path order, so that no sort of the whole list is needed.
 func walk(ctx context.Context, dir string) ([]File, error) {
-	w := &walker{root: dir, todo: []string{""}}
+	w := &walker{root: dir, todo: []string{""}, read: map[string]*listing{}}
 	w.more = sync.NewCond(&w.mu)
-	n := runtime.GOMAXPROCS(0)
-	found := make([][]File, n)
 	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { found[i] = w.work(ctx) })
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() { w.work(ctx) })
 	}
 	wg.Wait()
 	if w.err != nil {
 		return nil, w.err
 	}
-	files := slices.Concat(found...)
-	slices.SortFunc(files, pathOrder)
+	files := make([]File, 0, w.files)
+	w.emit("", &files)
 	return files, nil
 }
 
@@ -214,12 +230,22 @@ type walker struct {
 	todo []string   // directories to read, relative ("" for the root)
 	busy int        // directories being read
 	err  error
+	// read holds the directories read, by relative path; files counts
+	// their files.
+	read  map[string]*listing
+	files int
 }
 
-// work reads directories until there are none left, or one failed, and
-// returns the entries it found.
-func (w *walker) work(ctx context.Context) []File {
-	var files []File
+// listing is what one directory holds.
+type listing struct {
+	// files are its files' entries, and subdirs the relative paths of its
+	// subdirectories, each with a "/" after it: both in path order.
+	files   []File
+	subdirs []string
+}
+
+// work reads directories until there are none left, or one failed.
+func (w *walker) work(ctx context.Context) {
 	for {
 		w.mu.Lock()
 		for len(w.todo) == 0 && w.busy > 0 && w.err == nil {
@@ -227,18 +253,24 @@ func (w *walker) work(ctx context.Context) []File {
 		}
 		if len(w.todo) == 0 || w.err != nil {
 			w.mu.Unlock()
-			return files
+			return
 		}
 		d := w.todo[len(w.todo)-1]
 		w.todo = w.todo[:len(w.todo)-1]
 		w.busy++
 		w.mu.Unlock()
-		subdirs, err := w.read(d, &files)
+		l, err := w.list(d)
 		if err == nil {
 			err = ctx.Err()
 		}
 		w.mu.Lock()
-		w.todo = append(w.todo, subdirs...)
+		if err == nil {
+			w.read[d] = l
+			w.files += len(l.files)
+			for _, sub := range l.subdirs {
+				w.todo = append(w.todo, strings.TrimSuffix(sub, "/"))
+			}
+		}
 		w.busy--
 		w.err = cmp.Or(w.err, err)
 		w.more.Broadcast()
@@ -246,41 +278,61 @@ func (w *walker) work(ctx context.Context) []File {
 	}
 }
 
-// read appends the entries of the files of directory d (relative) to
-// files, and returns its subdirectories.
-func (w *walker) read(d string, files *[]File) (subdirs []string, err error) {
+// list reads directory d (relative): its names sorted, each looked at
+// (on Linux, an fstatat in the open directory). A path sorts after
+// another when, at the first name where they part, its name does, a
+// directory's name being taken with the "/" after it: "a.txt" comes
+// before "a/b", and "a/b" before "a0".
+func (w *walker) list(d string) (*listing, error) {
 	full := filepath.Join(w.root, filepath.FromSlash(d))
 	dir, err := os.Open(full)
 	if err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
 	}
 	defer dir.Close()
-	// Unsorted: walk sorts them all.
-	list, err := dir.ReadDir(-1)
+	names, err := dir.Readdirnames(-1)
 	if err != nil {
 		return nil, fmt.Errorf("sync: %w", err)
 	}
+	slices.Sort(names)
 	prefix := ""
 	if d != "" {
 		prefix = d + "/"
 	}
-	for _, e := range list {
-		p := prefix + e.Name()
-		if e.IsDir() {
-			if e.Name() != ".git" {
-				subdirs = append(subdirs, p)
-			}
-			continue
-		}
-		f, keep, err := entryIn(dir, w.root, full+string(filepath.Separator)+e.Name(), e.Name(), p)
-		if err != nil {
+	l := &listing{files: make([]File, 0, len(names))}
+	for _, name := range names {
+		p := prefix + name
+		f, kind, err := entryIn(dir, w.root, full, name, p)
+		switch {
+		case err != nil:
 			return nil, err
-		}
-		if keep {
-			*files = append(*files, f)
+		case kind == aFile:
+			l.files = append(l.files, f)
+		case kind == aDir && name != ".git":
+			l.subdirs = append(l.subdirs, p+"/")
 		}
 	}
-	return subdirs, nil
+	// Sorted by name, "a" came before "a.b"; with their "/", "a.b/" comes
+	// first.
+	slices.Sort(l.subdirs)
+	return l, nil
+}
+
+// emit appends the files under directory d, which was read, in path
+// order: its own files and its subdirectories' merged, as list orders
+// them.
+func (w *walker) emit(d string, files *[]File) {
+	l := w.read[d]
+	i, j := 0, 0
+	for i < len(l.files) || j < len(l.subdirs) {
+		if j == len(l.subdirs) || i < len(l.files) && l.files[i].Path < l.subdirs[j] {
+			*files = append(*files, l.files[i])
+			i++
+			continue
+		}
+		w.emit(strings.TrimSuffix(l.subdirs[j], "/"), files)
+		j++
+	}
 }
 
 // parallel calls f for 0..n-1 on as many goroutines as there are CPUs, in

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,6 +61,14 @@ func TestTakeLists(t *testing.T) {
 		wideWant = append(wideWant, p)
 	}
 	slices.Sort(wideWant)
+	// Names that start with a directory's name, before and after it in
+	// path order ('-' and '.' sort before '/', '0' after it): a walk puts
+	// each directory's lists together in that order, not by name.
+	near := map[string]string{}
+	for _, p := range []string{"a/x", "a.b/x", "a.txt", "a0", "a-/x", "ab", "a/b/c", "a/b.c", "a/b0", "a/b-/d", "a/b/c.d/e", "a/b/c-"} {
+		near[p] = "x"
+	}
+	nearWant := slices.Sorted(maps.Keys(near))
 	for _, tc := range []struct {
 		name  string
 		files map[string]string
@@ -76,6 +85,11 @@ func TestTakeLists(t *testing.T) {
 			name:  "plain directory, sorted by path",
 			files: map[string]string{"a/b.py": "b", "a-c.py": "c", "a.py": "a", "a/z/y.py": "y"},
 			want:  []string{"a-c.py", "a.py", "a/b.py", "a/z/y.py"},
+		},
+		{
+			name:  "plain directory, names that start with a directory's",
+			files: near,
+			want:  nearWant,
 		},
 		{
 			name:  "plain directory, many directories",
