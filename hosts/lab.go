@@ -418,31 +418,24 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	}
 	// What the host keeps with no coordinator, and whether it would: asked
 	// at once, beside the looks below, which it does not depend on (each
-	// is a session and a bash there, and a round trip on a far network).
+	// is a session and a bash there, and a round trip on a far network). A
+	// host left out below does not wait for the answer: the lister ends
+	// with the host's connection, or on its own (a local one).
 	type keptAnswer struct {
 		report jobshell.KeptReport
 		err    error
 	}
 	kept := make(chan keptAnswer, 1)
-	keptCtx, stopKept := context.WithCancel(ctx)
-	defer stopKept()
 	go func() {
-		r, err := jobshell.ListKept(keptCtx, login)
+		r, err := jobshell.ListKept(ctx, login)
 		kept <- keptAnswer{r, err}
 	}()
-	// A host left out is not asked on: its answer is waited for, so that
-	// nothing of the host's opening outlives it.
-	leave := func() {
-		stopKept()
-		<-kept
-		release()
-	}
 	// Another user of the host must not be able to turn the run's GPU locks
 	// against it: with a lock dir they could redirect, the host is left out.
 	l.step(h.Name, st.Addr, "checking its GPU lock dir")
 	if err := r.checkLockDir(ctx); err != nil {
 		st.Err = err
-		leave()
+		release()
 		return st, nil
 	}
 	if rem, ok := r.(*Remote); ok && h.Sync != "" && o.WarmCode {
@@ -465,7 +458,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 				st.Err = fmt.Errorf("gpus: auto: nvidia-smi lists no GPU")
 			}
 			if st.Err != nil {
-				leave()
+				release()
 				return st, nil
 			}
 			st.Host.GPUs = nil
