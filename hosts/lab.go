@@ -427,7 +427,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	}
 	kept := make(chan keptAnswer, 1)
 	go func() {
-		r, err := jobshell.ListKept(ctx, login)
+		r, err := jobshell.ListKept(ctx, login, o.ProbeTimeout)
 		kept <- keptAnswer{r, err}
 	}()
 	// Another user of the host must not be able to turn the run's GPU locks
@@ -471,8 +471,11 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	l.step(h.Name, st.Addr, "listing the jobs it keeps")
 	k := <-kept
 	st.Kept, st.KeptErr = k.report.Jobs, k.err
-	if k.report.KillsAtLogout {
+	switch {
+	case k.report.KillsAtLogout:
 		st.Warnings = append(st.Warnings, fmt.Sprintf("%s: systemd there kills your processes when your last session ends (KillUserProcesses=yes) and you have no linger: a job left running with no gpudispatch would die then; run loginctl enable-linger on %s", h.Name, h.Name))
+	case k.report.LogindSilent:
+		st.Warnings = append(st.Warnings, fmt.Sprintf("%s: its logind did not answer within %s (--probe-timeout): whether systemd there kills your processes when your last session ends is not known; loginctl enable-linger on %s makes sure it does not", h.Name, o.ProbeTimeout, h.Name))
 	}
 	return st, r
 }

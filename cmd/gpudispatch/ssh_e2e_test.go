@@ -464,16 +464,7 @@ func TestSSHCancelOfCutOffHostIsCarriedOutByTheNextRun(t *testing.T) {
 // hosts say so, naming loginctl enable-linger.
 func TestSSHWarnsOfKillUserProcesses(t *testing.T) {
 	t.Parallel()
-	fakes := t.TempDir()
-	for name, script := range map[string]string{
-		"busctl":   "#!/bin/sh\necho 'b true'\n",
-		"loginctl": "#!/bin/sh\necho no\n",
-	} {
-		if err := os.WriteFile(filepath.Join(fakes, name), []byte(script), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1, Env: []string{"PATH=" + fakes + ":/usr/local/bin:/usr/bin:/bin"}})
+	l := logindLab(t, "echo 'b true'", "echo no")
 	want := "node1: systemd there kills your processes when your last session ends (KillUserProcesses=yes) and you have no linger"
 	r := labRun(t, l, "true\n", "-i", l.Inventory(""), "-o", "logs")
 	if r.code != 0 || !strings.Contains(r.stderr, "gpudispatch: warning: "+want) || !strings.Contains(r.stderr, "loginctl enable-linger") {
@@ -482,6 +473,52 @@ func TestSSHWarnsOfKillUserProcesses(t *testing.T) {
 	h := labRun(t, l, "", "hosts", "-i", l.Inventory(""))
 	if !strings.Contains(h.stdout, want) {
 		t.Errorf("hosts does not warn:\n%s", h.stdout)
+	}
+}
+
+// logindLab starts a lab of one host whose busctl and loginctl are shell
+// scripts: what systemd-logind answers there.
+func logindLab(t *testing.T, busctl, loginctl string) *sshtest.Lab {
+	t.Helper()
+	fakes := t.TempDir()
+	for name, script := range map[string]string{"busctl": busctl, "loginctl": loginctl} {
+		if err := os.WriteFile(filepath.Join(fakes, name), []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1, Env: []string{"PATH=" + fakes + ":/usr/local/bin:/usr/bin:/bin"}})
+}
+
+// A host whose logind does not answer (busctl hangs, as on a server whose
+// D-Bus is stuck) is not waited for beyond --probe-timeout: asking whether
+// it would kill jobs left with no coordinator holds no job back, and the
+// run says it could not tell.
+func TestSSHStuckLogind(t *testing.T) {
+	t.Parallel()
+	l := logindLab(t, "exec sleep 300", "echo no")
+	cmd := labCmd(t, l, "true\n", "-i", l.Inventory(""), "-o", "logs", "--probe-timeout", "1s")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v\n%s", err, out.String())
+		}
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("the run still waited for the host's logind after a minute:\n%s", out.String())
+	}
+	if n := count(journal(t, filepath.Join(l.Dir, "logs")), "started"); n != 1 {
+		t.Errorf("%d jobs started, want 1", n)
+	}
+	if want := "gpudispatch: warning: node1: its logind did not answer within 1s"; !strings.Contains(out.String(), want) {
+		t.Errorf("the run does not say %q:\n%s", want, out.String())
 	}
 }
 

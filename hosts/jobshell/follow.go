@@ -207,13 +207,18 @@ type KeptReport struct {
 	// processes as their last session ends (KillUserProcesses=yes) and the
 	// user has no linger: a job left with no coordinator would die then.
 	KillsAtLogout bool
+	// LogindSilent is set when logind there did not answer within the
+	// limit: whether it would kill them is not known.
+	LogindSilent bool
 }
 
 // ListKept lists the jobs that the machine start runs bash on keeps with no
-// coordinator.
-func ListKept(ctx context.Context, start spawn.Func) (KeptReport, error) {
+// coordinator. Each ask of the machine's logind (whether it would kill
+// them) may take limit.
+func ListKept(ctx context.Context, start spawn.Func, limit time.Duration) (KeptReport, error) {
 	var out, errs strings.Builder
-	p, err := start(ctx, spawn.Bootstrap(keptScript, "gpudispatch-kept"), &out, &errs)
+	secs := strconv.FormatFloat(max(limit, time.Second).Seconds(), 'f', 3, 64)
+	p, err := start(ctx, spawn.Bootstrap(keptScript, "gpudispatch-kept", secs), &out, &errs)
 	if err != nil {
 		return KeptReport{}, err
 	}
@@ -224,8 +229,12 @@ func ListKept(ctx context.Context, start spawn.Func) (KeptReport, error) {
 	}
 	var kept KeptReport
 	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		if line == "!kill-at-logout" {
+		switch line {
+		case "!kill-at-logout":
 			kept.KillsAtLogout = true
+			continue
+		case "!logind-silent":
+			kept.LogindSilent = true
 			continue
 		}
 		f := strings.SplitN(line, " ", 5)

@@ -7,13 +7,24 @@
 # coordinator (the shell's parent is sshd or gpudispatch) is not listed.
 # First, the line "!kill-at-logout" when systemd-logind kills the user's
 # processes as their last session ends (KillUserProcesses=yes) and the user
-# has no linger: jobs left with no coordinator would die then.
+# has no linger: jobs left with no coordinator would die then; or the line
+# "!logind-silent" when logind did not answer within $1 seconds (a stuck
+# logind or D-Bus holds no host's opening beyond that; where timeout(1) is
+# missing, the ask is not bounded).
+limit=()
+if command -v timeout >/dev/null; then limit=(timeout -k 1 "${1:-20}"); fi
 if command -v busctl >/dev/null && command -v loginctl >/dev/null; then
-  kill=$(busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager KillUserProcesses 2>/dev/null)
-  linger=$(loginctl show-user "$(id -un)" --property=Linger --value 2>/dev/null)
-  if [ "$kill" = "b true" ] && [ "$linger" != yes ]; then
-    echo '!kill-at-logout'
-  fi
+  kill=$("${limit[@]}" busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager KillUserProcesses 2>/dev/null </dev/null)
+  case $? in
+  124 | 137) echo '!logind-silent' ;;
+  *)
+    linger=$("${limit[@]}" loginctl show-user "$(id -un)" --property=Linger --value 2>/dev/null </dev/null)
+    case $? in
+    124 | 137) echo '!logind-silent' ;;
+    *) if [ "$kill" = "b true" ] && [ "$linger" != yes ]; then echo '!kill-at-logout'; fi ;;
+    esac
+    ;;
+  esac
 fi
 spool=$HOME/.gpudispatch/jobs
 for rec in "$spool"/*.job; do
