@@ -12,7 +12,7 @@ import (
 // entryIn looks at the entry name of the open directory dir (full: its
 // path; p: the entry's path relative to root) with an fstatat relative to
 // dir, where an lstat of the full path would look up each of its
-// directories again. A file or a link is entry's.
+// directories again. A link is entry's.
 func entryIn(dir *os.File, root, full, name, p string) (File, kind, error) {
 	var st unix.Stat_t
 	err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW)
@@ -26,7 +26,7 @@ func entryIn(dir *os.File, root, full, name, p string) (File, kind, error) {
 	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
 		return File{}, aDir, nil
 	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
-		return fileOrNot(entry(root, filepath.Join(full, name), p))
+		return entry(root, filepath.Join(full, name), p)
 	}
 	return File{}, other, nil
 }

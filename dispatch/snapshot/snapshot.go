@@ -142,8 +142,9 @@ func stat(ctx context.Context, dir string, paths []string) ([]File, error) {
 	files := make([]File, len(paths))
 	keep := make([]bool, len(paths))
 	err := parallel(ctx, len(paths), func(i int) error {
-		var err error
-		files[i], keep[i], err = entry(dir, filepath.Join(dir, filepath.FromSlash(paths[i])), paths[i])
+		// A directory git lists is a submodule's: not shipped.
+		f, k, err := entry(dir, filepath.Join(dir, filepath.FromSlash(paths[i])), paths[i])
+		files[i], keep[i] = f, k == aFile
 		return err
 	})
 	if err != nil {
@@ -158,33 +159,34 @@ func stat(ctx context.Context, dir string, paths []string) ([]File, error) {
 	return kept, nil
 }
 
-// entry returns the entry of the path p under dir (full: the two joined):
-// a regular file's mode, size and time, a link's target (which must stay
-// in dir). Paths that are gone (tracked by git, deleted in the work tree,
-// or since the walk), directories (git submodules) and special files are
-// not kept.
-func entry(dir, full, p string) (f File, keep bool, err error) {
+// entry returns the entry of the path p under dir (full: the two joined)
+// and what it is: a regular file's mode, size and time, a link's target
+// (which must stay in dir). Paths that are gone (tracked by git, deleted in
+// the work tree, or since the walk) and special files are other.
+func entry(dir, full, p string) (File, kind, error) {
 	fi, err := os.Lstat(full)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return File{}, false, fmt.Errorf("sync: %w", err)
+		return File{}, other, fmt.Errorf("sync: %w", err)
 	case fi.Mode()&fs.ModeSymlink != 0:
 		link, err := os.Readlink(full)
 		if err != nil {
-			return File{}, false, fmt.Errorf("sync: %w", err)
+			return File{}, other, fmt.Errorf("sync: %w", err)
 		}
 		if !inside(p, link) {
-			return File{}, false, fmt.Errorf("sync: %s is a symbolic link to %s, out of %s: gpudispatch ships no link that leads out of the directory; remove it, or name it in %s", full, link, dir, IgnoreFile)
+			return File{}, other, fmt.Errorf("sync: %s is a symbolic link to %s, out of %s: gpudispatch ships no link that leads out of the directory; remove it, or name it in %s", full, link, dir, IgnoreFile)
 		}
-		return File{Path: p, Link: link}, true, nil
+		return File{Path: p, Link: link}, aFile, nil
 	case fi.Mode().IsRegular():
-		return File{Path: p, Exec: fi.Mode()&0o111 != 0, Size: fi.Size(), mtime: fi.ModTime().UnixNano()}, true, nil
+		return File{Path: p, Exec: fi.Mode()&0o111 != 0, Size: fi.Size(), mtime: fi.ModTime().UnixNano()}, aFile, nil
+	case fi.IsDir():
+		return File{}, aDir, nil
 	}
-	return File{}, false, nil
+	return File{}, other, nil
 }
 
-// kind is what an entry of a directory is, to a walk.
+// kind is what an entry of a directory is.
 type kind int
 
 const (
@@ -192,14 +194,6 @@ const (
 	aFile             // a regular file, or a link in the tree
 	aDir
 )
-
-// fileOrNot is entry's answer as entryIn gives it.
-func fileOrNot(f File, keep bool, err error) (File, kind, error) {
-	if keep {
-		return f, aFile, err
-	}
-	return f, other, err
-}
 
 // walk returns the entries of every file under dir but those of a
 // directory named .git (a repository git is not here to read), sorted by
