@@ -1,10 +1,11 @@
 // Package snapshot takes a frozen picture of a project directory on the
-// coordinator's machine: the list of its files (what git would commit, or
-// every file where the directory is not in a git work tree, minus what a
-// .gpdignore at its top names), each with its mode, its size and the
-// SHA-256 of its content, and the in-tree symbolic links. The snapshot's
-// ID is a hash of that list: two snapshots of the same content have the
-// same ID, wherever and whenever they were taken.
+// coordinator's machine: the list of its files (what git would commit,
+// with what its submodules commit, or every file where the directory is
+// not in a git work tree, minus what a .gpdignore at its top names), each
+// with its mode, its size and the SHA-256 of its content, and the in-tree
+// symbolic links. The snapshot's ID is a hash of that list: two snapshots
+// of the same content have the same ID, wherever and whenever they were
+// taken.
 //
 // The content is copied into the coordinator's content store as the
 // snapshot is taken, so that a host that comes up hours later gets the

@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -484,8 +485,100 @@ func list(ctx context.Context, dir string) (paths []string, all bool, err error)
 		}
 		paths = slices.DeleteFunc(paths, func(p string) bool { return out[p] })
 	}
+	if inGit {
+		sub, err := submoduleFiles(ctx, dir, paths, git, ignore, hasIgnore)
+		if err != nil {
+			return nil, false, err
+		}
+		paths = append(paths, sub...)
+	}
 	slices.Sort(paths)
 	return slices.Compact(paths), false, nil
+}
+
+// submoduleFiles returns the files of the git submodules in dir that
+// paths (what git listed of dir) name, each as one entry: what each
+// submodule commits (git ls-files --cached --recurse-submodules), minus
+// what .gpdignore names. git lists none of an untracked file there. A
+// work tree with no .gitmodules has no submodule: git is not asked.
+func submoduleFiles(ctx context.Context, dir string, paths []string, git func(...string) ([]string, error), ignore string, hasIgnore bool) ([]string, error) {
+	if !hasSubmodules(dir) {
+		return nil, nil
+	}
+	all, err := git("ls-files", "-z", "--cached", "--recurse-submodules")
+	if err != nil {
+		return nil, err
+	}
+	listed := make(map[string]bool, len(paths))
+	for _, p := range paths {
+		listed[p] = true
+	}
+	var sub []string
+	for _, p := range all {
+		if listed[p] {
+			continue
+		}
+		// Under a submodule: a directory above it is one entry of paths.
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if listed[d] {
+				sub = append(sub, p)
+				break
+			}
+		}
+	}
+	if !hasIgnore || len(sub) == 0 {
+		return sub, nil
+	}
+	return notIgnored(ctx, sub, ignore)
+}
+
+// hasSubmodules says whether the git work tree that dir is in has a
+// .gitmodules at its top (in dir, or above it up to the directory that
+// holds .git).
+func hasSubmodules(dir string) bool {
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(filepath.Join(d, ".gitmodules")); err == nil {
+			return true
+		}
+		if _, err := os.Lstat(filepath.Join(d, ".git")); err == nil || filepath.Dir(d) == d {
+			return false
+		}
+	}
+}
+
+// notIgnored returns the paths that the ignore file (gitignore syntax,
+// its patterns relative to the top) does not name: git check-ignore, in a
+// repository of its own and an empty work tree, so that only that file's
+// rules count (a submodule's .gitignore does not take out what it
+// commits).
+func notIgnored(ctx context.Context, paths []string, ignore string) ([]string, error) {
+	tmp, err := os.MkdirTemp("", "gpudispatch-git-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	repo, tree := filepath.Join(tmp, "repo"), filepath.Join(tmp, "tree")
+	if err := os.Mkdir(tree, 0o700); err != nil {
+		return nil, err
+	}
+	if out, err := exec.CommandContext(ctx, "git", "init", "-q", "--bare", repo).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("git init: %v: %s", err, bytes.TrimSpace(out))
+	}
+	cmd := exec.CommandContext(ctx, "git", "--git-dir", repo, "--work-tree", tree, "-c", "core.excludesFile="+ignore,
+		"check-ignore", "--no-index", "-z", "--stdin")
+	cmd.Stdin = strings.NewReader(strings.Join(paths, "\x00") + "\x00")
+	var errs bytes.Buffer
+	cmd.Stderr = &errs
+	out, err := cmd.Output()
+	// Exit status 1: none is ignored.
+	if err != nil && !(errors.As(err, new(*exec.ExitError)) && cmd.ProcessState.ExitCode() == 1) {
+		return nil, fmt.Errorf("sync: git check-ignore with %s: %v: %s", ignore, err, bytes.TrimSpace(errs.Bytes()))
+	}
+	ignored := map[string]bool{}
+	for _, p := range strings.Split(string(out), "\x00") {
+		ignored[p] = true
+	}
+	return slices.DeleteFunc(paths, func(p string) bool { return ignored[p] }), nil
 }
 
 // mayBeGit says whether dir may be in a git work tree: git says so only

@@ -755,3 +755,43 @@ func TestRepackCutShort(t *testing.T) {
 		t.Errorf("got %v, want a.py named as cut short, with what to do", err)
 	}
 }
+
+// A git submodule's committed files are shipped, as git lists them with
+// --recurse-submodules, minus what .gpdignore names (its patterns relative
+// to the top); what is untracked in a submodule is not, and a submodule's
+// own .gitignore takes out nothing it commits.
+func TestTakeSubmodules(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Fatal("git is not installed: the ignore rules are git's")
+	}
+	top := t.TempDir()
+	sub, proj := filepath.Join(top, "lib"), filepath.Join(top, "proj")
+	commit := func(dir string, args ...string) {
+		t.Helper()
+		for _, a := range [][]string{args, {"-c", "user.email=a@b", "-c", "user.name=n", "commit", "-qm", "x"}} {
+			if out, err := exec.Command("git", append([]string{"-C", dir}, a...)...).CombinedOutput(); err != nil {
+				t.Fatalf("git %v: %v: %s", a, err, out)
+			}
+		}
+	}
+	write(t, sub, map[string]string{"model.py": "m", "data/big.bin": "b", "build.so": "so", ".gitignore": "*.so\n"})
+	gitInit(t, sub)
+	commit(sub, "add", "-f", ".")
+	write(t, proj, map[string]string{"train.py": "t", ".gpdignore": "data/\n/ext/lib/notes.txt\n"})
+	gitInit(t, proj, "train.py", ".gpdignore")
+	commit(proj, "-c", "protocol.file.allow=always", "submodule", "add", "-q", sub, "ext/lib")
+	write(t, filepath.Join(proj, "ext/lib"), map[string]string{"scratch.py": "untracked", "notes.txt": "n"})
+	commit(filepath.Join(proj, "ext/lib"), "add", "notes.txt")
+	s, err := Take(context.Background(), proj, t.TempDir(), DefaultLimit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range s.Files {
+		got = append(got, f.Path)
+	}
+	want := []string{".gitmodules", ".gpdignore", "ext/lib/.gitignore", "ext/lib/build.so", "ext/lib/model.py", "train.py"}
+	if !slices.Equal(got, want) {
+		t.Errorf("shipped %q, want %q", got, want)
+	}
+}
