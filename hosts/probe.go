@@ -147,6 +147,11 @@ func (p *probes) run(ctx context.Context, host, what string, limit time.Duration
 	select {
 	case err := <-result:
 		if err == nil || ctx.Err() == nil && !errors.Is(lookCtx.Err(), context.DeadlineExceeded) {
+			// A host whose job shell cannot be set up says so, named.
+			var unfit *executor.UnfitError
+			if errors.As(err, &unfit) && unfit.Where == "" {
+				unfit.Where = host
+			}
 			return err
 		}
 	case <-lookCtx.Done():

@@ -119,6 +119,42 @@ func TestSSHBrokenHostSetUp(t *testing.T) {
 	}
 }
 
+// A login profile that ends the shell reading it (exec of another shell,
+// as users who cannot chsh write, or an exit) is named as the reason a
+// host's jobs cannot run there, not taken for a lost connection: with a
+// fixed GPU list the jobs go to the other host; with gpus: auto the host
+// is left out, and says why.
+func TestSSHProfileEndsTheShell(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	if err := os.WriteFile(filepath.Join(l.Hosts[0].Home, ".bash_profile"), []byte("exec sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inv := filepath.Join(l.Dir, "fixed.yaml")
+	y := fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    gpus: [0]\n  - name: node2\n    gpus: [0]\n", l.SSHConfig)
+	if err := os.WriteFile(inv, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := labRun(t, l, strings.Repeat("echo $FAKE_HOST\n", 4), "-i", inv, "-o", "logs")
+	why := "the login profile ended gpudispatch's job shell as it was read (exit status 0)"
+	if r.code != 0 || !strings.Contains(r.stderr, "node1: cannot set up its jobs, which go to other hosts: "+why) {
+		t.Fatalf("exit %d, want 0 and node1 named with %q:\n%s", r.code, why, r.stderr)
+	}
+	for i := 1; i <= 4; i++ {
+		if got := readFile(t, filepath.Join(l.Dir, "logs", fmt.Sprint(i)+".out")); got != "node2\n" {
+			t.Errorf("job %d printed %q, want node2", i, got)
+		}
+	}
+	auto := filepath.Join(l.Dir, "auto.yaml")
+	if err := os.WriteFile(auto, fmt.Appendf(nil, "ssh_config: %s\nhosts:\n  - name: node1\n    gpus: auto\n", l.SSHConfig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = labRun(t, l, "true\n", "-i", auto, "-o", "logs2")
+	if want := "gpus: auto: node1: " + why; r.code == 0 || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "connection lost") {
+		t.Errorf("exit %d, want the host left out with %q:\n%s", r.code, want, r.stderr)
+	}
+}
+
 // modules: are loaded with the host's real Lmod (Debian's lmod), once per
 // slot; venv: activates a venv relative to the workdir; shell:
 // interactive reads ~/.bashrc past its guard, and what it prints reaches

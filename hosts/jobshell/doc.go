@@ -24,8 +24,11 @@
 // interactive login bash of its own reads the profile and ~/.bashrc and
 // hands its variables and state back. A shell that cannot be set up runs
 // no job: it answers the first with why (an *executor.UnfitError), and
-// exits. Other login shells, and LoginPerJob, activate per job, and a
-// shell tries it once as it starts.
+// exits. A new shell that ends by itself before its first job (an exit
+// status, no lost connection) was ended by the profile it read (an exit,
+// exec zsh): Run says so, as an *executor.UnfitError too. Other login
+// shells, and LoginPerJob, activate per job, and a shell tries it once as
+// it starts.
 //
 // A machine keeps its idle shells (Shells); a job takes one set up for its
 // Prelude or starts one, and gives it back when the job ran to its end. Each job's output is

@@ -137,7 +137,8 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 	// job goes to a new shell, which reads the profile as it is now.
 	for tries := 0; ; tries++ {
 		sh := ss.take(c.Prelude.Key())
-		if sh == nil || tries > 0 {
+		fresh := sh == nil || tries > 0
+		if fresh {
 			if sh, err = startShell(ctx, ss.spawn, c.Tag, ss.sup, c.Prelude); err != nil {
 				return -1, err
 			}
@@ -151,8 +152,33 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 		if errors.Is(err, errStale) && tries < 2 {
 			continue
 		}
+		if fresh && ss.sup.Login == LoginPerSlot && ctx.Err() == nil {
+			if why, ok := profileEnded(err); ok {
+				return -1, &executor.UnfitError{Why: why}
+			}
+		}
 		return code, err
 	}
+}
+
+// profileEnded says why a job shell that ended by itself before its first
+// job did (err, run's error: an exit status, not a lost connection or a
+// signal), when its login profile is why: the shell reads it before it
+// reads a job, and a profile that exits, fails under set -e, or starts
+// another shell in its place (exec zsh) ends it. Exit status 125 and 126
+// are the shell's own (it cannot read the coordinator, or make its
+// files), not the profile's.
+func profileEnded(err error) (string, bool) {
+	var lost *LostError
+	if !errors.As(err, &lost) {
+		return "", false
+	}
+	code, ok := spawn.ExitStatus(lost.Err)
+	var signalled interface{ Signal() string }
+	if !ok || code < 0 || code == 125 || code == 126 || errors.As(lost.Err, &signalled) && signalled.Signal() != "" {
+		return "", false
+	}
+	return fmt.Sprintf("the login profile ended gpudispatch's job shell as it was read (exit status %d): a profile that exits, fails under set -e, or starts another shell (exec zsh) does this; do that only in an interactive shell (case $- in *i*), or give this host login: per_job", code), true
 }
 
 // errStale is a shell's answer to a job when its login profile changed
