@@ -80,7 +80,7 @@ func (e *HungError) Error() string {
 	if e.Still {
 		still = " (and still does not)"
 	}
-	return fmt.Sprintf("%s did not answer within %s%s (a GPU fallen off the bus? a driver in a bad state? --probe-timeout)", e.What, e.Limit, still)
+	return fmt.Sprintf("%s did not answer within %s%s (a GPU fallen off the bus? a driver in a bad state? a login profile that never finishes? --probe-timeout)", e.What, e.Limit, still)
 }
 
 // probes bounds the looks at hosts' GPUs: each gets the probe timeout, and

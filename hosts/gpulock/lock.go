@@ -360,7 +360,7 @@ func (h *holder) deathErr(gpu int) error {
 	case code == 126:
 		return fmt.Errorf("%s: %w: %s", where, ErrUnsafeLockDir, strings.TrimPrefix(strings.TrimSpace(h.errs.String()), "gpudispatch: "))
 	case code == 124:
-		return fmt.Errorf("%s: locking GPU %d: nvidia-smi did not answer within %s (a GPU fallen off the bus? a driver in a bad state? --probe-timeout): %w", where, gpu, h.ls.probe, executor.ErrProbeTimeout)
+		return fmt.Errorf("%s: locking GPU %d: nvidia-smi did not answer within %s (a GPU fallen off the bus? a driver in a bad state? a login profile that never finishes? --probe-timeout): %w", where, gpu, h.ls.probe, executor.ErrProbeTimeout)
 	}
 	return fmt.Errorf("%s: locking GPU %d in %s: exit status %d: %s", where, gpu, h.ls.dir, code, strings.TrimSpace(h.errs.String()))
 }
