@@ -46,6 +46,10 @@ type Options struct {
 	// ProbeTimeout bounds each look at a host's GPUs (nvidia-smi, their
 	// locks) (0: DefaultProbeTimeout).
 	ProbeTimeout time.Duration
+	// SetupTimeout bounds a job shell's set-up on a host: its login
+	// profile, workdir, modules, conda env, venv and setup (0:
+	// DefaultSetupTimeout).
+	SetupTimeout time.Duration
 	// LostAfter is how long a host that stopped answering keeps its jobs,
 	// presumed running, while this coordinator is awake and reaches other
 	// hosts; then they are lost (0: DefaultLostAfter).
@@ -68,6 +72,10 @@ const (
 	// 8-GPU server (a second or two), far shorter than one stuck in a
 	// driver that lost a GPU.
 	DefaultProbeTimeout = 20 * time.Second
+	// DefaultSetupTimeout is far longer than a conda env takes to activate
+	// from a slow NFS home (seconds), far shorter than a sweep waits for a
+	// profile that never finishes.
+	DefaultSetupTimeout = 2 * time.Minute
 	// DefaultLostAfter is Slurm's SlurmdTimeout: a host is not called
 	// dead for less.
 	DefaultLostAfter = 5 * time.Minute
@@ -167,6 +175,9 @@ func Start(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, <-ch
 	}
 	if o.ProbeTimeout <= 0 {
 		o.ProbeTimeout = DefaultProbeTimeout
+	}
+	if o.SetupTimeout <= 0 {
+		o.SetupTimeout = DefaultSetupTimeout
 	}
 	lab := &Lab{opts: o, cfg: &sshpool.Config{}, pools: sshpool.NewPools(o.ConnectTimeout, o.Keepalive),
 		runners: map[string]Runner{}, pending: map[string]chan struct{}{}, doing: map[string]Opening{}, autoGPUs: map[string][]int{},
@@ -339,7 +350,7 @@ func (l *Lab) step(h, addr, doing string) {
 func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Host) (HostState, Runner) {
 	o := l.opts
 	st := HostState{Host: h, Addr: "local"}
-	sup := jobshell.Supervision{Heartbeat: o.Keepalive, Grace: o.Grace, KeepCode: o.KeepCode}
+	sup := jobshell.Supervision{Heartbeat: o.Keepalive, Grace: o.Grace, SetupLimit: o.SetupTimeout, KeepCode: o.KeepCode}
 	switch {
 	case h.Local:
 		// This machine's jobs get the coordinator's environment as it is,

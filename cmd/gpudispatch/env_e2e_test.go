@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -152,6 +153,35 @@ func TestSSHProfileEndsTheShell(t *testing.T) {
 	r = labRun(t, l, "true\n", "-i", auto, "-o", "logs2")
 	if want := "gpus: auto: node1: " + why; r.code == 0 || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "connection lost") {
 		t.Errorf("exit %d, want the host left out with %q:\n%s", r.code, want, r.stderr)
+	}
+}
+
+// A job shell's set-up that never finishes (here a setup that sleeps; on
+// a lab server, a conda env on a dead NFS mount) holds a host's slots no
+// longer than --setup-timeout: the shell and what its set-up started are
+// stopped, the host says why, and the jobs run on the other host. (A
+// login profile that never finishes is met first by the GPU lock's look
+// at nvidia-smi, which --probe-timeout bounds.)
+func TestSSHSetUpTimeout(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	inv := filepath.Join(l.Dir, "fixed.yaml")
+	y := fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    gpus: [0]\n    setup: sleep 1234\n  - name: node2\n    gpus: [0]\n", l.SSHConfig)
+	if err := os.WriteFile(inv, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := runWithin(t, labCmd(t, l, strings.Repeat("echo $FAKE_HOST\n", 4), "-i", inv, "-o", "logs", "--setup-timeout", "2s"), 90*time.Second, "node1's set-up")
+	want := "node1: cannot set up its jobs, which go to other hosts: its job shell's set-up (the login profile, then the workdir, modules, conda env, venv and setup) did not finish within 2s (--setup-timeout)"
+	if !strings.Contains(out, want) {
+		t.Errorf("the run does not say %q:\n%s", want, out)
+	}
+	for i := 1; i <= 4; i++ {
+		if got := readFile(t, filepath.Join(l.Dir, "logs", fmt.Sprint(i)+".out")); got != "node2\n" {
+			t.Errorf("job %d printed %q, want node2", i, got)
+		}
+	}
+	if ps, _ := exec.Command("pgrep", "-f", "sleep 1234").Output(); len(ps) > 0 {
+		t.Errorf("the setup's sleep still runs: %s", ps)
 	}
 }
 

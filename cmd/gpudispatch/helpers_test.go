@@ -243,3 +243,28 @@ func waitJournal(t *testing.T, logDir string, ok func([]map[string]any) bool) []
 	t.Fatal("the journal never showed what was expected")
 	return nil
 }
+
+// runWithin runs cmd, which must succeed within limit, and returns what it
+// printed (stdout and stderr); one still running then is killed, and the
+// test fails, saying what it waited for.
+func runWithin(t *testing.T, cmd *exec.Cmd, limit time.Duration, waitedFor string) string {
+	t.Helper()
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v\n%s", err, out.String())
+		}
+	case <-time.After(limit):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("the run still waited for %s after %s:\n%s", waitedFor, limit, out.String())
+	}
+	return out.String()
+}

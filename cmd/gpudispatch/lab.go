@@ -29,6 +29,7 @@ type labOptions struct {
 	connect   time.Duration
 	keepalive time.Duration
 	probe     time.Duration // --probe-timeout
+	setup     time.Duration // --setup-timeout
 	lostAfter time.Duration // --lost-after
 	acceptNew bool
 	lockDir   string
@@ -41,6 +42,7 @@ func addLabFlags(f *pflag.FlagSet) {
 	f.Duration("connect-timeout", hosts.DefaultConnectTimeout, "TCP connect plus SSH handshake limit per host")
 	f.Bool("accept-new-host-keys", false, "record the keys of hosts known_hosts does not know yet (as OpenSSH's accept-new); changed keys are always refused")
 	f.Duration("probe-timeout", hosts.DefaultProbeTimeout, "how long a host's nvidia-smi (and its GPU locks) may take to answer; one that does not is sick: no new job there until it answers (each ask of its logind has the same limit)")
+	f.Duration("setup-timeout", hosts.DefaultSetupTimeout, "how long a job shell's set-up on a host (its login profile, workdir, modules, conda env, venv, setup) may take; one that does not finish is stopped, and the host takes no job until it is tried again")
 	f.Duration("keepalive", hosts.DefaultKeepalive, "how often connections are checked for life; a dead connection is noticed within about 3 times this")
 	f.Duration("lost-after", hosts.DefaultLostAfter, "how long a host that stopped answering keeps its jobs, presumed running, while this coordinator is awake and reaches other hosts; then they are lost and run elsewhere")
 	f.Duration("keep", codestore.DefaultKeep, "how long snapshots of code (--sync) that no run used are kept, on the hosts and here; the next run removes older ones")
@@ -53,6 +55,7 @@ func readLabOptions(v *viper.Viper) (labOptions, error) {
 		connect:   v.GetDuration("connect-timeout"),
 		keepalive: v.GetDuration("keepalive"),
 		probe:     v.GetDuration("probe-timeout"),
+		setup:     v.GetDuration("setup-timeout"),
 		lostAfter: v.GetDuration("lost-after"),
 		acceptNew: v.GetBool("accept-new-host-keys"),
 		lockDir:   v.GetString("lock-dir"),
@@ -61,8 +64,8 @@ func readLabOptions(v *viper.Viper) (labOptions, error) {
 	if h := v.GetString("hosts"); h != "" {
 		o.hosts = strings.FieldsFunc(h, func(r rune) bool { return r == ',' || r == ' ' })
 	}
-	if o.connect <= 0 || o.keepalive <= 0 || o.probe <= 0 || o.lostAfter <= 0 || o.keep <= 0 {
-		return o, usageError("--connect-timeout, --keepalive, --probe-timeout, --lost-after and --keep: want a positive duration")
+	if o.connect <= 0 || o.keepalive <= 0 || o.probe <= 0 || o.setup <= 0 || o.lostAfter <= 0 || o.keep <= 0 {
+		return o, usageError("--connect-timeout, --keepalive, --probe-timeout, --setup-timeout, --lost-after and --keep: want a positive duration")
 	}
 	if !strings.HasPrefix(o.lockDir, "/") {
 		return o, usageError("--lock-dir %q: want an absolute path (it is a path on every host)", o.lockDir)
@@ -302,6 +305,7 @@ func hostOptions(o labOptions) hosts.Options {
 		ConnectTimeout:    o.connect,
 		Keepalive:         o.keepalive,
 		ProbeTimeout:      o.probe,
+		SetupTimeout:      o.setup,
 		LostAfter:         o.lostAfter,
 		AcceptNewHostKeys: o.acceptNew,
 		LockDir:           o.lockDir,

@@ -496,29 +496,12 @@ func logindLab(t *testing.T, busctl, loginctl string) *sshtest.Lab {
 func TestSSHStuckLogind(t *testing.T) {
 	t.Parallel()
 	l := logindLab(t, "exec sleep 300", "echo no")
-	cmd := labCmd(t, l, "true\n", "-i", l.Inventory(""), "-o", "logs", "--probe-timeout", "1s")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("run: %v\n%s", err, out.String())
-		}
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("the run still waited for the host's logind after a minute:\n%s", out.String())
-	}
+	out := runWithin(t, labCmd(t, l, "true\n", "-i", l.Inventory(""), "-o", "logs", "--probe-timeout", "1s"), time.Minute, "the host's logind")
 	if n := count(journal(t, filepath.Join(l.Dir, "logs")), "started"); n != 1 {
 		t.Errorf("%d jobs started, want 1", n)
 	}
-	if want := "gpudispatch: warning: node1: its logind did not answer within 1s"; !strings.Contains(out.String(), want) {
-		t.Errorf("the run does not say %q:\n%s", want, out.String())
+	if want := "gpudispatch: warning: node1: its logind did not answer within 1s"; !strings.Contains(out, want) {
+		t.Errorf("the run does not say %q:\n%s", want, out)
 	}
 }
 

@@ -26,7 +26,9 @@
 // no job: it answers the first with why (an *executor.UnfitError), and
 // exits. A new shell that ends by itself before its first job (an exit
 // status, no lost connection) was ended by the profile it read (an exit,
-// exec zsh): Run says so, as an *executor.UnfitError too. Other login
+// exec zsh); one whose set-up outlasts Supervision.SetupLimit is ended by
+// a watchdog of its own, with SIGUSR2, and what the set-up started with
+// it: Run says so, as an *executor.UnfitError too. Other login
 // shells, and LoginPerJob, activate per job, and a shell tries it once as
 // it starts.
 //

@@ -59,6 +59,10 @@ type Supervision struct {
 	Grace time.Duration
 	// Login says how often the login profile is read.
 	Login Login
+	// SetupLimit is how long a job shell's set-up (its login profile, then
+	// the Prelude) may take; a shell still in it then is ended there, and
+	// Run says the machine is unfit (0: no limit).
+	SetupLimit time.Duration
 	// KeepCode is how long the machine keeps snapshots of code that no run
 	// used (0: codestore.DefaultKeep).
 	KeepCode time.Duration
@@ -99,7 +103,7 @@ func header(s Supervision, p executor.Prelude) []byte {
 	if p.Interactive {
 		interactive = "1"
 	}
-	f := append([]string{strconv.FormatFloat(s.Grace.Seconds(), 'f', 3, 64), login,
+	f := append([]string{strconv.FormatFloat(s.Grace.Seconds(), 'f', 3, 64), strconv.FormatFloat(s.SetupLimit.Seconds(), 'f', 3, 64), login,
 		interactive, p.Workdir, p.Conda, p.Venv, strings.Join(p.Modules, "\n"), p.Setup,
 		strconv.Itoa(len(p.Env))}, p.Env...)
 	return []byte(script + strings.Join(f, "\x00") + "\x00")

@@ -152,8 +152,8 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 		if errors.Is(err, errStale) && tries < 2 {
 			continue
 		}
-		if fresh && ss.sup.Login == LoginPerSlot && ctx.Err() == nil {
-			if why, ok := profileEnded(err); ok {
+		if fresh && ctx.Err() == nil {
+			if why, ok := ss.setUpEnded(err); ok {
 				return -1, &executor.UnfitError{Why: why}
 			}
 		}
@@ -161,21 +161,24 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 	}
 }
 
-// profileEnded says why a job shell that ended by itself before its first
-// job did (err, run's error: an exit status, not a lost connection or a
-// signal), when its login profile is why: the shell reads it before it
-// reads a job, and a profile that exits, fails under set -e, or starts
-// another shell in its place (exec zsh) ends it. Exit status 125 and 126
-// are the shell's own (it cannot read the coordinator, or make its
-// files), not the profile's.
-func profileEnded(err error) (string, bool) {
+// setUpEnded says why a new job shell that ended before its first job (err
+// is run's) did, when its set-up is why: the shell reads the login profile
+// and sets up the Prelude before it reads a job. A set-up that outlasted
+// its limit was ended by the shell's watchdog, with SIGUSR2. A shell that
+// exited by itself (an exit status, not a lost connection or a signal)
+// was ended by its profile, which exits, fails under set -e, or starts
+// another shell in its place (exec zsh); exit status 125 and 126 are the
+// shell's own (it cannot read the coordinator, or make its files).
+func (ss *Shells) setUpEnded(err error) (string, bool) {
 	var lost *LostError
 	if !errors.As(err, &lost) {
 		return "", false
 	}
+	if spawn.Signal(lost.Err) == "USR2" {
+		return fmt.Sprintf("its job shell's set-up (the login profile, then the workdir, modules, conda env, venv and setup) did not finish within %s (--setup-timeout): a profile or ~/.bashrc that waits (for input, on a dead NFS mount) or a slow env; what it started there was stopped", ss.sup.SetupLimit), true
+	}
 	code, ok := spawn.ExitStatus(lost.Err)
-	var signalled interface{ Signal() string }
-	if !ok || code < 0 || code == 125 || code == 126 || errors.As(lost.Err, &signalled) && signalled.Signal() != "" {
+	if ss.sup.Login != LoginPerSlot || !ok || code < 0 || code == 125 || code == 126 || spawn.Signal(lost.Err) != "" {
 		return "", false
 	}
 	return fmt.Sprintf("the login profile ended gpudispatch's job shell as it was read (exit status %d): a profile that exits, fails under set -e, or starts another shell (exec zsh) does this; do that only in an interactive shell (case $- in *i*), or give this host login: per_job", code), true

@@ -66,6 +66,7 @@
 unset -v w
 _g_tag=$1
 IFS= read -r -d '' _g_grace || exit 125
+IFS= read -r -d '' _g_limit || exit 125
 IFS= read -r -d '' _g_login || exit 125
 IFS= read -r -d '' _g_inter || exit 125
 IFS= read -r -d '' _g_wd || exit 125
@@ -107,6 +108,33 @@ if [ ! -O "$_g_flag.d" ] || [ -L "$_g_flag.d" ]; then
   echo "gpudispatch: cannot make the directory $_g_flag.d" >&2
   exit 126
 fi
+# The set-up (the profile, then the workdir, modules, conda env, venv and
+# setup) has $_g_limit seconds (0: no limit). A watchdog that reads a pipe
+# only this shell writes to ends a shell still in it then with SIGUSR2,
+# which the coordinator reads as "set-up too slow", and what the set-up
+# started with KILL to the shell's group (the shell leads it: sshd's
+# setsid, or the local spawn's). It ends quietly on the pipe's end (the
+# shell closes it after the set-up, or is gone), or at the limit when
+# $_g_flag.d/ready says the set-up is done (a child of the profile may hold
+# the pipe), or when it is no longer this shell's child (an orphan's $$ may
+# be another process's by now). A shell the kernel holds (a read on a dead
+# NFS mount) outlives it.
+_g_dog=
+case $_g_limit in
+0 | 0.000 | '' | *[!0-9.]*) ;;
+*)
+  exec {_g_dog}> >(
+    exec >/dev/null 2>&1
+    IFS= read -r -t "$_g_limit" _
+    [ $? -gt 128 ] || exit 0
+    [ ! -e "$_g_flag.d/ready" ] || exit 0
+    IFS=' ' read -r _ _ _ _g_up _ <"/proc/$BASHPID/stat" || _g_up=$(ps -o ppid= -p "$BASHPID")
+    [ "${_g_up// /}" = "$$" ] || exit 0
+    kill -USR2 $$
+    kill -KILL -- -$$
+  )
+  ;;
+esac
 _g_srclen=0
 printf -v _g_here 'builtin cd -- %q && builtin shopt -u sourcepath && builtin source bash' "$_g_flag.d"
 # _g_prepare sets the shell up for its jobs, where it is called (at the top
@@ -421,6 +449,10 @@ IFS= read -r _g_boot </proc/sys/kernel/random/boot_id 2>/dev/null
 # fd 5 and 6 are the coordinator's stdout and stderr; fd 1 and 4 the pipes
 # to their tees, the jobs' stdout and stderr. The shell's own stderr is
 # silenced so that bash's "Killed" job notices never land in a job's log.
+if [ -n "$_g_dog" ]; then
+  : >"$_g_flag.d/ready"
+  exec {_g_dog}>&-
+fi
 exec 5>&1 6>&2 2>/dev/null
 _g_tees
 # fd 3 is the watcher.

@@ -21,3 +21,6 @@ func LocalSupported() error { return ErrLocalUnsupported }
 func Local(context.Context, string, io.Writer, io.Writer) (*Proc, error) {
 	return nil, ErrLocalUnsupported
 }
+
+// localSignal is "": no local process runs here.
+func localSignal(error) string { return "" }

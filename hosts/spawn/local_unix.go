@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // LocalSupported says why bash cannot be started on this machine: here it
@@ -40,4 +43,17 @@ func Local(_ context.Context, line string, stdout, stderr io.Writer) (*Proc, err
 		return nil
 	}
 	return &Proc{Stdin: stdin, Wait: wait}, nil
+}
+
+// localSignal is the name of the signal that ended a local process (an
+// *exec.ExitError), without "SIG", or "".
+func localSignal(err error) string {
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) {
+		return ""
+	}
+	if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")
+	}
+	return ""
 }

@@ -43,6 +43,17 @@ func LastLine(s string) string {
 	return strings.TrimSpace(lines[len(lines)-1])
 }
 
+// Signal is the name of the signal that ended the process of a Proc's Wait
+// error, without "SIG" ("USR2"), or "" when none did (it exited, or was
+// cut off).
+func Signal(err error) string {
+	var remote interface{ Signal() string }
+	if errors.As(err, &remote) {
+		return strings.TrimPrefix(remote.Signal(), "SIG")
+	}
+	return localSignal(err)
+}
+
 // ExitStatus is the exit status in a Proc's Wait error, local (os/exec) or
 // remote (x/crypto/ssh), and whether there is one: a process that was cut
 // off (a lost connection) has none, and a local one killed by a signal has
