@@ -89,8 +89,8 @@ const (
 var ErrNUL = errors.New("contains a NUL byte")
 
 // header starts a job shell: shell.sh itself, then the fields it reads
-// once, each terminated by NUL: grace, login, then the prelude p (see
-// shell.sh).
+// once, each terminated by NUL: grace, the set-up's limit, login, then the
+// prelude p (see shell.sh).
 func header(s Supervision, p executor.Prelude) []byte {
 	login := "slot"
 	switch s.Login {

@@ -3,8 +3,11 @@
 # line reaches the login shell byte for byte with no quoting at all. $1 is
 # the shell's tag.
 #
-# stdin: two NUL-terminated fields — grace (seconds), login ("slot", "job"
-# or "none") — then records: "c" to cancel the running job, "q" to end the
+# stdin: NUL-terminated fields — grace (seconds), the set-up's limit
+# (seconds, 0 for none), login ("slot", "job" or "none"), then the
+# prelude's: interactive ("1" or empty), workdir, conda env, venv, modules
+# (a line each), setup, the count of the host's variables and each
+# "NAME=value" — then records: "c" to cancel the running job, "q" to end the
 # shell (what is kept of its last job is home), and for each job "j", the
 # length of a header in 8 decimal digits, the header (the byte lengths of
 # the job's fields, space-separated), then the fields with nothing between
