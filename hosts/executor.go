@@ -26,11 +26,17 @@ func (l *Lab) Run(ctx context.Context, host string, c executor.Command, stdout, 
 		return -1, err
 	}
 	code, err := r.Run(ctx, c, stdout, stderr)
+	return code, named(host, err)
+}
+
+// named names host in err's *executor.UnfitError, which a runner leaves
+// unnamed (a job shell does not know its host's name), and returns err.
+func named(host string, err error) error {
 	var unfit *executor.UnfitError
 	if errors.As(err, &unfit) && unfit.Where == "" {
 		unfit.Where = host
 	}
-	return code, err
+	return err
 }
 
 // WaitUp returns once host can take jobs again.

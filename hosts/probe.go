@@ -148,11 +148,7 @@ func (p *probes) run(ctx context.Context, host, what string, limit time.Duration
 	case err := <-result:
 		if err == nil || ctx.Err() == nil && !errors.Is(lookCtx.Err(), context.DeadlineExceeded) {
 			// A host whose job shell cannot be set up says so, named.
-			var unfit *executor.UnfitError
-			if errors.As(err, &unfit) && unfit.Where == "" {
-				unfit.Where = host
-			}
-			return err
+			return named(host, err)
 		}
 	case <-lookCtx.Done():
 	}

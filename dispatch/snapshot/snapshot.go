@@ -486,7 +486,11 @@ func list(ctx context.Context, dir string) (paths []string, all bool, err error)
 		paths = slices.DeleteFunc(paths, func(p string) bool { return out[p] })
 	}
 	if inGit {
-		sub, err := submoduleFiles(ctx, dir, paths, git, ignore, hasIgnore)
+		gpdignore := ""
+		if hasIgnore {
+			gpdignore = ignore
+		}
+		sub, err := submoduleFiles(ctx, dir, paths, git, gpdignore)
 		if err != nil {
 			return nil, false, err
 		}
@@ -499,9 +503,10 @@ func list(ctx context.Context, dir string) (paths []string, all bool, err error)
 // submoduleFiles returns the files of the git submodules in dir that
 // paths (what git listed of dir) name, each as one entry: what each
 // submodule commits (git ls-files --cached --recurse-submodules), minus
-// what .gpdignore names. git lists none of an untracked file there. A
-// work tree with no .gitmodules has no submodule: git is not asked.
-func submoduleFiles(ctx context.Context, dir string, paths []string, git func(...string) ([]string, error), ignore string, hasIgnore bool) ([]string, error) {
+// what the ignore file names ("": none). git lists none of an untracked
+// file there. A work tree with no .gitmodules has no submodule: git is not
+// asked.
+func submoduleFiles(ctx context.Context, dir string, paths []string, git func(...string) ([]string, error), ignore string) ([]string, error) {
 	if !hasSubmodules(dir) {
 		return nil, nil
 	}
@@ -526,7 +531,7 @@ func submoduleFiles(ctx context.Context, dir string, paths []string, git func(..
 			}
 		}
 	}
-	if !hasIgnore || len(sub) == 0 {
+	if ignore == "" || len(sub) == 0 {
 		return sub, nil
 	}
 	return notIgnored(ctx, sub, ignore)

@@ -174,11 +174,12 @@ func (ss *Shells) setUpEnded(err error) (string, bool) {
 	if !errors.As(err, &lost) {
 		return "", false
 	}
-	if spawn.Signal(lost.Err) == "USR2" {
+	sig := spawn.Signal(lost.Err)
+	if sig == "USR2" {
 		return fmt.Sprintf("its job shell's set-up (the login profile, then the workdir, modules, conda env, venv and setup) did not finish within %s (--setup-timeout): a profile or ~/.bashrc that waits (for input, on a dead NFS mount) or a slow env; what it started there was stopped", ss.sup.SetupLimit), true
 	}
 	code, ok := spawn.ExitStatus(lost.Err)
-	if ss.sup.Login != LoginPerSlot || !ok || code < 0 || code == 125 || code == 126 || spawn.Signal(lost.Err) != "" {
+	if ss.sup.Login != LoginPerSlot || !ok || code < 0 || code == 125 || code == 126 || sig != "" {
 		return "", false
 	}
 	return fmt.Sprintf("the login profile ended gpudispatch's job shell as it was read (exit status %d): a profile that exits, fails under set -e, or starts another shell (exec zsh) does this; do that only in an interactive shell (case $- in *i*), or give this host login: per_job", code), true
