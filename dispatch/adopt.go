@@ -120,7 +120,7 @@ func (r *run) adopt(q *queued, e Event) bool {
 		start = *e.Start
 	}
 	ev := r.event(EventStarted, q.job, q.attempts)
-	ev.Host, ev.GPUs, ev.Tag, ev.SlurmJobID, ev.Snapshot = e.Host, e.GPUs, q.tag, e.SlurmJobID, e.Snapshot
+	ev.Host, ev.GPUs, ev.Tag, ev.SlurmJobID, ev.Snapshot, ev.Tree = e.Host, e.GPUs, q.tag, e.SlurmJobID, e.Snapshot, e.Tree
 	ev.Stdout, ev.Stderr, ev.Start = logs.out.Name(), logs.err.Name(), &start
 	ev.Message = "re-adopted: attempt of run " + e.Run + ", followed where it runs"
 	q.launched, q.pending, q.ran, q.slurmID = ev, false, &start, e.SlurmJobID

@@ -97,6 +97,10 @@ type Event struct {
 	// Snapshot is the ID of the snapshot of the code the attempt runs in
 	// (started and pending events of a run with sync).
 	Snapshot string `json:"snapshot,omitempty"`
+	// Tree names the log dir's working tree of that snapshot on its host
+	// (see executor.Prelude.Tree); none for an attempt of a gpudispatch
+	// that ran jobs in the snapshot's own tree.
+	Tree string `json:"tree,omitempty"`
 	// After, on a queued event, are the jobs it waits for before it joins
 	// the queue (after= and after_any=, resolved).
 	After []string `json:"after,omitempty"`

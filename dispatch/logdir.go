@@ -1,7 +1,11 @@
 package dispatch
 
 import (
+	"bufio"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -70,3 +74,31 @@ func claimLogDir(dir string) (*logDirClaim, error) {
 
 // release lets the log dir go.
 func (c *logDirClaim) release() { c.f.Close() }
+
+// treeKey names the log dir whose journal is at path among those whose
+// jobs run in a snapshot's tree on a host (executor.Prelude.Tree): hex
+// digits made from the log dir's first run, so that its later runs and
+// --resume find the tree its jobs wrote in, and a new log dir (or one
+// removed and made again) gets a clean one, wherever it is.
+func treeKey(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	r := bufio.NewReader(f)
+	for {
+		line, err := readLine(r)
+		if err != nil {
+			return "", fmt.Errorf("%s: no run recorded: %w", path, err)
+		}
+		if !bytes.Contains(line, []byte(`"event":"run"`)) {
+			continue
+		}
+		var e Event
+		if json.Unmarshal(line, &e) == nil && e.Event == EventRun && e.Run != "" {
+			sum := sha256.Sum256([]byte("gpudispatch log dir\x00" + e.Run))
+			return hex.EncodeToString(sum[:8]), nil
+		}
+	}
+}

@@ -59,7 +59,7 @@ func jobWorkdir(h inventory.Host) string {
 // workdir on its host, then runs then on the loop's goroutine.
 func (r *run) fetchReturns(ended Event, workdir string, then func()) {
 	r.returning++
-	from := executor.Return{Paths: ended.Return, Workdir: workdir, Snapshot: ended.Snapshot}
+	from := executor.Return{Paths: ended.Return, Workdir: workdir, Snapshot: ended.Snapshot, Tree: ended.Tree}
 	go func() {
 		dst := ReturnDir(ended)
 		got, err := r.fetch(ended.Host, from, dst)

@@ -142,6 +142,9 @@ type run struct {
 	// logDirAbs is the log dir as an absolute path where it can be made
 	// one: how a host that keeps a job names its log dir.
 	logDirAbs string
+	// tree names the log dir's working trees of snapshots on the hosts
+	// (see treeKey).
+	tree string
 	// fileMode is what the log dir's new files get (see fileMode).
 	fileMode fs.FileMode
 	done     map[jobKey]bool // finished in an earlier run (--resume)
@@ -291,6 +294,9 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	defer j.close()
 	// Not reported: it moves no job, and says nothing a user watches for.
 	if err := j.append(Event{Time: time.Now(), Event: EventRun, Run: r.id, Resume: opts.Resume || opts.Serve}); err != nil {
+		return nil, &SetupError{err}
+	}
+	if r.tree, err = treeKey(filepath.Join(opts.LogDir, JournalName)); err != nil {
 		return nil, &SetupError{err}
 	}
 	if opts.Started != nil {
@@ -679,6 +685,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 	}
 	if code != nil {
 		c.Code, e.Snapshot = code, code.ID
+		c.Tree, e.Tree = r.tree, r.tree
 	}
 	timeout := r.opts.Timeout
 	if j.Timeout > 0 {
@@ -903,7 +910,7 @@ func (r *run) finish(res result) {
 	if paths := returnsOf(j, p.host.host.Return); len(paths) > 0 && e.Start != nil && !notStarted && !unstopped && kind != EventLost {
 		// Its files come back before its end is told (summary, hooks,
 		// waiters): a hook finds them there.
-		e.Return, e.Snapshot = paths, q.launched.Snapshot
+		e.Return, e.Snapshot, e.Tree = paths, q.launched.Snapshot, q.launched.Tree
 		r.record(e)
 		r.fetchReturns(e, jobWorkdir(p.host.host), func() { r.conclude(e) })
 		return

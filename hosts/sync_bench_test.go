@@ -27,7 +27,12 @@ import (
 // run starts them while it opens its hosts. The ratios are rsync's time
 // over gpudispatch's (above 1: gpudispatch is faster); the first
 // snapshot's is of four copies each, each going first twice, the second
-// snapshot's the median of five edits. The second snapshot is also
+// snapshot's the median of five edits. Each first copy is a run into a
+// new log dir; the second snapshots are runs into one log dir, whose
+// working tree of the next snapshot is made from its last one. A run
+// into a new log dir of a snapshot the hosts have (newlog: the log dir's
+// own copy of the tree, on each host) is set against rsync into a new
+// directory. The second snapshot is also
 // shipped with no shell started ahead (gpd-cold-second-s: a submit's
 // snapshot to a standing queue), and so through rsync's ControlMasters
 // (gpd-mux-second-s).
@@ -88,7 +93,7 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 	// the hosts (fresh ones: a first snapshot); warm: the hosts' store
 	// shells are started ahead, as a run starts them while it opens its
 	// hosts.
-	gpd := func(via func(*sshtest.Host) spawn.Func, warm bool, local, dir string) time.Duration {
+	gpd := func(via func(*sshtest.Host) spawn.Func, warm bool, local, dir, log string) time.Duration {
 		stores := map[string]*codestore.Store{}
 		for _, h := range lab.Hosts {
 			stores[h.Name] = codestore.New(via(h), 0, dir)
@@ -107,7 +112,7 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 		took = append(took, time.Since(start))
 		each(b, lab, func(h *sshtest.Host) error {
 			// Neither pays a handshake: both connections are warm.
-			_, _, err := stores[h.Name].Ensure(context.Background(), s)
+			_, _, err := stores[h.Name].Ensure(context.Background(), s, log)
 			return err
 		})
 		elapsed := time.Since(start)
@@ -139,10 +144,11 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 				dest, store, cache = fmt.Sprintf("rsynced-%d", i), fmt.Sprintf("~/.gpudispatch/code-%d", i), b.TempDir()
 			}
 			var g, r time.Duration
+			log := fmt.Sprintf("f%d", i)
 			if gpdAhead {
-				g, r = gpd(pooled, true, cache, store), rsync(dest)
+				g, r = gpd(pooled, true, cache, store, log), rsync(dest)
 			} else {
-				r, g = rsync(dest), gpd(pooled, true, cache, store)
+				r, g = rsync(dest), gpd(pooled, true, cache, store, log)
 			}
 			for _, h := range lab.Hosts {
 				if _, err := os.Stat(filepath.Join(h.Home, dest, "d00/f00000.bin")); err != nil {
@@ -167,14 +173,14 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 		var ratio, g2, r2, c2, m2, takes []float64
 		for range 5 {
 			edit()
-			g, r := gpd(pooled, true, local, ""), rsync("rsynced")
+			g, r := gpd(pooled, true, local, "", "f0"), rsync("rsynced")
 			ratio, g2, r2 = append(ratio, r.Seconds()/g.Seconds()), append(g2, g.Seconds()), append(r2, r.Seconds())
 			takes = append(takes, took[len(took)-1].Seconds())
 			b.Logf("second snapshot %d: gpudispatch %.0f ms (its snapshot here %.0f ms), rsync %.0f ms", len(g2), g.Seconds()*1000, takes[len(takes)-1]*1000, r.Seconds()*1000)
 			edit()
-			c2 = append(c2, gpd(pooled, false, local, "").Seconds())
+			c2 = append(c2, gpd(pooled, false, local, "", "f0").Seconds())
 			edit()
-			m2 = append(m2, gpd(mux, false, local, "").Seconds())
+			m2 = append(m2, gpd(mux, false, local, "", "f0").Seconds())
 		}
 		b.ReportMetric(median(ratio), "second-ratio")
 		b.ReportMetric(median(takes), "take-second-s")
@@ -184,6 +190,15 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 		b.ReportMetric(median(m2), "gpd-mux-second-s")
 		b.ReportMetric(slices.Min(ratio), "second-ratio-min")
 		b.ReportMetric(slices.Max(ratio), "second-ratio-max")
+		// A run into a new log dir of the snapshot the hosts have: its
+		// own copy of the tree on each host; rsync copies the project
+		// into a new directory.
+		g := gpd(pooled, true, local, "", "ee")
+		r := rsync("rsynced-newlog")
+		b.Logf("a new log dir of an unchanged snapshot: gpudispatch %.2f s, rsync into a new directory %.2f s", g.Seconds(), r.Seconds())
+		b.ReportMetric(r.Seconds()/g.Seconds(), "newlog-ratio")
+		b.ReportMetric(g.Seconds(), "gpd-newlog-s")
+		b.ReportMetric(r.Seconds(), "rsync-newlog-s")
 	}
 }
 

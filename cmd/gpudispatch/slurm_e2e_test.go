@@ -544,7 +544,7 @@ func TestE2ESlurmSync(t *testing.T) {
 		t.Fatalf("exit %v\n%s", err, errOut)
 	}
 	store := filepath.Join(r.dir, "hpc-wd", "code")
-	if pwd := strings.TrimSpace(readFile(t, filepath.Join(r.logDir, "a.out"))); filepath.Dir(pwd) != filepath.Join(store, "snaps") {
+	if pwd := strings.TrimSpace(readFile(t, filepath.Join(r.logDir, "a.out"))); filepath.Dir(filepath.Dir(pwd)) != filepath.Join(store, "work") {
 		t.Errorf("the cluster's job ran in %q; want a tree of %s", pwd, store)
 	}
 	if got := readFile(t, filepath.Join(r.logDir, "a", "res.txt")); got != "v1\n" {
@@ -556,10 +556,10 @@ func TestE2ESlurmSync(t *testing.T) {
 	clean := exec.Command(binary, "hosts", "--inventory", r.lab, "--clean")
 	clean.Dir, clean.Env = r.dir, append(r.sc.Env(), lockEnv(r.dir))
 	out, err := clean.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "hpc: removed 1 snapshots and 1 files") {
+	if err != nil || !strings.Contains(string(out), "hpc: removed 1 snapshots, 1 working trees and 1 files") {
 		t.Errorf("hosts --clean: %v\n%s", err, out)
 	}
-	if snaps, _ := filepath.Glob(filepath.Join(store, "snaps", "*")); len(snaps) != 0 {
+	if snaps, _ := filepath.Glob(filepath.Join(store, "*", "*", "*")); len(snaps) != 0 {
 		t.Errorf("left in the cluster's store: %v", snaps)
 	}
 }

@@ -77,9 +77,14 @@ func TestSSHSync(t *testing.T) {
 	if !strings.Contains(errOut.String(), "gpudispatch: snapshot "+id+" of "+proj+": 3 files") {
 		t.Errorf("the run did not say what it took (snapshot %s, 3 files):\n%s", id, errOut)
 	}
+	// Each job's workdir is the log dir's working tree of the snapshot on
+	// its host.
 	homes := map[string]string{}
 	for _, h := range l.Hosts {
-		homes[filepath.Join(h.Home, ".gpudispatch/code/snaps", id)] = h.Name
+		trees, _ := filepath.Glob(filepath.Join(h.Home, ".gpudispatch/code/work/*", id))
+		for _, tree := range trees {
+			homes[tree] = h.Name
+		}
 	}
 	for i := 1; i <= 8; i++ {
 		out := readFile(t, filepath.Join(logDir, fmt.Sprint(i)+".out"))
@@ -143,7 +148,7 @@ func TestSSHSync(t *testing.T) {
 	os.Remove(filepath.Join(proj, "etc"))
 	synced := envInventory(t, l, "synced.yaml", "  sync: proj")
 	r = labRun(t, l, "", "hosts", "-i", synced, "--check", "cat conf.txt")
-	if r.code != 0 || strings.Count(r.stdout, "    v2\n") != 2 || !strings.Contains(r.stdout, "/.gpudispatch/code/snaps/") {
+	if r.code != 0 || strings.Count(r.stdout, "    v2\n") != 2 || !strings.Contains(r.stdout, "/.gpudispatch/code/work/") {
 		t.Errorf("hosts --check with sync: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 
@@ -153,7 +158,7 @@ func TestSSHSync(t *testing.T) {
 		t.Fatalf("hosts --clean: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 	for _, h := range l.Hosts {
-		if want := h.Name + ": removed 2 snapshots and "; !strings.Contains(r.stdout, want) || blobs(t, h.Home) != 0 {
+		if want := h.Name + ": removed 2 snapshots, 3 working trees and "; !strings.Contains(r.stdout, want) || blobs(t, h.Home) != 0 {
 			t.Errorf("hosts --clean said\n%s\nwant %q..., and left %d blobs on %s", r.stdout, want, blobs(t, h.Home), h.Name)
 		}
 	}
@@ -221,7 +226,7 @@ func TestSSHReturn(t *testing.T) {
 	for {
 		var ticks []string
 		for _, h := range l.Hosts {
-			more, _ := filepath.Glob(filepath.Join(h.Home, ".gpudispatch", "code", "snaps", "*", "out", "ticks"))
+			more, _ := filepath.Glob(filepath.Join(h.Home, ".gpudispatch", "code", "work", "*", "*", "out", "ticks"))
 			ticks = append(ticks, more...)
 		}
 		if len(ticks) > 0 {
@@ -257,5 +262,42 @@ func TestE2EReturnLocal(t *testing.T) {
 	}
 	if got := readFile(t, filepath.Join(dir, "logs", "here", "made", "sub", "f")); got != "ok\n" {
 		t.Errorf("returned %q", got)
+	}
+}
+
+// A snapshot is frozen for real, as a user tries it on real OpenSSH hosts:
+// a job that appends to a shipped file changes it for no later run of
+// another log dir, whose tree is clean and holds no earlier run's outputs
+// (its return= brings only its own); --resume of the first log dir finds
+// what its jobs wrote there (a checkpoint).
+func TestSSHSnapshotFrozen(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	proj := filepath.Join(l.Dir, "proj")
+	os.MkdirAll(proj, 0o755)
+	os.WriteFile(filepath.Join(proj, "config.txt"), []byte("lr: 0.1\n"), 0o644)
+	inv := envInventory(t, l, "lab.yaml", "")
+	r := labRun(t, l, "[name=w return=out/] chmod u+w config.txt; echo CORRUPTED >> config.txt && mkdir -p out && echo A > out/a.txt && echo epoch3 > ckpt\n",
+		"-i", inv, "-o", "A", "--sync", "proj")
+	if r.code != 0 {
+		t.Fatalf("the writing run: exit %d\n%s", r.code, r.stderr)
+	}
+	r = labRun(t, l, "[name=r return=out/] cat config.txt; ls; mkdir -p out && echo B > out/b.txt\n", "-i", inv, "-o", "B", "--sync", "proj")
+	if r.code != 0 {
+		t.Fatalf("the reading run: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(l.Dir, "B", "r.out")); got != "lr: 0.1\nconfig.txt\n" {
+		t.Errorf("a run into a new log dir printed %q; want the shipped config.txt, and no earlier run's files", got)
+	}
+	if got, _ := filepath.Glob(filepath.Join(l.Dir, "B", "r", "out", "*")); len(got) != 1 || filepath.Base(got[0]) != "b.txt" {
+		t.Errorf("the new log dir's return= brought %v; want its own b.txt alone", got)
+	}
+	r = labRun(t, l, "[name=w return=out/] chmod u+w config.txt; echo CORRUPTED >> config.txt && mkdir -p out && echo A > out/a.txt && echo epoch3 > ckpt\n[name=c] cat ckpt\n",
+		"-i", inv, "-o", "A", "--sync", "proj", "--resume")
+	if r.code != 0 {
+		t.Fatalf("the resumed run: exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(l.Dir, "A", "c.out")); got != "epoch3\n" {
+		t.Errorf("--resume of the first log dir: cat ckpt printed %q; want its earlier job's checkpoint", got)
 	}
 }

@@ -59,9 +59,12 @@ type Return struct {
 	// directory comes back with all it holds.
 	Paths []string
 	// Workdir is the job's workdir, as in Prelude; Snapshot, when set, is
-	// the ID of the snapshot whose tree was its workdir instead.
+	// the ID of the snapshot whose tree was its workdir instead: the
+	// working tree of the log dir Tree names (see Prelude.Tree), or, with
+	// no Tree, the snapshot's own (an attempt of an earlier gpudispatch).
 	Workdir  string
 	Snapshot string
+	Tree     string
 }
 
 // Returned is what a Fetch brought back.
@@ -140,6 +143,12 @@ type Prelude struct {
 	// machine before the job's shell starts, and becomes its Workdir (Key
 	// then names the tree by that workdir).
 	Code *snapshot.Snapshot
+	// Tree names whose working tree of Code the job runs in: the log
+	// dir's key (hex digits). Each log dir has its own copy of the
+	// snapshot on a machine, which its jobs share and no other log dir's
+	// jobs see; "" is the tree of commands run outside any log dir
+	// (hosts --check).
+	Tree string
 }
 
 // Key is the same for two Preludes exactly when they set up the same.

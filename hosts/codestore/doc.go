@@ -6,9 +6,25 @@
 // and coreutils, nothing else: the store's side is store.sh, run through a
 // spawn.Func, and what travels is one tar stream.
 //
-// A tree's files are links to the store's read-only blobs: a job that
-// writes into a file of the snapshot gets "permission denied" rather than
-// changing it for every snapshot that shares it; it writes new files.
+// No job runs in a snapshot's tree. Each log dir has its own working
+// tree of each snapshot (work/LOG/ID), whose files are copies of the
+// blobs (reflinks where the filesystem has them), not links to them: so
+// whatever a job does to a file of its tree (appends, writes in place,
+// truncates, chmods, replaces; as root too, whom no mode stops) changes
+// that log dir's copy alone, never a blob, a snapshot's tree, a base, or
+// another log dir's tree. Jobs of one log dir share its tree, as a shared
+// workdir (a --resume finds the checkpoints its earlier attempts wrote);
+// a new log dir starts from the snapshot as shipped. The log dir's tree
+// of its next snapshot is made from its last one: what its jobs wrote
+// there comes along as hard links, and so do the files the two snapshots
+// ship alike (the same blob, the same inode in both snapshot trees) that
+// nothing changed there since that tree was made (no inode there changed
+// after its .made mark); the rest are copies. So a second snapshot copies
+// what changed, and what a job changed in a shipped file is never passed
+// on. A store that an earlier gpudispatch made (its jobs ran in links to
+// the blobs) has every blob checked against its hash once: one that no
+// longer matches is removed, with the marks of the trees built of it, and
+// is shipped again, with a warning.
 //
 // The next snapshot of a directory is built from the last one by their
 // differences. A tree jobs ran in is not a place to start from (they

@@ -22,9 +22,10 @@ open_store() {
     exit 1
   fi
 }
-# prune removes what no run used for $keep minutes: trees whose .ok was
-# not touched (unless a process runs in one), the bases not renewed, the
-# blobs no tree links to any more, and what cut-off builds left.
+# prune removes what no run used for $keep minutes: trees and log dirs'
+# working trees whose .ok was not touched (unless a process runs in one),
+# the bases not renewed, the blobs no tree links to any more, and what
+# cut-off builds left.
 # shellcheck disable=SC2154 # $store and $keep are the caller's
 # prune_often prunes unless the store was pruned within a tenth of $keep:
 # a look at every blob costs, and a run ships to a host many times. The
@@ -44,11 +45,30 @@ prune_often() {
 }
 prune() {
   local ok tree
+  # The processes' workdirs, once: a tree a process runs in stays, and
+  # so does the snapshot of a working tree a process runs in (its content
+  # is what a run there would ship again).
+  local cwds
+  # shellcheck disable=SC2010 # the links' targets, not file names
+  cwds=$(ls -l /proc/[0-9]*/cwd 2>/dev/null | grep -F -- " -> $store/")
   find "$store/snaps" -maxdepth 1 -name '*.ok' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do
     tree=${ok%.ok}
-    # shellcheck disable=SC2010 # the links' targets, not file names
-    ls -l /proc/[0-9]*/cwd 2>/dev/null | grep -qF -- " -> $tree" && continue
+    grep -qF -- " -> $tree" <<<"$cwds" && continue
+    grep -F -- " -> $store/work/" <<<"$cwds" | grep -qF -- "/${tree##*/}" && continue
     rm -f -- "$ok" && rm -rf -- "$tree"
+  done
+  find "$store/work" -mindepth 2 -maxdepth 2 -name '*.ok' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do
+    tree=${ok%.ok}
+    grep -qF -- " -> $tree" <<<"$cwds" && continue
+    rm -f -- "$ok" "$tree.made" && rm -rf -- "$tree"
+  done
+  # What cut-off builds left, and the log dirs left with no tree.
+  find "$store/work" -mindepth 2 -maxdepth 2 -name '.new.*' -mmin +1440 -exec rm -rf -- {} + 2>/dev/null
+  for tree in "$store"/work/*; do
+    if [ ! -d "$tree" ] || [ -z "$(find "$tree/last" -mmin +"$keep" 2>/dev/null)" ]; then
+      continue
+    fi
+    compgen -G "$tree/*.ok" >/dev/null || compgen -G "$tree/.new.*" >/dev/null || rm -rf -- "$tree"
   done
   # A base goes with its spare (see store.sh).
   find "$store/base" -maxdepth 1 -name '*.id' ! -name '*.spare.id' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do

@@ -34,12 +34,16 @@ var storeCode = pruneScript + storeScript
 const cleanScript = `
 keep=0
 open_store existing || { echo "no content store"; exit 0; }
-count() { find "$store/snaps" -maxdepth 1 -name '*.ok' 2>/dev/null | wc -l; find "$store/blobs" -type f 2>/dev/null | wc -l; }
+count() {
+  find "$store/snaps" -maxdepth 1 -name '*.ok' 2>/dev/null | wc -l
+  find "$store/work" -mindepth 2 -maxdepth 2 -name '*.ok' 2>/dev/null | wc -l
+  find "$store/blobs" -type f 2>/dev/null | wc -l
+}
 before=$(count)
 prune
 after=$(count)
 set -- $before $after
-echo "removed $(($1 - $3)) snapshots and $(($2 - $4)) files; $3 snapshots in use kept"
+echo "removed $(($1 - $4)) snapshots, $(($2 - $5)) working trees and $(($3 - $6)) files; $4 snapshots and $5 working trees in use kept"
 `
 
 // Clean removes from the content store in dir ("": the default) of the
@@ -69,10 +73,13 @@ func Clean(ctx context.Context, start spawn.Func, dir string) (string, error) {
 // ProcessName is the store shell's $0, for ps.
 const ProcessName = "gpudispatch-code"
 
-// Sent is what one shipping sent.
+// Sent is what one shipping sent, and what the machine's store said of
+// itself (Warnings: content jobs of an earlier gpudispatch had changed,
+// removed and shipped again).
 type Sent struct {
-	Files int
-	Bytes int64
+	Files    int
+	Bytes    int64
+	Warnings []string
 }
 
 // DefaultKeep is how long a machine keeps snapshots and content that no
@@ -104,10 +111,25 @@ func New(start spawn.Func, keep time.Duration, dir string) *Store {
 	return &Store{start: start, keep: cmp.Or(keep, DefaultKeep), dir: dir, ships: map[string]*shipping{}}
 }
 
-// Tree is the directory of snapshot id's tree on the machine, as New was
-// given the store's ("~/" for the home directory).
-func (st *Store) Tree(id string) string {
-	return cmp.Or(st.dir, "~/.gpudispatch/code") + "/snaps/" + id
+// Tree is the directory of log dir log's working tree of snapshot id on
+// the machine (see Ensure), as New was given the store's ("~/" for the
+// home directory); with no log, the snapshot's own tree, where jobs of
+// an earlier gpudispatch ran.
+func (st *Store) Tree(log, id string) string {
+	if log == "" {
+		return cmp.Or(st.dir, "~/.gpudispatch/code") + "/snaps/" + id
+	}
+	return cmp.Or(st.dir, "~/.gpudispatch/code") + "/work/" + log + "/" + id
+}
+
+// CheckLog is the log key of commands that run in a snapshot's tree
+// without a log dir (hosts --check): they share a tree of their own.
+const CheckLog = "0"
+
+// ValidLog says whether log can name a log dir's working trees: hex
+// digits, as LogKey makes.
+func ValidLog(log string) bool {
+	return log != "" && strings.Trim(log, "0123456789abcdef") == ""
 }
 
 type shipping struct {
@@ -118,8 +140,12 @@ type shipping struct {
 	err  error
 }
 
-// Ensure returns the directory of s's tree on the machine, once it is
-// there: the first call for s ships what the machine lacks, and every
+// Ensure returns the directory of log dir log's working tree of s on the
+// machine (log: hex digits naming the log dir, see ValidLog), once it is
+// there: the tree is the log dir's own copy of s, built from the
+// machine's content store, so nothing a job does in it reaches the store
+// or another log dir's tree. The first call for s and log ships what the
+// machine lacks, and every
 // call waits for that shipping or for its own ctx (a job cancelled while
 // the code travels does not stop it for the others). A failed shipping is
 // tried again by the next call, and so is one older than a tenth of the
@@ -128,9 +154,13 @@ type shipping struct {
 // started a shipping is told what it sent. An error wraps
 // executor.ErrHostDown when the machine could not be reached or the
 // connection was lost.
-func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, sent Sent, err error) {
+func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot, log string) (dir string, sent Sent, err error) {
+	if !ValidLog(log) {
+		return "", Sent{}, fmt.Errorf("a log dir's key must be hex digits, not %q", log)
+	}
+	key := s.ID + " " + log
 	st.mu.Lock()
-	sh := st.ships[s.ID]
+	sh := st.ships[key]
 	mine := sh == nil
 	if !mine {
 		select {
@@ -141,16 +171,16 @@ func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot) (dir string, 
 	}
 	if mine {
 		sh = &shipping{done: make(chan struct{}), at: time.Now()}
-		st.ships[s.ID] = sh
+		st.ships[key] = sh
 	}
 	st.mu.Unlock()
 	if mine {
 		go func() {
-			sh.dir, sh.sent, sh.err = st.shipAgain(context.WithoutCancel(ctx), s)
+			sh.dir, sh.sent, sh.err = st.shipAgain(context.WithoutCancel(ctx), s, log)
 			if sh.err != nil {
 				st.mu.Lock()
-				if st.ships[s.ID] == sh {
-					delete(st.ships, s.ID)
+				if st.ships[key] == sh {
+					delete(st.ships, key)
 				}
 				st.mu.Unlock()
 			}
@@ -230,10 +260,10 @@ const tailWait = 10 * time.Second
 // shipAgain ships s, again when another build of its directory on the
 // machine replaced the base this one's differences were made against (a
 // few times: each try sees the newer base).
-func (st *Store) shipAgain(ctx context.Context, s *snapshot.Snapshot) (dir string, sent Sent, err error) {
+func (st *Store) shipAgain(ctx context.Context, s *snapshot.Snapshot, log string) (dir string, sent Sent, err error) {
 	for range 3 {
 		var raced bool
-		if dir, sent, raced, err = st.ship(ctx, s); !raced {
+		if dir, sent, raced, err = st.ship(ctx, s, log); !raced {
 			break
 		}
 	}
@@ -286,7 +316,7 @@ func (sh *shell) close() {
 // returns once the machine's shell says the tree is there: what the shell
 // does after that is Close's.
 // raced says the machine's base changed meanwhile (exit status 3).
-func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (dir string, sent Sent, raced bool, err error) {
+func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot, log string) (dir string, sent Sent, raced bool, err error) {
 	st.mu.Lock()
 	if warming := st.warming; warming != nil {
 		// Started earlier than a new one would be: it is ready sooner,
@@ -299,7 +329,7 @@ func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (dir string, se
 	st.warm = nil
 	st.mu.Unlock()
 	if sh != nil {
-		dir, err = talk(sh, s, st.keep, &sent)
+		dir, err = talk(sh, s, log, st.keep, &sent)
 		if errors.Is(err, errGone) {
 			// It ended before it was asked: a new one is.
 			sh.close()
@@ -310,7 +340,7 @@ func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot) (dir string, se
 		if sh, err = st.open(ctx); err != nil {
 			return "", Sent{}, false, err
 		}
-		dir, err = talk(sh, s, st.keep, &sent)
+		dir, err = talk(sh, s, log, st.keep, &sent)
 	}
 	sh.close()
 	if err == nil {
@@ -343,16 +373,24 @@ var errGone = errors.New("the store's shell ended before it answered")
 // talk is the coordinator's side of store.sh's exchange with sh, from the
 // snapshot's ID on (open wrote what comes before it).
 // The tar stream ends with stdin: tar reads whole records.
-func talk(sh *shell, s *snapshot.Snapshot, keep time.Duration, sent *Sent) (string, error) {
+func talk(sh *shell, s *snapshot.Snapshot, log string, keep time.Duration, sent *Sent) (string, error) {
 	in, out, end := sh.in, sh.out, sh.proc.Stdin.Close
-	fmt.Fprintf(in, "%s %s %d\n", s.ID, s.Key, max(int(keep/time.Minute), 1))
+	fmt.Fprintf(in, "%s %s %d %s\n", s.ID, s.Key, max(int(keep/time.Minute), 1), log)
 	if err := in.Flush(); err != nil {
 		return "", fmt.Errorf("%w: %v", errGone, err)
 	}
 	word, _ := out.ReadString('\n')
+	for {
+		warning, ok := strings.CutPrefix(word, "warn ")
+		if !ok {
+			break
+		}
+		sent.Warnings = append(sent.Warnings, strings.TrimSuffix(warning, "\n"))
+		word, _ = out.ReadString('\n')
+	}
 	store, _ := out.ReadString('\n')
 	store = strings.TrimSuffix(store, "\n")
-	dir := store + "/snaps/" + s.ID
+	dir := store + "/work/" + log + "/" + s.ID
 	switch word {
 	case "have\n":
 		return dir, nil

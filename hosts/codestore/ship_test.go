@@ -21,6 +21,10 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(sshtest.RunWithOwnHome(m)) }
 
+// testLog is the log dir whose working trees the tests ask for, unless a
+// test names others.
+const testLog = "1"
+
 // project writes files (path: content; a "->" content makes a link, a
 // "x:" prefix an executable) under a new directory.
 func project(t *testing.T, files map[string]string) string {
@@ -108,11 +112,11 @@ func TestShip(t *testing.T) {
 // start runs bash on, whose home is home; then an edited copy of it.
 func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files map[string]string) {
 	s := take(t, dir, local)
-	got, sent, err := newStore(t, start, 0, "").Ensure(context.Background(), s)
+	got, sent, err := newStore(t, start, 0, "").Ensure(context.Background(), s, testLog)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := filepath.Join(home, ".gpudispatch/code/snaps", s.ID); got != want {
+	if want := filepath.Join(home, ".gpudispatch/code/work", testLog, s.ID); got != want {
 		t.Errorf("the tree is at %s, want %s", got, want)
 	}
 	if want := s.Bytes - int64(len(files["conf/b.yaml"])); sent.Files != 4 || sent.Bytes != want {
@@ -125,7 +129,7 @@ func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files ma
 	edited := project(t, files)
 	os.WriteFile(filepath.Join(edited, "conf/a.yaml"), []byte("lr: 0.2\n"), 0o644)
 	s2 := take(t, edited, local)
-	got2, sent, err := newStore(t, start, 0, "").Ensure(context.Background(), s2)
+	got2, sent, err := newStore(t, start, 0, "").Ensure(context.Background(), s2, testLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +144,7 @@ func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files ma
 	}
 	// A store that has the snapshot sends nothing, even to a new
 	// coordinator.
-	if _, sent, err := newStore(t, start, 0, "").Ensure(context.Background(), s); err != nil || sent != (Sent{}) {
+	if _, sent, err := newStore(t, start, 0, "").Ensure(context.Background(), s, testLog); err != nil || sent.Files != 0 || sent.Bytes != 0 {
 		t.Errorf("shipping a snapshot the machine has: sent %+v, %v", sent, err)
 	}
 }
@@ -154,7 +158,7 @@ func TestEnsureOnce(t *testing.T) {
 	total := make(chan int)
 	for range 5 {
 		go func() {
-			_, sent, err := st.Ensure(context.Background(), s)
+			_, sent, err := st.Ensure(context.Background(), s, testLog)
 			errs <- err
 			total <- sent.Files
 		}()
@@ -187,7 +191,7 @@ func TestShipFails(t *testing.T) {
 	s := take(t, project(t, map[string]string{"a": "a"}), t.TempDir())
 	st := newStore(t, start, 0, "")
 	for range 2 {
-		_, _, err := st.Ensure(context.Background(), s)
+		_, _, err := st.Ensure(context.Background(), s, testLog)
 		if err == nil || !strings.Contains(err.Error(), "cannot put the code") || !strings.Contains(err.Error(), ".gpudispatch/code") {
 			t.Errorf("shipping into a store not one's own: %v", err)
 		}
@@ -208,7 +212,7 @@ func TestShipCutShortCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
-	_, _, err := newStore(t, homeIn(home), 0, "").Ensure(context.Background(), s)
+	_, _, err := newStore(t, homeIn(home), 0, "").Ensure(context.Background(), s, testLog)
 	if err == nil || !strings.Contains(err.Error(), "a.py is cut short") || !strings.Contains(err.Error(), "hosts --clean") {
 		t.Errorf("shipping a copy cut short: %v", err)
 	}
@@ -217,7 +221,7 @@ func TestShipCutShortCopy(t *testing.T) {
 	}
 	// Gone altogether.
 	os.Remove(packs[0])
-	_, _, err = newStore(t, homeIn(home), 0, "").Ensure(context.Background(), s)
+	_, _, err = newStore(t, homeIn(home), 0, "").Ensure(context.Background(), s, testLog)
 	if err == nil || !strings.Contains(err.Error(), "coordinator's copy of a.py") || !strings.Contains(err.Error(), "hosts --clean") {
 		t.Errorf("shipping a copy that is gone: %v", err)
 	}
@@ -268,7 +272,7 @@ func TestWarm(t *testing.T) {
 	ship := func(content string, wantStarts int) {
 		t.Helper()
 		os.WriteFile(filepath.Join(dir, "a.py"), []byte(content), 0o644)
-		got, _, err := st.Ensure(context.Background(), take(t, dir, local))
+		got, _, err := st.Ensure(context.Background(), take(t, dir, local), testLog)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +301,7 @@ func TestFirstShipsAtOnce(t *testing.T) {
 		for i := range 8 {
 			s := take(t, project(t, map[string]string{"a.py": fmt.Sprint(i)}), local)
 			wg.Go(func() {
-				if _, _, err := newStore(t, homeIn(home), 0, "").Ensure(context.Background(), s); err != nil {
+				if _, _, err := newStore(t, homeIn(home), 0, "").Ensure(context.Background(), s, testLog); err != nil {
 					t.Errorf("a first shipping with others: %v", err)
 				}
 			})
@@ -378,7 +382,7 @@ func shipIncrementally(t *testing.T, start spawn.Func, store string, spare bool)
 	local := t.TempDir()
 	st := newStore(t, start, 0, "")
 	s1 := take(t, dir, local)
-	first, _, err := st.Ensure(context.Background(), s1)
+	first, _, err := st.Ensure(context.Background(), s1, "a1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +402,7 @@ func shipIncrementally(t *testing.T, start spawn.Func, store string, spare bool)
 	os.RemoveAll(filepath.Join(dir, "d"))
 	os.WriteFile(filepath.Join(dir, "d"), []byte("now a file"), 0o644)
 	s2 := take(t, dir, local)
-	second, sent, err := st.Ensure(context.Background(), s2)
+	second, sent, err := st.Ensure(context.Background(), s2, "a2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +437,8 @@ func shipIncrementally(t *testing.T, start spawn.Func, store string, spare bool)
 	}
 	was, _ := os.Stat(base)
 	os.WriteFile(filepath.Join(dir, "a.py"), []byte("a3"), 0o644)
-	third, sent, err := st.Ensure(context.Background(), take(t, dir, local))
+	s3 := take(t, dir, local)
+	third, sent, err := st.Ensure(context.Background(), s3, "a3")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +451,7 @@ func shipIncrementally(t *testing.T, start spawn.Func, store string, spare bool)
 	}
 	// With a spare, the build was done in place: the spare became the
 	// tree, and the base stayed the base.
-	if got, err := os.Stat(third); spare && (err != nil || !os.SameFile(got, fi)) {
+	if got, err := os.Stat(filepath.Join(store, "snaps", s3.ID)); spare && (err != nil || !os.SameFile(got, fi)) {
 		t.Errorf("the third tree is not the spare the machine made: %v", err)
 	}
 	if got, err := os.Stat(base); spare && (err != nil || !os.SameFile(got, was)) {
@@ -467,7 +472,7 @@ func TestShipPrunes(t *testing.T) {
 	build := func(files map[string]string) (*snapshot.Snapshot, string) {
 		s := take(t, project(t, files), local)
 		st := New(spawn.Local, time.Hour, "")
-		dir, _, err := st.Ensure(context.Background(), s)
+		dir, _, err := st.Ensure(context.Background(), s, testLog)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -479,6 +484,7 @@ func TestShipPrunes(t *testing.T) {
 	long := time.Now().Add(-2 * time.Hour)
 	for _, s := range []*snapshot.Snapshot{oldSnap, busySnap} {
 		os.Chtimes(filepath.Join(store, "snaps", s.ID+".ok"), long, long)
+		os.Chtimes(filepath.Join(store, "work", testLog, s.ID+".ok"), long, long)
 		os.Chtimes(filepath.Join(store, "base", s.Key+".id"), long, long)
 		for _, f := range s.Files {
 			os.Chtimes(filepath.Join(store, "blobs", f.Blob()[:2], f.Blob()), long, long)
@@ -548,11 +554,11 @@ func TestStoresAreTheirUsers(t *testing.T) {
 		}
 	}
 	s := take(t, project(t, map[string]string{"secret.py": "alice's own"}), t.TempDir())
-	aliceTree, _, err := newStore(t, starts["gpdalice"], 0, "").Ensure(context.Background(), s)
+	aliceTree, _, err := newStore(t, starts["gpdalice"], 0, "").Ensure(context.Background(), s, testLog)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := newStore(t, starts["gpdbob"], 0, "").Ensure(context.Background(), s); err != nil {
+	if _, _, err := newStore(t, starts["gpdbob"], 0, "").Ensure(context.Background(), s, testLog); err != nil {
 		t.Fatalf("bob's own store: %v", err)
 	}
 	store := filepath.Join(home["gpdalice"], ".gpudispatch", "code")
@@ -577,22 +583,22 @@ func TestStoresAreTheirUsers(t *testing.T) {
 func TestEnsureRenews(t *testing.T) {
 	s := take(t, project(t, map[string]string{"a.py": "renew"}), t.TempDir())
 	st := newStore(t, spawn.Local, 10*time.Minute, "")
-	dir, _, err := st.Ensure(context.Background(), s)
+	dir, _, err := st.Ensure(context.Background(), s, testLog)
 	if err != nil {
 		t.Fatal(err)
 	}
 	os.RemoveAll(dir)
 	os.Remove(dir + ".ok")
-	if again, _, _ := st.Ensure(context.Background(), s); again != dir {
+	if again, _, _ := st.Ensure(context.Background(), s, testLog); again != dir {
 		t.Fatalf("the tree moved: %s then %s", dir, again)
 	}
 	if _, err := os.Stat(dir); err == nil {
 		t.Fatalf("a second call within the keep time's tenth asked the machine again")
 	}
 	st.mu.Lock()
-	st.ships[s.ID].at = time.Now().Add(-2 * time.Minute)
+	st.ships[s.ID+" "+testLog].at = time.Now().Add(-2 * time.Minute)
 	st.mu.Unlock()
-	if _, sent, err := st.Ensure(context.Background(), s); err != nil || sent.Files != 0 {
+	if _, sent, err := st.Ensure(context.Background(), s, testLog); err != nil || sent.Files != 0 {
 		t.Fatalf("renewing: sent %+v, %v", sent, err)
 	}
 	if b, err := os.ReadFile(filepath.Join(dir, "a.py")); err != nil || string(b) != "renew" {
@@ -612,10 +618,10 @@ func TestEnsureOutlivesACancelledCaller(t *testing.T) {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cause := errors.New("the job was cancelled")
 	time.AfterFunc(50*time.Millisecond, func() { cancel(cause) })
-	if _, _, err := st.Ensure(ctx, s); !errors.Is(err, cause) {
+	if _, _, err := st.Ensure(ctx, s, testLog); !errors.Is(err, cause) {
 		t.Errorf("the cancelled caller got %v, want its cause", err)
 	}
-	dir, _, err := st.Ensure(context.Background(), s)
+	dir, _, err := st.Ensure(context.Background(), s, testLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -630,12 +636,12 @@ func TestEnsureOutlivesACancelledCaller(t *testing.T) {
 func TestStoreElsewhere(t *testing.T) {
 	s := take(t, project(t, map[string]string{"a.py": "there"}), t.TempDir())
 	st := newStore(t, spawn.Local, 0, "~/scratch/gpd/code")
-	dir, _, err := st.Ensure(context.Background(), s)
+	dir, _, err := st.Ensure(context.Background(), s, testLog)
 	home := os.Getenv("HOME")
-	if want := filepath.Join(home, "scratch/gpd/code/snaps", s.ID); err != nil || dir != want {
+	if want := filepath.Join(home, "scratch/gpd/code/work", testLog, s.ID); err != nil || dir != want {
 		t.Fatalf("the tree is at %q (%v), want %s", dir, err, want)
 	}
-	if got := st.Tree(s.ID); got != "~/scratch/gpd/code/snaps/"+s.ID {
+	if got := st.Tree(testLog, s.ID); got != "~/scratch/gpd/code/work/"+testLog+"/"+s.ID {
 		t.Errorf("Tree: %s", got)
 	}
 	if fi, err := os.Stat(filepath.Join(home, "scratch/gpd/code")); err != nil || fi.Mode().Perm() != 0o700 {
@@ -643,7 +649,7 @@ func TestStoreElsewhere(t *testing.T) {
 	}
 	st.Close()
 	said, err := Clean(context.Background(), spawn.Local, filepath.Join(home, "scratch/gpd/code"))
-	if err != nil || !strings.HasPrefix(said, "removed 1 snapshots and 1 files") {
+	if err != nil || !strings.HasPrefix(said, "removed 1 snapshots, 1 working trees and 1 files") {
 		t.Errorf("Clean said %q, %v", said, err)
 	}
 	if said, err := Clean(context.Background(), spawn.Local, "~/none/here"); err != nil || said != "no content store" {
@@ -702,7 +708,7 @@ func TestShipCutOff(t *testing.T) {
 	// A short host name: no tar entry needs a long-name record.
 	start := homeIn(home, "HOSTNAME=h")
 	st := newStore(t, start, 0, "")
-	if _, _, err := st.Ensure(context.Background(), take(t, dir, local)); err != nil {
+	if _, _, err := st.Ensure(context.Background(), take(t, dir, local), testLog); err != nil {
 		t.Fatal(err)
 	}
 	st.Close() // the spare is made
@@ -716,7 +722,7 @@ func TestShipCutOff(t *testing.T) {
 	}
 	second := take(t, dir, local)
 	cutSt := newStore(t, cutOff, 0, "")
-	if _, _, err := cutSt.Ensure(context.Background(), second); err == nil {
+	if _, _, err := cutSt.Ensure(context.Background(), second, testLog); err == nil {
 		t.Fatal("a build whose tar stream was cut off succeeded")
 	}
 	cutSt.Close()
@@ -725,7 +731,7 @@ func TestShipCutOff(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "b.py"), []byte("b3"), 0o644)
 	s := take(t, dir, local)
-	got, _, err := newStore(t, start, 0, "").Ensure(context.Background(), s)
+	got, _, err := newStore(t, start, 0, "").Ensure(context.Background(), s, testLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -745,7 +751,7 @@ func TestShipRace(t *testing.T) {
 	dir := project(t, map[string]string{"a.py": "a1", "b.py": "b1", "fresh": fresh})
 	local := t.TempDir()
 	first := newStore(t, spawn.Local, 0, "")
-	if _, _, err := first.Ensure(context.Background(), take(t, dir, local)); err != nil {
+	if _, _, err := first.Ensure(context.Background(), take(t, dir, local), testLog); err != nil {
 		t.Fatal(err)
 	}
 	first.Close() // the spare is made
@@ -771,7 +777,7 @@ func TestShipRace(t *testing.T) {
 		}
 		done := make(chan result, 1)
 		go func() {
-			got, _, err := newStore(t, start, 0, "").Ensure(context.Background(), s)
+			got, _, err := newStore(t, start, 0, "").Ensure(context.Background(), s, testLog)
 			done <- result{got, err}
 		}()
 		return done
@@ -823,7 +829,7 @@ func TestShipManyChanges(t *testing.T) {
 	home := t.TempDir()
 	start := homeIn(home)
 	st := newStore(t, start, 0, "")
-	if _, _, err := st.Ensure(context.Background(), take(t, dir, local)); err != nil {
+	if _, _, err := st.Ensure(context.Background(), take(t, dir, local), testLog); err != nil {
 		t.Fatal(err)
 	}
 	st.Close()
@@ -840,7 +846,7 @@ func TestShipManyChanges(t *testing.T) {
 		}
 	}
 	s := take(t, dir, local)
-	got, sent, err := st.Ensure(context.Background(), s)
+	got, sent, err := st.Ensure(context.Background(), s, testLog)
 	if err != nil {
 		t.Fatal(err)
 	}

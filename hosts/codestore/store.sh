@@ -3,8 +3,16 @@
 #   blobs/XX/HASH[x]  the content of files, by hash (x: executable),
 #                     read-only, shared by hard links;
 #   snaps/ID/         a snapshot's tree, whose files are links to blobs:
-#                     jobs run in it (and write their files there);
+#                     no job runs in it;
 #   snaps/ID.ok       there once the tree is whole; touched at each use;
+#   work/LOG/ID/      log dir LOG's working tree of snapshot ID, where its
+#                     jobs run: copies of the blobs, never links to them,
+#                     so nothing a job does there, as root or not, reaches
+#                     the store or another log dir's tree (see worktree);
+#   work/LOG/ID.ok    there once it is whole; touched at each use;
+#   work/LOG/ID.made  made as it was: what changed after was changed there;
+#   work/LOG/last     the ID of LOG's last tree built;
+#   .unshared         there once no job can reach a blob (see check_blobs);
 #   base/KEY/         a copy of the last tree built of the directory KEY
 #   base/KEY.id       names, which no job touches: the next tree of that
 #                     directory is made from it by its differences;
@@ -16,8 +24,10 @@
 #                     spare is made, and each build copies the base).
 # It runs after prune.sh, which defines prune and open_store.
 # stdin, after this code: the store's directory on a line (see open_store),
-# then "ID KEY KEEP" on a line (KEEP: minutes, see prune). The shell
-# answers "have" and STORE, on lines, when the tree is there, and is done.
+# then "ID KEY KEEP LOG" on a line (KEEP: minutes, see prune; LOG: the log
+# dir's key). The shell may first answer "warn TEXT" lines. It answers
+# "have" and STORE, on lines, when the tree is there (and LOG's working
+# tree of it, made now if need be), and is done.
 # Else "need", STORE, TMP and BASE (the ID of base/KEY, or "-"), on lines,
 # then it reads blocks, each a byte count on a line and that many bytes:
 # the base to use ("-" for none), the paths the base has that the tree has
@@ -32,7 +42,8 @@
 # links, and their directories; for a newbase DIR, a file DIR.tar that
 # holds the whole tree in DIR, as links to blobs/; and last an empty
 # TMP/end (a stream cut between two entries is a whole one to tar). Once
-# tar succeeded, the tree becomes snaps/ID, and the shell says "built".
+# tar succeeded, the tree becomes snaps/ID, LOG's working tree of it is
+# made, and the shell says "built".
 # It closes its output then, puts the new blobs in the store, makes the new
 # base from DIR.tar, makes the spare and prunes (see after_answer): the
 # coordinator does not wait for that. A build from the base with a spare,
@@ -55,14 +66,110 @@ open_store
 new_store=''
 # shellcheck disable=SC2154 # set by open_store
 if [ ! -d "$store/base" ]; then
-  mkdir -p -- "$store/blobs" "$store/snaps" "$store/tmp" "$store/base" || exit 1
+  mkdir -p -- "$store/blobs" "$store/snaps" "$store/tmp" "$store/base" "$store/work" || exit 1
+  : >"$store/.unshared"
   new_store=1
 fi
-IFS=' ' read -r id key keep || exit 1
-case $id$key in '' | *[!0-9a-f]*) exit 2 ;; esac
+IFS=' ' read -r id key keep log || exit 1
+case $id$key$log in '' | *[!0-9a-f]*) exit 2 ;; esac
 case $keep in '' | *[!0-9]*) exit 2 ;; esac
+[ -n "$log" ] || exit 2
 snap=$store/snaps/$id
 b=$store/base/$key
+wt=$store/work/$log/$id
+# each runs its arguments with the lines of $1 (which ends with a newline)
+# after them: at once when they are few, through xargs when they might not
+# fit on a command line.
+each() {
+  local list=${1%$'\n'} a
+  shift
+  [ -n "$list" ] || return 0
+  if [ "${#list}" -lt 65536 ]; then
+    mapfile -t a <<<"$list"
+    "$@" "${a[@]}"
+  else
+    xargs -d '\n' "$@" <<<"$list"
+  fi
+}
+# check_blobs runs once on a store that an earlier gpudispatch made, whose
+# jobs ran in trees of links to the blobs and could change them (root, or
+# after a chmod): a blob whose content is no longer its hash goes, and so
+# does every tree's and base's mark (they are links to the same files), so
+# that the next build ships it again; the shell says so. From then on no
+# job reaches a blob: their trees are copies (see worktree).
+check_blobs() {
+  local bad n
+  bad=$(cd -- "$store/blobs" && find . -type f -name '[0-9a-f]*' -print0 | xargs -0 -r sha256sum -- |
+    awk '{ n = $2; sub(/.*\//, "", n); sub(/x$/, "", n); if (n != $1) print $2 }') || return 1
+  if [ -n "$bad" ]; then
+    n=$(wc -l <<<"$bad")
+    (cd -- "$store/blobs" && each "$bad"$'\n' rm -f --) || return 1
+    rm -f -- "$store"/snaps/*.ok
+    rm -rf -- "$store"/base/*
+    printf 'warn %s\n' "$n files of the content store in $store had been changed by jobs of an earlier gpudispatch (their trees were links to it): removed, and shipped again"
+  fi
+  mkdir -p -- "$store/work" && : >"$store/.unshared"
+}
+[ -e "$store/.unshared" ] || check_blobs || exit 1
+# worktree makes $wt, log dir LOG's working tree of snapshot ID, unless it
+# is there, and renews it (see prune). Jobs run there, never in snaps/ID:
+# its files are copies of the blobs (reflinks where the filesystem has
+# them), so nothing a job does to them reaches the store or another log
+# dir's tree. LOG's last tree of another snapshot lends it, as hard links,
+# what LOG's jobs wrote there (checkpoints and outputs, which --resume
+# finds) and the files the two snapshots ship alike that nothing changed
+# there since it was made: a second snapshot copies only what it changed,
+# and what a job changed is never passed on.
+worktree() {
+  local w=$store/work/$log prev='' new
+  if [ -e "$wt.ok" ]; then
+    touch -- "$wt.ok"
+    return 0
+  fi
+  mkdir -p -- "$w" || return 1
+  new=$w/.new.${HOSTNAME:-host}.$$.$RANDOM
+  IFS= read -r prev <"$w/last" 2>/dev/null
+  case $prev in '' | *[!0-9a-f]*) prev='' ;; esac
+  if [ -z "$prev" ] || [ "$prev" = "$id" ] || ! lend "$w/$prev" "$store/snaps/$prev" "$new"; then
+    rm -rf -- "$new"
+    cp -R -P --preserve=mode,timestamps --reflink=auto -- "$snap" "$new" || {
+      rm -rf -- "$new"
+      return 1
+    }
+  fi
+  if ! mv -T -- "$new" "$wt" 2>/dev/null; then
+    # Another shell made it meanwhile.
+    rm -rf -- "$new"
+    [ -d "$wt" ] || return 1
+  fi
+  : >"$wt.made" && : >"$wt.ok" && printf '%s\n' "$id" >"$w/last"
+}
+# lend fills the new tree $3 from $1, LOG's last tree, made of the
+# snapshot whose tree is $2 (see worktree). It fails, and the caller copies
+# the whole snapshot, when either is gone or a path holds a newline.
+# Lists are of ./PATH, sorted; a shipped file is the same in both
+# snapshots when both trees link the same blob (the same inode).
+lend() {
+  local from=$1 was=$2 to=$3 t
+  [ -d "$from" ] && [ -e "$from.made" ] && [ -d "$was" ] || return 1
+  t=$to.lists
+  mkdir -p -- "$t" || return 1
+  (cd -- "$was" && find . ! -type d -printf '%p\t%i\n') | sort >"$t/was" &&
+    (cd -- "$snap" && find . ! -type d -printf '%p\t%i\n') | sort >"$t/now" &&
+    (cd -- "$from" && find . ! -type d -print) | sort >"$t/all" &&
+    (cd -- "$from" && find . ! -type d -cnewer "$from.made" -print) | sort >"$t/changed" || return 1
+  ! grep -qv $'\t' "$t/was" "$t/now" || return 1
+  comm -12 "$t/was" "$t/now" | sed 's/\t[0-9]*$//' | sort | comm -23 - "$t/changed" >"$t/same"
+  sed 's/\t[0-9]*$//' "$t/was" | sort >"$t/wasp"
+  sed 's/\t[0-9]*$//' "$t/now" | sort >"$t/nowp"
+  # What LOG's jobs wrote: not shipped by either snapshot.
+  comm -23 "$t/all" "$t/wasp" | comm -23 - "$t/nowp" | sort -m - "$t/same" >"$t/link"
+  comm -23 "$t/nowp" "$t/same" >"$t/copy"
+  mkdir -p -- "$to" &&
+    (cd -- "$from" && each "$(cat -- "$t/link")"$'\n' cp -al --parents -t "$to" --) &&
+    (cd -- "$snap" && each "$(cat -- "$t/copy")"$'\n' cp -R -P --preserve=mode,timestamps --reflink=auto --parents -t "$to" --) &&
+    rm -rf -- "$t"
+}
 # lock takes the lock of base/KEY on descriptor 9: flock(1) on
 # base/KEY.lock, waited for at most a minute. It fails when there is no
 # lock to take (no flock, a filesystem without locks, a minute gone): the
@@ -146,8 +253,12 @@ make_spare() {
 tmp=$store/tmp/${HOSTNAME:-host}.$$.$RANDOM
 trap '[ ! -e "$tmp" ] || rm -rf -- "$tmp"' EXIT
 if [ -e "$snap.ok" ]; then
-  printf 'have\n%s\n' "$store"
   touch -- "$snap.ok"
+  if ! worktree; then
+    echo "gpudispatch: cannot make the log dir's working tree $wt (a full disk?)" >&2
+    exit 1
+  fi
+  printf 'have\n%s\n' "$store"
   after_answer
   exit 0
 fi
@@ -226,20 +337,6 @@ if [ "$in" = "$tmp" ]; then
   printf 'newbase %s\n' "$tmp/spare"
 fi
 echo end
-# each runs its arguments with the lines of $1 (which ends with a newline)
-# after them: at once when they are few, through xargs when they might not
-# fit on a command line.
-each() {
-  local list=${1%$'\n'} a
-  shift
-  [ -n "$list" ] || return 0
-  if [ "${#list}" -lt 65536 ]; then
-    mapfile -t a <<<"$list"
-    "$@" "${a[@]}"
-  else
-    xargs -d '\n' "$@" <<<"$list"
-  fi
-}
 # prune_trees removes the paths that went from the trees named (in $in),
 # and the directories that leaves empty: one rm and one rmdir for all.
 prune_trees() {
@@ -278,6 +375,10 @@ fi
 if [ "$in" != "$tmp" ]; then
   # In place: the base is the tree as it was built.
   printf '%s\n' "$id" >"$b.id"
+fi
+if ! worktree; then
+  echo "gpudispatch: cannot make the log dir's working tree $wt (a full disk?)" >&2
+  exit 1
 fi
 echo built
 # The lock, when held, is kept for the spare.

@@ -122,7 +122,12 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 	}
 	if c.Code != nil {
 		// The snapshot's tree, once on this machine, is the workdir.
-		dir, _, err := ss.code.Ensure(ctx, c.Code)
+		dir, sent, err := ss.code.Ensure(ctx, c.Code, cmp.Or(c.Tree, codestore.CheckLog))
+		// Said where the job's output is read: the run has no other
+		// channel from a job's start.
+		for _, w := range sent.Warnings {
+			fmt.Fprintf(stderr, "gpudispatch: %s\n", w)
+		}
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, executor.ErrHostDown) {
 				// Not the host's store: the job's end, or the host's.

@@ -161,7 +161,10 @@ func (w writing) Write(p []byte) (int, error) {
 func talk(root *os.Root, dirMode fs.FileMode, from executor.Return, stdin io.Writer, out *bufio.Reader, got *executor.Returned) error {
 	in := bufio.NewWriter(stdin)
 	where := "dir " + from.Workdir
-	if from.Snapshot != "" {
+	switch {
+	case from.Snapshot != "" && from.Tree != "":
+		where = "tree " + from.Tree + " " + from.Snapshot
+	case from.Snapshot != "":
 		where = "snap " + from.Snapshot
 	}
 	fmt.Fprintf(in, "%s%s\n%d\n", script, where, len(from.Paths))

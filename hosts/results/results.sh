@@ -1,7 +1,8 @@
 # gpudispatch results: run by bash on a machine, it sends back the files a
 # job named for return, from the job's workdir.
-# stdin, after this code: the workdir on a line ("snap ID": the snapshot
-# ID's tree in the content store; "dir PATH": PATH, "" or "~" for the home
+# stdin, after this code: the workdir on a line ("tree LOG ID": log dir
+# LOG's working tree of snapshot ID in the content store; "snap ID": the
+# snapshot's own tree, where jobs of an earlier gpudispatch ran; "dir PATH": PATH, "" or "~" for the home
 # directory, "~/..." under it, relative paths from it), the number of
 # patterns on a line, and the patterns, one per line (relative paths, bash
 # globs, ** included).
@@ -26,6 +27,12 @@ for ((i = 0; i < n; i++)); do
   pats+=("$p")
 done
 case $where in
+tree\ *)
+  t=${where#tree }
+  case ${t/ /} in '' | *[!0-9a-f]*) exit 2 ;; esac
+  case $t in " "* | *" ") exit 2 ;; esac
+  dir=$HOME/.gpudispatch/code/work/${t/ //}
+  ;;
 snap\ *)
   dir=$HOME/.gpudispatch/code/snaps/${where#snap }
   case ${where#snap } in '' | *[!0-9a-f]*) exit 2 ;; esac
@@ -41,6 +48,24 @@ if ! cd -- "$dir" 2>/dev/null; then
   exit 3
 fi
 shopt -s nullglob globstar
+top=$(pwd -P)
+# walked says whether the directory $1 (./...) is reached without a link:
+# a glob never brings what a link to a directory leads to (lnk/* with
+# lnk -> /etc/ssh). Once per directory, with no process.
+declare -A walked
+walks() {
+  local d=$1 real
+  [ "$d" != . ] || return 0
+  if [ -z "${walked[$d]:-}" ]; then
+    walked[$d]=no
+    if cd -P -- "$d" 2>/dev/null; then
+      real=$PWD
+      cd -- "$top" || exit 3
+      [ "$real" != "$top/${d#./}" ] || walked[$d]=yes
+    fi
+  fi
+  [ "${walked[$d]}" = yes ]
+}
 files=()
 sizes=()
 for pat in "${pats[@]}"; do
@@ -54,6 +79,10 @@ for pat in "${pats[@]}"; do
   for x in "${m[@]}"; do
     [ -e "$x" ] || [ -L "$x" ] || continue
     found=1
+    if ! walks "${x%/*}"; then
+      printf 'link\0%s\0' "$x"
+      continue
+    fi
     # find says the size and mtime of regular files: no process per file.
     while IFS= read -r -d '' rec; do
       kind=${rec%% *} rec=${rec#* }

@@ -94,9 +94,13 @@ func TestFetch(t *testing.T) {
 			{Workdir: filepath.Join(home, "work")},
 			{Workdir: "work"},
 			{Snapshot: "0123abcd"},
+			{Snapshot: "0123abcd", Tree: "9f"},
 		} {
 			dir := filepath.Join(home, "work")
-			if from.Snapshot != "" {
+			switch {
+			case from.Tree != "":
+				dir = filepath.Join(home, ".gpudispatch/code/work", from.Tree, from.Snapshot)
+			case from.Snapshot != "":
 				dir = filepath.Join(home, ".gpudispatch/code/snaps", from.Snapshot)
 			}
 			os.RemoveAll(dir)
@@ -235,16 +239,18 @@ func TestFetchResumes(t *testing.T) {
 }
 
 // changing writes to a file of the workdir as the coordinator answers the
-// list: the file then changes while it is sent.
+// list (its first write past the header, of header bytes: the script and
+// what to send): the file then changes while it is sent.
 type changing struct {
 	io.WriteCloser
-	writes int
-	file   string
+	header, written int
+	file            string
 }
 
 func (c *changing) Write(p []byte) (int, error) {
-	c.writes++
-	if c.writes == 2 {
+	before := c.written
+	c.written += len(p)
+	if before == c.header {
 		f, _ := os.OpenFile(c.file, os.O_APPEND|os.O_WRONLY, 0)
 		f.WriteString("more")
 		f.Close()
@@ -259,7 +265,8 @@ func TestFetchChanged(t *testing.T) {
 	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
 		p, err := spawn.Local(ctx, line, stdout, stderr)
 		if err == nil {
-			p.Stdin = &changing{WriteCloser: p.Stdin, file: filepath.Join(home, "changing/log.txt")}
+			header := len(script + "dir ~/changing\n1\n*.txt\n")
+			p.Stdin = &changing{WriteCloser: p.Stdin, header: header, file: filepath.Join(home, "changing/log.txt")}
 		}
 		return p, err
 	}
@@ -328,5 +335,29 @@ func TestFetchGivesUpAQuietMachine(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(filepath.Join(dst, "ckpt.pt")); !bytes.Equal(b, big) {
 		t.Errorf("ckpt.pt came back with %d bytes, not the file", len(b))
+	}
+}
+
+// A glob never follows a link to a directory: lnk/* with lnk leading to a
+// directory of keys out of the workdir (or in it) brings nothing of it,
+// and says so; what the glob names beside it still comes.
+func TestFetchNoDirLinks(t *testing.T) {
+	home := os.Getenv("HOME")
+	keys := t.TempDir()
+	os.WriteFile(filepath.Join(keys, "ssh_host_ed25519_key"), []byte("PRIVATE"), 0o600)
+	write(t, filepath.Join(home, "linked"), map[string]string{"lnk": "->" + keys, "in/ok.txt": "ok", "inlnk": "->in"})
+	dst := t.TempDir()
+	got, err := Fetch(context.Background(), spawn.Local, executor.Return{Workdir: "~/linked", Paths: []string{"lnk/*", "lnk/**", "inlnk/*", "in/*"}}, dst, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Files) != 1 || got.Files[0].Path != "in/ok.txt" {
+		t.Errorf("brought %+v; want in/ok.txt alone", got.Files)
+	}
+	if len(got.Links) < 2 {
+		t.Errorf("the links not followed are not said: %q", got.Links)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "lnk")); err == nil {
+		t.Errorf("something of the linked directory came back")
 	}
 }

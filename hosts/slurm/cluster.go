@@ -2,6 +2,7 @@ package slurm
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -178,7 +179,10 @@ func (c *Cluster) Run(ctx context.Context, cmd executor.Command, stdout, stderr 
 	if cmd.Code != nil {
 		// The snapshot's tree, built under the cluster's workdir, is the
 		// job's workdir on whichever node runs it.
-		dir, _, err := c.code.Ensure(ctx, cmd.Code)
+		dir, sent, err := c.code.Ensure(ctx, cmd.Code, cmp.Or(cmd.Tree, codestore.CheckLog))
+		for _, w := range sent.Warnings {
+			fmt.Fprintf(stderr, "gpudispatch: %s: %s\n", c.o.Name, w)
+		}
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, executor.ErrHostDown) {
 				return -1, fmt.Errorf("%s: %w", c.o.Name, err)
@@ -438,7 +442,7 @@ func (c *Cluster) agentLocked(ctx context.Context, run string) error {
 // filesystem as its login node sees it.
 func (c *Cluster) Fetch(ctx context.Context, from executor.Return, dst string) (executor.Returned, error) {
 	if from.Snapshot != "" {
-		from.Workdir, from.Snapshot = c.code.Tree(from.Snapshot), ""
+		from.Workdir, from.Snapshot = c.code.Tree(from.Tree, from.Snapshot), ""
 	}
 	return results.Fetch(ctx, c.o.Spawn, from, dst, 0)
 }
