@@ -175,7 +175,7 @@ func entry(dir, full, p string) (File, kind, error) {
 		if err != nil {
 			return File{}, other, fmt.Errorf("sync: %w", err)
 		}
-		if !inside(p, link) {
+		if !inside(p, link) || !leadsInside(dir, p, link) {
 			return File{}, other, fmt.Errorf("sync: %s is a symbolic link to %s, out of %s: gpudispatch ships no link that leads out of the directory; remove it, or name it in %s", full, link, dir, IgnoreFile)
 		}
 		return File{Path: p, Link: link}, aFile, nil
@@ -611,6 +611,54 @@ func inside(p, link string) bool {
 	}
 	to := filepath.Clean(filepath.Join(filepath.Dir(filepath.FromSlash(p)), link))
 	return to != ".." && !strings.HasPrefix(to, ".."+string(filepath.Separator))
+}
+
+// leadsInside says whether the link at p (relative, "/") in dir, with
+// target link, stays in dir where it really leads: the links its path
+// goes through are followed as the host will (self -> . makes
+// self/../secret lead out), the components that are not there taken as
+// written.
+func leadsInside(dir, p, link string) bool {
+	at := parts(path.Dir(p))
+	todo := parts(link)
+	for hops := 0; len(todo) > 0; {
+		c := todo[0]
+		todo = todo[1:]
+		switch c {
+		case "..":
+			if len(at) == 0 {
+				return false
+			}
+			at = at[:len(at)-1]
+			continue
+		}
+		next := append(slices.Clip(at), c)
+		full := filepath.Join(append([]string{dir}, next...)...)
+		fi, err := os.Lstat(full)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			at = next
+			continue
+		}
+		// A link on the way: its target, from the directory it is in.
+		to, err := os.Readlink(full)
+		if hops++; err != nil || hops > 40 || filepath.IsAbs(to) {
+			return false
+		}
+		todo = append(parts(filepath.ToSlash(to)), todo...)
+	}
+	return true
+}
+
+// parts splits a relative "/" path into its components, without "." and
+// empty ones.
+func parts(p string) []string {
+	var out []string
+	for c := range strings.SplitSeq(p, "/") {
+		if c != "" && c != "." {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // tooLarge names the largest files of s.

@@ -261,6 +261,11 @@ func TestTakeRefuses(t *testing.T) {
 			[]string{"data is a symbolic link to ../../shared/data, out of", ".gpdignore"}},
 		{"absolute link", map[string]string{"a.py": "a", "env": "->/opt/env"}, DefaultLimit,
 			[]string{"env is a symbolic link to /opt/env"}},
+		// Judged where it leads, not by its text: self is the tree itself.
+		{"out through a link", map[string]string{"a.py": "a", "self": "->.", "esc": "->self/../secret"}, DefaultLimit,
+			[]string{"esc is a symbolic link to self/../secret, out of"}},
+		{"out through a link in a directory", map[string]string{"a.py": "a", "d/up": "->..", "d/x": "->up/../secret"}, DefaultLimit,
+			[]string{"x is a symbolic link to up/../secret, out of"}},
 		{"over the limit", map[string]string{"small": "x", "big.bin": strings.Repeat("x", 3000), "mid.bin": strings.Repeat("x", 2000)}, 4000,
 			[]string{"holds 4.9 KiB to ship, over the limit of 3.9 KiB (--sync-limit)", "the largest: big.bin (2.9 KiB), mid.bin (2.0 KiB), small (1 B)"}},
 	} {
