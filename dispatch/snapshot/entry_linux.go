@@ -25,8 +25,7 @@ func entryIn(dir *os.File, root, full, name, p string) (File, kind, error) {
 		return File{Path: p, Exec: st.Mode&0o111 != 0, Size: st.Size, mtime: st.Mtim.Nano()}, aFile, nil
 	case st.Mode&unix.S_IFMT == unix.S_IFDIR:
 		return File{}, aDir, nil
-	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
-		return entry(root, filepath.Join(full, name), p)
 	}
-	return File{}, other, nil
+	// A link, or a special file: entry's.
+	return entry(root, filepath.Join(full, name), p)
 }

@@ -163,7 +163,9 @@ func stat(ctx context.Context, dir string, paths []string) ([]File, error) {
 // entry returns the entry of the path p under dir (full: the two joined)
 // and what it is: a regular file's mode, size and time, a link's target
 // (which must stay in dir). Paths that are gone (tracked by git, deleted in
-// the work tree, or since the walk) and special files are other.
+// the work tree, or since the walk) are other; a special file (a FIFO, a
+// socket, a device) is an error that names it: nothing ships it, and a
+// read of it could hang.
 func entry(dir, full, p string) (File, kind, error) {
 	fi, err := os.Lstat(full)
 	switch {
@@ -184,7 +186,21 @@ func entry(dir, full, p string) (File, kind, error) {
 	case fi.IsDir():
 		return File{}, aDir, nil
 	}
-	return File{}, other, nil
+	return File{}, other, fmt.Errorf("sync: %s is %s, not a file: gpudispatch ships regular files and links; remove it, or name it in %s", full, special(fi.Mode()), IgnoreFile)
+}
+
+// special names the kind of a file that is neither regular, a directory,
+// nor a link.
+func special(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO (named pipe)"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "a special file"
 }
 
 // kind is what an entry of a directory is.
@@ -429,10 +445,26 @@ func Open(store, id, dir string) (*Snapshot, error) {
 // ignore file): walk finds them.
 func list(ctx context.Context, dir string) (paths []string, all bool, err error) {
 	ignore := filepath.Join(dir, IgnoreFile)
-	_, serr := os.Stat(ignore)
+	fi, serr := os.Stat(ignore)
 	hasIgnore := serr == nil
+	if hasIgnore && !fi.Mode().IsRegular() {
+		// git would read a FIFO for ever.
+		return nil, false, fmt.Errorf("sync: %s is %s, not a file of ignore rules: make it a regular file, or remove it", ignore, special(fi.Mode()))
+	}
 	_, noGit := exec.LookPath("git")
-	inGit := noGit == nil && mayBeGit(dir) && exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--is-inside-work-tree").Run() == nil
+	inGit := false
+	if noGit == nil && mayBeGit(dir) {
+		var errs bytes.Buffer
+		probe := exec.CommandContext(ctx, "git", "-C", dir, "rev-parse", "--is-inside-work-tree")
+		probe.Stderr = &errs
+		inGit = probe.Run() == nil
+		if !inGit && bytes.Contains(errs.Bytes(), []byte("safe.directory")) {
+			// A work tree git will not read (another user's clone, a
+			// bind mount): shipped as a plain directory it would lose
+			// its .gitignore, and ship what that keeps out.
+			return nil, false, fmt.Errorf("sync: git refuses the work tree %s: %s; if you trust it, run git config --global --add safe.directory %s", dir, firstLine(errs.String()), dir)
+		}
+	}
 	if hasIgnore && noGit != nil {
 		return nil, false, fmt.Errorf("sync: %s is read with git's rules, and git is not installed here: install git, or remove it", ignore)
 	}
@@ -485,11 +517,14 @@ func list(ctx context.Context, dir string) (paths []string, all bool, err error)
 		}
 		paths = slices.DeleteFunc(paths, func(p string) bool { return out[p] })
 	}
+	gpdignore := ""
+	if hasIgnore {
+		gpdignore = ignore
+	}
+	if paths, err = nestedRepos(ctx, dir, paths, gpdignore); err != nil {
+		return nil, false, err
+	}
 	if inGit {
-		gpdignore := ""
-		if hasIgnore {
-			gpdignore = ignore
-		}
 		sub, err := submoduleFiles(ctx, dir, paths, git, gpdignore)
 		if err != nil {
 			return nil, false, err
@@ -535,6 +570,51 @@ func submoduleFiles(ctx context.Context, dir string, paths []string, git func(..
 		return sub, nil
 	}
 	return notIgnored(ctx, sub, ignore)
+}
+
+// nestedRepos replaces each directory that git listed whole (a git
+// repository inside the project that is not a submodule: git lists it as
+// "dir/", none of its files) by its files, but its .git, minus what the
+// ignore file names ("": none): it ships whole, as it does where no git
+// is asked, rather than not at all.
+func nestedRepos(ctx context.Context, dir string, paths []string, ignore string) ([]string, error) {
+	var nested []string
+	kept := slices.DeleteFunc(paths, func(p string) bool {
+		if strings.HasSuffix(p, "/") {
+			nested = append(nested, strings.TrimSuffix(p, "/"))
+			return true
+		}
+		return false
+	})
+	if len(nested) == 0 {
+		return kept, nil
+	}
+	var files []string
+	for _, top := range nested {
+		err := filepath.WalkDir(filepath.Join(dir, filepath.FromSlash(top)), func(full string, d fs.DirEntry, err error) error {
+			switch {
+			case err != nil:
+				return err
+			case d.IsDir() && d.Name() == ".git":
+				return filepath.SkipDir
+			case d.IsDir():
+				return nil
+			}
+			rel, err := filepath.Rel(dir, full)
+			files = append(files, filepath.ToSlash(rel))
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("sync: %w", err)
+		}
+	}
+	if ignore != "" && len(files) > 0 {
+		var err error
+		if files, err = notIgnored(ctx, files, ignore); err != nil {
+			return nil, err
+		}
+	}
+	return append(kept, files...), nil
 }
 
 // hasSubmodules says whether the git work tree that dir is in has a
@@ -802,4 +882,10 @@ func Size(n int64) string {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
 	return fmt.Sprintf("%d B", n)
+}
+
+// firstLine is the first line of git's message, without "fatal: ".
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return strings.TrimPrefix(s, "fatal: ")
 }
