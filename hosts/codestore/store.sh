@@ -144,11 +144,15 @@ worktree() {
   fi
   : >"$wt.made" && : >"$wt.ok" && printf '%s\n' "$id" >"$w/last"
 }
-# lend fills the new tree $3 from $1, LOG's last tree, made of the
-# snapshot whose tree is $2 (see worktree). It fails, and the caller copies
-# the whole snapshot, when either is gone or a path holds a newline.
-# Lists are of ./PATH, sorted; a shipped file is the same in both
-# snapshots when both trees link the same blob (the same inode).
+# lend makes the new tree $3 from $1, LOG's last tree, made of the
+# snapshot whose tree is $2 (see worktree): a copy of it in hard links
+# (what LOG's jobs wrote comes along), less the files that the snapshots
+# do not ship alike or that changed there since it was made, which are
+# copied from this snapshot's tree. It fails, and the caller copies the
+# whole snapshot, when either tree is gone, a path holds a newline, or a
+# file of one is a directory of the other where a job wrote. Lists are of
+# ./PATH, sorted; a shipped file is the same in both snapshots when both
+# trees link the same blob (the same inode).
 lend() {
   local from=$1 was=$2 to=$3 t
   [ -d "$from" ] && [ -e "$from.made" ] && [ -d "$was" ] || return 1
@@ -156,18 +160,18 @@ lend() {
   mkdir -p -- "$t" || return 1
   (cd -- "$was" && find . ! -type d -printf '%p\t%i\n') | sort >"$t/was" &&
     (cd -- "$snap" && find . ! -type d -printf '%p\t%i\n') | sort >"$t/now" &&
-    (cd -- "$from" && find . ! -type d -print) | sort >"$t/all" &&
     (cd -- "$from" && find . ! -type d -cnewer "$from.made" -print) | sort >"$t/changed" || return 1
   ! grep -qv $'\t' "$t/was" "$t/now" || return 1
   comm -12 "$t/was" "$t/now" | sed 's/\t[0-9]*$//' | sort | comm -23 - "$t/changed" >"$t/same"
   sed 's/\t[0-9]*$//' "$t/was" | sort >"$t/wasp"
   sed 's/\t[0-9]*$//' "$t/now" | sort >"$t/nowp"
-  # What LOG's jobs wrote: not shipped by either snapshot.
-  comm -23 "$t/all" "$t/wasp" | comm -23 - "$t/nowp" | sort -m - "$t/same" >"$t/link"
+  sort -m -u "$t/wasp" "$t/nowp" | comm -23 - "$t/same" >"$t/drop"
   comm -23 "$t/nowp" "$t/same" >"$t/copy"
-  mkdir -p -- "$to" &&
-    (cd -- "$from" && each "$(cat -- "$t/link")"$'\n' cp -al --parents -t "$to" --) &&
-    (cd -- "$snap" && each "$(cat -- "$t/copy")"$'\n' cp -R -P --preserve=mode,timestamps --reflink=auto --parents -t "$to" --) &&
+  cp -al -- "$from" "$to" &&
+    (cd -- "$to" && each "$(cat -- "$t/drop")"$'\n' rm -f --) || return 1
+  # Directories a file gave way to, left empty.
+  (cd -- "$to" && each "$(sed 's,/[^/]*$,,' "$t/drop" | sort -u)"$'\n' rmdir -p --ignore-fail-on-non-empty -- 2>/dev/null)
+  (cd -- "$snap" && each "$(cat -- "$t/copy")"$'\n' cp -R -P --preserve=mode,timestamps --reflink=auto --parents -t "$to" --) &&
     rm -rf -- "$t"
 }
 # lock takes the lock of base/KEY on descriptor 9: flock(1) on
