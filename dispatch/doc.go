@@ -92,9 +92,11 @@
 //
 // A host with a sync directory runs each job in the snapshot of it taken as
 // the run started (Options.Snapshots, package snapshot): the job's
-// executor.Prelude carries it, the host's job shells put its tree there
-// once, and a host that cannot take it is unfit as above. The started
-// event names the snapshot. A submit may bring a snapshot of its own for
+// executor.Prelude carries it and the log dir's tree key (treeKey, from the
+// log dir's first run), the host puts the log dir's own copy of its tree
+// there once (so runs of one log dir share it, and --resume finds what
+// they wrote; other log dirs never see it), and a host that cannot take it
+// is unfit as above. The started event names the snapshot and the tree. A submit may bring a snapshot of its own for
 // its jobs (Job.Code, opened by Options.OpenSnapshot, kept in the job's
 // spec for serve --resume); an inventory edit brings those of the
 // directories it adds (Update.Snapshots). What a job returns comes back as
