@@ -684,7 +684,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 		GPUs:    j.GPUs,
 	}
 	if code != nil {
-		c.Code, e.Snapshot = code, code.ID
+		c.Code, e.Snapshot = code.Code(), code.ID
 		c.Tree, e.Tree = r.tree, r.tree
 	}
 	timeout := r.opts.Timeout

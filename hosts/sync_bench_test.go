@@ -112,7 +112,7 @@ func BenchmarkSyncVsRsync(b *testing.B) {
 		took = append(took, time.Since(start))
 		each(b, lab, func(h *sshtest.Host) error {
 			// Neither pays a handshake: both connections are warm.
-			_, _, err := stores[h.Name].Ensure(context.Background(), s, log)
+			_, _, err := stores[h.Name].Ensure(context.Background(), s.Code(), log)
 			return err
 		})
 		elapsed := time.Since(start)

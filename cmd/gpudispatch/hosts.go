@@ -153,7 +153,9 @@ func checkHosts(ctx context.Context, s streams, lab *hosts.Lab, states []hosts.H
 				gpu = h.GPUs[0]
 			}
 			p := dispatch.HostPrelude(h)
-			p.Code = snaps[h.Sync]
+			if s := snaps[h.Sync]; s != nil {
+				p.Code = s.Code()
+			}
 			wg.Go(func() {
 				checks[i] = lab.CheckEnv(ctx, h.Name, gpu, p, h.Env, o.command)
 			})

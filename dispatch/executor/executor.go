@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"time"
-
-	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 )
 
 // Executor runs jobs on the hosts of an inventory, each named by its
@@ -142,7 +140,7 @@ type Prelude struct {
 	// Code, when set, is a snapshot of the project whose tree is put on the
 	// machine before the job's shell starts, and becomes its Workdir (Key
 	// then names the tree by that workdir).
-	Code *snapshot.Snapshot
+	Code *Code
 	// Tree names whose working tree of Code the job runs in: the log
 	// dir's key (hex digits). Each log dir has its own copy of the
 	// snapshot on a machine, which its jobs share and no other log dir's

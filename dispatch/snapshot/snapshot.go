@@ -20,6 +20,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // DefaultLimit is the largest snapshot taken unless told otherwise.
@@ -48,15 +50,8 @@ type File struct {
 	off  int64
 }
 
-// Blob is the name of f's content in a content store: its hash, with "x"
-// after it for an executable file (a store's files are shared by hard
-// links, and a mode is an inode's).
-func (f File) Blob() string {
-	if f.Exec {
-		return f.Hash + "x"
-	}
-	return f.Hash
-}
+// Blob is the name of f's content in a content store (executor.BlobName).
+func (f File) Blob() string { return executor.BlobName(f.Hash, f.Exec) }
 
 // Snapshot is what a directory held when it was taken.
 type Snapshot struct {
@@ -77,6 +72,9 @@ type Snapshot struct {
 
 	mu    sync.Mutex
 	since map[string]since // by earlier ID; see Since
+
+	codeOnce sync.Once
+	code     *executor.Code // see Code
 }
 
 // Take takes a snapshot of dir, whose content it keeps in store (the

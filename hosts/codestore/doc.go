@@ -1,6 +1,7 @@
-// Package codestore puts a snapshot (see dispatch/snapshot) on a machine:
-// the user's content store there (~/.gpudispatch/code, 0700) keeps files
-// by hash, and a snapshot's tree is built from it with hard links, so
+// Package codestore puts a snapshot on a machine: an executor.Code, which
+// the coordinator's dispatch/snapshot makes and this package knows only
+// through that seam. The user's content store there (~/.gpudispatch/code,
+// 0700) keeps files by hash, and a snapshot's tree is built from it with hard links, so
 // that only the content a machine lacks travels, and ten snapshots of a
 // project cost about one copy on its disk. The machine needs bash, tar
 // and coreutils, nothing else: the store's side is store.sh, run through a

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
-	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
@@ -154,7 +153,7 @@ type shipping struct {
 // started a shipping is told what it sent. An error wraps
 // executor.ErrHostDown when the machine could not be reached or the
 // connection was lost.
-func (st *Store) Ensure(ctx context.Context, s *snapshot.Snapshot, log string) (dir string, sent Sent, err error) {
+func (st *Store) Ensure(ctx context.Context, s *executor.Code, log string) (dir string, sent Sent, err error) {
 	if !ValidLog(log) {
 		return "", Sent{}, fmt.Errorf("a log dir's key must be hex digits, not %q", log)
 	}
@@ -260,7 +259,7 @@ const tailWait = 10 * time.Second
 // shipAgain ships s, again when another build of its directory on the
 // machine replaced the base this one's differences were made against (a
 // few times: each try sees the newer base).
-func (st *Store) shipAgain(ctx context.Context, s *snapshot.Snapshot, log string) (dir string, sent Sent, err error) {
+func (st *Store) shipAgain(ctx context.Context, s *executor.Code, log string) (dir string, sent Sent, err error) {
 	for range 3 {
 		var raced bool
 		if dir, sent, raced, err = st.ship(ctx, s, log); !raced {
@@ -316,7 +315,7 @@ func (sh *shell) close() {
 // returns once the machine's shell says the tree is there: what the shell
 // does after that is Close's.
 // raced says the machine's base changed meanwhile (exit status 3).
-func (st *Store) ship(ctx context.Context, s *snapshot.Snapshot, log string) (dir string, sent Sent, raced bool, err error) {
+func (st *Store) ship(ctx context.Context, s *executor.Code, log string) (dir string, sent Sent, raced bool, err error) {
 	st.mu.Lock()
 	if warming := st.warming; warming != nil {
 		// Started earlier than a new one would be: it is ready sooner,
@@ -373,7 +372,7 @@ var errGone = errors.New("the store's shell ended before it answered")
 // talk is the coordinator's side of store.sh's exchange with sh, from the
 // snapshot's ID on (open wrote what comes before it).
 // The tar stream ends with stdin: tar reads whole records.
-func talk(sh *shell, s *snapshot.Snapshot, log string, keep time.Duration, sent *Sent) (string, error) {
+func talk(sh *shell, s *executor.Code, log string, keep time.Duration, sent *Sent) (string, error) {
 	in, out, end := sh.in, sh.out, sh.proc.Stdin.Close
 	fmt.Fprintf(in, "%s %s %d %s\n", s.ID, s.Key, max(int(keep/time.Minute), 1), log)
 	if err := in.Flush(); err != nil {
@@ -422,7 +421,7 @@ func talk(sh *shell, s *snapshot.Snapshot, log string, keep time.Duration, sent 
 	}
 	// The blobs, each once.
 	var blobs []string
-	first := map[string]snapshot.File{}
+	first := map[string]executor.CodeFile{}
 	for _, f := range files {
 		if f.Link == "" {
 			if _, seen := first[f.Blob()]; !seen {
@@ -529,7 +528,7 @@ func talk(sh *shell, s *snapshot.Snapshot, log string, keep time.Duration, sent 
 
 // linkTree writes files into the tree d: links to their blobs (in the
 // store, or in tmp/new for those missing), and their symbolic links.
-func linkTree(tw *tar.Writer, d string, files []snapshot.File, missing map[string]bool, tmp string, made map[string]bool) error {
+func linkTree(tw *tar.Writer, d string, files []executor.CodeFile, missing map[string]bool, tmp string, made map[string]bool) error {
 	for _, f := range files {
 		name := d + "/" + f.Path
 		if err := dirs(tw, path.Dir(name), made); err != nil {
@@ -559,7 +558,7 @@ func linkTree(tw *tar.Writer, d string, files []snapshot.File, missing map[strin
 // made twice, first only to count its bytes (its header says how many
 // follow), so that it is never held whole (512 bytes a file, for every
 // host shipped to at once).
-func sendBase(tw *tar.Writer, d string, files []snapshot.File) error {
+func sendBase(tw *tar.Writer, d string, files []executor.CodeFile) error {
 	write := func(w io.Writer) error {
 		bw := tar.NewWriter(w)
 		if err := bw.WriteHeader(dirEntry(d)); err != nil {
@@ -594,8 +593,8 @@ func (c *byteCount) Write(p []byte) (int, error) {
 func blobPath(dir, b string) string { return dir + "/" + b[:2] + "/" + b }
 
 // sendBlob writes f's content as the store's new blob, in tmp/new.
-func sendBlob(tw *tar.Writer, content *snapshot.Contents, f snapshot.File, tmp string, made map[string]bool) error {
-	src, err := content.Open(f)
+func sendBlob(tw *tar.Writer, content executor.CodeContents, f executor.CodeFile, tmp string, made map[string]bool) error {
+	src, err := content.Open(f.Path)
 	if err != nil {
 		return hereError{fmt.Errorf("the coordinator's copy of %s: %w: run gpudispatch hosts --clean, which removes what is left of it, and take the snapshot again", f.Path, err)}
 	}
@@ -646,13 +645,13 @@ func dirEntry(d string) *tar.Header {
 
 // newline says whether a path of d has a newline: the machine reads its
 // lists by line (the tree is then made whole).
-func newline(d snapshot.Diff) bool {
+func newline(d executor.CodeDiff) bool {
 	return slices.ContainsFunc(d.Gone, func(p string) bool { return strings.Contains(p, "\n") }) ||
-		slices.ContainsFunc(d.Changed, func(f snapshot.File) bool { return strings.Contains(f.Path, "\n") })
+		slices.ContainsFunc(d.Changed, func(f executor.CodeFile) bool { return strings.Contains(f.Path, "\n") })
 }
 
 // paths are the files' paths.
-func paths(files []snapshot.File) []string {
+func paths(files []executor.CodeFile) []string {
 	ps := make([]string, len(files))
 	for i, f := range files {
 		ps[i] = f.Path

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
@@ -119,7 +120,11 @@ func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files ma
 	if want := filepath.Join(home, ".gpudispatch/code/work", testLog, s.ID); got != want {
 		t.Errorf("the tree is at %s, want %s", got, want)
 	}
-	if want := s.Bytes - int64(len(files["conf/b.yaml"])); sent.Files != 4 || sent.Bytes != want {
+	var total int64
+	for _, f := range s.Files {
+		total += f.Size
+	}
+	if want := total - int64(len(files["conf/b.yaml"])); sent.Files != 4 || sent.Bytes != want {
 		t.Errorf("the first shipping sent %+v; want 4 files, %d bytes", sent, want)
 	}
 	if diff := compare(tree(t, got), files); diff != "" {
@@ -318,13 +323,13 @@ func newStore(t *testing.T, start spawn.Func, keep time.Duration, dir string) *S
 	return st
 }
 
-func take(t *testing.T, dir, store string) *snapshot.Snapshot {
+func take(t *testing.T, dir, store string) *executor.Code {
 	t.Helper()
 	s, err := snapshot.Take(context.Background(), dir, store, snapshot.DefaultLimit)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s
+	return s.Code()
 }
 
 // compare says how got differs from want.
@@ -469,7 +474,7 @@ func shipIncrementally(t *testing.T, start spawn.Func, store string, spare bool)
 func TestShipPrunes(t *testing.T) {
 	local := t.TempDir()
 	store := filepath.Join(os.Getenv("HOME"), ".gpudispatch", "code")
-	build := func(files map[string]string) (*snapshot.Snapshot, string) {
+	build := func(files map[string]string) (*executor.Code, string) {
 		s := take(t, project(t, files), local)
 		st := New(spawn.Local, time.Hour, "")
 		dir, _, err := st.Ensure(context.Background(), s, testLog)
@@ -482,7 +487,7 @@ func TestShipPrunes(t *testing.T) {
 	oldSnap, oldDir := build(map[string]string{"only-old.py": "prune-test old", "shared.py": "prune-test shared"})
 	busySnap, busyDir := build(map[string]string{"busy.py": "prune-test busy"})
 	long := time.Now().Add(-2 * time.Hour)
-	for _, s := range []*snapshot.Snapshot{oldSnap, busySnap} {
+	for _, s := range []*executor.Code{oldSnap, busySnap} {
 		os.Chtimes(filepath.Join(store, "snaps", s.ID+".ok"), long, long)
 		os.Chtimes(filepath.Join(store, "work", testLog, s.ID+".ok"), long, long)
 		os.Chtimes(filepath.Join(store, "base", s.Key+".id"), long, long)
@@ -502,7 +507,7 @@ func TestShipPrunes(t *testing.T) {
 	}
 	defer busy.Process.Kill()
 	_, newDir := build(map[string]string{"shared.py": "prune-test shared", "new.py": "prune-test new"})
-	blob := func(s *snapshot.Snapshot, path string) bool {
+	blob := func(s *executor.Code, path string) bool {
 		for _, f := range s.Files {
 			if f.Path == path {
 				_, err := os.Stat(filepath.Join(store, "blobs", f.Blob()[:2], f.Blob()))
@@ -766,7 +771,7 @@ func TestShipRace(t *testing.T) {
 	}
 	// build ships s from a store whose first shell's stdin is g, and
 	// counts the shells it starts in starts.
-	build := func(s *snapshot.Snapshot, g *gated, starts *int) chan result {
+	build := func(s *executor.Code, g *gated, starts *int) chan result {
 		start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
 			proc, err := spawn.Local(ctx, line, stdout, stderr)
 			if *starts++; err == nil && *starts == 1 {
