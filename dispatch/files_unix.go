@@ -26,7 +26,25 @@ const noFollow = syscall.O_NOFOLLOW
 // writable by no group or other unless it is root's and sticky, as /tmp
 // is. Both the path as given and where its links lead are checked. Nothing
 // is written.
-func CheckLogDir(dir string) error {
+func CheckLogDir(dir string) error { return checkPrivate(dir, logDirKind) }
+
+// CheckCacheDir refuses the cache where the coordinator keeps the content
+// of its snapshots of code (dir) on the same terms as CheckLogDir: another
+// user who may write there could swap the code a run ships.
+func CheckCacheDir(dir string) error { return checkPrivate(dir, cacheKind) }
+
+// privateKind says what a directory CheckLogDir or CheckCacheDir looks at
+// is, and how a user gets one of their own.
+type privateKind struct {
+	name, own, share string
+}
+
+var (
+	logDirKind = privateKind{"log dir", "use a log dir of your own (-o)", "; to share logs, let the group read it (chmod 750)"}
+	cacheKind  = privateKind{"snapshot cache", "set XDG_CACHE_HOME to a directory of your own", ""}
+)
+
+func checkPrivate(dir string, k privateKind) error {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -38,7 +56,7 @@ func CheckLogDir(dir string) error {
 	for _, p := range paths {
 		leaf := true
 		for {
-			if err := checkDir(p, leaf); err != nil {
+			if err := checkDir(p, leaf, k); err != nil {
 				return err
 			}
 			leaf = false
@@ -52,30 +70,30 @@ func CheckLogDir(dir string) error {
 	return nil
 }
 
-// checkDir checks one directory of CheckLogDir's: the log dir itself when
-// leaf, else one above it. One that does not exist yet passes: it will be
-// made the user's, 0700.
-func checkDir(p string, leaf bool) error {
+// checkDir checks one directory of checkPrivate's: the one checked itself
+// when leaf, else one above it. One that does not exist yet passes: it
+// will be made the user's, 0700.
+func checkDir(p string, leaf bool, k privateKind) error {
 	st, err := os.Stat(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil // made by claimLogDir, the user's
+		return nil // made by claimLogDir, or the snapshot, the user's
 	}
 	if err != nil {
-		return fmt.Errorf("log dir: %w", err)
+		return fmt.Errorf("%s: %w", k.name, err)
 	}
 	sys, ok := st.Sys().(*syscall.Stat_t)
 	if !ok {
 		return nil
 	}
 	me := uint32(os.Getuid())
-	what := "log dir " + p
+	what := k.name + " " + p
 	if !leaf {
-		what = p + ", above the log dir,"
+		what = p + ", above the " + k.name + ","
 	}
 	perm := st.Mode().Perm()
 	switch {
 	case sys.Uid != me && sys.Uid != 0:
-		return fmt.Errorf("%s is owned by %s (mode %s), who could change what gpudispatch writes there: use a log dir of your own (-o)", what, UserName(int(sys.Uid)), st.Mode())
+		return fmt.Errorf("%s is owned by %s (mode %s), who could change what gpudispatch writes there: %s", what, UserName(int(sys.Uid)), st.Mode(), k.own)
 	case perm&0o022 == 0:
 		return nil
 	case perm&0o002 == 0 && privateGroup(sys.Gid):
@@ -83,9 +101,9 @@ func checkDir(p string, leaf bool) error {
 	case !leaf && st.Mode()&fs.ModeSticky != 0 && sys.Uid == 0:
 		return nil // /tmp: others may add entries, never replace ours
 	case perm&0o002 != 0:
-		return fmt.Errorf("%s may be written by every user (mode %s), who could plant files or a socket that answers as gpudispatch there: use a log dir of your own (-o), or chmod o-w it", what, st.Mode())
+		return fmt.Errorf("%s may be written by every user (mode %s), who could plant files or a socket that answers as gpudispatch there: %s, or chmod o-w it", what, st.Mode(), k.own)
 	default:
-		return fmt.Errorf("%s may be written by its group %s (mode %s), whose members could plant files or a socket that answers as gpudispatch there: use a log dir of your own (-o), or chmod g-w it; to share logs, let the group read it (chmod 750)", what, groupName(sys.Gid), st.Mode())
+		return fmt.Errorf("%s may be written by its group %s (mode %s), whose members could plant files or a socket that answers as gpudispatch there: %s, or chmod g-w it%s", what, groupName(sys.Gid), st.Mode(), k.own, k.share)
 	}
 }
 

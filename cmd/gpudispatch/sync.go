@@ -24,13 +24,17 @@ func syncTo(inv *inventory.Inventory, dir string) {
 }
 
 // codeStore is where this machine keeps the content of the snapshots it
-// takes: the user's cache.
+// takes: the user's cache, refused when another user could write there.
 func codeStore() (string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
 		return "", fmt.Errorf("sync: where to keep the snapshot's content: %w", err)
 	}
-	return filepath.Join(cache, "gpudispatch", "code"), nil
+	store := filepath.Join(cache, "gpudispatch", "code")
+	if err := dispatch.CheckCacheDir(store); err != nil {
+		return "", fmt.Errorf("sync: %w", err)
+	}
+	return store, nil
 }
 
 // snapshots takes a run's snapshots of code, each directory once.

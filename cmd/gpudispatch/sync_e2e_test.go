@@ -301,3 +301,25 @@ func TestSSHSnapshotFrozen(t *testing.T) {
 		t.Errorf("--resume of the first log dir: cat ckpt printed %q; want its earlier job's checkpoint", got)
 	}
 }
+
+// The cache where this machine keeps the snapshots' content is checked as
+// the log dir is: one that every user may write is refused, named, before
+// anything runs; made the user's own, the same run works.
+func TestE2ESnapshotCacheChecked(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "proj"), 0o755)
+	os.WriteFile(filepath.Join(dir, "proj", "a.txt"), []byte("mine\n"), 0o644)
+	cache := filepath.Join(dir, ".cache")
+	os.Mkdir(cache, 0o777)
+	os.Chmod(cache, 0o777)
+	r := gpd(t, dir, "cat a.txt\n", "--gpus", "0", "--sync", "proj", "-o", "logs")
+	if r.code != 2 || !strings.Contains(r.stderr, "snapshot cache") || !strings.Contains(r.stderr, cache+", above the snapshot cache, may be written by every user") {
+		t.Errorf("an other-writable cache: exit %d\n%s", r.code, r.stderr)
+	}
+	os.Chmod(cache, 0o700)
+	r = gpd(t, dir, "cat a.txt\n", "--gpus", "0", "--sync", "proj", "-o", "logs2")
+	if r.code != 0 || readFile(t, filepath.Join(dir, "logs2", "1.out")) != "mine\n" {
+		t.Errorf("a cache of one's own: exit %d\n%s", r.code, r.stderr)
+	}
+}

@@ -6,7 +6,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -609,9 +611,17 @@ func sendBlob(tw *tar.Writer, content executor.CodeContents, f executor.CodeFile
 	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: f.Size, Typeflag: tar.TypeReg}); err != nil {
 		return err
 	}
-	_, err = io.CopyN(tw, src, f.Size)
+	// Checked as it goes: a copy changed since the snapshot was taken (a
+	// pack swapped by someone who could write the cache) never becomes a
+	// blob. The stream then ends without its mark, and the machine builds
+	// nothing of it.
+	sum := sha256.New()
+	_, err = io.CopyN(io.MultiWriter(tw, sum), src, f.Size)
 	if errors.Is(err, io.EOF) {
 		return hereError{fmt.Errorf("the coordinator's copy of %s is cut short: run gpudispatch hosts --clean, which removes it, and take the snapshot again", f.Path)}
+	}
+	if err == nil && hex.EncodeToString(sum.Sum(nil)) != f.Hash {
+		return hereError{fmt.Errorf("the coordinator's copy of %s no longer holds the content the snapshot took (changed in the cache since): nothing was built of it; run gpudispatch hosts --clean, which removes the cache, and take the snapshot again", f.Path)}
 	}
 	return err
 }

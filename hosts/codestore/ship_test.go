@@ -866,3 +866,35 @@ func TestShipManyChanges(t *testing.T) {
 		t.Errorf("the base: %.300s", diff)
 	}
 }
+
+// A copy swapped in the coordinator's cache after the snapshot was taken
+// (a colleague who could write there put print("pwnd!!") in a pack) is
+// caught by its hash as it ships: the run is told, nothing is built, and
+// no blob of the store holds it.
+func TestShipSwappedCopy(t *testing.T) {
+	local := t.TempDir()
+	s := take(t, project(t, map[string]string{"train.py": "print('train')"}), local)
+	packs, _ := filepath.Glob(filepath.Join(local, "packs", "*"))
+	if len(packs) != 1 {
+		t.Fatalf("packs %v, want one", packs)
+	}
+	if err := os.WriteFile(packs[0], []byte("print('pwnd!!')")[:len("print('train')")], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	_, _, err := newStore(t, homeIn(home), 0, "").Ensure(context.Background(), s, testLog)
+	if err == nil || !strings.Contains(err.Error(), "copy of train.py no longer holds the content the snapshot took") {
+		t.Errorf("shipping a swapped copy: %v", err)
+	}
+	built, _ := filepath.Glob(filepath.Join(home, ".gpudispatch", "code", "*", "*", s.ID+"*"))
+	snaps, _ := filepath.Glob(filepath.Join(home, ".gpudispatch", "code", "snaps", s.ID+"*"))
+	if len(built)+len(snaps) != 0 {
+		t.Errorf("a tree was built: %v %v", built, snaps)
+	}
+	filepath.Walk(filepath.Join(home, ".gpudispatch", "code"), func(p string, fi os.FileInfo, err error) error {
+		if b, _ := os.ReadFile(p); err == nil && fi.Mode().IsRegular() && strings.Contains(string(b), "pwnd") {
+			t.Errorf("%s holds the swapped content", p)
+		}
+		return nil
+	})
+}
