@@ -15,17 +15,19 @@
 // that log dir's copy alone, never a blob, a snapshot's tree, a base, or
 // another log dir's tree. Jobs of one log dir share its tree, as a shared
 // workdir (a --resume finds the checkpoints its earlier attempts wrote);
-// a new log dir starts from the snapshot as shipped. The log dir's tree
-// of its next snapshot is made from its last one: what its jobs wrote
-// there comes along as hard links, and so do the files the two snapshots
-// ship alike (the same blob, the same inode in both snapshot trees) that
-// nothing changed there since that tree was made (no inode there changed
-// after its .made mark); the rest are copies. So a second snapshot copies
-// what changed, and what a job changed in a shipped file is never passed
-// on. A store that an earlier gpudispatch made (its jobs ran in links to
-// the blobs) has every blob checked against its hash once: one that no
-// longer matches is removed, with the marks of the trees built of it, and
-// is shipped again, with a warning.
+// a new log dir starts from the snapshot as shipped. A working tree
+// starts as a clean copy of its snapshot: so that no copy is made while
+// the coordinator waits, the machine keeps, per directory, a spare clean
+// copy of its last snapshot (base/KEY.work.ID), made after the answer;
+// the next working tree of any log dir takes it by a rename and changes
+// it into its own snapshot by their differences (the files the two
+// snapshots' trees do not link alike). What the log dir's jobs wrote in
+// its last tree (the files neither snapshot ships) joins the new tree as
+// hard links; a shipped file a job changed does not. A store that an
+// earlier gpudispatch made (its jobs ran in links to the blobs) has every
+// blob checked against its hash once: one that no longer matches is
+// removed, with the marks of the trees built of it, and is shipped again,
+// with a warning.
 //
 // The next snapshot of a directory is built from the last one by their
 // differences. A tree jobs ran in is not a place to start from (they

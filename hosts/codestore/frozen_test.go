@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
@@ -169,41 +170,60 @@ func checkBlobs(t *testing.T, store string) {
 
 // Each log dir has its own working tree of a snapshot: a new log dir sees
 // nothing another wrote; the same log dir finds what its jobs wrote (a
-// --resume finds its checkpoints), also in its tree of the next
-// snapshot, whose unchanged files are lent by the last tree (links, not
-// copies) unless a job changed them there.
+// --resume finds its checkpoints), also in its tree of the next snapshot,
+// which holds that snapshot's files as shipped (a job's change to one is
+// not passed on) and shares none with the last tree. A tree starts as the
+// directory's spare copy, made once the machine answered: taken by the
+// next tree, and made again of the newest snapshot.
 func TestLogDirTrees(t *testing.T) {
 	home := t.TempDir()
 	start := homeIn(home)
+	base := filepath.Join(home, ".gpudispatch", "code", "base")
 	dir := project(t, map[string]string{"train.py": "v1", "config.txt": "lr: 0.1\n", "util.py": "u"})
 	local := t.TempDir()
+	st := newStore(t, start, 0, "")
+	ensure := func(s *executor.Code, log string) string {
+		t.Helper()
+		tree, _, err := st.Ensure(context.Background(), s, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Close() // the machine's work after its answer: the spare
+		return tree
+	}
 	s1 := take(t, dir, local)
-	a, _, err := newStore(t, start, 0, "").Ensure(context.Background(), s1, "a")
+	a := ensure(s1, "a")
+	// taken says whether the tree is the spare copy spare was (renamed).
+	taken := func(spare os.FileInfo, tree string) bool {
+		fi, err := os.Stat(tree)
+		return spare != nil && err == nil && os.SameFile(spare, fi)
+	}
+	spare1, err := os.Stat(filepath.Join(base, s1.Key+".work."+s1.ID))
 	if err != nil {
-		t.Fatal(err)
+		t.Errorf("no spare copy of the snapshot once the machine answered: %v", err)
 	}
 	if out, err := bashIn(start, a, "mkdir out && echo epoch3 >out/ckpt && chmod u+w config.txt && echo CORRUPTED >>config.txt"); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	b, _, err := newStore(t, start, 0, "").Ensure(context.Background(), s1, "b")
-	if err != nil {
-		t.Fatal(err)
+	b := ensure(s1, "b")
+	if !taken(spare1, b) {
+		t.Errorf("a new log dir's tree of the snapshot is not the spare copy")
 	}
+	spare2, _ := os.Stat(filepath.Join(base, s1.Key+".work."+s1.ID))
 	if diff := compare(tree(t, b), map[string]string{"train.py": "v1", "config.txt": "lr: 0.1\n", "util.py": "u"}); diff != "" {
 		t.Errorf("a new log dir's tree: %s", diff)
 	}
-	again, _, err := newStore(t, start, 0, "").Ensure(context.Background(), s1, "a")
-	if err != nil || again != a {
-		t.Fatalf("the log dir's tree again: %s, %v; want %s", again, err, a)
+	if again := ensure(s1, "a"); again != a {
+		t.Fatalf("the log dir's tree again: %s; want %s", again, a)
 	}
 	if got, _ := os.ReadFile(filepath.Join(a, "out/ckpt")); string(got) != "epoch3\n" {
 		t.Errorf("the log dir's checkpoint, again: %q", got)
 	}
 	os.WriteFile(filepath.Join(dir, "train.py"), []byte("v2"), 0o644)
 	s2 := take(t, dir, local)
-	a2, _, err := newStore(t, start, 0, "").Ensure(context.Background(), s2, "a")
-	if err != nil {
-		t.Fatal(err)
+	a2 := ensure(s2, "a")
+	if !taken(spare2, a2) {
+		t.Errorf("the next snapshot's tree is not the spare copy of the last one, changed")
 	}
 	got := map[string]string{}
 	for _, p := range []string{"train.py", "config.txt", "util.py", "out/ckpt"} {
@@ -218,12 +238,37 @@ func TestLogDirTrees(t *testing.T) {
 		y, err2 := os.Stat(filepath.Join(a2, p))
 		return err1 == nil && err2 == nil && os.SameFile(x, y)
 	}
-	if !same("util.py") || !same("out/ckpt") || same("config.txt") || same("train.py") {
-		t.Errorf("lent from the last tree: util.py %t, out/ckpt %t (want both), config.txt %t, train.py %t (want neither)",
-			same("util.py"), same("out/ckpt"), same("config.txt"), same("train.py"))
+	if !same("out/ckpt") || same("util.py") || same("config.txt") {
+		t.Errorf("shared with the last tree: out/ckpt %t (want it), util.py %t, config.txt %t (want neither)",
+			same("out/ckpt"), same("util.py"), same("config.txt"))
 	}
 	if got, _ := os.ReadFile(filepath.Join(a, "train.py")); string(got) != "v1" {
 		t.Errorf("the first tree changed: train.py reads %q", got)
+	}
+	spares, _ := filepath.Glob(filepath.Join(base, s2.Key+".work.*"))
+	if len(spares) != 1 || filepath.Base(spares[0]) != s2.Key+".work."+s2.ID {
+		t.Fatalf("spares after the second snapshot: %v; want one, of it", spares)
+	}
+	spare3, _ := os.Stat(spares[0])
+	// A coordinator that knows no earlier snapshot (a cache of its own)
+	// sends no differences: the machine finds them itself.
+	os.Remove(filepath.Join(dir, "util.py"))
+	os.WriteFile(filepath.Join(dir, "new.py"), []byte("n"), 0o644)
+	a3 := ensure(take(t, dir, t.TempDir()), "a")
+	if !taken(spare3, a3) {
+		t.Errorf("the third tree is not the spare copy of the second, changed")
+	}
+	got = map[string]string{}
+	filepath.Walk(a3, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			b, _ := os.ReadFile(p)
+			rel, _ := filepath.Rel(a3, p)
+			got[rel] = string(b)
+		}
+		return nil
+	})
+	if diff := compare(got, map[string]string{"train.py": "v2", "config.txt": "lr: 0.1\n", "new.py": "n", "out/ckpt": "epoch3\n"}); diff != "" {
+		t.Errorf("the third tree: %s", diff)
 	}
 }
 

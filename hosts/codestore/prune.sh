@@ -60,7 +60,7 @@ prune() {
   find "$store/work" -mindepth 2 -maxdepth 2 -name '*.ok' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do
     tree=${ok%.ok}
     grep -qF -- " -> $tree" <<<"$cwds" && continue
-    rm -f -- "$ok" "$tree.made" && rm -rf -- "$tree"
+    rm -f -- "$ok" && rm -rf -- "$tree"
   done
   # What cut-off builds left, and the log dirs left with no tree.
   find "$store/work" -mindepth 2 -maxdepth 2 -name '.new.*' -mmin +1440 -exec rm -rf -- {} + 2>/dev/null
@@ -73,7 +73,7 @@ prune() {
   # A base goes with its spare (see store.sh).
   find "$store/base" -maxdepth 1 -name '*.id' ! -name '*.spare.id' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do
     ok=${ok%.id}
-    rm -f -- "$ok.id" "$ok.spare.id" "$ok.lock" && rm -rf -- "$ok" "$ok.spare"
+    rm -f -- "$ok.id" "$ok.spare.id" "$ok.lock" && rm -rf -- "$ok" "$ok.spare" "$ok".work.*
   done
   find "$store/tmp" -mindepth 1 -maxdepth 1 -mmin +1440 -exec rm -rf -- {} + 2>/dev/null
   find "$store/blobs" -type f -links 1 -mmin +"$keep" -delete 2>/dev/null

@@ -10,8 +10,10 @@
 #                     so nothing a job does there, as root or not, reaches
 #                     the store or another log dir's tree (see worktree);
 #   work/LOG/ID.ok    there once it is whole; touched at each use;
-#   work/LOG/ID.made  made as it was: what changed after was changed there;
 #   work/LOG/last     the ID of LOG's last tree built;
+#   base/KEY.work.ID/ a clean copy of snapshot ID of directory KEY (its
+#                     last), made after the answer: the next working tree
+#                     of any log dir of KEY starts as it (see worktree);
 #   .unshared         there once no job can reach a blob (see check_blobs);
 #   base/KEY/         a copy of the last tree built of the directory KEY
 #   base/KEY.id       names, which no job touches: the next tree of that
@@ -115,11 +117,12 @@ check_blobs() {
 # is there, and renews it (see prune). Jobs run there, never in snaps/ID:
 # its files are copies of the blobs (reflinks where the filesystem has
 # them), so nothing a job does to them reaches the store or another log
-# dir's tree. LOG's last tree of another snapshot lends it, as hard links,
-# what LOG's jobs wrote there (checkpoints and outputs, which --resume
-# finds) and the files the two snapshots ship alike that nothing changed
-# there since it was made: a second snapshot copies only what it changed,
-# and what a job changed is never passed on.
+# dir's tree. It starts as a clean copy of the snapshot: the directory's
+# spare copy (base/KEY.work.SID, made after an earlier answer, off the
+# run's path) taken by a rename and changed into ID by the two snapshots'
+# differences, or else a copy made now. What LOG's jobs wrote in its last
+# tree (checkpoints, outputs: --resume finds them) joins it as hard links;
+# a shipped file a job changed there does not: the tree has the snapshot's.
 worktree() {
   local w=$store/work/$log prev='' new
   if [ -e "$wt.ok" ]; then
@@ -128,51 +131,109 @@ worktree() {
   fi
   mkdir -p -- "$w" || return 1
   new=$w/.new.${HOSTNAME:-host}.$$.$RANDOM
-  IFS= read -r prev <"$w/last" 2>/dev/null
-  case $prev in '' | *[!0-9a-f]*) prev='' ;; esac
-  if [ -z "$prev" ] || [ "$prev" = "$id" ] || ! lend "$w/$prev" "$store/snaps/$prev" "$new"; then
-    rm -rf -- "$new"
+  if ! take_spare "$new"; then
+    rm -rf -- "$new" "$new.lists"
     cp -R -P --preserve=mode,timestamps --reflink=auto -- "$snap" "$new" || {
       rm -rf -- "$new"
       return 1
     }
   fi
+  IFS= read -r prev <"$w/last" 2>/dev/null
+  case $prev in '' | *[!0-9a-f]*) prev='' ;; esac
+  [ -z "$prev" ] || [ "$prev" = "$id" ] || carry "$w/$prev" "$store/snaps/$prev" "$new"
+  rm -rf -- "$new.lists"
   if ! mv -T -- "$new" "$wt" 2>/dev/null; then
     # Another shell made it meanwhile.
     rm -rf -- "$new"
     [ -d "$wt" ] || return 1
   fi
-  : >"$wt.made" && : >"$wt.ok" && printf '%s\n' "$id" >"$w/last"
+  : >"$wt.ok" && printf '%s\n' "$id" >"$w/last"
 }
-# lend makes the new tree $3 from $1, LOG's last tree, made of the
-# snapshot whose tree is $2 (see worktree): a copy of it in hard links
-# (what LOG's jobs wrote comes along), less the files that the snapshots
-# do not ship alike or that changed there since it was made, which are
-# copied from this snapshot's tree. It fails, and the caller copies the
-# whole snapshot, when either tree is gone, a path holds a newline, or a
-# file of one is a directory of the other where a job wrote. Lists are of
-# ./PATH, sorted; a shipped file is the same in both snapshots when both
-# trees link the same blob (the same inode).
-lend() {
-  local from=$1 was=$2 to=$3 t
-  [ -d "$from" ] && [ -e "$from.made" ] && [ -d "$was" ] || return 1
+# shipped lists the files of the snapshot tree $1 into $2, NUL-separated
+# and sorted, each ./PATH with its inode after a tab (the blob's: two
+# snapshots ship a file alike when they link the same one) when $3 is
+# "inodes".
+shipped() {
+  local fmt='%p\0'
+  [ "${3:-}" != inodes ] || fmt='%p\t%i\0'
+  (cd -- "$1" && find . ! -type d -printf "$fmt") | sort -z >"$2"
+}
+# take_spare renames the directory's spare copy into $1, and changes it
+# from the snapshot it is a copy of into this one: the files the two do not
+# ship alike go, and this one's are copied from its tree. It fails when
+# there is no spare, or the snapshot it is of is no longer here.
+take_spare() {
+  local to=$1 spare='' d sid t
+  for d in "$b".work.*; do
+    [ -d "$d" ] && spare=$d
+  done
+  sid=${spare##*.work.}
+  case $sid in '' | *[!0-9a-f]*) return 1 ;; esac
+  [ -d "$store/snaps/$sid" ] && mv -T -- "$spare" "$to" 2>/dev/null || return 1
+  [ "$sid" != "$id" ] || return 0
+  # A copy of the base the coordinator sent its differences against: they
+  # say what to change, with no look at either tree.
+  if [ "$sid" = "${use:-}" ]; then
+    # shellcheck disable=SC2154 # set by block
+    (cd -- "$to" && each "$gone$changed" rm -f --) || return 1
+    # shellcheck disable=SC2001 # a line's end, in each line
+    (cd -- "$to" && each "$(sed 's,/[^/]*$,,' <<<"$gone" | sort -u)"$'\n' rmdir -p --ignore-fail-on-non-empty -- 2>/dev/null)
+    (cd -- "$snap" && each "$changed" cp -R -P --preserve=mode,timestamps --reflink=auto --parents -t "$to" --)
+    return
+  fi
   t=$to.lists
-  mkdir -p -- "$t" || return 1
-  (cd -- "$was" && find . ! -type d -printf '%p\t%i\n') | sort >"$t/was" &&
-    (cd -- "$snap" && find . ! -type d -printf '%p\t%i\n') | sort >"$t/now" &&
-    (cd -- "$from" && find . ! -type d -cnewer "$from.made" -print) | sort >"$t/changed" || return 1
-  ! grep -qv $'\t' "$t/was" "$t/now" || return 1
-  comm -12 "$t/was" "$t/now" | sed 's/\t[0-9]*$//' | sort | comm -23 - "$t/changed" >"$t/same"
-  sed 's/\t[0-9]*$//' "$t/was" | sort >"$t/wasp"
-  sed 's/\t[0-9]*$//' "$t/now" | sort >"$t/nowp"
-  sort -m -u "$t/wasp" "$t/nowp" | comm -23 - "$t/same" >"$t/drop"
-  comm -23 "$t/nowp" "$t/same" >"$t/copy"
-  cp -al -- "$from" "$to" &&
-    (cd -- "$to" && each "$(cat -- "$t/drop")"$'\n' rm -f --) || return 1
+  mkdir -p -- "$t" &&
+    shipped "$store/snaps/$sid" "$t/was" inodes &&
+    shipped "$snap" "$t/now" inodes || return 1
+  comm -z -12 "$t/was" "$t/now" | sed -z 's/\t[0-9]*$//' | sort -z >"$t/same"
+  # Each snapshot's paths, kept for carry.
+  sed -z 's/\t[0-9]*$//' "$t/was" | sort -z >"$t/paths.$sid"
+  sed -z 's/\t[0-9]*$//' "$t/now" | sort -z >"$t/paths.$id"
+  sort -z -m -u "$t/paths.$sid" "$t/paths.$id" | comm -z -23 - "$t/same" >"$t/drop"
+  comm -z -23 "$t/paths.$id" "$t/same" >"$t/copy"
+  (cd -- "$to" && xargs -0 -r rm -f -- <"$t/drop") || return 1
   # Directories a file gave way to, left empty.
-  (cd -- "$to" && each "$(sed 's,/[^/]*$,,' "$t/drop" | sort -u)"$'\n' rmdir -p --ignore-fail-on-non-empty -- 2>/dev/null)
-  (cd -- "$snap" && each "$(cat -- "$t/copy")"$'\n' cp -R -P --preserve=mode,timestamps --reflink=auto --parents -t "$to" --) &&
-    rm -rf -- "$t"
+  (cd -- "$to" && sed -z 's,/[^/]*$,,' "$t/drop" | sort -z -u | xargs -0 -r rmdir -p --ignore-fail-on-non-empty -- 2>/dev/null)
+  (cd -- "$snap" && xargs -0 -r cp -R -P --preserve=mode,timestamps --reflink=auto --parents -t "$to" -- <"$t/copy")
+}
+# carry links into the new tree $3 what LOG's jobs wrote in its last tree
+# $1, made of the snapshot whose tree is $2: its files that neither
+# snapshot ships. Without $2 (pruned) nothing tells them apart: nothing
+# comes. What cannot come (a file where this snapshot has a directory) is
+# left.
+carry() {
+  local from=$1 was=$2 to=$3 t=$3.lists
+  [ -d "$from" ] && [ -d "$was" ] && mkdir -p -- "$t" || return 0
+  [ -e "$t/paths.$id" ] || shipped "$snap" "$t/paths.$id"
+  if [ ! -e "$t/paths.${was##*/}" ]; then
+    if [ "${was##*/}" = "${use:-}" ]; then
+      # What it shipped that this one does not: the coordinator's list.
+      : >"$t/paths.${was##*/}"
+      # shellcheck disable=SC2001,SC2154 # each line's start; set by block
+      [ -z "$gone" ] || sed 's,^,./,' <<<"${gone%$'\n'}" | tr '\n' '\0' | sort -z >"$t/paths.${was##*/}"
+    else
+      shipped "$was" "$t/paths.${was##*/}"
+    fi
+  fi
+  (cd -- "$from" && find . ! -type d -print0) | sort -z | comm -z -23 - "$t/paths.${was##*/}" | comm -z -23 - "$t/paths.$id" >"$t/wrote"
+  (cd -- "$from" && xargs -0 -r cp -al --parents -t "$to" -- <"$t/wrote" 2>/dev/null)
+  return 0
+}
+# make_work_spare makes, once the coordinator has its answer, a clean copy
+# of the directory's last snapshot (the base's), for the next working
+# tree of any log dir to start as (see take_spare), and removes the older
+# ones.
+make_work_spare() {
+  local want='' d
+  [ -d "$b" ] && IFS= read -r want <"$b.id" || return 0
+  case $want in '' | *[!0-9a-f]*) return 0 ;; esac
+  [ ! -d "$b.work.$want" ] && [ -d "$store/snaps/$want" ] || return 0
+  { [ -d "$tmp" ] || mkdir -p -- "$tmp"; } &&
+    cp -R -P --preserve=mode,timestamps --reflink=auto -- "$store/snaps/$want" "$tmp/work" &&
+    mv -T -- "$tmp/work" "$b.work.$want" || return 0
+  for d in "$b".work.*; do
+    [ "$d" = "$b.work.$want" ] || rm -rf -- "$d"
+  done
 }
 # lock takes the lock of base/KEY on descriptor 9: flock(1) on
 # base/KEY.lock, waited for at most a minute. It fails when there is no
@@ -217,6 +278,7 @@ after_answer() {
     make_spare
   fi
   unlock
+  make_work_spare
   prune_often
 }
 # keep_blobs puts the new blobs in the store, for the snapshots to come
