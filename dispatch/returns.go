@@ -59,7 +59,7 @@ func jobWorkdir(h inventory.Host) string {
 // workdir on its host, then runs then on the loop's goroutine.
 func (r *run) fetchReturns(ended Event, workdir string, then func()) {
 	r.returning++
-	from := executor.Return{Paths: ended.Return, Workdir: workdir, Snapshot: ended.Snapshot, Tree: ended.Tree}
+	from := executor.Return{Paths: ended.Return, Workdir: workdir, Snapshot: ended.Snapshot, Tree: ended.Tree, Limit: r.opts.ReturnLimit}
 	go func() {
 		dst := ReturnDir(ended)
 		got, err := r.fetch(ended.Host, from, dst)
@@ -112,6 +112,9 @@ func (r *run) gotBack(f fetched) {
 	}
 	if len(f.got.Changed) > 0 {
 		notes = append(notes, "changed while they came, not kept: "+strings.Join(f.got.Changed, ", "))
+	}
+	if len(f.got.Over) > 0 {
+		notes = append(notes, fmt.Sprintf("over --return-limit (%s), left on %s: %s", snapshot.Size(r.opts.ReturnLimit), f.ended.Host, strings.Join(f.got.Over, ", ")))
 	}
 	e.Message = strings.Join(notes, "; ")
 	if f.err != nil {

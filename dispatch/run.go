@@ -65,6 +65,9 @@ type Options struct {
 	// HostDownTimeout is how long jobs that only down hosts can run wait for
 	// one of them to come back before they fail (0: DefaultHostDownTimeout).
 	HostDownTimeout time.Duration
+	// ReturnLimit caps the bytes one attempt's return= files bring back
+	// (0: DefaultReturnLimit).
+	ReturnLimit int64
 	// SkipBusy keeps jobs off GPUs that other people's processes use: more
 	// than BusyMemoryMB of memory, or any compute process, on a GPU where no
 	// job of this run is. It is checked just before each such start.
@@ -124,6 +127,9 @@ type Update struct {
 
 // DefaultHostDownTimeout is Options.HostDownTimeout's default.
 const DefaultHostDownTimeout = 10 * time.Minute
+
+// DefaultReturnLimit is Options.ReturnLimit's default: 10 GiB.
+const DefaultReturnLimit = 10 << 30
 
 // errJobTimeout is the cause given to a job's context when its time is up.
 var errJobTimeout = errors.New("timed out")
@@ -369,6 +375,9 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 func prepare(opts Options) (*run, error) {
 	if opts.HostDownTimeout <= 0 {
 		opts.HostDownTimeout = DefaultHostDownTimeout
+	}
+	if opts.ReturnLimit <= 0 {
+		opts.ReturnLimit = DefaultReturnLimit
 	}
 	if opts.Recheck <= 0 {
 		opts.Recheck = DefaultRecheck

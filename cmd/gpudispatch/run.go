@@ -54,6 +54,8 @@ type runOptions struct {
 	// --sync-limit in bytes.
 	sync      string
 	syncLimit int64
+	// returnLimit is --return-limit, in bytes.
+	returnLimit int64
 }
 
 func newRunCommand(s streams, runF func(context.Context, streams, runOptions) error) *cobra.Command {
@@ -127,6 +129,7 @@ func addRunFlags(f *pflag.FlagSet, serve bool) {
 	f.Duration("hook-timeout", dispatch.DefaultHookTimeout, "how long a hook may run before it is killed")
 	f.String("sync", "", "take a snapshot of this directory as the run starts and run the jobs in it on every host (what git would commit, minus .gpdignore; default: the inventory's sync:)")
 	f.Int64("sync-limit", snapshot.DefaultLimit>>20, "the largest snapshot --sync takes, in MiB")
+	f.Int64("return-limit", dispatch.DefaultReturnLimit>>20, "the most one job's return= files bring back, in MiB; the files past it stay on the host, named")
 	f.Bool("json", false, "print one JSON object per event on stdout")
 	f.BoolP("quiet", "q", false, "print only what went wrong, and the summary")
 	f.BoolP("verbose", "v", false, "print queued and skipped jobs too")
@@ -139,21 +142,22 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 		return runOptions{}, err
 	}
 	o := runOptions{
-		labOptions: lab,
-		logDir:     v.GetString("log-dir"),
-		resume:     v.GetBool("resume"),
-		retries:    v.GetInt("retries"),
-		timeout:    v.GetDuration("timeout"),
-		hostDown:   v.GetDuration("host-down-timeout"),
-		skipBusy:   v.GetBool("skip-busy"),
-		recheck:    v.GetDuration("busy-recheck"),
-		hooks:      dispatch.Hooks{JobEnd: v.GetString("on-job-end"), RunEnd: v.GetString("on-run-end"), Timeout: v.GetDuration("hook-timeout")},
-		dryRun:     v.GetBool("dry-run"),
-		json:       v.GetBool("json"),
-		quiet:      v.GetBool("quiet"),
-		verbose:    v.GetBool("verbose"),
-		listen:     v.GetString("listen"),
-		syncLimit:  v.GetInt64("sync-limit") << 20,
+		labOptions:  lab,
+		logDir:      v.GetString("log-dir"),
+		resume:      v.GetBool("resume"),
+		retries:     v.GetInt("retries"),
+		timeout:     v.GetDuration("timeout"),
+		hostDown:    v.GetDuration("host-down-timeout"),
+		skipBusy:    v.GetBool("skip-busy"),
+		recheck:     v.GetDuration("busy-recheck"),
+		hooks:       dispatch.Hooks{JobEnd: v.GetString("on-job-end"), RunEnd: v.GetString("on-run-end"), Timeout: v.GetDuration("hook-timeout")},
+		dryRun:      v.GetBool("dry-run"),
+		json:        v.GetBool("json"),
+		quiet:       v.GetBool("quiet"),
+		verbose:     v.GetBool("verbose"),
+		listen:      v.GetString("listen"),
+		syncLimit:   v.GetInt64("sync-limit") << 20,
+		returnLimit: v.GetInt64("return-limit") << 20,
 	}
 	if dir := v.GetString("sync"); dir != "" {
 		abs, err := filepath.Abs(dir)
@@ -162,8 +166,8 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 		}
 		o.sync = abs
 	}
-	if o.syncLimit <= 0 {
-		return o, usageError("--sync-limit: want a positive number of MiB")
+	if o.syncLimit <= 0 || o.returnLimit <= 0 {
+		return o, usageError("--sync-limit and --return-limit: want a positive number of MiB")
 	}
 	gpus := v.GetString("gpus")
 	// simple_gpu_scheduler's form: --gpus 0 1 2 cmds.txt. Bare integers right
@@ -329,6 +333,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		Retries:         o.retries,
 		Timeout:         o.timeout,
 		HostDownTimeout: o.hostDown,
+		ReturnLimit:     o.returnLimit,
 		SkipBusy:        o.skipBusy || inv.SkipBusy,
 		BusyMemoryMB:    inv.BusyMemoryMB,
 		Recheck:         o.recheck,

@@ -323,3 +323,24 @@ func TestE2ESnapshotCacheChecked(t *testing.T) {
 		t.Errorf("a cache of one's own: exit %d\n%s", r.code, r.stderr)
 	}
 }
+
+// --return-limit: a job's files past the limit stay where it ran, named in
+// what the run says and in the journal; those before it come home.
+func TestE2EReturnLimit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	job := "[name=big return=a.bin,b.bin] head -c 700000 /dev/urandom > a.bin && head -c 700000 /dev/urandom > b.bin\n"
+	r := gpd(t, dir, job, "--gpus", "0", "-o", "logs", "--return-limit", "1")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "logs", "big", "a.bin")); err != nil {
+		t.Errorf("the file within the limit did not come: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "logs", "big", "b.bin")); err == nil {
+		t.Errorf("the file past the limit came")
+	}
+	if !strings.Contains(r.stderr, "over --return-limit (1.0 MiB), left on ") || !strings.Contains(r.stderr, ": b.bin") {
+		t.Errorf("the limit is not said:\n%s", r.stderr)
+	}
+}

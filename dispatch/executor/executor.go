@@ -63,6 +63,9 @@ type Return struct {
 	Workdir  string
 	Snapshot string
 	Tree     string
+	// Limit caps the bytes of the files that come back (0: none): the
+	// files past it, in the order they are listed, stay (Returned.Over).
+	Limit int64
 }
 
 // Returned is what a Fetch brought back.
@@ -75,6 +78,9 @@ type Returned struct {
 	Missing []string
 	Links   []string
 	Changed []string
+	// Over are the files left where they are because what came before
+	// them reached Return.Limit.
+	Over []string
 }
 
 // ReturnedFile is one file that came back: its path under the directory

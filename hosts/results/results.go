@@ -179,11 +179,17 @@ func talk(root *os.Root, dirMode fs.FileMode, from executor.Return, stdin io.Wri
 		return err
 	}
 	seen := map[string]bool{}
+	var total int64
 	for i := range files {
 		f := &files[i]
 		f.at = -1
+		if !seen[f.path] {
+			total += f.size
+		}
 		switch {
 		case seen[f.path]:
+		case from.Limit > 0 && total > from.Limit:
+			got.Over = append(got.Over, f.path)
 		case have(root, f):
 			got.Files = append(got.Files, executor.ReturnedFile{Path: f.path, Size: f.size})
 		default:
@@ -226,10 +232,10 @@ func talk(root *os.Root, dirMode fs.FileMode, from executor.Return, stdin io.Wri
 			return fmt.Errorf("the results' stream: %w", err)
 		}
 		f := whole[path.Clean(h.Name)]
-		if f == nil || h.Typeflag != tar.TypeReg {
+		if f == nil || (h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeGNUSparse) {
 			return fmt.Errorf("the results' stream holds %q, which was not asked for", h.Name)
 		}
-		if err := receive(root, f, tr, os.O_TRUNC, fileMode); err != nil {
+		if err := receive(root, f, tr, 0, fileMode); err != nil {
 			return err
 		}
 	}
@@ -333,13 +339,22 @@ func complete(root *os.Root, f *entry) bool {
 	return err == nil && st.Size() == f.size
 }
 
-// receive writes what r holds to f's partial file.
+// receive writes what r holds to f's partial file: after its end with
+// flag os.O_APPEND (a file that was cut off), else the whole file, whose
+// blocks of zeros are left holes (a sparse file stays sparse).
 func receive(root *os.Root, f *entry, r io.Reader, flag int, mode fs.FileMode) error {
+	if flag != os.O_APPEND {
+		flag = os.O_TRUNC
+	}
 	w, err := root.OpenFile(partialName(f), os.O_WRONLY|os.O_CREATE|flag, mode)
 	if err != nil {
 		return fmt.Errorf("results: %w", err)
 	}
-	_, err = io.Copy(w, r)
+	if flag == os.O_APPEND {
+		_, err = io.Copy(w, r)
+	} else {
+		err = writeSparse(w, r)
+	}
 	if cerr := w.Close(); err == nil {
 		err = cerr
 	}
@@ -390,4 +405,49 @@ func parseMtime(s string) time.Time {
 	}
 	nsec, _ := strconv.ParseInt((m[2] + "000000000")[:9], 10, 64)
 	return time.Unix(sec, nsec)
+}
+
+// holeBlock is the size of the blocks writeSparse leaves holes for.
+const holeBlock = 4096
+
+// writeSparse writes what r holds to w from its start, seeking past each
+// block of holeBlock zeros rather than writing it, as cp --sparse=always
+// does: a file of holes (a sparse checkpoint, a disk image) comes back
+// with its holes.
+func writeSparse(w *os.File, r io.Reader) error {
+	buf := make([]byte, 256*holeBlock)
+	var size int64
+	for {
+		n, err := io.ReadFull(r, buf)
+		for off := 0; off < n; off += holeBlock {
+			b := buf[off:min(off+holeBlock, n)]
+			if len(b) == holeBlock && allZero(b) {
+				if _, err := w.Seek(holeBlock, io.SeekCurrent); err != nil {
+					return err
+				}
+				continue
+			}
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+		}
+		size += int64(n)
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			// A file that ends in a hole has its length all the same.
+			return w.Truncate(size)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// allZero says whether b holds zeros only.
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -129,7 +129,7 @@ for i in "${!files[@]}"; do
   sent+=("${files[i]}")
 done
 if [ "${#whole[@]}" -gt 0 ]; then
-  tar -c -h --hard-dereference -b 1 --no-recursion --null -T <(printf '%s\0' "${whole[@]}") -f - 2>/dev/null
+  tar -c -h --hard-dereference -S -b 1 --no-recursion --null -T <(printf '%s\0' "${whole[@]}") -f - 2>/dev/null
 else
   head -c 1024 /dev/zero
 fi

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -359,5 +360,61 @@ func TestFetchNoDirLinks(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dst, "lnk")); err == nil {
 		t.Errorf("something of the linked directory came back")
+	}
+}
+
+// A sparse file (a 300 MB checkpoint of holes) comes back sparse: its
+// length and bytes as they are, its holes not written here.
+func TestFetchSparse(t *testing.T) {
+	home := os.Getenv("HOME")
+	dir := filepath.Join(home, "sparse")
+	os.MkdirAll(dir, 0o755)
+	f, err := os.Create(filepath.Join(dir, "ckpt.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("head"), 0)
+	f.WriteAt([]byte("middle"), 150<<20)
+	f.Truncate(300 << 20)
+	f.Close()
+	dst := t.TempDir()
+	got, err := Fetch(context.Background(), spawn.Local, executor.Return{Workdir: "~/sparse", Paths: []string{"ckpt.bin"}}, dst, 0)
+	if err != nil || len(got.Files) != 1 {
+		t.Fatalf("%+v, %v", got, err)
+	}
+	back := filepath.Join(dst, "ckpt.bin")
+	fi, err := os.Stat(back)
+	if err != nil || fi.Size() != 300<<20 {
+		t.Fatalf("came back as %v, %v; want 300 MiB", fi, err)
+	}
+	if used := fi.Sys().(*syscall.Stat_t).Blocks * 512; used > 1<<20 {
+		t.Errorf("the file uses %d bytes of disk here; want its holes left holes", used)
+	}
+	b := make([]byte, 6)
+	r, _ := os.Open(back)
+	defer r.Close()
+	if r.ReadAt(b[:4], 0); string(b[:4]) != "head" {
+		t.Errorf("its start reads %q", b[:4])
+	}
+	if r.ReadAt(b, 150<<20); string(b) != "middle" {
+		t.Errorf("its middle reads %q", b)
+	}
+}
+
+// --return-limit: the files past the limit, in the order they are
+// listed, stay on the host and are named; those before it come.
+func TestFetchLimit(t *testing.T) {
+	home := os.Getenv("HOME")
+	write(t, filepath.Join(home, "limited"), map[string]string{"a.txt": strings.Repeat("a", 600), "b.txt": strings.Repeat("b", 600), "c.txt": "c"})
+	dst := t.TempDir()
+	got, err := Fetch(context.Background(), spawn.Local, executor.Return{Workdir: "~/limited", Paths: []string{"a.txt", "b.txt", "c.txt"}, Limit: 1000}, dst, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Files) != 1 || got.Files[0].Path != "a.txt" || !slices.Equal(got.Over, []string{"b.txt", "c.txt"}) {
+		t.Errorf("got %+v; want a.txt, and b.txt and c.txt over the limit", got)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "b.txt")); err == nil {
+		t.Error("a file over the limit came back")
 	}
 }
