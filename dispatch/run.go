@@ -78,6 +78,11 @@ type Options struct {
 	// Snapshots are the snapshots of the code taken as the run started, by
 	// the directory a host's Sync names: the jobs' workdir on the host.
 	Snapshots map[string]*snapshot.Snapshot
+	// TakeDeps takes a snapshot of every file under dir (the files that
+	// the jobs a job waited for brought back, laid out for a host that is
+	// not this machine), kept where the run's snapshots of code are; nil:
+	// such a job gets none there.
+	TakeDeps func(ctx context.Context, dir string) (*snapshot.Snapshot, error)
 	// OpenSnapshot opens a snapshot of dir that a submit took (by its ID),
 	// for the jobs it submits; nil: submit --sync is refused.
 	OpenSnapshot func(id, dir string) (*snapshot.Snapshot, error)
@@ -713,6 +718,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 		c.Progress = r.progressOf(q)
 	}
 	r.record(e)
+	deps := r.depFiles(j)
 	jctx, kill := context.WithCancelCause(ctx)
 	q.kill = kill
 	go func() {
@@ -722,7 +728,10 @@ func (r *run) start(ctx context.Context, a assignment) {
 			jctx, cancel = context.WithTimeoutCause(ctx, timeout, errJobTimeout)
 			defer cancel()
 		}
-		code, err := r.opts.Executor.Run(jctx, h.Name, c, logs.out, logs.err)
+		code, err := -1, r.withDeps(jctx, &c, h.Local, j.ID(), deps)
+		if err == nil {
+			code, err = r.opts.Executor.Run(jctx, h.Name, c, logs.out, logs.err)
+		}
 		if cerr := logs.close(); err == nil && cerr != nil {
 			err = cerr
 		}

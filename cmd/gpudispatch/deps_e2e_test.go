@@ -144,3 +144,42 @@ func TestSSHMemoryBudgets(t *testing.T) {
 		t.Error("the 50G job never ran")
 	}
 }
+
+// An eval after the trainings reads the files they brought back from
+// $GPUDISPATCH_DEPS_DIR/ID/..., on a host that shares no filesystem with
+// the ones they ran on (real OpenSSH hosts with homes of their own).
+func TestSSHDepsDir(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	inv := envInventory(t, l, "lab.yaml", "")
+	// Jobs of one run share their tree on a host: each writes its own.
+	jobs := "[name=train_1 return=out1/] @node1 mkdir -p out1 && echo 0.91 > out1/acc\n" +
+		"[name=train_2 return=out2/] @node1 mkdir -p out2 && echo 0.87 > out2/acc\n" +
+		"[after=train_* name=eval host=node2] cat \"$GPUDISPATCH_DEPS_DIR\"/train_1/out1/acc \"$GPUDISPATCH_DEPS_DIR\"/train_2/out2/acc; ls \"$GPUDISPATCH_DEPS_DIR\"\n"
+	jobs = strings.ReplaceAll(jobs, "] @node1 ", " host=node1] ")
+	// The jobs run in a snapshot's tree, where return= looks.
+	os.MkdirAll(filepath.Join(l.Dir, "proj"), 0o755)
+	os.WriteFile(filepath.Join(l.Dir, "proj", "train.py"), []byte("pass\n"), 0o644)
+	r := labRun(t, l, jobs, "-i", inv, "-o", "logs", "--sync", "proj")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(l.Dir, "logs", "eval.out")); got != "0.91\n0.87\ntrain_1\ntrain_2\n" {
+		t.Errorf("the eval on node2 printed %q; want both trainings' results\n%s", got, readFile(t, filepath.Join(l.Dir, "logs", "eval.err")))
+	}
+}
+
+// On this machine, a job after others finds their folders in the log dir
+// through $GPUDISPATCH_DEPS_DIR, with nothing copied.
+func TestE2EDepsDirLocal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	jobs := "[name=a return=out/] mkdir -p out && echo A > out/x\n[after=a name=b] cat \"$GPUDISPATCH_DEPS_DIR\"/a/out/x; readlink \"$GPUDISPATCH_DEPS_DIR\"/a\n"
+	r := gpd(t, dir, jobs, "--gpus", "0", "-o", "logs")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	if got := readFile(t, filepath.Join(dir, "logs", "b.out")); got != "A\n"+filepath.Join(dir, "logs", "a")+"\n" {
+		t.Errorf("b printed %q; want A and the log dir's folder of a", got)
+	}
+}

@@ -342,6 +342,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		Environ:         os.Environ(),
 		Snapshots:       snaps,
 		OpenSnapshot:    openSnapshot,
+		TakeDeps:        takeDeps,
 	}
 	opts.Hooks.JobEnd = cmp.Or(opts.Hooks.JobEnd, inv.Hooks.JobEnd)
 	opts.Hooks.RunEnd = cmp.Or(opts.Hooks.RunEnd, inv.Hooks.RunEnd)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -86,6 +87,17 @@ func (ss *snapshots) take(ctx context.Context, dir string) (*snapshot.Snapshot, 
 	}
 	snapshot.PruneOften(store, ss.keep)
 	return s, nil
+}
+
+// takeDeps takes a snapshot of every file under dir, the files the jobs a
+// job waited for brought back (dispatch.Options.TakeDeps), each job's
+// already capped by --return-limit.
+func takeDeps(ctx context.Context, dir string) (*snapshot.Snapshot, error) {
+	store, err := codeStore()
+	if err != nil {
+		return nil, err
+	}
+	return snapshot.TakeAll(ctx, dir, store, math.MaxInt64)
 }
 
 // openSnapshot opens a snapshot a submit took (dispatch.Options.OpenSnapshot).

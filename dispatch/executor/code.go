@@ -63,3 +63,7 @@ type CodeContents interface {
 	// Close lets go of what reading opened.
 	Close()
 }
+
+// DepsVar names, in a job's environment, the directory of the files the
+// jobs it waited for brought back (Command.Deps).
+const DepsVar = "GPUDISPATCH_DEPS_DIR"

@@ -68,6 +68,12 @@ type Return struct {
 	Limit int64
 }
 
+// PartialDir is the directory, in a Fetch's destination, that holds the
+// files still coming (named by the hash of their path, their size and
+// mtime), so that a later fetch of the same file goes on from its last
+// byte: not results yet.
+const PartialDir = ".gpudispatch-partial"
+
 // Returned is what a Fetch brought back.
 type Returned struct {
 	// Files came back whole.
@@ -113,6 +119,11 @@ type Command struct {
 	// while it waits there and as it starts. It is called from Run's
 	// goroutine and must not block.
 	Progress func(Progress)
+	// Deps, when set, are the files that the jobs this one waited for
+	// brought back (one directory per job, by its id), put on the machine
+	// as Code is, in a tree of the log dir's own (Prelude.Tree); the job
+	// finds that tree in $GPUDISPATCH_DEPS_DIR.
+	Deps *Code
 	// Tag names this run of the command on its host, so that Reap can tell
 	// whether anything of it is left: letters, digits, '.', '_' and '-',
 	// unique among the commands of a coordinator ("" for none).

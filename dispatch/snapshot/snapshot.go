@@ -82,6 +82,19 @@ type Snapshot struct {
 // It fails, naming the largest files, when they add up to more than limit
 // bytes; and naming the link, on a symbolic link that leads out of dir.
 func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error) {
+	return take(ctx, dir, store, limit, entries)
+}
+
+// TakeAll takes a snapshot of every file under dir, as Take does where no
+// git is asked: neither git's ignore rules nor a .gpdignore apply (the
+// files a run brought back, which a log dir inside a work tree would
+// have git ignore).
+func TakeAll(ctx context.Context, dir, store string, limit int64) (*Snapshot, error) {
+	return take(ctx, dir, store, limit, walk)
+}
+
+// take is Take, with the files of dir listed by list.
+func take(ctx context.Context, dir, store string, limit int64, list func(context.Context, string) ([]File, error)) (*Snapshot, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
@@ -95,7 +108,7 @@ func Take(ctx context.Context, dir, store string, limit int64) (*Snapshot, error
 	indexed := make(chan *index, 1)
 	go func() { indexed <- openIndex(store, abs) }()
 	s := &Snapshot{Dir: abs, Store: store}
-	if s.Files, err = entries(ctx, abs); err != nil {
+	if s.Files, err = list(ctx, abs); err != nil {
 		return nil, err
 	}
 	for _, f := range s.Files {

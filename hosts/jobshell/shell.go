@@ -137,6 +137,16 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 		}
 		c.Workdir, c.Code = dir, nil
 	}
+	if c.Deps != nil {
+		dir, _, err := ss.code.Ensure(ctx, c.Deps, cmp.Or(c.Tree, codestore.CheckLog))
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, executor.ErrHostDown) {
+				return -1, err
+			}
+			return -1, &executor.UnfitError{Why: "its dependencies' files: " + err.Error()}
+		}
+		c.Env, c.Deps = append(slices.Clip(c.Env), executor.DepsVar+"="+dir), nil
+	}
 	mark := newMark()
 	// A shell whose profile changed runs nothing and answers errStale: the
 	// job goes to a new shell, which reads the profile as it is now.

@@ -31,10 +31,8 @@ var script string
 // ProcessName is the sending shell's $0, for ps.
 const ProcessName = "gpudispatch-return"
 
-// partialDir holds, in the destination, the files still coming: named by
-// the hash of their path, their size and mtime there, so that a later
-// fetch of the same file goes on from their last byte.
-const partialDir = ".gpudispatch-partial"
+// partialDir holds, in the destination, the files still coming.
+const partialDir = executor.PartialDir
 
 // entry is a file the machine lists.
 type entry struct {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -190,6 +191,16 @@ func (c *Cluster) Run(ctx context.Context, cmd executor.Command, stdout, stderr 
 			return -1, &executor.UnfitError{Why: err.Error()}
 		}
 		cmd.Workdir, cmd.Code = dir, nil
+	}
+	if cmd.Deps != nil {
+		dir, _, err := c.code.Ensure(ctx, cmd.Deps, cmp.Or(cmd.Tree, codestore.CheckLog))
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, executor.ErrHostDown) {
+				return -1, fmt.Errorf("%s: %w", c.o.Name, err)
+			}
+			return -1, &executor.UnfitError{Why: "its dependencies' files: " + err.Error()}
+		}
+		cmd.Env, cmd.Deps = append(slices.Clip(cmd.Env), executor.DepsVar+"="+dir), nil
 	}
 	run, j, err := c.newJob(cmd, stdout, stderr)
 	if err != nil {
