@@ -25,9 +25,11 @@
 // its last tree (the files neither snapshot ships) joins the new tree as
 // hard links; a shipped file a job changed does not. A store that an
 // earlier gpudispatch made (its jobs ran in links to the blobs) has every
-// blob checked against its hash once: one that no longer matches is
-// removed, with the marks of the trees built of it, and is shipped again,
-// with a warning.
+// blob checked against its hash once, and each snapshot's blobs are
+// checked again as its spare copy is made (after the answer): one that no
+// longer matches is removed, with the marks of the trees and the bases
+// built of it, no tree is made of it again, and the next shipping sends
+// it anew and says so.
 //
 // The next snapshot of a directory is built from the last one by their
 // differences. A tree jobs ran in is not a place to start from (they

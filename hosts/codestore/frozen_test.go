@@ -316,3 +316,53 @@ func TestOldStoreChecked(t *testing.T) {
 		t.Errorf("again: %v, %q", err, sent.Warnings)
 	}
 }
+
+// A blob changed after the store was checked (by hand: no job reaches
+// one) is caught as the next spare copy of its snapshot is made: no tree
+// is made of it again, the next shipping sends it anew and says so.
+func TestChangedBlobCaught(t *testing.T) {
+	home := t.TempDir()
+	start := homeIn(home)
+	dir := project(t, map[string]string{"config.txt": "lr: 0.1\n", "a.py": "a"})
+	local := t.TempDir()
+	st := newStore(t, start, 0, "")
+	s := take(t, dir, local)
+	if _, _, err := st.Ensure(context.Background(), s, "a"); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	store := filepath.Join(home, ".gpudispatch", "code")
+	var blob string
+	for _, f := range s.Files {
+		if f.Path == "config.txt" {
+			blob = filepath.Join(store, "blobs", f.Blob()[:2], f.Blob())
+		}
+	}
+	os.Chmod(blob, 0o644)
+	if err := os.WriteFile(blob, []byte("CORRUPTED\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A new snapshot that ships the file too: its spare is made of it.
+	os.WriteFile(filepath.Join(dir, "a.py"), []byte("a2"), 0o644)
+	s2 := take(t, dir, local)
+	b, _, err := st.Ensure(context.Background(), s2, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if got, _ := os.ReadFile(filepath.Join(b, "config.txt")); string(got) != "lr: 0.1\n" {
+		t.Errorf("the tree made from the last spare reads %q", got)
+	}
+	c, sent, err := st.Ensure(context.Background(), s2, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if len(sent.Warnings) != 1 || !strings.Contains(sent.Warnings[0], "no longer held the content") || sent.Files == 0 {
+		t.Errorf("the next shipping sent %+v; want the changed blob again, said", sent)
+	}
+	if got, _ := os.ReadFile(filepath.Join(c, "config.txt")); string(got) != "lr: 0.1\n" {
+		t.Errorf("the next tree reads %q", got)
+	}
+	checkBlobs(t, store)
+}

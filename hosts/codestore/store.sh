@@ -15,6 +15,7 @@
 #                     last), made after the answer: the next working tree
 #                     of any log dir of KEY starts as it (see worktree);
 #   .unshared         there once no job can reach a blob (see check_blobs);
+#   .damaged          what drop_blobs found, for the next shell to say;
 #   base/KEY/         a copy of the last tree built of the directory KEY
 #   base/KEY.id       names, which no job touches: the next tree of that
 #                     directory is made from it by its differences;
@@ -95,24 +96,39 @@ each() {
 }
 # check_blobs runs once on a store that an earlier gpudispatch made, whose
 # jobs ran in trees of links to the blobs and could change them (root, or
-# after a chmod): a blob whose content is no longer its hash goes, and so
-# does every tree's and base's mark (they are links to the same files), so
-# that the next build ships it again; the shell says so. From then on no
-# job reaches a blob: their trees are copies (see worktree).
+# after a chmod): a blob whose content is no longer its hash goes (see
+# drop_blobs), and the shell says so. From then on no job reaches a blob:
+# their trees are copies (see worktree); and each snapshot's blobs are
+# checked again as its spare copy is made (see make_work_spare).
 check_blobs() {
-  local bad n
+  local bad
   bad=$(cd -- "$store/blobs" && find . -type f -name '[0-9a-f]*' -print0 | xargs -0 -r sha256sum -- |
     awk '{ n = $2; sub(/.*\//, "", n); sub(/x$/, "", n); if (n != $1) print $2 }') || return 1
   if [ -n "$bad" ]; then
-    n=$(wc -l <<<"$bad")
-    (cd -- "$store/blobs" && each "$bad"$'\n' rm -f --) || return 1
-    rm -f -- "$store"/snaps/*.ok
-    rm -rf -- "$store"/base/*
-    printf 'warn %s\n' "$n files of the content store in $store had been changed by jobs of an earlier gpudispatch (their trees were links to it): removed, and shipped again"
+    drop_blobs "$bad" "had been changed by jobs of an earlier gpudispatch (their trees were links to it)" || return 1
   fi
   mkdir -p -- "$store/work" && : >"$store/.unshared"
 }
+# drop_blobs removes the blobs $1 names (./XX/NAME, one per line), whose
+# content is no longer their hash, and every snapshot tree's mark and
+# every base and spare (they are links to, or copies of, the same
+# content), so that the next build ships them again; it leaves the
+# warning, saying why ($2), in .damaged for the next shell to say.
+drop_blobs() {
+  local n
+  n=$(wc -l <<<"$1")
+  (cd -- "$store/blobs" && each "$1"$'\n' rm -f --) || return 1
+  rm -f -- "$store"/snaps/*.ok
+  rm -rf -- "$store"/base/*
+  printf '%s\n' "$n files of the content store in $store $2: removed, and shipped again" >>"$store/.damaged"
+}
 [ -e "$store/.unshared" ] || check_blobs || exit 1
+if [ -s "$store/.damaged" ]; then
+  while IFS= read -r line; do
+    printf 'warn %s\n' "$line"
+  done <"$store/.damaged"
+  rm -f -- "$store/.damaged"
+fi
 # worktree makes $wt, log dir LOG's working tree of snapshot ID, unless it
 # is there, and renews it (see prune). Jobs run there, never in snaps/ID:
 # its files are copies of the blobs (reflinks where the filesystem has
@@ -221,16 +237,27 @@ carry() {
 }
 # make_work_spare makes, once the coordinator has its answer, a clean copy
 # of the directory's last snapshot (the base's), for the next working
-# tree of any log dir to start as (see take_spare), and removes the older
-# ones.
+# tree of any log dir to start as (see take_spare), once it checked the
+# blobs it copied against their names, and removes the older ones.
 make_work_spare() {
-  local want='' d
+  local want='' d bad
   [ -d "$b" ] && IFS= read -r want <"$b.id" || return 0
   case $want in '' | *[!0-9a-f]*) return 0 ;; esac
   [ ! -d "$b.work.$want" ] && [ -d "$store/snaps/$want" ] || return 0
   { [ -d "$tmp" ] || mkdir -p -- "$tmp"; } &&
-    cp -R -P --preserve=mode,timestamps --reflink=auto -- "$store/snaps/$want" "$tmp/work" &&
-    mv -T -- "$tmp/work" "$b.work.$want" || return 0
+    cp -R -P --preserve=mode,timestamps --reflink=auto -- "$store/snaps/$want" "$tmp/work" || return 0
+  # The blobs it was copied from still hold what their names say, or no
+  # tree is made of them again: whatever changed one (by hand: no job
+  # reaches them), the next build ships it anew.
+  bad=$(join <(cd -- "$store/snaps/$want" && find . -type f -printf '%i\n' | sort -u) \
+    <(cd -- "$store/blobs" && find . -type f -printf '%i %p\n' | sort -k1,1) | cut -d' ' -f2 |
+    (cd -- "$store/blobs" && xargs -r sha256sum --) |
+    awk '{ n = $2; sub(/.*\//, "", n); sub(/x$/, "", n); if (n != $1) print $2 }')
+  if [ -n "$bad" ]; then
+    drop_blobs "$bad" "no longer held the content they were stored with (changed by hand?)"
+    return 0
+  fi
+  mv -T -- "$tmp/work" "$b.work.$want" || return 0
   for d in "$b".work.*; do
     [ "$d" = "$b.work.$want" ] || rm -rf -- "$d"
   done
