@@ -18,7 +18,10 @@
 // a new log dir starts from the snapshot as shipped. A working tree
 // starts as a clean copy of its snapshot: so that no copy is made while
 // the coordinator waits, the machine keeps, per directory, a spare clean
-// copy of its last snapshot (base/KEY.work.ID), made after the answer;
+// copy of its last snapshot (base/KEY.work.ID), made after the answer (the
+// very first tree of a directory, built of content the store had none
+// of, is given to the log dir as it arrived, and the store keeps copies of
+// it made after the answer, each checked against its name);
 // the next working tree of any log dir takes it by a rename and changes
 // it into its own snapshot by their differences (the files the two
 // snapshots' trees do not link alike). What the log dir's jobs wrote in

@@ -55,7 +55,7 @@ prune() {
     tree=${ok%.ok}
     grep -qF -- " -> $tree" <<<"$cwds" && continue
     grep -F -- " -> $store/work/" <<<"$cwds" | grep -qF -- "/${tree##*/}" && continue
-    rm -f -- "$ok" && rm -rf -- "$tree"
+    rm -f -- "$ok" "$tree.verified" && rm -rf -- "$tree"
   done
   find "$store/work" -mindepth 2 -maxdepth 2 -name '*.ok' -mmin +"$keep" 2>/dev/null | while IFS= read -r ok; do
     tree=${ok%.ok}

@@ -113,10 +113,13 @@ func TestShip(t *testing.T) {
 // start runs bash on, whose home is home; then an edited copy of it.
 func shipTwice(t *testing.T, start spawn.Func, home, dir, local string, files map[string]string) {
 	s := take(t, dir, local)
-	got, sent, err := newStore(t, start, 0, "").Ensure(context.Background(), s, testLog)
+	first := newStore(t, start, 0, "")
+	got, sent, err := first.Ensure(context.Background(), s, testLog)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The machine keeps the content it got once it answered.
+	first.Close()
 	if want := filepath.Join(home, ".gpudispatch/code/work", testLog, s.ID); got != want {
 		t.Errorf("the tree is at %s, want %s", got, want)
 	}
@@ -592,6 +595,7 @@ func TestEnsureRenews(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	st.Close() // the machine keeps the content it got once it answered
 	os.RemoveAll(dir)
 	os.Remove(dir + ".ok")
 	if again, _, _ := st.Ensure(context.Background(), s, testLog); again != dir {
