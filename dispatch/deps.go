@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -47,6 +48,7 @@ func (r *run) resolveDeps(j *Job) (map[string]bool, error) {
 					return fmt.Errorf("%s=%s: no job queued so far has a name that matches", key, id)
 				}
 			} else {
+				id = r.byNumber(id)
 				switch {
 				case id == j.ID():
 					return fmt.Errorf("%s=%s: a job cannot wait for itself", key, id)
@@ -68,6 +70,22 @@ func (r *run) resolveDeps(j *Job) (map[string]bool, error) {
 		return nil, err
 	}
 	return need, nil
+}
+
+// byNumber is the id of the job of the run numbered id, when id is a
+// number and that job has a name: a number names the job with that
+// number, named or not. Else id as it is.
+func (r *run) byNumber(id string) string {
+	n, err := strconv.Atoi(id)
+	if err != nil || r.jobs[id] != nil || r.earlier[id] {
+		return id
+	}
+	for known, q := range r.jobs {
+		if q.job.Seq == n {
+			return known
+		}
+	}
+	return id
 }
 
 // knownIDs are the ids of the jobs the run knows, in no order.

@@ -156,3 +156,19 @@ func TestRetryDependent(t *testing.T) {
 	}
 	s.stop(t, false)
 }
+
+// A number names the job with that number, whether or not it has a name:
+// after=1 waits for job 1 named train.
+func TestDependencyByNumber(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	input := "[name=train] sleep 30ms\n[name=eval after=1] exit 0\n"
+	runJobs(t, lab("a:0 b:0"), input, func(o *Options) { o.LogDir = dir })
+	final, started := byJob(readJournal(t, dir))
+	if final["eval"].Event != EventFinished {
+		t.Fatalf("eval: %s %s", final["eval"].Event, final["eval"].Error)
+	}
+	if end := final["train"].End; end == nil || started["eval"].Before(*end) {
+		t.Errorf("eval started at %v, before train ended (%v)", started["eval"], end)
+	}
+}
