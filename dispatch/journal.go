@@ -9,6 +9,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 )
 
 // JournalName is the journal's file name in the log dir.
@@ -24,6 +26,9 @@ type journal struct {
 }
 
 func openJournal(path string, mode fs.FileMode) (*journal, error) {
+	if err := regular(path); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|noFollow, mode)
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
@@ -99,6 +104,9 @@ type jobKey struct {
 // one bad line does not cost the rest of the journal. err is for a journal
 // that cannot be read at all.
 func scanJournal(path string, f func(line []byte) error) (damaged []string, err error) {
+	if err := regular(path); err != nil {
+		return nil, err
+	}
 	file, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -160,4 +168,14 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// regular fails, naming the journal at path and what it is, when it is
+// there and not a regular file: a reader of a FIFO waits for ever.
+func regular(path string) error {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().IsRegular() {
+		return nil
+	}
+	return fmt.Errorf("journal %s is %s, not a file gpudispatch wrote: move it away, or use another log dir (-o)", path, snapshot.FileKind(fi.Mode()))
 }

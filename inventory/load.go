@@ -44,6 +44,10 @@ func Load(path string) (*Inventory, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A reader of a FIFO waits for ever.
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("inventory: %s is not a regular file (a FIFO, a socket, a device or a directory): name the inventory file itself", path)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("inventory: %w", err)

@@ -197,13 +197,14 @@ func entry(dir, full, p string) (File, kind, error) {
 	case fi.IsDir():
 		return File{}, aDir, nil
 	}
-	return File{}, other, fmt.Errorf("sync: %s is %s, not a file: gpudispatch ships regular files and links; remove it, or name it in %s", full, special(fi.Mode()), IgnoreFile)
+	return File{}, other, fmt.Errorf("sync: %s is %s, not a file: gpudispatch ships regular files and links; remove it, or name it in %s", full, FileKind(fi.Mode()), IgnoreFile)
 }
 
-// special names the kind of a file that is neither regular, a directory,
-// nor a link.
-func special(m fs.FileMode) string {
+// FileKind names the kind of a file that is not a regular one.
+func FileKind(m fs.FileMode) string {
 	switch {
+	case m.IsDir():
+		return "a directory"
 	case m&fs.ModeNamedPipe != 0:
 		return "a FIFO (named pipe)"
 	case m&fs.ModeSocket != 0:
@@ -460,7 +461,7 @@ func list(ctx context.Context, dir string) (paths []string, all bool, err error)
 	hasIgnore := serr == nil
 	if hasIgnore && !fi.Mode().IsRegular() {
 		// git would read a FIFO for ever.
-		return nil, false, fmt.Errorf("sync: %s is %s, not a file of ignore rules: make it a regular file, or remove it", ignore, special(fi.Mode()))
+		return nil, false, fmt.Errorf("sync: %s is %s, not a file of ignore rules: make it a regular file, or remove it", ignore, FileKind(fi.Mode()))
 	}
 	_, noGit := exec.LookPath("git")
 	inGit := false
