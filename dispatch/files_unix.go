@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -201,4 +202,11 @@ func ForeignOwner(fi fs.FileInfo) string {
 		return ""
 	}
 	return UserName(int(sys.Uid))
+}
+
+// inGroup starts c in a process group of its own, which its context's end
+// kills whole: what a hook started goes with it.
+func inGroup(c *exec.Cmd) {
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	c.Cancel = func() error { return syscall.Kill(-c.Process.Pid, syscall.SIGKILL) }
 }

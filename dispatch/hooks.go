@@ -15,18 +15,26 @@ import (
 
 // Hooks are commands run under sh -c on the coordinator's machine: JobEnd
 // as each job's story ends, RunEnd as the run ends, each told what
-// happened in GPUDISPATCH_* variables. A hook runs on a goroutine of its
-// own, so a slow one delays no job; it is killed after Timeout; a failing
-// one is a warning with its last line of stderr. The run waits at its end
-// for the hooks still running (each up to its timeout).
+// happened in GPUDISPATCH_* variables. Job-end hooks wait their turn in
+// the order jobs ended, at most Jobs of them running at once, on
+// goroutines of their own, so a slow one delays no job; a hook is killed
+// after Timeout, with every process it started (its process group); a
+// failing one is a warning with its last line of stderr. The run waits at
+// its end for the hooks still to run (each up to its timeout).
 type Hooks struct {
 	JobEnd, RunEnd string
 	// Timeout bounds each hook (0: DefaultHookTimeout).
 	Timeout time.Duration
+	// Jobs is how many job-end hooks run at once (0: DefaultHookJobs).
+	Jobs int
 }
 
 // DefaultHookTimeout is Hooks.Timeout's default.
 const DefaultHookTimeout = time.Minute
+
+// DefaultHookJobs is Hooks.Jobs's default: a few at once, so that a sweep
+// of fast jobs with a slow hook does not start hundreds of processes.
+const DefaultHookJobs = 4
 
 // hookRunner runs a run's hooks and keeps their warnings until the loop
 // records them.
@@ -36,6 +44,11 @@ type hookRunner struct {
 	warnings []Event
 	// said is signalled (without blocking) when a warning is kept.
 	said chan struct{}
+	// queue holds the hooks waiting their turn, in order; running counts
+	// the goroutines that run them, at most max.
+	queue   []func()
+	running int
+	max     int
 }
 
 // hookState is how a job's outcome is named to a hook: succeeded, failed,
@@ -62,12 +75,45 @@ func (r *run) jobHook(e Event) {
 	if len(e.Return) > 0 {
 		env = append(env, "GPUDISPATCH_RETURN_DIR="+ReturnDir(e))
 	}
-	r.hooks.wg.Go(func() {
+	r.hooks.add(cmp.Or(r.opts.Hooks.Jobs, DefaultHookJobs), func() {
 		if err := r.runHook(r.opts.Hooks.JobEnd, env); err != nil {
 			r.hooks.keep(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Job: e.Job,
 				Error: fmt.Sprintf("the job-end hook for job %s %v", e.Job, err)})
 		}
 	})
+}
+
+// add queues hook, to run once the hooks before it started, with at most
+// max running at once; it never waits.
+func (h *hookRunner) add(max int, hook func()) {
+	h.wg.Add(1)
+	h.mu.Lock()
+	h.queue = append(h.queue, hook)
+	start := h.running < max
+	if start {
+		h.running++
+	}
+	h.mu.Unlock()
+	if start {
+		go h.work()
+	}
+}
+
+// work runs queued hooks, one after another, until none is left.
+func (h *hookRunner) work() {
+	for {
+		h.mu.Lock()
+		if len(h.queue) == 0 {
+			h.running--
+			h.mu.Unlock()
+			return
+		}
+		hook := h.queue[0]
+		h.queue = h.queue[1:]
+		h.mu.Unlock()
+		hook()
+		h.wg.Done()
+	}
 }
 
 // runEndHook runs the run-end hook, and waits for it.
@@ -89,6 +135,7 @@ func (r *run) runHook(cmd string, env []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	c := exec.CommandContext(ctx, "sh", "-c", cmd)
+	inGroup(c)
 	c.Env = append(os.Environ(), env...)
 	c.WaitDelay = time.Second
 	var errs bytes.Buffer

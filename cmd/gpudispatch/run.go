@@ -126,7 +126,8 @@ func addRunFlags(f *pflag.FlagSet, serve bool) {
 	}
 	f.String("on-job-end", "", "run this command (sh -c, on this machine) as each job ends, with GPUDISPATCH_JOB_ID, _STATE, _EXIT, _HOST, _GPUS, _SECONDS, _STDOUT, _STDERR set (default: the inventory's hooks.job_end)")
 	f.String("on-run-end", "", "run this command (sh -c, on this machine) as the run ends, with the counts by outcome (GPUDISPATCH_SUCCEEDED, _FAILED...) and GPUDISPATCH_LOG_DIR (default: the inventory's hooks.run_end)")
-	f.Duration("hook-timeout", dispatch.DefaultHookTimeout, "how long a hook may run before it is killed")
+	f.Duration("hook-timeout", dispatch.DefaultHookTimeout, "how long a hook may run before it is killed, with what it started")
+	f.Int("hook-jobs", dispatch.DefaultHookJobs, "how many job-end hooks run at once; the others wait their turn, in order")
 	f.String("sync", "", "take a snapshot of this directory as the run starts and run the jobs in it on every host (what git would commit, minus .gpdignore; default: the inventory's sync:)")
 	f.Int64("sync-limit", snapshot.DefaultLimit>>20, "the largest snapshot --sync takes, in MiB")
 	f.Int64("return-limit", dispatch.DefaultReturnLimit>>20, "the most one job's return= files bring back, in MiB; the files past it stay on the host, named")
@@ -150,7 +151,7 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 		hostDown:    v.GetDuration("host-down-timeout"),
 		skipBusy:    v.GetBool("skip-busy"),
 		recheck:     v.GetDuration("busy-recheck"),
-		hooks:       dispatch.Hooks{JobEnd: v.GetString("on-job-end"), RunEnd: v.GetString("on-run-end"), Timeout: v.GetDuration("hook-timeout")},
+		hooks:       dispatch.Hooks{JobEnd: v.GetString("on-job-end"), RunEnd: v.GetString("on-run-end"), Timeout: v.GetDuration("hook-timeout"), Jobs: v.GetInt("hook-jobs")},
 		dryRun:      v.GetBool("dry-run"),
 		json:        v.GetBool("json"),
 		quiet:       v.GetBool("quiet"),
@@ -195,6 +196,9 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 	}
 	if o.timeout < 0 {
 		return o, usageError("--timeout: want a positive duration")
+	}
+	if o.hooks.Jobs <= 0 {
+		return o, usageError("--hook-jobs: want a positive number")
 	}
 	if o.hostDown <= 0 || o.recheck <= 0 || o.hooks.Timeout <= 0 {
 		return o, usageError("--host-down-timeout, --busy-recheck and --hook-timeout: want a positive duration")
