@@ -516,6 +516,9 @@ func TestSSHProxyCommand(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
 	f, _ := os.OpenFile(l.SSHConfig, os.O_APPEND|os.O_WRONLY, 0)
 	fmt.Fprintf(f, "\nHost nodebehind\n  HostName behind.invalid\n  Port %d\n  ProxyCommand ssh -F %s -o BatchMode=yes -W 127.0.0.1:%%p node1\n  AddressFamily inet\n  HostKeyAlias behind-key\n", l.Hosts[1].Port, l.SSHConfig)
+	// The alias as ssh writes it for a port that is not 22: node2's line
+	// of known_hosts, used verbatim.
+	fmt.Fprintf(f, "\nHost nodebracket\n  HostName behind.invalid\n  Port %d\n  ProxyCommand ssh -F %s -o BatchMode=yes -W 127.0.0.1:%%p node1\n  HostKeyAlias [127.0.0.1]:%d\n", l.Hosts[1].Port, l.SSHConfig, l.Hosts[1].Port)
 	f.Close()
 	inv := filepath.Join(l.Dir, "proxy.yaml")
 	os.WriteFile(inv, []byte("ssh_config: "+l.SSHConfig+"\nhosts:\n  - name: nodebehind\n    gpus: 1\n"), 0o644)
@@ -529,13 +532,24 @@ func TestSSHProxyCommand(t *testing.T) {
 	if log := readFile(t, filepath.Join(l.Hosts[0].Dir, "sshd.log")); !strings.Contains(log, "Accepted publickey for") {
 		t.Errorf("nobody logged in to node1, through which the ProxyCommand goes; its log:\n%s", log)
 	}
-	// The host key is recorded under its HostKeyAlias, and found by it the
-	// next time, with no --accept-new-host-keys.
-	if known := readFile(t, l.KnownHosts); !strings.Contains(known, fmt.Sprintf("[behind-key]:%d ", l.Hosts[1].Port)) {
+	// The host key is recorded under its HostKeyAlias, verbatim as ssh
+	// records it, and found by it the next time, with no
+	// --accept-new-host-keys, by gpudispatch and by ssh itself.
+	if known := readFile(t, l.KnownHosts); !strings.Contains("\n"+known, "\nbehind-key ") {
 		t.Errorf("known_hosts has no line for the HostKeyAlias:\n%s", known)
 	}
 	if r2 := labRun(t, l, "true\n", "-i", inv, "-o", "logs2"); r2.code != 0 {
 		t.Errorf("again, by the recorded key: exit %d\n%s", r2.code, r2.stderr)
+	}
+	bracket := filepath.Join(l.Dir, "bracket.yaml")
+	os.WriteFile(bracket, []byte("ssh_config: "+l.SSHConfig+"\nhosts:\n  - name: nodebracket\n    gpus: 1\n"), 0o644)
+	if r3 := labRun(t, l, "true\n", "-i", bracket, "-o", "logs3"); r3.code != 0 {
+		t.Errorf("a bracketed HostKeyAlias: exit %d\n%s", r3.code, r3.stderr)
+	}
+	for _, host := range []string{"nodebehind", "nodebracket"} {
+		if out, err := exec.Command("ssh", "-F", l.SSHConfig, "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes", host, "true").CombinedOutput(); err != nil {
+			t.Errorf("ssh %s, by the same known_hosts: %v: %s", host, err, out)
+		}
 	}
 	// A key that would change the connection, not followed: said.
 	if !strings.Contains(r.stderr, "warning: nodebehind: ssh_config sets AddressFamily inet, which gpudispatch does not follow") {

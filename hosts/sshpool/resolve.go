@@ -88,12 +88,18 @@ func (t Target) Key() string {
 func (t Target) Addr() string { return net.JoinHostPort(t.Hostname, strconv.Itoa(t.Port)) }
 
 // keyName is the host:port that known_hosts records the host's key under:
-// its HostKeyAlias when it has one, as ssh does.
+// its HostKeyAlias when it has one, taken as ssh takes it, verbatim, with
+// no port added (a bracketed [host]:port alias names that host and port;
+// a plain one is a name of port 22's form, as known_hosts writes it).
 func (t Target) keyName() string {
-	if t.HostKeyAlias != "" {
-		return net.JoinHostPort(t.HostKeyAlias, strconv.Itoa(t.Port))
+	alias := t.HostKeyAlias
+	if alias == "" {
+		return t.Addr()
 	}
-	return t.Addr()
+	if host, port, err := net.SplitHostPort(alias); err == nil && strings.HasPrefix(alias, "[") {
+		return net.JoinHostPort(host, port)
+	}
+	return net.JoinHostPort(alias, "22")
 }
 
 // Config is an ssh_config file: resolved by OpenSSH's own client (ssh -G,

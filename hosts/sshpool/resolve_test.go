@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpudispatch/gpudispatch/inventory"
+	"github.com/skeema/knownhosts"
 )
 
 func writeConfig(t *testing.T, text string) string {
@@ -164,6 +165,32 @@ Host direct
 		}
 		if got.ProxyCommand != tc.want || (got.Jump != nil) != tc.jump {
 			t.Errorf("%s %+v: ProxyCommand %q, jump %v; want %q, %v", tc.name, tc.entry, got.ProxyCommand, got.Jump != nil, tc.want, tc.jump)
+		}
+	}
+}
+
+// A HostKeyAlias names the host key as ssh uses it, verbatim: the line
+// known_hosts holds (or gets) for it is the alias itself, with no port
+// added, also when it is the [host]:port that ssh writes for a port that
+// is not 22.
+func TestKeyName(t *testing.T) {
+	for _, tc := range []struct {
+		alias     string
+		port      int
+		want, rec string
+	}{
+		{"", 2222, "127.0.0.1:2222", "[127.0.0.1]:2222"},
+		{"", 22, "127.0.0.1:22", "127.0.0.1"},
+		{"behind-key", 2222, "behind-key:22", "behind-key"},
+		{"[127.0.0.1]:23002", 2222, "127.0.0.1:23002", "[127.0.0.1]:23002"},
+		{"[::1]:2200", 22, "[::1]:2200", "[::1]:2200"},
+	} {
+		tg := Target{Hostname: "127.0.0.1", Port: tc.port, HostKeyAlias: tc.alias}
+		if got := tg.keyName(); got != tc.want {
+			t.Errorf("alias %q, port %d: looked up as %q, want %q", tc.alias, tc.port, got, tc.want)
+		}
+		if got := knownhosts.Normalize(tg.keyName()); got != tc.rec {
+			t.Errorf("alias %q, port %d: recorded as %q, want %q", tc.alias, tc.port, got, tc.rec)
 		}
 	}
 }
