@@ -50,6 +50,13 @@ func checkPrivate(dir string, k privateKind) error {
 	if err != nil {
 		return err
 	}
+	// A link another user made leads where they chose (a directory they
+	// read), and the checks below would look there as if it were ours.
+	if li, err := os.Lstat(abs); err == nil && li.Mode()&fs.ModeSymlink != 0 {
+		if sys, ok := li.Sys().(*syscall.Stat_t); ok && sys.Uid != uint32(os.Getuid()) && sys.Uid != 0 {
+			return fmt.Errorf("%s %s is a symbolic link owned by %s, who chose where it leads: %s", k.name, abs, UserName(int(sys.Uid)), k.own)
+		}
+	}
 	paths := []string{abs}
 	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
 		paths = append(paths, real)

@@ -58,17 +58,23 @@ func TestLogDirOfAnotherUser(t *testing.T) {
 	tests := []struct {
 		name, script, wantErr string
 		rootOwns              bool
+		// stickyBase makes the directory the log dir is in root's and
+		// sticky, as /tmp is: only what mallory left in it is tested.
+		stickyBase bool
 	}{
-		{"a log dir of mallory's", "mkdir -m 0755 %[1]s/logs", "logs is owned by gpdmallory", false},
-		{"a log dir everyone may write to", "mkdir -m 0777 %[1]s/logs", "may be written by every user", true},
+		{"a log dir of mallory's", "mkdir -m 0755 %[1]s/logs", "logs is owned by gpdmallory", false, false},
+		{"a log dir everyone may write to", "mkdir -m 0777 %[1]s/logs", "may be written by every user", true, false},
 		// A shared sticky log dir is refused as a whole, before mallory's
 		// files in it are even looked at.
-		{"a journal linked to the victim's file", "mkdir -m 1777 %[1]s/logs && ln -s %[2]s %[1]s/logs/journal.jsonl", "may be written by every user", true},
-		{"a claim linked to the victim's file", "mkdir -m 1777 %[1]s/logs && ln -s %[2]s %[1]s/logs/gpudispatch.lock", "may be written by every user", true},
-		{"a journal of mallory's", "mkdir -m 1777 %[1]s/logs && echo '{\"event\":\"finished\"}' > %[1]s/logs/journal.jsonl && chmod 666 %[1]s/logs/journal.jsonl", "may be written by every user", true},
+		{"a journal linked to the victim's file", "mkdir -m 1777 %[1]s/logs && ln -s %[2]s %[1]s/logs/journal.jsonl", "may be written by every user", true, false},
+		{"a claim linked to the victim's file", "mkdir -m 1777 %[1]s/logs && ln -s %[2]s %[1]s/logs/gpudispatch.lock", "may be written by every user", true, false},
+		{"a journal of mallory's", "mkdir -m 1777 %[1]s/logs && echo '{\"event\":\"finished\"}' > %[1]s/logs/journal.jsonl && chmod 666 %[1]s/logs/journal.jsonl", "may be written by every user", true, false},
 		// A log dir of the victim's own, under mallory's: she could move
 		// it away and put her own in its place.
-		{"a log dir under mallory's dir", "mkdir -m 0700 %[1]s/logs", "above the log dir, is owned by gpdmallory", true},
+		{"a log dir under mallory's dir", "mkdir -m 0700 %[1]s/logs", "above the log dir, is owned by gpdmallory", true, false},
+		// Her link, in a shared sticky dir, to where she reads (a directory
+		// not made yet, that the run would make through it).
+		{"a log dir that is mallory's link", "ln -s %[1]s/readable %[1]s/logs", "logs is a symbolic link owned by gpdmallory", false, true},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -81,6 +87,12 @@ func TestLogDirOfAnotherUser(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			if tt.stickyBase {
+				if err := os.Chown(base, 0, 0); err != nil {
+					t.Fatal(err)
+				}
+				os.Chmod(base, 0o777|os.ModeSticky)
+			}
 			inv := lab("a:0")
 			_, err := Run(context.Background(), Options{Inventory: inv, Executor: newFakeExec(inv), LogDir: filepath.Join(base, "logs")}, []Input{{R: strings.NewReader("echo hi\n")}})
 			var se *SetupError
@@ -89,6 +101,9 @@ func TestLogDirOfAnotherUser(t *testing.T) {
 			}
 			if b, _ := os.ReadFile(precious); string(b) != "mine\n" {
 				t.Errorf("the victim's file is now %q", b)
+			}
+			if _, err := os.Stat(filepath.Join(base, "readable")); err == nil {
+				t.Errorf("the run made the directory mallory's link leads to")
 			}
 			if _, err := os.Lstat(filepath.Join(base, "logs", JournalName)); tt.rootOwns && !strings.Contains(tt.script, JournalName) && err == nil {
 				t.Errorf("a journal was written in a log dir that was refused")
