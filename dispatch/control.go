@@ -395,7 +395,7 @@ func (r *run) setPriority(q *queued, priority int) (string, error) {
 	r.sched.add(q)
 	e := r.event(EventPriority, q.job, q.attempts)
 	e.Message = fmt.Sprintf("priority %d → %d", old, priority)
-	e.Spec = specOf(q.job)
+	e.Spec = r.specOf(q.job)
 	r.record(e)
 	return e.Message, nil
 }
@@ -436,12 +436,22 @@ func (r *run) waits() map[string]waitInfo {
 	return out
 }
 
-// specOf is how j was queued, for the journal.
-func specOf(j *Job) *JobSpec {
+// specOf is how j was queued, for the journal; its submitter's
+// environment goes to a file of the user's alone (keepEnv), which the
+// spec names.
+func (r *run) specOf(j *Job) *JobSpec {
 	spec := &JobSpec{
 		Name: j.Name, Host: j.Host, GPU: j.GPU, GPUs: j.GPUs, Priority: j.Priority,
 		TimeoutSeconds: j.Timeout.Seconds(), Prefer: j.Prefer, PreferGPU: j.PreferGPU,
-		Env: j.CallerEnv, After: j.After, AfterAny: j.AfterAny,
+		After: j.After, AfterAny: j.AfterAny,
+	}
+	if len(j.CallerEnv) > 0 {
+		name, err := keepEnv(r.opts.LogDir, j.CallerEnv)
+		if err != nil {
+			r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Job: j.ID(),
+				Error: err.Error() + "; serve --resume runs the job with the server's environment"})
+		}
+		spec.EnvFile = name
 	}
 	if j.Code != nil {
 		spec.Snapshot, spec.SyncDir = j.Code.ID, j.Code.Dir

@@ -134,7 +134,7 @@ func (r *run) enqueue(q *queued, message string) error {
 	e.Message = message
 	e.After = waitingFor(w)
 	if r.opts.Serve {
-		e.Spec = specOf(j)
+		e.Spec = r.specOf(j)
 	}
 	r.record(e)
 	switch {

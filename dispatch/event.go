@@ -148,9 +148,12 @@ type JobSpec struct {
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
 	Prefer         string  `json:"prefer,omitempty"`
 	PreferGPU      int     `json:"prefer_gpu"` // -1: any
-	// Env is the environment of the submit that queued the job, for its
-	// runs on local hosts (Job.CallerEnv).
-	Env []string `json:"env,omitempty"`
+	// EnvFile names the file of the log dir's .env directory that holds
+	// the environment of the submit that queued the job, for its runs on
+	// local hosts (Job.CallerEnv): the journal, which a group may read,
+	// holds none of it. Env holds it in journals of an earlier gpudispatch.
+	EnvFile string   `json:"env_file,omitempty"`
+	Env     []string `json:"env,omitempty"`
 	// After and AfterAny are the jobs it waits for (Job.After).
 	After    []string `json:"after,omitempty"`
 	AfterAny []string `json:"after_any,omitempty"`

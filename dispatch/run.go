@@ -657,7 +657,7 @@ func (r *run) queue(q *queued, message string) {
 	e := r.event(EventQueued, q.job, q.attempts)
 	e.Message = message
 	if r.opts.Serve {
-		e.Spec = specOf(q.job)
+		e.Spec = r.specOf(q.job)
 	}
 	r.record(e)
 	r.sched.add(q)

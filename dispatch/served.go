@@ -73,6 +73,10 @@ func (r *run) loadServed() error {
 		if err != nil {
 			continue // a line the parser now rejects: nothing to run again
 		}
+		var envErr error // the environment a submit gave it, kept apart
+		if rec.spec != nil && rec.spec.EnvFile != "" {
+			j.CallerEnv, envErr = readEnv(r.opts.LogDir, rec.spec.EnvFile)
+		}
 		var codeErr error
 		if rec.spec != nil && rec.spec.Snapshot != "" {
 			if r.opts.OpenSnapshot == nil {
@@ -83,6 +87,9 @@ func (r *run) loadServed() error {
 		}
 		if j.Name != "" {
 			r.names[j.Name] = j.Where()
+		}
+		if codeErr == nil {
+			codeErr = envErr
 		}
 		q := &queued{job: j, requeueErr: codeErr}
 		r.jobs[j.ID()] = q

@@ -693,9 +693,23 @@ func TestE2ESubmitCarriesItsEnvironment(t *testing.T) {
 	if got, want := readFile(t, filepath.Join(dir, "logs", "1.out")), venv+"\nfrom-submit\n"; got != want {
 		t.Errorf("the job printed %q, want the submitter's venv and variable: %q", got, want)
 	}
-	// The journal keeps what differs from serve's environment, no more.
-	if j := readFile(t, filepath.Join(dir, "logs", "journal.jsonl")); !strings.Contains(j, "MARK=from-submit") || strings.Contains(j, "SAME=in-both") {
-		t.Errorf("the journal does not keep just what differs from serve's environment:\n%s", j)
+	// The journal, which a group may be let read, holds none of it; a
+	// file of the user's alone keeps what differs from serve's
+	// environment, no more.
+	if j := readFile(t, filepath.Join(dir, "logs", "journal.jsonl")); strings.Contains(j, "MARK=from-submit") || !strings.Contains(j, `"env_file":"`) {
+		t.Errorf("the journal holds the submitter's environment, or names no file of it:\n%s", j)
+	}
+	kept, _ := filepath.Glob(filepath.Join(dir, "logs", ".env", "*"))
+	if len(kept) != 1 {
+		t.Fatalf("kept environments: %v; want one", kept)
+	}
+	if env := readFile(t, kept[0]); !strings.Contains(env, "MARK=from-submit") || strings.Contains(env, "SAME=in-both") {
+		t.Errorf("the kept environment is not just what differs from serve's: %q", env)
+	}
+	for p, want := range map[string]os.FileMode{kept[0]: 0o600, filepath.Dir(kept[0]): 0o700} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: %v, %v; want mode %v", p, fi.Mode(), err, want)
+		}
 	}
 	gpd(t, dir, "", "stop", "-o", "logs")
 	serve.Wait()
