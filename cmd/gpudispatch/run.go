@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -242,6 +243,13 @@ func openInputs(s streams, files []string) ([]dispatch.Input, func(), error) {
 		if name == "-" {
 			inputs = append(inputs, dispatch.Input{R: s.in})
 			continue
+		}
+		// A FIFO in the filesystem waits for a writer that may never come;
+		// a pipe a shell gives (<(gpudispatch sweep ...), a link to an
+		// anonymous pipe) is a stream, as stdin is.
+		if fi, err := os.Lstat(name); err == nil && fi.Mode()&(fs.ModeNamedPipe|fs.ModeSocket|fs.ModeDevice) != 0 {
+			closeAll()
+			return nil, nil, usageError("job file %s is %s, not a file of jobs: give its jobs on stdin (cat %s | gpudispatch ...)", name, snapshot.FileKind(fi.Mode()), name)
 		}
 		f, err := os.Open(name)
 		if err != nil {
