@@ -191,7 +191,7 @@ func (ss *Shells) setUpEnded(err error) (string, bool) {
 	}
 	sig := spawn.Signal(lost.Err)
 	if sig == "USR2" {
-		return fmt.Sprintf("its job shell's set-up (the login profile, then the workdir, modules, conda env, venv and setup) did not finish within %s (--setup-timeout): a profile or ~/.bashrc that waits (for input, on a dead NFS mount) or a slow env; what it started there was stopped", ss.sup.SetupLimit), true
+		return fmt.Sprintf("its job shell's set-up (the login profile, then the workdir, modules, conda env, venv and setup) did not finish within %s (--setup-timeout): a profile or ~/.bashrc that waits (for input, on a dead NFS mount) or a slow env; the set-up's process group was killed there (a process it started in a session of its own, with setsid or a daemon's double fork, was not, and may still run)", ss.sup.SetupLimit), true
 	}
 	code, ok := spawn.ExitStatus(lost.Err)
 	if ss.sup.Login != LoginPerSlot || !ok || code < 0 || code == 125 || code == 126 || sig != "" {
