@@ -78,10 +78,19 @@ func Fetch(ctx context.Context, start spawn.Func, from executor.Return, dst stri
 	defer cancel(nil)
 	w := newWatch(cmp.Or(quiet, DefaultQuiet), cancel)
 	defer w.timer.Stop()
-	outR, outW := io.Pipe()
+	// An OS pipe, not an io.Pipe: a local shell then writes into it
+	// itself, and what it wrote before it exited waits there for a reader
+	// as slow as a disk, where a copying goroutine would be cut off by
+	// the process's WaitDelay.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return got, err
+	}
+	defer outR.Close()
 	var errs bytes.Buffer
 	proc, err := start(ctx, spawn.Bootstrap(script, ProcessName), outW, &errs)
 	if err != nil {
+		outW.Close()
 		return got, err
 	}
 	waited := make(chan error, 1)
@@ -440,12 +449,8 @@ func writeSparse(w *os.File, r io.Reader) error {
 	}
 }
 
-// allZero says whether b holds zeros only.
-func allZero(b []byte) bool {
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
+// allZero says whether b (of holeBlock bytes) holds zeros only.
+func allZero(b []byte) bool { return bytes.Equal(b, zeros[:]) }
+
+// zeros is a block of holeBlock zeros.
+var zeros [holeBlock]byte
