@@ -287,16 +287,7 @@ func TestOldStoreChecked(t *testing.T) {
 	st.Close() // the blobs go into the store once it answered
 	store := filepath.Join(home, ".gpudispatch", "code")
 	os.Remove(filepath.Join(store, ".unshared"))
-	var blob string
-	for _, f := range s.Files {
-		if f.Path == "config.txt" {
-			blob = filepath.Join(store, "blobs", f.Blob()[:2], f.Blob())
-		}
-	}
-	os.Chmod(blob, 0o644)
-	if err := os.WriteFile(blob, []byte("CORRUPTED\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	corrupt(t, store, s, "config.txt")
 	dir, sent, err := newStore(t, start, 0, "").Ensure(context.Background(), s, "b")
 	if err != nil {
 		t.Fatal(err)
@@ -332,16 +323,7 @@ func TestChangedBlobCaught(t *testing.T) {
 	}
 	st.Close()
 	store := filepath.Join(home, ".gpudispatch", "code")
-	var blob string
-	for _, f := range s.Files {
-		if f.Path == "config.txt" {
-			blob = filepath.Join(store, "blobs", f.Blob()[:2], f.Blob())
-		}
-	}
-	os.Chmod(blob, 0o644)
-	if err := os.WriteFile(blob, []byte("CORRUPTED\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	corrupt(t, store, s, "config.txt")
 	// A new snapshot that ships the file too: its spare is made of it.
 	os.WriteFile(filepath.Join(dir, "a.py"), []byte("a2"), 0o644)
 	s2 := take(t, dir, local)
@@ -365,4 +347,21 @@ func TestChangedBlobCaught(t *testing.T) {
 		t.Errorf("the next tree reads %q", got)
 	}
 	checkBlobs(t, store)
+}
+
+// corrupt changes, by hand, the blob of store that holds the content of
+// path in s.
+func corrupt(t *testing.T, store string, s *executor.Code, path string) {
+	t.Helper()
+	for _, f := range s.Files {
+		if f.Path == path {
+			blob := filepath.Join(store, "blobs", f.Blob()[:2], f.Blob())
+			os.Chmod(blob, 0o644)
+			if err := os.WriteFile(blob, []byte("CORRUPTED\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	t.Fatalf("the snapshot has no %s", path)
 }
