@@ -124,7 +124,7 @@ func (r *run) adopt(q *queued, e Event) bool {
 	ev.Stdout, ev.Stderr, ev.Start = logs.out.Name(), logs.err.Name(), &start
 	ev.Message = "re-adopted: attempt of run " + e.Run + ", followed where it runs"
 	q.launched, q.pending, q.ran, q.slurmID = ev, false, &start, e.SlurmJobID
-	if e.Event == EventPending {
+	if e.Event == EventPending && p.host.cluster {
 		// Still waiting in Slurm, as far as the journal knows: the
 		// cluster says when it starts, as for any submitted job.
 		ev.Event, ev.Start, ev.Message = EventPending, nil, "re-adopted: attempt of run "+e.Run+", waiting in Slurm"

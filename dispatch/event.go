@@ -11,9 +11,11 @@ import (
 const (
 	EventQueued  = "queued"
 	EventStarted = "started"
-	// EventPending says that a job was handed to a batch system (a Slurm
-	// cluster) that holds it until it starts there; Message is the batch
-	// system's reason, each time it changes.
+	// EventPending says that a job was handed to its host and has not
+	// begun yet: the shell it runs in is being set up there (SettingUp;
+	// the job holds its slot), or a batch system (a Slurm cluster) holds
+	// it until it starts there, Message being the batch system's reason
+	// each time it changes. EventStarted follows once it begins.
 	EventPending   = "pending"
 	EventFinished  = "finished" // exit status 0
 	EventFailed    = "failed"   // non-zero exit, or could not start
@@ -129,6 +131,10 @@ type Event struct {
 	// the attempt does not count, and what its started event said (where,
 	// its logs) no longer holds.
 	NotStarted bool `json:"not_started,omitempty"`
+	// SettingUp is set on a pending event of a job whose shell is being
+	// set up on its host (the login profile, workdir, env): it holds its
+	// slot, and is said to have started once it begins.
+	SettingUp bool `json:"setting_up,omitempty"`
 	// Resume is set on a run event of a run that goes on with the earlier
 	// ones.
 	Resume bool `json:"resume,omitempty"`

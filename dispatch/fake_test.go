@@ -420,6 +420,9 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 	f.total++
 	f.peakTotal = max(f.peakTotal, f.total)
 	f.mu.Unlock()
+	if c.Progress != nil {
+		c.Progress(executor.Progress{Running: true})
+	}
 	lost := false
 	defer func() {
 		f.mu.Lock()

@@ -47,7 +47,7 @@ func TestHostDownTimeout(t *testing.T) {
 		}
 	}
 	events := readJournal(t, dir)
-	if got, want := kinds(events, "1"), []string{EventQueued, EventStarted, EventLost, EventRetried, EventFailed}; !slices.Equal(got, want) {
+	if got, want := kinds(events, "1"), []string{EventQueued, EventPending, EventStarted, EventLost, EventRetried, EventFailed}; !slices.Equal(got, want) {
 		t.Errorf("job 1: %v, want %v", got, want)
 	}
 	// Its lost attempt may run on there: the run says so as it ends.

@@ -709,13 +709,16 @@ func (r *run) start(ctx context.Context, a assignment) {
 	// coordinator; this one times it too (the first to act ends it).
 	c.Timeout = timeout
 	c.About = fmt.Sprintf("log dir %s, run %s, job %s, attempt %d", r.logDirAbs, r.id, j.ID(), q.attempts)
-	cluster := a.p.host.cluster
-	q.launched, q.pending, q.ran = e, cluster, nil
-	if cluster {
+	// The job is pending until its host says it runs: a job shell once it
+	// is set up (at once when one is ready), Slurm once it starts it. An
+	// attempt that never ran is never said to have started.
+	q.launched, q.pending, q.ran = e, true, nil
+	e.Event, e.Start, e.Message, e.SettingUp = EventPending, nil, "its shell is being set up on "+h.Name, true
+	c.Progress = r.progressOf(q)
+	if a.p.host.cluster {
 		// Slurm holds the job until it runs it, and times it itself.
-		e.Event, e.Start, e.Message = EventPending, nil, "submitting to Slurm"
+		e.Message, e.SettingUp = "submitting to Slurm", false
 		timeout = 0
-		c.Progress = r.progressOf(q)
 	}
 	r.record(e)
 	deps := r.depFiles(j)
@@ -785,14 +788,15 @@ func jobEnv(h inventory.Host, j *Job, p placement) []string {
 	return env
 }
 
-// progress is what a Slurm cluster said of attempt of q's job.
+// progress is what a host said of attempt of q's job: that it runs, or
+// (a Slurm cluster) why it waits.
 type progress struct {
 	q       *queued
 	attempt int
 	executor.Progress
 }
 
-// progressOf passes what a cluster says of q's current attempt to the run.
+// progressOf passes what a host says of q's current attempt to the run.
 func (r *run) progressOf(q *queued) func(executor.Progress) {
 	attempt := q.attempts
 	return func(p executor.Progress) {
@@ -803,7 +807,8 @@ func (r *run) progressOf(q *queued) func(executor.Progress) {
 	}
 }
 
-// progressed records a cluster job's new reason to wait, or its start.
+// progressed records a job's start, or a cluster job's new reason to
+// wait.
 func (r *run) progressed(p progress) {
 	q := p.q
 	if q.kill == nil || q.attempts != p.attempt || !q.pending {
@@ -815,7 +820,7 @@ func (r *run) progressed(p progress) {
 	if p.Running {
 		start := time.Now()
 		if !p.Started.IsZero() && p.Started.Before(start) {
-			start = p.Started // Slurm's start, not the poll's that saw it
+			start = p.Started // the host's start, not the poll's that saw it
 		}
 		q.pending, q.ran, e.Start = false, &start, &start
 		r.record(e)
@@ -894,8 +899,8 @@ func (r *run) finish(res result) {
 		e.Stdout, e.Stderr = res.logs.out.Name(), res.logs.err.Name()
 		e.Start, e.End = &res.start, &res.end
 	}
-	if p.host.cluster {
-		// Slurm ran it, from when it said so.
+	if q.ran != nil || p.host.cluster {
+		// It ran from when its host said so.
 		e.Start, e.SlurmJobID = q.ran, q.slurmID
 	}
 	q.pending = false

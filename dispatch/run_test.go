@@ -30,10 +30,10 @@ func TestJournalRecordsEveryStep(t *testing.T) {
 	_, s := runJobs(t, lab("a:0"), "exit 0\nexit 3\n@nowhere exit 0\n[name=named] exit 0\n", func(o *Options) { o.LogDir = dir })
 	events := readJournal(t, dir)
 	for job, want := range map[string][]string{
-		"1":     {EventQueued, EventStarted, EventFinished},
-		"2":     {EventQueued, EventStarted, EventFailed},
+		"1":     {EventQueued, EventPending, EventStarted, EventFinished},
+		"2":     {EventQueued, EventPending, EventStarted, EventFailed},
 		"3":     {EventRejected},
-		"named": {EventQueued, EventStarted, EventFinished},
+		"named": {EventQueued, EventPending, EventStarted, EventFinished},
 	} {
 		if got := kinds(events, job); !slices.Equal(got, want) {
 			t.Errorf("job %s: events %v, want %v", job, got, want)
@@ -158,10 +158,10 @@ func TestLostJobsAreRetriedThenGiveUp(t *testing.T) {
 		}
 		return got, stopped
 	}
-	if got, stopped := story("1"); !slices.Equal(got, []string{EventQueued, EventStarted, EventLost, EventRetried, EventStarted, EventFinished}) || stopped != 1 {
+	if got, stopped := story("1"); !slices.Equal(got, []string{EventQueued, EventPending, EventStarted, EventLost, EventRetried, EventPending, EventStarted, EventFinished}) || stopped != 1 {
 		t.Errorf("job 1: %v and %d stopped, want 1 lost and stopped, then finished", got, stopped)
 	}
-	want := []string{EventQueued, EventStarted, EventLost, EventRetried, EventStarted, EventLost, EventRetried, EventStarted, EventLost}
+	want := []string{EventQueued, EventPending, EventStarted, EventLost, EventRetried, EventPending, EventStarted, EventLost, EventRetried, EventPending, EventStarted, EventLost}
 	if got, stopped := story("2"); !slices.Equal(got, want) || stopped != 3 {
 		t.Errorf("job 2: %v and %d stopped, want %v and 3 stopped", got, stopped, want)
 	}
@@ -174,7 +174,7 @@ func TestTimeout(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	_, s := runJobs(t, lab("a:0,1"), "[timeout=50ms] hang\nsleep 1ms\n", func(o *Options) { o.LogDir = dir; o.Timeout = time.Hour })
-	if got := kinds(readJournal(t, dir), "1"); !slices.Equal(got, []string{EventQueued, EventStarted, EventTimeout}) {
+	if got := kinds(readJournal(t, dir), "1"); !slices.Equal(got, []string{EventQueued, EventPending, EventStarted, EventTimeout}) {
 		t.Errorf("job 1: %v", got)
 	}
 	if s.Counts[EventTimeout] != 1 || s.Succeeded() {

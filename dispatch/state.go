@@ -26,9 +26,10 @@ func (e Event) JobState() string {
 	switch {
 	case e.Job == "":
 		return ""
-	case e.Event == EventQueued || e.Event == EventRetried || e.Event == EventPending:
+	case e.Event == EventQueued || e.Event == EventRetried || e.Event == EventPending && !e.SettingUp:
 		return StateWaiting
-	case e.Event == EventStarted:
+	case e.Event == EventStarted || e.Event == EventPending:
+		// A job whose shell is being set up holds its slot.
 		return StateRunning
 	case slices.Contains(Outcomes, e.Event):
 		return e.Event

@@ -153,7 +153,10 @@ func (s *JobStatus) apply(e Event) {
 		}
 		return
 	case StateRunning:
-		s.Exit, s.End, s.Error, s.Hint = nil, nil, "", ""
+		s.Exit, s.End, s.Error, s.Hint, s.Why = nil, nil, "", "", ""
+		if e.SettingUp {
+			s.Why = e.Message
+		}
 	default:
 		s.Exit, s.End, s.Error, s.Hint = e.Exit, e.End, e.Error, e.Hint
 	}

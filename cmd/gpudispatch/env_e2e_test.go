@@ -107,6 +107,13 @@ func TestSSHBrokenHostSetUp(t *testing.T) {
 		if e["event"] == "finished" && e["attempt"] != 1.0 {
 			t.Errorf("job %v finished in attempt %v", e["job"], e["attempt"])
 		}
+		if e["event"] == "started" && e["host"] == "node1" {
+			t.Errorf("the journal says job %v started on node1, where nothing ran: %v", e["job"], e)
+		}
+	}
+	// An attempt that never ran is never said to start.
+	if strings.Contains(r.stderr, "started on node1") || strings.Count(r.stderr, "started on node2") != 6 {
+		t.Errorf("want six jobs started on node2, none on node1:\n%s", r.stderr)
 	}
 	// No host can: the jobs fail with the reason.
 	inv = envInventory(t, l, "none.yaml", "  workdir: ~/nope")
@@ -174,6 +181,9 @@ func TestSSHSetUpTimeout(t *testing.T) {
 	want := "node1: cannot set up its jobs, which go to other hosts: its job shell's set-up (the login profile, then the workdir, modules, conda env, venv and setup) did not finish within 2s (--setup-timeout)"
 	if !strings.Contains(out, want) {
 		t.Errorf("the run does not say %q:\n%s", want, out)
+	}
+	if strings.Contains(out, "started on node1") || strings.Count(out, "started on node2") != 4 {
+		t.Errorf("want four jobs started on node2 and none on node1, where nothing ran:\n%s", out)
 	}
 	for i := 1; i <= 4; i++ {
 		if got := readFile(t, filepath.Join(l.Dir, "logs", fmt.Sprint(i)+".out")); got != "node2\n" {

@@ -15,6 +15,8 @@
 //     with an error wrapping ErrConnectionLost when the machine stopped
 //     answering: then the job's fate is unknown, its GPUs stay taken, and
 //     Reap says when nothing of it is left.
+//   - Run tells Command.Progress (Running) when the job begins: until then
+//     the run says it is pending, never that it started.
 //   - An error wrapping ErrHostDown means nothing of the job ran: it goes
 //     back to the queue without using an attempt.
 //   - A host that is a batch system (a Slurm cluster) queues jobs of its

@@ -115,9 +115,12 @@ type Command struct {
 	// About says on the host whose job this is (log dir, run, job,
 	// attempt, GPUs), for whoever lists what runs there.
 	About string
-	// Progress, when set, is told how a job a batch system holds gets on:
-	// while it waits there and as it starts. It is called from Run's
-	// goroutine and must not block.
+	// Progress, when set, is told when the job begins to run (Running):
+	// on a machine, once the shell it runs in is set up (the login
+	// profile, workdir, env); on a batch system, once that starts it, and
+	// before, why it waits there. An attempt that never ran (ErrHostDown,
+	// an UnfitError) is never told Running. It is called from Run's
+	// goroutine.
 	Progress func(Progress)
 	// Deps, when set, are the files that the jobs this one waited for
 	// brought back (one directory per job, by its id), put on the machine
@@ -171,7 +174,8 @@ func (p Prelude) Key() string {
 	return fmt.Sprintf("%q %q %q %q %q %t %q", p.Workdir, p.Setup, p.Conda, p.Venv, p.Modules, p.Interactive, p.Env)
 }
 
-// Progress is what a batch system says of a job before and as it starts.
+// Progress is what a machine or a batch system says of a job before and as
+// it starts.
 type Progress struct {
 	// ID is the job's id in the batch system (Slurm's job id).
 	ID string

@@ -117,7 +117,8 @@ func (m *model) apply(e dispatch.Event) {
 		}
 	}
 	switch {
-	case e.Event == dispatch.EventStarted:
+	case e.JobState() == dispatch.StateRunning:
+		// Started, or its shell is being set up: it holds its slot.
 		if m.first.IsZero() {
 			m.first = m.now()
 		}
@@ -127,6 +128,10 @@ func (m *model) apply(e dispatch.Event) {
 		}
 		for _, k := range keys(e) {
 			delete(m.busy, k)
+			if i := m.slotOf(k, e.Job); i >= 0 {
+				m.slots[i].since = start // set up, it began
+				continue
+			}
 			if m.byGPU[k] == nil || m.full(k) {
 				// A host or slot added to the inventory during the run.
 				m.addSlot(k)
@@ -161,6 +166,16 @@ func (m *model) apply(e dispatch.Event) {
 			m.busy[gpuKey{e.Host, id}] = e.Error
 		}
 	}
+}
+
+// slotOf is the slot line of GPU k where job is, or -1.
+func (m *model) slotOf(k gpuKey, job string) int {
+	for _, i := range m.byGPU[k] {
+		if m.slots[i].job == job {
+			return i
+		}
+	}
+	return -1
 }
 
 // full reports whether every slot line of GPU k has a job.

@@ -49,8 +49,8 @@ func (s *Server) apply(e dispatch.Event) {
 		// A new attempt: nothing of the last one holds.
 		j.Host, j.GPUs, j.Start, j.End, j.Exit, j.Error, j.SlurmID = "", nil, time.Time{}, time.Time{}, nil, "", ""
 	}
-	j.State, j.Pending, j.Reason = state, e.Event == dispatch.EventPending, ""
-	if j.Pending {
+	j.State, j.Pending, j.Reason = state, e.Event == dispatch.EventPending && !e.SettingUp, ""
+	if e.Event == dispatch.EventPending {
 		j.Reason = e.Message
 	}
 	if e.Host != "" {

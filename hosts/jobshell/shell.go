@@ -47,7 +47,7 @@ func startShell(ctx context.Context, start spawn.Func, tag string, s Supervision
 	if tag == "" {
 		tag = "x" + newMark()[:16]
 	}
-	sh := &shell{tag: tag, prelude: p.Key(), out: &stream{}, errs: &stream{}, pending: header(s, p), ended: make(chan struct{})}
+	sh := &shell{tag: tag, prelude: p.Key(), out: newStdout(), errs: &stream{}, pending: header(s, p), ended: make(chan struct{})}
 	proc, err := start(ctx, spawn.Bootstrap(script, ProcessName, tag), sh.out, sh.errs)
 	if err != nil {
 		return nil, err
@@ -148,6 +148,11 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 		c.Env, c.Deps = append(slices.Clip(c.Env), executor.DepsVar+"="+dir), nil
 	}
 	mark := newMark()
+	began := sync.OnceFunc(func() {
+		if c.Progress != nil {
+			c.Progress(executor.Progress{Running: true})
+		}
+	})
 	// A shell whose profile changed runs nothing and answers errStale: the
 	// job goes to a new shell, which reads the profile as it is now.
 	for tries := 0; ; tries++ {
@@ -158,7 +163,7 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 				return -1, err
 			}
 		}
-		code, reuse, err := sh.run(ctx, mark, fields(c, mark, sh.placing()), stdout, stderr)
+		code, reuse, err := sh.run(ctx, mark, fields(c, mark, sh.placing()), began, stdout, stderr)
 		if reuse {
 			ss.put(sh)
 		} else {
@@ -284,12 +289,15 @@ func (e *LostError) Error() string {
 func (e *LostError) Unwrap() error { return e.Err }
 
 // run runs the job whose fields (see fields) start with mark, streaming
-// its output to stdout and stderr, and returns its exit status. reuse says
+// its output to stdout and stderr, and returns its exit status. It calls
+// began once the shell is set up (at once for a shell that ran a job
+// before): from then on the job runs, unless it is cancelled first or the
+// shell finds its login profile changed. reuse says
 // whether the shell may run another job: the job ran to its end, nothing
 // but the job's output came out, and the output was written. When ctx ends
 // the job is cancelled (its group stopped) and run still waits for it to be
 // gone. An error of type *LostError means the shell ended first.
-func (sh *shell) run(ctx context.Context, mark string, fields []byte, stdout, stderr io.Writer) (code int, reuse bool, err error) {
+func (sh *shell) run(ctx context.Context, mark string, fields []byte, began func(), stdout, stderr io.Writer) (code int, reuse bool, err error) {
 	outEnd := sh.out.start(stdout, mark, true)
 	errEnd := sh.errs.start(stderr, mark, false)
 	// One goroutine writes to stdin: the fields, then a cancel.
@@ -297,9 +305,12 @@ func (sh *shell) run(ctx context.Context, mark string, fields []byte, stdout, st
 	sh.pending = nil
 	var tail string
 	outDone, errDone, cancelled := false, false, false
-	done := ctx.Done()
+	done, ready := ctx.Done(), sh.out.ready
 	for !outDone || !errDone {
 		select {
+		case <-ready:
+			ready = nil
+			began()
 		case tail = <-outEnd:
 			outDone = true
 		case <-errEnd:
@@ -334,6 +345,11 @@ func (sh *shell) run(ctx context.Context, mark string, fields []byte, stdout, st
 				return -1, false, lost
 			}
 		}
+	}
+	select {
+	case <-ready:
+		began() // it came with the job's end
+	default:
 	}
 	if strings.TrimSpace(tail) == "stale" {
 		return -1, false, errStale

@@ -65,6 +65,9 @@
 # machine) is stopped then.
 # When a job exits, whatever it left in its group is reaped too, so a
 # finished job never leaves a process holding the GPU.
+# Once set up (the profile read, the prelude in place), the shell writes NUL,
+# "ready" and a newline on stdout, once, before anything else there; a
+# shell that could not be set up does not.
 # The bootstrap's copy of this code (spawn.Bootstrap) is not the profile's.
 unset -v w
 _g_tag=$1
@@ -456,6 +459,10 @@ if [ -n "$_g_dog" ]; then
   : >"$_g_flag.d/ready"
   exec {_g_dog}>&-
 fi
+# Set up: the shell says so once, first on its stdout, before any job's
+# output (the coordinator tells the run the job began). A shell that could
+# not be set up says nothing here and answers its first job with why.
+[ -n "$_g_unfit" ] || printf '\0ready\n'
 exec 5>&1 6>&2 2>/dev/null
 _g_tees
 # fd 3 is the watcher.

@@ -173,7 +173,12 @@ func TestJobOutlivesItsCoordinator(t *testing.T) {
 	if _, err := stdin.Write(append(header(fast, executor.Prelude{}), body...)); err != nil {
 		t.Fatal(err)
 	}
-	// The first coordinator reads a few bytes, then goes away.
+	// The shell says it is set up, then the first coordinator reads a few
+	// bytes of the job's, and goes away.
+	ready := make([]byte, len(hello))
+	if _, err := io.ReadFull(stdout, ready); err != nil || string(ready) != hello {
+		t.Fatalf("the shell's first words: %q, %v; want %q", ready, err, hello)
+	}
 	first := make([]byte, 12)
 	if _, err := io.ReadFull(stdout, first); err != nil {
 		t.Fatal(err)
@@ -455,6 +460,45 @@ func TestShellAsStdinEnds(t *testing.T) {
 		time.Sleep(1500 * time.Millisecond) // past the job's own end
 		if _, err := os.Stat(done); (err == nil) != tt.wantRan {
 			t.Errorf("tag %q: the job ran to its end: %v, want %v", tt.tag, err == nil, tt.wantRan)
+		}
+	}
+}
+
+// Run tells Progress that the job runs once its shell is set up, for a
+// new shell and for one that ran a job before; an attempt whose shell
+// could not be set up (a missing workdir, a set-up past its limit) never
+// ran, and is never said to.
+func TestRunSaysWhenTheJobBegins(t *testing.T) {
+	t.Parallel()
+	sup := fast
+	sup.SetupLimit = time.Second
+	ss := local(t, sup)
+	tests := []struct {
+		name        string
+		prelude     executor.Prelude
+		wantRunning int
+		wantUnfit   bool
+	}{
+		{name: "new shell", wantRunning: 1},
+		{name: "shell used before", wantRunning: 1},
+		{name: "workdir missing", prelude: executor.Prelude{Workdir: "/nonexistent/proj"}, wantUnfit: true},
+		{name: "set-up past its limit", prelude: executor.Prelude{Setup: "sleep 30"}, wantUnfit: true},
+	}
+	for _, tt := range tests {
+		running := 0
+		c := executor.Command{Script: "echo hi", Prelude: tt.prelude, Progress: func(p executor.Progress) {
+			if p.Running {
+				running++
+			}
+		}}
+		var out bytes.Buffer
+		_, err := ss.Run(context.Background(), c, &out, io.Discard)
+		var unfit *executor.UnfitError
+		if errors.As(err, &unfit) != tt.wantUnfit || !tt.wantUnfit && (err != nil || out.String() != "hi\n") {
+			t.Errorf("%s: output %q, error %v; want unfit %v", tt.name, out.String(), err, tt.wantUnfit)
+		}
+		if running != tt.wantRunning {
+			t.Errorf("%s: told Running %d times, want %d", tt.name, running, tt.wantRunning)
 		}
 	}
 }

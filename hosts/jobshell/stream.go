@@ -25,7 +25,20 @@ type stream struct {
 	// started: where the next job's output starts in them. passed counts
 	// the job's bytes given to w.
 	total, passed int64
+	// ready, on a new shell's stdout, is closed once the shell said hello:
+	// it is set up. heard counts the bytes of hello that came so far; -1
+	// once it came, or did not (the shell answered without it).
+	ready chan struct{}
+	heard int
 }
+
+// hello is what a job shell writes first on its stdout, once, when it is
+// set up; a shell that cannot be set up does not (shell.sh).
+const hello = "\x00ready\n"
+
+// newStdout returns the stream of a new shell's stdout, which listens for
+// the shell's hello.
+func newStdout() *stream { return &stream{ready: make(chan struct{})} }
 
 // The states of a stream.
 const (
@@ -58,7 +71,10 @@ func (s *stream) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := len(p)
-	s.total += int64(n)
+	if s.ready != nil && s.heard >= 0 {
+		p = s.listen(p)
+	}
+	s.total += int64(len(p))
 	for len(p) > 0 {
 		switch s.state {
 		case between:
@@ -78,6 +94,26 @@ func (s *stream) Write(p []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// listen takes the shell's hello from the start of p and returns what
+// follows it; when p is not the hello, it returns what came of it so far
+// and p, to be read as output. The hello is not in the stream files: it
+// counts in no offset. s.mu is held.
+func (s *stream) listen(p []byte) []byte {
+	for len(p) > 0 && s.heard < len(hello) {
+		if p[0] != hello[s.heard] {
+			rest := append([]byte(hello[:s.heard]), p...)
+			s.heard = -1
+			return rest
+		}
+		s.heard, p = s.heard+1, p[1:]
+	}
+	if s.heard == len(hello) {
+		s.heard = -1
+		close(s.ready)
+	}
+	return p
 }
 
 // scan passes p to the job up to the mark and returns what follows the mark

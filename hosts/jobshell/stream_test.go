@@ -110,3 +110,53 @@ func FuzzStream(f *testing.F) {
 		}
 	})
 }
+
+// A new shell's stdout begins with its hello once it is set up: the
+// stream takes it in any chunks, says ready, and counts it in no offset;
+// a shell that answers without it (it could not be set up) is read as it
+// is, and never said ready.
+func TestStreamHello(t *testing.T) {
+	mark := newMark()
+	tests := []struct {
+		name      string
+		hello     string
+		output    string
+		wantReady bool
+	}{
+		{name: "hello then output", hello: hello, output: "epoch 1\n", wantReady: true},
+		{name: "hello then nothing", hello: hello, output: "", wantReady: true},
+		{name: "output that begins like the hello", hello: hello, output: "\x00rea", wantReady: true},
+		{name: "no hello: an answer", hello: "", output: "", wantReady: false},
+		{name: "half a hello is output", hello: "", output: "\x00re", wantReady: false},
+	}
+	for _, tt := range tests {
+		for _, sizes := range [][]int{{1}, {2, 3}, {7}, {1 << 20}} {
+			s := newStdout()
+			var got bytes.Buffer
+			end := s.start(&got, mark, true)
+			all := []byte(tt.hello + tt.output + "\x00" + mark + " 0\n")
+			for i := 0; len(all) > 0; i++ {
+				n := min(sizes[i%len(sizes)], len(all))
+				s.Write(all[:n])
+				all = all[n:]
+			}
+			ready := false
+			select {
+			case <-s.ready:
+				ready = true
+			default:
+			}
+			var st string
+			select {
+			case st = <-end:
+			default:
+				t.Errorf("%s, chunks %v: no end", tt.name, sizes)
+			}
+			want := int64(len(tt.output) + 1 + len(mark) + len(" 0\n"))
+			if ready != tt.wantReady || got.String() != tt.output || st != " 0" || s.size() != want || s.strayed() {
+				t.Errorf("%s, chunks %v: ready %v, got %q, end %q, size %d, stray %v; want ready %v, %q, size %d",
+					tt.name, sizes, ready, got.String(), st, s.size(), s.strayed(), tt.wantReady, tt.output, want)
+			}
+		}
+	}
+}
