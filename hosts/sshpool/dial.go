@@ -110,6 +110,28 @@ func (d *dialer) connect(ctx context.Context, t Target, cfg *ssh.ClientConfig) (
 	}
 }
 
+// unresolved says why t's host name cannot be looked up, when t is reached
+// directly by a name that is not an address and the lookup fails; else
+// nil.
+func (d *dialer) unresolved(ctx context.Context, t Target) error {
+	if t.ProxyCommand != "" || t.Jump != nil {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(t.Addr())
+	if err != nil || net.ParseIP(host) != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(t.ConnectTimeout, d.connectTimeout))
+	defer cancel()
+	if _, err := net.DefaultResolver.LookupHost(ctx, host); err != nil {
+		var dns *net.DNSError
+		if errors.As(err, &dns) {
+			return d.explain(ctx, err, t.Addr(), false)
+		}
+	}
+	return nil
+}
+
 // errShed marks a connection the server closed before its version line.
 var errShed = errors.New("connection closed by the server before the SSH handshake")
 

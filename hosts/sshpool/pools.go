@@ -1,6 +1,7 @@
 package sshpool
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -66,6 +67,9 @@ func (ps *Pools) Acquire(ctx context.Context, t Target) (p *Pool, version string
 	defer close(sp.ready)
 	sshCfg, closeAgent, err := ps.dialer.clientConfig(t)
 	if err != nil {
+		// A name that resolves nowhere is said first, as ssh does: no key
+		// would help a typo.
+		err = cmp.Or(ps.dialer.unresolved(ctx, t), err)
 		sp.err = err
 		ps.Release(t)
 		return nil, "", err

@@ -2,6 +2,7 @@ package sshpool
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -167,4 +168,24 @@ func BenchmarkOpenManyAliases(b *testing.B) {
 	b.ReportMetric(float64(tMany.Milliseconds())/float64(b.N), "ms/50-hosts")
 	b.ReportMetric(float64(tOne.Milliseconds())/float64(b.N), "ms/1-host")
 	b.ReportMetric(float64(tMany)/float64(tOne), "ratio")
+}
+
+// A host name that resolves nowhere is said before any lack of keys, as
+// ssh says it: no key would help a typo. An address, or a name behind a
+// ProxyCommand, is not looked up.
+func TestUnresolvedNameSaidBeforeKeys(t *testing.T) {
+	t.Parallel()
+	ps := NewPools(5*time.Second, time.Minute)
+	defer ps.Close()
+	noKeys := Target{Name: "nod2", Hostname: "nod2.invalid", Port: 22, User: "u", IdentityAgent: "none", IdentityFiles: []string{filepath.Join(t.TempDir(), "none")}}
+	_, _, err := ps.Acquire(context.Background(), noKeys)
+	var re *ReasonError
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "nod2.invalid") || strings.Contains(err.Error(), "no key") {
+		t.Errorf("a name that resolves nowhere: %v, want the name said, not the keys", err)
+	}
+	byAddr := noKeys
+	byAddr.Hostname = "127.0.0.1"
+	if _, _, err := ps.Acquire(context.Background(), byAddr); err == nil || !strings.Contains(err.Error(), "identity file") {
+		t.Errorf("an address with no key: %v, want the keys said", err)
+	}
 }
