@@ -16,7 +16,7 @@ import (
 )
 
 // ErrNoNvidiaSMI means the host has no nvidia-smi on the login shell's PATH.
-var ErrNoNvidiaSMI = errors.New("nvidia-smi not found")
+var ErrNoNvidiaSMI = executor.ErrNoNvidiaSMI
 
 // ProbeGPUs asks nvidia-smi on r's machine for its GPUs, through the same
 // login shell as jobs so it sees the same PATH.
@@ -86,29 +86,41 @@ func (e *HungError) Error() string {
 // probes bounds the looks at hosts' GPUs: each gets the probe timeout, and
 // a host whose last look still hangs (an nvidia-smi stuck in the driver, in
 // state D, outlives even SIGKILL) is not looked at again until that one
-// returns, so that looks never pile up there. Its zero value is ready.
+// returns, so that looks never pile up there. A look still under way
+// within its limit is not one that hangs: a second look at nvidia-smi
+// joins it (both get its answer), and a look of another kind waits for it.
+// Its zero value is ready.
 type probes struct {
 	mu sync.Mutex
-	// pending is closed once the host's look under way has returned.
-	pending map[string]chan struct{}
+	// cur is, per host, the latest look there.
+	cur map[string]*look
+}
+
+// look is one look at a host: what it asks, when it started and its limit,
+// and, once done is closed, its answer.
+type look struct {
+	what    string
+	started time.Time
+	limit   time.Duration
+	done    chan struct{}
+	val     any
+	err     error
 }
 
 // gpus asks nvidia-smi on host (r) for its GPUs within limit.
 func (p *probes) gpus(ctx context.Context, host string, r Runner, limit time.Duration) ([]executor.GPU, error) {
-	var gpus []executor.GPU
-	err := p.run(ctx, host, "nvidia-smi", limit, func(ctx context.Context) error {
-		var err error
-		gpus, err = ProbeGPUs(ctx, r)
-		return err
+	v, err := p.run(ctx, host, "nvidia-smi", limit, func(ctx context.Context) (any, error) {
+		return ProbeGPUs(ctx, r)
 	})
-	return gpus, err
+	gpus, _ := v.([]executor.GPU)
+	return slices.Clone(gpus), err // joined looks share the answer
 }
 
 // locks fills in who holds the locks of gpus on host (r) within limit.
 func (p *probes) locks(ctx context.Context, host string, r Runner, dir string, gpus []executor.GPU, limit time.Duration) error {
 	found := slices.Clone(gpus)
-	err := p.run(ctx, host, "the look at its GPU locks", limit, func(ctx context.Context) error {
-		return ProbeLocks(ctx, r, dir, found)
+	_, err := p.run(ctx, host, "the look at its GPU locks", limit, func(ctx context.Context) (any, error) {
+		return nil, ProbeLocks(ctx, r, dir, found)
 	})
 	if err == nil {
 		copy(gpus, found)
@@ -116,44 +128,77 @@ func (p *probes) locks(ctx context.Context, host string, r Runner, dir string, g
 	return err
 }
 
-// run runs look on host within limit, unless an earlier look still hangs
-// there. It returns at the limit even when look does not (it goes on, and
-// cancels what it runs, in the background).
-func (p *probes) run(ctx context.Context, host, what string, limit time.Duration, look func(context.Context) error) error {
-	p.mu.Lock()
-	if ch := p.pending[host]; ch != nil {
-		select {
-		case <-ch:
-		default:
+// run runs ask on host within limit, and returns its answer. A look under
+// way there is joined when it asks the same (what), and waited for, for
+// the rest of its limit, when it asks something else; one past its limit
+// still hangs, and nothing new is started. run returns at the limit even
+// when ask does not (it goes on, and cancels what it runs, in the
+// background).
+func (p *probes) run(ctx context.Context, host, what string, limit time.Duration, ask func(context.Context) (any, error)) (any, error) {
+	for {
+		p.mu.Lock()
+		cur := p.cur[host]
+		if cur == nil || closed(cur.done) {
+			l := &look{what: what, started: time.Now(), limit: limit, done: make(chan struct{})}
+			if p.cur == nil {
+				p.cur = map[string]*look{}
+			}
+			p.cur[host] = l
 			p.mu.Unlock()
-			return &HungError{What: what, Limit: limit, Still: true}
+			return p.own(ctx, host, l, ask)
+		}
+		p.mu.Unlock()
+		left := time.Until(cur.started.Add(cur.limit))
+		if left <= 0 {
+			return nil, &HungError{What: cur.what, Limit: cur.limit, Still: true}
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-cur.done:
+			t.Stop()
+			if cur.what == what && !errors.Is(cur.err, context.Canceled) && !errors.Is(cur.err, context.DeadlineExceeded) {
+				return cur.val, cur.err
+			}
+			// Another kind of look, or one its caller gave up: ask anew.
+		case <-t.C:
+			return nil, &HungError{What: cur.what, Limit: cur.limit, Still: true}
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
 		}
 	}
-	if p.pending == nil {
-		p.pending = map[string]chan struct{}{}
-	}
-	done := make(chan struct{})
-	p.pending[host] = done
-	p.mu.Unlock()
-	// Cancelled as run returns: at once for a look that answered (its
+}
+
+// own runs l, this caller's look.
+func (p *probes) own(ctx context.Context, host string, l *look, ask func(context.Context) (any, error)) (any, error) {
+	// Cancelled as own returns: at once for a look that answered (its
 	// Done must not race its result), at the limit for one that hangs.
-	lookCtx, cancel := context.WithTimeout(ctx, limit)
+	lookCtx, cancel := context.WithTimeout(ctx, l.limit)
 	defer cancel()
-	result := make(chan error, 1)
 	go func() {
-		defer close(done)
-		result <- look(lookCtx)
+		v, err := ask(lookCtx)
+		l.val, l.err = v, named(host, err) // a host whose job shell cannot be set up says so, named
+		close(l.done)
 	}()
 	select {
-	case err := <-result:
-		if err == nil || ctx.Err() == nil && !errors.Is(lookCtx.Err(), context.DeadlineExceeded) {
-			// A host whose job shell cannot be set up says so, named.
-			return named(host, err)
+	case <-l.done:
+		if l.err == nil || ctx.Err() == nil && !errors.Is(lookCtx.Err(), context.DeadlineExceeded) {
+			return l.val, l.err
 		}
 	case <-lookCtx.Done():
 	}
 	if ctx.Err() != nil {
-		return context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
-	return &HungError{What: what, Limit: limit}
+	return nil, &HungError{What: l.what, Limit: l.limit}
+}
+
+// closed reports whether ch is closed.
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -82,13 +83,13 @@ func TestProbeLimit(t *testing.T) {
 	var p probes
 	ctx := context.Background()
 	const limit = 100 * time.Millisecond
-	quick := func(context.Context) error { return nil }
+	quick := func(context.Context) (any, error) { return nil, nil }
 	stuck := make(chan struct{})
-	hangs := func(context.Context) error { <-stuck; return nil } // deaf to its context, as a process in state D
-	obeys := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+	hangs := func(context.Context) (any, error) { <-stuck; return nil, nil } // deaf to its context, as a process in state D
+	obeys := func(ctx context.Context) (any, error) { <-ctx.Done(); return nil, ctx.Err() }
 	for _, step := range []struct {
 		name, host string
-		look       func(context.Context) error
+		look       func(context.Context) (any, error)
 		still      bool // want a HungError saying an earlier look still hangs
 		hung       bool
 	}{
@@ -102,7 +103,7 @@ func TestProbeLimit(t *testing.T) {
 		if step.name == "once it stopped: started" {
 			// The look returns just after its limit, when its context ends.
 			p.mu.Lock()
-			done := p.pending["b"]
+			done := p.cur["b"].done
 			p.mu.Unlock()
 			<-done
 		}
@@ -113,7 +114,7 @@ func TestProbeLimit(t *testing.T) {
 			l = time.Minute
 		}
 		start := time.Now()
-		err := p.run(ctx, step.host, "nvidia-smi", l, step.look)
+		_, err := p.run(ctx, step.host, "nvidia-smi", l, step.look)
 		took := time.Since(start)
 		var he *HungError
 		switch {
@@ -127,10 +128,61 @@ func TestProbeLimit(t *testing.T) {
 	}
 	close(stuck)
 	p.mu.Lock()
-	done := p.pending["a"]
+	done := p.cur["a"].done
 	p.mu.Unlock()
 	<-done
-	if err := p.run(ctx, "a", "nvidia-smi", time.Minute, quick); err != nil {
+	if _, err := p.run(ctx, "a", "nvidia-smi", time.Minute, quick); err != nil {
 		t.Errorf("once the hung look returned, a new one: %v", err)
+	}
+}
+
+// A look under way within its limit is not a look that hangs: looks at
+// nvidia-smi that come meanwhile (a job's busy check on each GPU of a host
+// at once) join it and get its answer, asked once; a look of another kind
+// waits for it, then asks.
+func TestProbeJoinsALookUnderWay(t *testing.T) {
+	t.Parallel()
+	var p probes
+	ctx := context.Background()
+	var mu sync.Mutex
+	asked := map[string]int{}
+	slow := func(what string) func(context.Context) (any, error) {
+		return func(context.Context) (any, error) {
+			mu.Lock()
+			asked[what]++
+			mu.Unlock()
+			time.Sleep(300 * time.Millisecond)
+			return what, nil
+		}
+	}
+	type answer struct {
+		v   any
+		err error
+	}
+	answers := make(chan answer, 5)
+	for i := range 5 {
+		what := "nvidia-smi"
+		if i == 4 {
+			what = "the look at its GPU locks"
+		}
+		go func() {
+			v, err := p.run(ctx, "a", what, time.Minute, slow(what))
+			answers <- answer{v, err}
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := map[any]int{}
+	for range 5 {
+		a := <-answers
+		if a.err != nil {
+			t.Fatalf("a look while another was under way: %v", a.err)
+		}
+		got[a.v]++
+	}
+	if got["nvidia-smi"] != 4 || got["the look at its GPU locks"] != 1 {
+		t.Errorf("answers %v, want 4 from nvidia-smi and 1 from the lock look", got)
+	}
+	if asked["nvidia-smi"] != 1 || asked["the look at its GPU locks"] != 1 {
+		t.Errorf("asked %v, want nvidia-smi once for the four, the lock look once", asked)
 	}
 }

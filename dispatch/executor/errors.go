@@ -43,6 +43,10 @@ var (
 	// nvidia-smi did not answer in time: the host is sick, and its GPUs
 	// take no new job until it answers.
 	ErrProbeTimeout = errors.New("the host's GPUs did not answer in time")
+	// ErrNoNvidiaSMI is wrapped by ProbeGPUs's error when the host has no
+	// nvidia-smi on its login shell's PATH (a machine whose GPUs are
+	// listed by hand, or pretend ones).
+	ErrNoNvidiaSMI = errors.New("nvidia-smi not found")
 )
 
 // ErrUnfit is wrapped by Run's error when the host cannot set up the job's
