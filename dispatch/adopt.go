@@ -113,6 +113,9 @@ func (r *run) adopt(q *queued, e Event) bool {
 	}
 	p.mem = p.host.memOf(q.job)
 	r.sched.table.take(p)
+	for _, g := range p.gpus {
+		g.vetted = true // its own job is there, not others' work
+	}
 	q.attempts = e.Attempt
 	q.tag = cmp.Or(e.Tag, fmt.Sprintf("%s-%d-%d", e.Run, e.Seq, e.Attempt))
 	start := time.Now()

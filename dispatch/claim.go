@@ -15,7 +15,7 @@ const DefaultRecheck = 10 * time.Second
 
 // claim is what must be settled on a job's GPUs before it starts: the
 // locks this run does not hold yet, and (SkipBusy) whether other people's
-// work is on GPUs where no job of this run is.
+// work is on GPUs where no job of this run is (not vetted).
 type claim struct {
 	a assignment
 	// host is the job's host's name: settle runs off the loop, which owns
@@ -68,8 +68,9 @@ func (r *run) needs(a assignment) claim {
 				c.unlocked = append(c.unlocked, g.unlocked)
 			}
 		}
-		// jobs counts this job: 1 means no other job of this run is there.
-		if r.opts.SkipBusy && g.jobs() == 1 {
+		// Checked once for the jobs of this run there: placed together or
+		// one after another, the first is checked and the others join it.
+		if r.opts.SkipBusy && !g.vetted {
 			c.check = append(c.check, g)
 		}
 	}
@@ -219,7 +220,7 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 		return false
 	}
 	for _, g := range a.p.gpus {
-		g.reported = ""
+		g.reported, g.vetted = "", true
 	}
 	r.start(ctx, a)
 	return true
@@ -299,6 +300,9 @@ func (r *run) lockGone(ll lostLock) {
 func (r *run) release(p placement) {
 	r.sched.table.release(p)
 	for _, g := range p.gpus {
+		if g.jobs() == 0 {
+			g.vetted = false // the next job there is checked again
+		}
 		if g.jobs() == 0 && g.lock != nil {
 			r.idle = append(r.idle, g)
 		}

@@ -116,13 +116,13 @@ func TestSkipBusyChecksOnlyEmptyGPUs(t *testing.T) {
 	inv := lab("a:0")
 	inv.Hosts[0].SlotsPerGPU = 2
 	f := newFakeExec(inv)
-	opts := Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), SkipBusy: true, BusyMemoryMB: 500}
+	opts := Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), SkipBusy: true, BusyMemoryMB: 500, Recheck: time.Hour}
 	_, s := runJobsWith(t, f, opts, repeat("sleep 20ms", 2))
 	if s.Counts[EventFinished] != 2 || f.peak["a:0"] != 2 {
 		t.Fatalf("summary %+v, peak %v", s, f.peak)
 	}
-	if f.probes != 1 {
-		t.Errorf("%d probes, want 1 (the second job joins this run's job)", f.probes)
+	if f.probes != 2 {
+		t.Errorf("%d probes (%d asked), want 2: the host's first look, and the check before the first job (the second joins this run's job)", f.probes, f.asked)
 	}
 }
 

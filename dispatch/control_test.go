@@ -302,8 +302,15 @@ func TestServeCancelWhileStarting(t *testing.T) {
 	gate := make(chan struct{})
 	s := serve(t, lab("a:0"), dir, false, func(f *fakeExec) { f.lockGate = gate })
 	s.submit(t, Batch{Text: "exit 0\n"})
-	if j := s.stateOf(t, dir, "1"); j.Why != "starting: taking its GPUs' locks" {
-		t.Fatalf("job 1 before its lock: %+v", j)
+	// It waits for the host's first look at its GPUs, then for its lock.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		j := s.stateOf(t, dir, "1")
+		if j.Why == "starting: taking its GPUs' locks" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job 1 before its lock: %+v", j)
+		}
 	}
 	as, _ := s.c.Cancel(context.Background(), []string{"1"})
 	if as[0].Message != "cancelled (it was about to start)" {

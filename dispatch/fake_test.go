@@ -239,6 +239,13 @@ func (f *fakeExec) memBudget(host string) int {
 	return cmp.Or(h.MemoryMB, 81920) - h.ReserveMB
 }
 
+// started counts the jobs started so far.
+func (f *fakeExec) started() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.starts)
+}
+
 // setUsage makes ProbeGPUs report host's GPUs with these MiB used.
 func (f *fakeExec) setUsage(host string, usedMB map[int]int) {
 	f.mu.Lock()

@@ -110,6 +110,9 @@ func (g *gpu) memRoom() bool {
 // takes reports whether g, open, can take a job that declares mem MiB (0:
 // a slot) outside what is held.
 func (t *slotTable) takes(g *gpu, mem int, hd held) bool {
+	if g.host.unseen || g.others != "" && t.unseenUp > 0 {
+		return false // what others use is not known yet here, or elsewhere
+	}
 	if mem == 0 {
 		return t.free(g, hd) > 0 && g.memJobs == 0
 	}

@@ -118,6 +118,11 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 			line = fmt.Sprintf("host %s is up (it answered after the run started)", e.Host)
 		}
 	case EventBusy:
+		if e.Job == "" {
+			// Found busy by a look at the host, before any job went there.
+			line = fmt.Sprintf("host %s: %s; --skip-busy keeps jobs off it until a look finds it free", e.Host, e.Error)
+			break
+		}
 		if e.Message == "" {
 			line = fmt.Sprintf("job %s waits: %s; the GPU is tried again later, its other slots are used meanwhile", e.Job, e.Error)
 			break

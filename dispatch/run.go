@@ -243,6 +243,7 @@ type run struct {
 	// every event.
 	memWanted, memLook bool
 	memAnswers         chan memAnswer
+	usages             chan usageAnswer
 }
 
 // expiry is a host's host-down timeout passing, for one time it went down.
@@ -281,6 +282,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	r.results = make(chan result)
 	r.returned = make(chan fetched)
 	r.memAnswers = make(chan memAnswer)
+	r.usages = make(chan usageAnswer)
 	r.bg = bg
 	r.ups = make(chan *hostSlots)
 	r.expired = make(chan expiry)
@@ -331,6 +333,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 			r.sched.table.setOpening(h, time.Now())
 		}
 	}
+	r.watchUsages()
 	// The jobs' context: stop --now cancels it, as a second Ctrl-C does.
 	ctx, r.killJobs = context.WithCancelCause(ctx)
 	defer r.killJobs(nil)
@@ -500,6 +503,8 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			r.gotBack(f)
 		case a := <-r.memAnswers:
 			r.memAnswered(a)
+		case a := <-r.usages:
+			r.usageSeen(a)
 		case h := <-r.ups:
 			r.hostUp(h)
 		case x := <-r.expired:
@@ -976,6 +981,9 @@ func (r *run) hostDown(h *hostSlots, why error) {
 
 func (r *run) hostUp(h *hostSlots) {
 	r.memLook = true
+	if h.watched {
+		h.lookAgain()
+	}
 	r.sched.table.setUp(h)
 	r.record(r.hostEvent(EventHostUp, h))
 }
@@ -1048,6 +1056,7 @@ func (r *run) reload(u Update) {
 	if len(changes) > 0 {
 		r.record(Event{Time: time.Now(), Event: EventReloaded, Run: r.id, Message: strings.Join(changes, "; ")})
 	}
+	r.watchUsages()
 	why := map[*queued]error{}
 	dropped := r.sched.dropIf(func(q *queued) bool {
 		final, err := r.admissible(q.job)

@@ -2,6 +2,7 @@ package dispatch
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -170,8 +171,8 @@ func TestRejectsImpossibleJobs(t *testing.T) {
 }
 
 // freeSlots stays exactly the number of slots a job could be given, through
-// any mix of starts, ends, hosts going down and up, GPUs set aside and
-// inventory edits.
+// any mix of starts, ends, hosts going down and up, GPUs set aside, looks
+// at what others use, and inventory edits.
 func TestFreeSlotsStaysExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	invs := []*inventory.Inventory{lab("a:0,1,1 b:0,1 c:3"), lab("a:0,1 b:0,1,2 d:0"), lab("b:0 c:3,4")}
@@ -181,7 +182,7 @@ func TestFreeSlotsStaysExact(t *testing.T) {
 		n := 0
 		for _, h := range table.hosts {
 			for _, g := range h.gpus {
-				if !h.down && g.open() {
+				if !h.down && g.open() && !h.unseen && (g.others == "" || table.unseenUp == 0) {
 					n += max(g.cap-g.used, 0)
 				}
 			}
@@ -190,7 +191,7 @@ func TestFreeSlotsStaysExact(t *testing.T) {
 	}
 	for step := range 20000 {
 		h := table.hosts[rng.IntN(len(table.hosts))]
-		switch op := rng.IntN(6); {
+		switch op := rng.IntN(8); {
 		case op == 0 || op == 1:
 			if p, ok := table.place(&Job{GPU: -1, GPUs: 1 + rng.IntN(2)}, held{}); ok {
 				table.take(p)
@@ -211,6 +212,17 @@ func TestFreeSlotsStaysExact(t *testing.T) {
 			table.setBlocked(g, func() { g.claiming = !g.claiming })
 		case op == 5 && rng.IntN(20) == 0:
 			table.update(invs[rng.IntN(len(invs))])
+		case op == 6:
+			table.setUnseen(h, !h.unseen)
+		case op == 7 && len(h.gpus) > 0:
+			// Others' work comes and goes (usage.go).
+			g := h.gpus[rng.IntN(len(h.gpus))]
+			table.setBlocked(g, func() {
+				g.others = ""
+				if rng.IntN(2) == 0 {
+					g.others = "busy"
+				}
+			})
 		}
 		if got, want := table.freeSlots, exact(); got != want {
 			t.Fatalf("step %d: freeSlots %d, want %d", step, got, want)
@@ -223,8 +235,9 @@ func TestFreeSlotsStaysExact(t *testing.T) {
 func TestPriorityOvertakes(t *testing.T) {
 	t.Parallel()
 	inv := lab("a:0")
-	// Job 1 holds the only slot while the rest of the input is read.
-	input := "sleep 300ms\n" + repeat("exit 0", 5) + "[priority=1 name=p1] exit 1\n[priority=2 name=p2] exit 2\n[priority=-1 name=low] exit 3\n[priority=1 name=p1b] exit 4\n"
+	// Job 1 holds the only slot while the rest waits (all of the input is
+	// read before the host's first look answers).
+	input := "[priority=9] sleep 300ms\n" + repeat("exit 0", 5) + "[priority=1 name=p1] exit 1\n[priority=2 name=p2] exit 2\n[priority=-1 name=low] exit 3\n[priority=1 name=p1b] exit 4\n"
 	f, s := runJobs(t, inv, input, nil)
 	if s.Counts[EventFinished]+s.Counts[EventFailed] != 10 {
 		t.Fatalf("summary %+v", s)
@@ -244,29 +257,39 @@ func TestPriorityOvertakes(t *testing.T) {
 func TestPrefer(t *testing.T) {
 	t.Parallel()
 	inv := lab("a:0,1 b:0,1")
-	input := "@b:1 sleep 300ms\n[prefer=a:1] sleep 100ms\n[prefer=b:1] exit 0\n[prefer=b] exit 0\n[prefer=c] exit 0\n[prefer=a:7] exit 0\n@a [prefer=b] exit 0\n"
-	f, s := runJobs(t, inv, input, nil)
+	f := newFakeExec(inv)
+	w, done := startRun(t, Options{Inventory: inv, Executor: f, LogDir: t.TempDir()})
+	// Once a job ran on each host, both hosts' GPUs are known.
+	io.WriteString(w, "@b:1 sleep 300ms\n@a:1 exit 0\n")
+	for deadline := time.Now().Add(5 * time.Second); f.started() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first jobs did not start")
+		}
+	}
+	io.WriteString(w, "[prefer=a:1] sleep 100ms\n[prefer=b:1] exit 0\n[prefer=b] exit 0\n[prefer=c] exit 0\n[prefer=a:7] exit 0\n@a [prefer=b] exit 0\n")
+	w.Close()
+	s := <-done
 	got := map[string]string{}
 	for _, st := range f.starts {
 		got[envValue(st.env, "GPUDISPATCH_JOB_ID")] = st.host + ":" + st.gpus
 	}
-	if got["2"] != "a:1" {
-		t.Errorf("job 2 preferring a:1 (free) ran on %s", got["2"])
+	if got["3"] != "a:1" {
+		t.Errorf("job 3 preferring a:1 (free) ran on %s", got["3"])
 	}
-	if got["3"] == "b:1" || got["3"] == "" {
-		t.Errorf("job 3 preferring b:1 (busy) ran on %q, want elsewhere at once", got["3"])
+	if got["4"] == "b:1" || got["4"] == "" {
+		t.Errorf("job 4 preferring b:1 (busy) ran on %q, want elsewhere at once", got["4"])
 	}
-	if got["4"] != "b:0" {
-		t.Errorf("job 4 preferring b (b:0 free) ran on %s", got["4"])
+	if got["5"] != "b:0" {
+		t.Errorf("job 5 preferring b (b:0 free) ran on %s", got["5"])
 	}
 	var msgs []string
 	for _, e := range s.Unsuccessful {
 		msgs = append(msgs, e.Source+": "+e.Error)
 	}
 	want := []string{
-		`jobs:5: prefer=c: unknown host (hosts: a, b)`,
-		`jobs:6: prefer=a:7: host a has no GPU 7 (its GPUs: 0,1)`,
-		`jobs:7: prefer=b: the job is pinned to host a`,
+		`line 6: prefer=c: unknown host (hosts: a, b)`,
+		`line 7: prefer=a:7: host a has no GPU 7 (its GPUs: 0,1)`,
+		`line 8: prefer=b: the job is pinned to host a`,
 	}
 	if !slices.Equal(msgs, want) {
 		t.Errorf("rejections:\n got %q\nwant %q", msgs, want)

@@ -36,6 +36,18 @@ type gpu struct {
 	reported  string
 	// sharedSaid is set once the run said that others use the GPU.
 	sharedSaid bool
+	// What others use on the GPU (usage.go): others says why it is busy
+	// with other work by the last look ("" for idle, or not known);
+	// shunned is set while SkipBusy keeps jobs off it for that.
+	others  string
+	shunned bool
+	// listed is the slots the inventory gives the GPU; absent is set while
+	// the host's nvidia-smi does not list it: it then has none (cap 0).
+	listed int
+	absent bool
+	// vetted is set once SkipBusy's check before a start found the GPU
+	// free of others' work, while jobs of this run are there.
+	vetted bool
 	// Memory budgets (memory.go): memTotal and memOthers are what
 	// nvidia-smi said of the GPU's memory and of others' use of it (0:
 	// not asked yet); memUsed sums the memory its running jobs declare,
@@ -49,7 +61,7 @@ type gpu struct {
 func (g *gpu) jobs() int { return g.used + g.memJobs }
 
 // open reports whether g may be given a job now (slots aside).
-func (g *gpu) open() bool { return !g.claiming && g.busy == "" }
+func (g *gpu) open() bool { return !g.claiming && g.busy == "" && !g.shunned }
 
 // hostSlots is one host's GPUs in inventory order, and its health.
 type hostSlots struct {
@@ -93,6 +105,13 @@ type hostSlots struct {
 	memAsk   memAsk
 	memErr   string
 	memNever bool
+	// watched is set once the run looks at what others use on its GPUs
+	// (usage.go), and unseen until the first look answered; lookNow has
+	// the next look made at once; lookErr is why the last look failed.
+	watched bool
+	unseen  bool
+	lookNow chan struct{}
+	lookErr string
 }
 
 // fits reports whether j, by the number of GPUs it asks for, can ever run
@@ -130,6 +149,10 @@ type slotTable struct {
 	// a GPU's use, capacity or openness, or to a host's health, goes through
 	// contrib so that the count stays exact.
 	freeSlots int
+	// unseenUp counts the hosts up whose GPUs' first look has not
+	// answered: until none is left, GPUs that others use take no job (one
+	// of those hosts may have an idle GPU for it).
+	unseenUp int
 	// waitingMem counts the waiting jobs by the memory they declare;
 	// minMem is the least a waiting job may declare on some host (its own
 	// or a host's mem:; 0: none does): a GPU shared by jobs that declare
@@ -191,7 +214,10 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 			}
 		}
 		for _, g := range hs.gpus {
-			g.cap = caps[g.id]
+			g.listed, g.cap = caps[g.id], caps[g.id]
+			if g.absent {
+				g.cap = 0 // nvidia-smi there does not list it (usage.go)
+			}
 		}
 		if after := hs.ids(); before != "" && after != before && !hs.opening {
 			changes = append(changes, fmt.Sprintf("host %s GPUs %s → %s", h.Name, before, after))
@@ -214,6 +240,7 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 			t.hostMinMem = m
 		}
 	}
+	t.unseenUp = t.unseenCount()
 	t.setMinMem()
 	return changes
 }
@@ -222,7 +249,7 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 // jobs that declare memory, 1 while some of its budget is left.
 func (t *slotTable) contrib(g *gpu) int {
 	switch {
-	case g.host.down || !g.open():
+	case g.host.down || !g.open() || g.host.unseen || g.others != "" && t.unseenUp > 0:
 		return 0
 	case g.memJobs > 0 && t.minMem > 0 && g.memRoom() && g.budget()-g.memUsed >= t.minMem:
 		return 1
@@ -259,6 +286,8 @@ func (t *slotTable) check(j *Job) error {
 			return fmt.Errorf("host %s was removed from the inventory", j.Host)
 		case h.cluster && j.GPU >= 0:
 			return fmt.Errorf("@%s:%d: %s is a Slurm cluster, where Slurm chooses the GPUs: pin the cluster only (@%s)", j.Host, j.GPU, j.Host, j.Host)
+		case j.GPU >= 0 && h.byID[j.GPU] != nil && h.byID[j.GPU].absent:
+			return fmt.Errorf("host %s has no GPU %d: nvidia-smi there does not list it (its GPUs: %s)", j.Host, j.GPU, h.ids())
 		case j.GPU >= 0 && (h.byID[j.GPU] == nil || h.byID[j.GPU].cap == 0):
 			return fmt.Errorf("host %s has no GPU %d (its GPUs: %s)", j.Host, j.GPU, h.ids())
 		case !h.fits(j):
@@ -378,6 +407,7 @@ func (t *slotTable) setDown(h *hostSlots, why string, now time.Time) bool {
 	t.freeSlots -= t.hostContrib(h)
 	h.down, h.since, h.why = true, now, why
 	h.episode++
+	t.countUnseen()
 	return true
 }
 
@@ -385,6 +415,7 @@ func (t *slotTable) setDown(h *hostSlots, why string, now time.Time) bool {
 func (t *slotTable) setOpening(h *hostSlots, now time.Time) {
 	t.setDown(h, "not answered yet", now)
 	h.opening = true
+	t.countUnseen()
 }
 
 // setOpened ends setOpening: h's slots are given out, unless it is then
@@ -393,6 +424,7 @@ func (t *slotTable) setOpened(h *hostSlots) {
 	if h.opening {
 		h.opening = false
 		t.setUp(h)
+		t.countUnseen()
 	}
 }
 
@@ -414,6 +446,7 @@ func (t *slotTable) setUp(h *hostSlots) {
 	}
 	h.down, h.expired = false, false
 	t.freeSlots += t.hostContrib(h)
+	t.countUnseen()
 }
 
 // freeGPUs lists h's GPUs with a slot j may use, least loaded and least
@@ -502,9 +535,13 @@ func (t *slotTable) checkPrefer(j *Job) error {
 	return nil
 }
 
-// better reports whether a is less loaded than b (its jobs, slots or
-// memory), or as loaded and less recently used.
+// better reports whether a is idle where b is busy with others' work, or
+// as idle or busy and less loaded (its jobs, slots or memory), or as
+// loaded and less recently used.
 func better(a, b *gpu) bool {
+	if (a.others == "") != (b.others == "") {
+		return a.others == ""
+	}
 	if la, lb := a.jobs(), b.jobs(); la != lb {
 		return la < lb
 	}
@@ -613,6 +650,9 @@ func (t *slotTable) whyWaiting(j *Job, ahead int) string {
 		}
 	}
 	why := t.whyMemory(j)
+	if why == "" && j.Host != "" {
+		why = t.othersOnAll(j)
+	}
 	switch {
 	case why != "":
 	case j.GPUs > 1 && j.Host != "":

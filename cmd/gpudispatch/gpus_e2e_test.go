@@ -229,9 +229,11 @@ func TestSSHNvidiaSMIHangs(t *testing.T) {
 
 	fixed := filepath.Join(l.Dir, "fixed.yaml")
 	os.WriteFile(fixed, []byte(fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    gpus: [0]\n  - name: node2\n    gpus: [0]\n", l.SSHConfig)), 0o644)
+	// Jobs long enough for node1's first look to meet its limit.
+	slow := strings.Repeat("sleep 1; echo $FAKE_HOST\n", 4)
 	for _, flags := range [][]string{nil, {"--skip-busy"}} {
 		args := append([]string{"-i", fixed, "-o", "fixed" + strings.Join(flags, ""), "--probe-timeout", "2s", "--busy-recheck", "1s"}, flags...)
-		r = labRun(t, l, jobs, args...)
+		r = labRun(t, l, slow, args...)
 		if r.code != 0 || !strings.Contains(r.stderr, hung) {
 			t.Errorf("gpus: [0] %v: exit %d\n%s", flags, r.code, r.stderr)
 		}

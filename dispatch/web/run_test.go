@@ -28,9 +28,10 @@ import (
 type fakeExec struct {
 	release chan struct{} // closed: every hold ends (exit 0)
 	// back, when set, holds WaitUp until it is closed.
-	back   chan struct{}
-	mu     sync.Mutex
-	probes int
+	back chan struct{}
+	mu   sync.Mutex
+	// pageProbes counts the page's looks at the GPUs.
+	pageProbes int
 }
 
 func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, stdout, stderr io.Writer) (int, error) {
@@ -77,9 +78,6 @@ func (*fakeExec) LockGPU(_ context.Context, _ string, gpu int, _ string) (execut
 }
 
 func (f *fakeExec) ProbeGPUs(_ context.Context, host string) ([]executor.GPU, error) {
-	f.mu.Lock()
-	f.probes++
-	f.mu.Unlock()
 	return []executor.GPU{
 		{Index: 0, Name: "Fake A100", MemoryTotalMB: 81920, MemoryUsedMB: 1024, Utilization: 37},
 		{Index: 1, Name: "Fake A100", MemoryTotalMB: 81920, MemoryUsedMB: 0, Utilization: 0},
@@ -127,7 +125,14 @@ func serve(t *testing.T, u setup) *served {
 	sampleEvery, down := cmp.Or(u.sampleEvery, time.Hour), u.down
 	s := &served{t: t, ctl: dispatch.NewControl(), exec: &fakeExec{release: make(chan struct{})}, logDir: t.TempDir(), done: make(chan struct{})}
 	var err error
-	s.srv, err = New(Options{Control: s.ctl, Probe: s.exec.ProbeGPUs, SampleEvery: sampleEvery, ListLimit: 5})
+	// The page's samples are counted apart from the run's own looks.
+	probe := func(ctx context.Context, host string) ([]executor.GPU, error) {
+		s.exec.mu.Lock()
+		s.exec.pageProbes++
+		s.exec.mu.Unlock()
+		return s.exec.ProbeGPUs(ctx, host)
+	}
+	s.srv, err = New(Options{Control: s.ctl, Probe: probe, SampleEvery: sampleEvery, ListLimit: 5})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -190,7 +190,7 @@ func TestSamplesOnlyWhileWatched(t *testing.T) {
 func (s *served) probes() int {
 	s.exec.mu.Lock()
 	defer s.exec.mu.Unlock()
-	return s.exec.probes
+	return s.exec.pageProbes
 }
 
 // The updates arrive as server-sent events, gzipped, one per part that

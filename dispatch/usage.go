@@ -1,0 +1,242 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+)
+
+// Others' use of the GPUs. What other people's work uses on each GPU of a
+// host (memory over BusyMemoryMB, or a compute process) is known before a
+// job is placed there: the run asks the host's nvidia-smi as the host
+// becomes usable, and again every Recheck while the run lasts (watchUsage);
+// until the first answer, the host's GPUs take no job (hostSlots.unseen).
+// A GPU others use gets a job only when no idle GPU the job may use is
+// free and no host is still being opened or first looked at (it may have
+// an idle GPU for the job): better, slotTable.unseenUp. With SkipBusy it
+// gets none (gpu.shunned), and the run says so once per GPU and reason;
+// the check before each start (claim.go) still looks again, as others may
+// have started since. A look that fails (an answer that cannot be read)
+// or hangs is said once per host and reason, and one that finds no
+// nvidia-smi not at all (GPUs listed by hand, or pretend ones); either
+// leaves what others use unknown, and the GPUs usable as if idle. A GPU with a job of this run
+// keeps what was known before the job: nvidia-smi cannot tell the job's
+// use from others'.
+
+// usageAnswer is what a host's nvidia-smi said of its GPUs.
+type usageAnswer struct {
+	h    *hostSlots
+	gpus []executor.GPU
+	err  error
+}
+
+// watchUsages starts the looks at the GPUs of every host that is opened
+// and not watched yet.
+func (r *run) watchUsages() {
+	for _, h := range r.sched.table.hosts {
+		if !h.opening && !h.removed {
+			r.watchUsage(h)
+		}
+	}
+}
+
+// watchUsage starts the looks at h's GPUs, unless they run already: the
+// GPUs take no job until the first answer.
+func (r *run) watchUsage(h *hostSlots) {
+	if h.cluster || h.watched {
+		return
+	}
+	h.watched = true
+	r.sched.table.setUnseen(h, true)
+	name := h.host.Name
+	kick := make(chan struct{}, 1)
+	h.lookNow = kick
+	go func() {
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+			case <-kick:
+				t.Stop()
+			case <-r.bg.Done():
+				return
+			}
+			gpus, err := r.opts.Executor.ProbeGPUs(r.bg, name)
+			select {
+			case r.usages <- usageAnswer{h: h, gpus: gpus, err: err}:
+			case <-r.bg.Done():
+				return
+			}
+			t.Reset(r.opts.Recheck)
+		}
+	}()
+}
+
+// lookAgain has h's GPUs looked at now (the host is back).
+func (h *hostSlots) lookAgain() {
+	select {
+	case h.lookNow <- struct{}{}:
+	default:
+	}
+}
+
+// usageSeen records what others use on h's GPUs.
+func (r *run) usageSeen(a usageAnswer) {
+	h := a.h
+	if unreachable(a.err) {
+		r.hostDown(h, a.err) // looked at again once it is back
+		return
+	}
+	switch {
+	case a.err == nil:
+		h.lookErr = ""
+	case errors.Is(a.err, executor.ErrNoNvidiaSMI):
+		// GPUs listed by hand (or pretend ones): nothing to say.
+	case h.lookErr != a.err.Error():
+		// Said once while it lasts: a look that hangs or fails again
+		// says nothing new.
+		h.lookErr = a.err.Error()
+		r.record(r.hostWarning(h, fmt.Errorf("what others use on its GPUs is not known (asked again every %s): %w", r.opts.Recheck, a.err)))
+	}
+	seen := map[int]executor.GPU{}
+	for _, info := range a.gpus {
+		seen[info.Index] = info
+	}
+	r.sched.table.setUnseen(h, false)
+	if a.err == nil && len(a.gpus) > 0 {
+		r.absentGPUs(h, seen)
+	}
+	for _, g := range h.gpus {
+		r.sched.table.setBlocked(g, func() {
+			if a.err != nil || g.jobs() > 0 {
+				return // unknown now, or not others' alone: as it was
+			}
+			g.others = seen[g.id].BusyWhy(r.opts.BusyMemoryMB)
+			g.shunned = r.opts.SkipBusy && g.others != ""
+		})
+		if g.shunned && g.reported != g.others {
+			g.reported = g.others
+			r.record(Event{Time: time.Now(), Event: EventBusy, Run: r.id, Host: h.host.Name, GPUs: []int{g.id},
+				Error: fmt.Sprintf("GPU %d is busy with other work: %s", g.id, g.others)})
+		}
+	}
+}
+
+// othersOnAll says why j, pinned to a host, waits when every GPU of the
+// host it may use is kept from it by others' work, or "".
+func (t *slotTable) othersOnAll(j *Job) string {
+	h := t.byName[j.Host]
+	if h == nil || h.cluster || h.down {
+		return ""
+	}
+	var whys []string
+	for _, g := range h.gpus {
+		if g.cap == 0 || j.GPU >= 0 && g.id != j.GPU {
+			continue
+		}
+		why := g.others
+		if !g.shunned {
+			why = strings.TrimPrefix(g.busy, h.host.Name+": ")
+		}
+		if why == "" {
+			return ""
+		}
+		whys = append(whys, fmt.Sprintf("GPU %d: %s", g.id, why))
+	}
+	if len(whys) == 0 {
+		return ""
+	}
+	sort.Strings(whys)
+	return fmt.Sprintf("waits: every GPU of host %s it may use is busy with other work (%s)", h.host.Name, strings.Join(whys, "; "))
+}
+
+// setUnseen says whether h's first look is still to answer.
+func (t *slotTable) setUnseen(h *hostSlots, unseen bool) {
+	if h.unseen == unseen {
+		return
+	}
+	t.freeSlots -= t.hostContrib(h)
+	h.unseen = unseen
+	t.freeSlots += t.hostContrib(h)
+	t.countUnseen()
+}
+
+// countUnseen counts unseenUp anew; when it turns to or from none, GPUs
+// that others use open or close, and freeSlots is counted anew.
+func (t *slotTable) countUnseen() {
+	n := t.unseenCount()
+	if (n == 0) == (t.unseenUp == 0) {
+		t.unseenUp = n
+		return
+	}
+	t.unseenUp = n
+	t.freeSlots = 0
+	for _, h := range t.hosts {
+		t.freeSlots += t.hostContrib(h)
+	}
+}
+
+// unseenCount counts the hosts of the inventory still being opened, or up
+// with their first look not answered.
+func (t *slotTable) unseenCount() int {
+	n := 0
+	for _, h := range t.hosts {
+		if (h.unseen && !h.down || h.opening) && !h.removed {
+			n++
+		}
+	}
+	return n
+}
+
+// absentGPUs leaves out the GPUs of h's inventory entry that its
+// nvidia-smi does not list (seen), saying so once, and takes back those it
+// lists again; waiting jobs that now fit nowhere (pinned to such a GPU)
+// are rejected with the reason.
+func (r *run) absentGPUs(h *hostSlots, seen map[int]executor.GPU) {
+	t := r.sched.table
+	changed := false
+	for _, g := range h.gpus {
+		_, listed := seen[g.id]
+		if g.absent == !listed || g.listed == 0 {
+			continue
+		}
+		changed = true
+		t.setBlocked(g, func() {
+			g.absent = !listed
+			g.cap = g.listed
+			if g.absent {
+				g.cap = 0
+			}
+		})
+		if g.absent {
+			r.record(r.hostWarning(h, fmt.Errorf("GPU %d is in the inventory, but nvidia-smi there does not list it (it lists %s): it is left out, and jobs pinned to it are rejected", g.id, h.listed(seen))))
+		}
+	}
+	if !changed {
+		return
+	}
+	why := map[*queued]error{}
+	for _, q := range r.sched.dropIf(func(q *queued) bool {
+		why[q] = t.check(q.job)
+		return why[q] != nil
+	}) {
+		e := r.event(EventRejected, q.job, q.attempts)
+		e.Error = why[q].Error()
+		r.final(e)
+	}
+}
+
+// listed says which GPUs nvidia-smi lists on h: "GPUs 0,1".
+func (h *hostSlots) listed(seen map[int]executor.GPU) string {
+	ids := make([]int, 0, len(seen))
+	for id := range seen {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	return "GPUs " + gpuList(ids)
+}
