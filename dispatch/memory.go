@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
@@ -174,6 +176,9 @@ func (t *slotTable) checkMemory(j *Job) error {
 			if g.cap == 0 || j.GPU >= 0 && g.id != j.GPU {
 				continue
 			}
+			if g.budget() < 0 && g.memUnknown {
+				continue // never known: nvidia-smi gives no figure
+			}
 			if g.budget() < 0 {
 				return nil // not known yet
 			}
@@ -182,6 +187,8 @@ func (t *slotTable) checkMemory(j *Job) error {
 		if len(budgets) >= h.need(j) {
 			slices.Sort(budgets)
 			largest = max(largest, budgets[len(budgets)-h.need(j)])
+		} else if h.memErr != "" {
+			mute++ // its GPUs' memory is not given
 		}
 	}
 	switch {
@@ -276,15 +283,27 @@ func (r *run) memAnswered(a memAnswer) {
 		r.record(r.hostWarning(h, fmt.Errorf("cannot tell its GPUs' memory, so jobs that declare theirs (mem=) do not go there; set memory_mb: in its inventory entry: %w", a.err)))
 	default:
 		h.memAsk, h.memErr = memKnown, ""
+		var unknown []string
 		for _, info := range a.gpus {
-			if g := h.byID[info.Index]; g != nil {
-				r.sched.table.setBlocked(g, func() {
-					g.memTotal = info.MemoryTotalMB
-					if r.opts.SkipBusy {
-						g.memOthers = info.MemoryUsedMB
-					}
-				})
+			g := h.byID[info.Index]
+			if g == nil || info.Error != "" {
+				continue
 			}
+			if info.MemoryTotalMB <= 0 && h.host.MemoryMB == 0 && g.listed > 0 {
+				unknown = append(unknown, strconv.Itoa(g.id))
+			}
+			r.sched.table.setBlocked(g, func() {
+				g.memTotal, g.memUnknown = max(info.MemoryTotalMB, 0), info.MemoryTotalMB <= 0
+				if r.opts.SkipBusy {
+					g.memOthers = max(info.MemoryUsedMB, 0)
+				}
+			})
+		}
+		if len(unknown) > 0 {
+			// No figure ([N/A] on GB10/Grace-class GPUs, or one that
+			// cannot be true): said, never taken for 0.
+			h.memErr = fmt.Sprintf("nvidia-smi gives no memory figure for GPU %s", strings.Join(unknown, ","))
+			r.record(r.hostWarning(h, fmt.Errorf("%s, so jobs that declare their GPU memory (mem=) do not go there; set memory_mb: in its inventory entry", h.memErr)))
 		}
 	}
 	why := map[*queued]error{}

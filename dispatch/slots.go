@@ -53,7 +53,9 @@ type gpu struct {
 	// not asked yet); memUsed sums the memory its running jobs declare,
 	// memJobs counts them (they take no slot).
 	memTotal, memOthers int
-	memUsed, memJobs    int
+	// memUnknown is set when nvidia-smi gives no figure for its memory.
+	memUnknown       bool
+	memUsed, memJobs int
 }
 
 // jobs counts the jobs of this run on g: those in its slots and those

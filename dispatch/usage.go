@@ -103,13 +103,17 @@ func (r *run) usageSeen(a usageAnswer) {
 		h.lookErr = a.err.Error()
 		r.record(r.hostWarning(h, fmt.Errorf("what others use on its GPUs is not known (asked again every %s): %w", r.opts.Recheck, a.err)))
 	}
-	seen := map[int]executor.GPU{}
+	seen, lost := map[int]executor.GPU{}, map[int]string{}
 	for _, info := range a.gpus {
+		if info.Error != "" {
+			lost[info.Index] = info.Error // fallen off the bus: not to be used
+			continue
+		}
 		seen[info.Index] = info
 	}
 	r.sched.table.setUnseen(h, false)
 	if a.err == nil && len(a.gpus) > 0 {
-		r.absentGPUs(h, seen)
+		r.absentGPUs(h, seen, lost)
 	}
 	for _, g := range h.gpus {
 		r.sched.table.setBlocked(g, func() {
@@ -194,10 +198,10 @@ func (t *slotTable) unseenCount() int {
 }
 
 // absentGPUs leaves out the GPUs of h's inventory entry that its
-// nvidia-smi does not list (seen), saying so once, and takes back those it
-// lists again; waiting jobs that now fit nowhere (pinned to such a GPU)
-// are rejected with the reason.
-func (r *run) absentGPUs(h *hostSlots, seen map[int]executor.GPU) {
+// nvidia-smi does not list (seen), or cannot reach (lost, with its words),
+// saying so once, and takes back those it lists again; waiting jobs that
+// now fit nowhere (pinned to such a GPU) are rejected with the reason.
+func (r *run) absentGPUs(h *hostSlots, seen map[int]executor.GPU, lost map[int]string) {
 	t := r.sched.table
 	changed := false
 	for _, g := range h.gpus {
@@ -213,7 +217,10 @@ func (r *run) absentGPUs(h *hostSlots, seen map[int]executor.GPU) {
 				g.cap = 0
 			}
 		})
-		if g.absent {
+		switch {
+		case g.absent && lost[g.id] != "":
+			r.record(r.hostWarning(h, fmt.Errorf("GPU %d is left out, and jobs pinned to it are rejected: nvidia-smi says %q (its other GPUs stay: %s)", g.id, lost[g.id], h.listed(seen))))
+		case g.absent:
 			r.record(r.hostWarning(h, fmt.Errorf("GPU %d is in the inventory, but nvidia-smi there does not list it (it lists %s): it is left out, and jobs pinned to it are rejected", g.id, h.listed(seen))))
 		}
 	}

@@ -133,3 +133,29 @@ func TestGPUTheHostLacks(t *testing.T) {
 		t.Error("no warning names the GPU and the GPUs the host has")
 	}
 }
+
+// A GPU whose memory nvidia-smi gives no figure for ([N/A] on GB10-class
+// GPUs) is never taken for 0: the run names the host, the GPU and the key
+// that gives the figure, and a job that declares its memory with nowhere
+// else to go is rejected with that reason rather than waiting in silence.
+func TestUnknownMemoryIsSaid(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0")
+	f := newFakeExec(inv)
+	f.usage["a"] = []executor.GPU{{Index: 0, MemoryTotalMB: -1, MemoryUsedMB: -1, Utilization: 0}}
+	dir := t.TempDir()
+	_, s := runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: dir, Recheck: time.Hour}, "[mem=10G] exit 0\nexit 0\n")
+	if s.Counts[EventRejected] != 1 || s.Counts[EventFinished] != 1 {
+		t.Fatalf("summary %+v", s)
+	}
+	if got := s.Unsuccessful[0].Error; !strings.Contains(got, "set memory_mb: in") {
+		t.Errorf("the mem= job was rejected with %q, want the key that gives the figure", got)
+	}
+	warned := false
+	for _, e := range readJournal(t, dir) {
+		warned = warned || e.Event == EventWarning && e.Host == "a" && strings.Contains(e.Error, "nvidia-smi gives no memory figure for GPU 0") && strings.Contains(e.Error, "memory_mb:")
+	}
+	if !warned {
+		t.Error("no warning names the host, the GPU and memory_mb:")
+	}
+}

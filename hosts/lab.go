@@ -474,7 +474,17 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			}
 			st.Host.GPUs = nil
 			for _, g := range st.GPUs {
+				if g.Error != "" {
+					// Left out alone: the host's other GPUs stay.
+					st.Warnings = append(st.Warnings, fmt.Sprintf("%s: GPU %d is left out: nvidia-smi says %q", h.Name, g.Index, g.Error))
+					continue
+				}
 				st.Host.GPUs = append(st.Host.GPUs, g.Index)
+			}
+			if len(st.Host.GPUs) == 0 {
+				st.Err = fmt.Errorf("gpus: auto: nvidia-smi cannot reach any of its GPUs: %s", st.GPUs[0].Error)
+				release()
+				return st, nil
 			}
 			st.Host.AutoGPUs = false
 		}

@@ -21,16 +21,25 @@ var ErrNoNvidiaSMI = executor.ErrNoNvidiaSMI
 // ProbeGPUs asks nvidia-smi on r's machine for its GPUs, through the same
 // login shell as jobs so it sees the same PATH.
 func ProbeGPUs(ctx context.Context, r Runner) ([]executor.GPU, error) {
-	out, code, err := probe(ctx, r, nvidiasmi.Query)
+	var out, errOut bytes.Buffer
+	code, err := r.Run(ctx, executor.Command{Script: nvidiasmi.Query}, &out, &errOut)
 	switch {
 	case err != nil:
 		return nil, err
 	case code == 127:
 		return nil, ErrNoNvidiaSMI
-	case code != 0:
-		return nil, fmt.Errorf("nvidia-smi: %s", out)
 	}
-	return nvidiasmi.Parse(out)
+	// nvidia-smi's exit status says little: rows may come with an error
+	// (one GPU lost), and its errors come on stdout as often as stderr.
+	gpus, err := nvidiasmi.Parse(out.String(), errOut.String())
+	var said *nvidiasmi.SaidError
+	switch {
+	case errors.As(err, &said) && code != 0:
+		return nil, fmt.Errorf("nvidia-smi (exit status %d): %s", code, said.Words)
+	case err == nil && len(gpus) == 0 && code != 0:
+		return nil, fmt.Errorf("nvidia-smi: exit status %d", code)
+	}
+	return gpus, err
 }
 
 // ProbeLocks fills in which gpudispatch run holds each GPU's lock in dir on

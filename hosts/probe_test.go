@@ -51,7 +51,7 @@ func TestProbeGPUsThroughLoginShell(t *testing.T) {
 // memory says; so does memory above the threshold.
 func TestProbeGPUsBusy(t *testing.T) {
 	t.Parallel()
-	env := fakeNvidiaSMI(t, "0, GPU-a, Fake GPU, 100, 1, 2\n1, GPU-b, Fake GPU, 100, 30, 4\n2, GPU-c, Fake GPU, 100, 700, 0\n",
+	env := fakeNvidiaSMI(t, "0, GPU-a, Fake GPU, 100, 1, 2\n1, GPU-b, Fake GPU, 100, 30, 4\n2, GPU-c, Fake GPU, 81920, 700, 0\n",
 		"GPU-b, 123, 30\n", "GPU-b, 124, [N/A]\n")
 	gpus, err := ProbeGPUs(context.Background(), envRunner{local(t, perJob), env})
 	if err != nil || len(gpus) != 3 {

@@ -70,7 +70,7 @@ func WriteTable(w io.Writer, states []HostState, busyMB int, o TableOptions) err
 				// where the inventory sets budgets.
 				slotsWord += fmt.Sprintf(" or %d MiB of mem= jobs", max(total-st.Host.ReserveMB, 0))
 			}
-			usage := fmt.Sprintf("%d/%d MiB, %d%%", g.MemoryUsedMB, g.MemoryTotalMB, g.Utilization)
+			usage := g.Usage()
 			if o.Verbose {
 				t.row("", "  gpu "+strconv.Itoa(g.Index), g.Name, usage, g.UUID, slotsWord, busy)
 			} else {

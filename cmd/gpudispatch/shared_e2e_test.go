@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,48 @@ func TestSSHPinnedToBusyHost(t *testing.T) {
 	} {
 		if !strings.Contains(errOut.String(), line) {
 			t.Errorf("the run does not say %q:\n%s", line, errOut)
+		}
+	}
+}
+
+// realAnswer reads a real nvidia-smi answer kept in hosts/nvidiasmi's
+// testdata (its SOURCES.md says where each comes from).
+func realAnswer(t *testing.T, name string) (stdout, stderr string, rc int) {
+	t.Helper()
+	dir := filepath.Join("..", "..", "hosts", "nvidiasmi", "testdata")
+	rc, err := strconv.Atoi(strings.TrimSpace(readFile(t, filepath.Join(dir, name+".rc"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return readFile(t, filepath.Join(dir, name+".stdout")), readFile(t, filepath.Join(dir, name+".stderr")), rc
+}
+
+// Real nvidia-smi answers over sshd: a GPU fallen off the bus (an error
+// line among the other GPUs' rows, exit status 15) is left out alone, and
+// the host's other GPUs run jobs; a driver that fails (its words on
+// stdout, exit status 255) leaves a gpus: auto host out with those words.
+func TestSSHRealNvidiaSMIAnswers(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	l.Hosts[0].SetAnswer(realAnswer(t, "d7_lost_gpu1_of4_rc15"))
+	l.Hosts[1].SetAnswer(realAnswer(t, "d3_nvml_unknown_gpustack2078"))
+	r := labRun(t, l, strings.Repeat("echo $CUDA_VISIBLE_DEVICES\n", 6), "-i", l.Inventory(""), "-o", "logs")
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	used := map[string]bool{}
+	for i := 1; i <= 6; i++ {
+		used[strings.TrimSpace(readFile(t, filepath.Join(l.Dir, "logs", fmt.Sprint(i)+".out")))] = true
+	}
+	if used["1"] || len(used) == 0 {
+		t.Errorf("jobs ran on GPUs %v: want 0, 2, 3 and never the lost GPU 1", used)
+	}
+	for _, want := range []string{
+		`node1: GPU 1 is left out: nvidia-smi says "Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error"`,
+		"node2", "nvidia-smi (exit status 255): Failed to initialize NVML: Unknown Error",
+	} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("the run does not say %q:\n%s", want, r.stderr)
 		}
 	}
 }

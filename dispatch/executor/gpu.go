@@ -1,8 +1,12 @@
 package executor
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+)
 
-// GPU is what nvidia-smi reports about one GPU.
+// GPU is what nvidia-smi reports about one GPU. A figure it cannot give
+// ("[N/A]", or one that cannot be true) is -1: unknown, never 0.
 type GPU struct {
 	Index         int    `json:"index"`
 	UUID          string `json:"uuid"`
@@ -10,6 +14,9 @@ type GPU struct {
 	MemoryTotalMB int    `json:"memory_total_mb"`
 	MemoryUsedMB  int    `json:"memory_used_mb"`
 	Utilization   int    `json:"utilization"` // percent
+	// Error is what nvidia-smi said of a GPU it cannot reach (fallen off
+	// the bus): such a GPU is not to be used.
+	Error string `json:"error,omitempty"`
 	// Processes counts the compute processes nvidia-smi lists on the GPU.
 	Processes int `json:"processes"`
 	// LockedBy names the gpudispatch run that holds the GPU's lock, when
@@ -24,12 +31,32 @@ func (g GPU) BusyWhy(memoryMB int) string {
 	case g.LockedBy != "":
 		return "locked by " + g.LockedBy
 	case g.Processes > 0:
-		if g.Processes == 1 {
-			return fmt.Sprintf("1 process, %d MiB used", g.MemoryUsedMB)
+		used := fmt.Sprintf("%d MiB used", g.MemoryUsedMB)
+		if g.MemoryUsedMB < 0 {
+			used = "memory used unknown"
 		}
-		return fmt.Sprintf("%d processes, %d MiB used", g.Processes, g.MemoryUsedMB)
+		if g.Processes == 1 {
+			return "1 process, " + used
+		}
+		return fmt.Sprintf("%d processes, %s", g.Processes, used)
 	case g.MemoryUsedMB > memoryMB:
 		return fmt.Sprintf("%d MiB used (more than %d)", g.MemoryUsedMB, memoryMB)
 	}
 	return ""
+}
+
+// Usage says what g holds for people: "1024/81920 MiB, 37%", with "?" for
+// a figure nvidia-smi did not give, or what it said of a GPU it cannot
+// reach.
+func (g GPU) Usage() string {
+	if g.Error != "" {
+		return "cannot be reached: " + g.Error
+	}
+	known := func(n int) string {
+		if n < 0 {
+			return "?"
+		}
+		return strconv.Itoa(n)
+	}
+	return fmt.Sprintf("%s/%s MiB, %s%%", known(g.MemoryUsedMB), known(g.MemoryTotalMB), known(g.Utilization))
 }

@@ -136,7 +136,7 @@ func TestPageShowsTheRun(t *testing.T) {
 	for _, want := range []string{
 		"<h3>node1", "job 1", "job 2", "<code>hold</code>", // both slots' jobs
 		"priority 3", "waits for a free slot; first in line", // the queue, in order, with why
-		"1024/81920 MiB · 37%",                       // the sample
+		"1024/81920 MiB, 37%",                        // the sample
 		`action="` + s.srv.base + `/add"`,            // a standing queue takes jobs, under the page's path
 		`href="` + s.srv.base + `/static/style.css"`, // so do its files
 	} {

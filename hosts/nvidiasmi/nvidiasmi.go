@@ -1,10 +1,18 @@
 // Package nvidiasmi asks nvidia-smi about a machine's GPUs and reads its
 // answer: the command to run (Query) and its parser (Parse). It runs
 // nothing itself; hosts runs Query through the same login shell as jobs.
+//
+// It reads nvidia-smi as it is on real machines: errors come on stdout as
+// often as on stderr, and with any exit status; a GPU fallen off the bus is
+// an error line ("Unable to determine the device handle for GPU1: …")
+// among the other GPUs' rows, which are still good; warnings ("WARNING:
+// infoROM is corrupted …") are not GPUs; figures nvidia-smi cannot give
+// ("[N/A]", "[Not Supported]", "[Unknown Error]") or that cannot be true
+// (a negative or zero total, more than a terabyte) are unknown, never 0.
 package nvidiasmi
 
 import (
-	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -20,42 +28,106 @@ const Query = "nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,u
 
 const appsMark = "---"
 
-// Parse reads what Query printed. Fields nvidia-smi cannot measure
-// ("[N/A]", "[Not Supported]") read as 0.
-func Parse(out string) ([]executor.GPU, error) {
-	gpus, apps, _ := strings.Cut(out, "\n"+appsMark+"\n")
-	parsed, err := parseGPUs(gpus)
-	if err != nil {
-		return nil, err
-	}
-	countProcesses(parsed, apps)
-	return parsed, nil
-}
+// maxMemoryMB is more memory than any GPU has (a terabyte): a figure above
+// it is not one.
+const maxMemoryMB = 1 << 20
 
-// parseGPUs reads the CSV lines of the first part of Query's answer.
-func parseGPUs(csv string) ([]executor.GPU, error) {
+// lostGPU is how nvidia-smi names a GPU it cannot reach, by index (a bus
+// address after "GPU" names none).
+var lostGPU = regexp.MustCompile(`device handle for GPU(\d+):`)
+
+// Parse reads what Query printed on stdout and on stderr. A GPU nvidia-smi
+// names in an error line has that line as its Error, and unknown figures;
+// figures it cannot give are -1. It fails, with nvidia-smi's own words,
+// only when no GPU row came at all and nvidia-smi said something else
+// (an answer with nothing in it is no GPUs).
+func Parse(stdout, stderr string) ([]executor.GPU, error) {
+	part, apps, _ := strings.Cut(stdout, "\n"+appsMark+"\n")
+	part = strings.TrimSuffix(part, "\n"+appsMark)
 	var gpus []executor.GPU
-	for n, line := range strings.Split(strings.TrimSpace(csv), "\n") {
-		if strings.TrimSpace(line) == "" {
+	var said []string
+	for _, line := range strings.Split(part, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
 			continue
 		}
-		f := strings.Split(line, ",")
-		if len(f) != 6 {
-			return nil, fmt.Errorf("nvidia-smi line %d: want 6 fields, got %q", n+1, line)
+		if g, ok := parseRow(line); ok {
+			gpus = append(gpus, g)
+			continue
 		}
-		for i := range f {
-			f[i] = strings.TrimSpace(f[i])
-		}
-		idx, err := strconv.Atoi(f[0])
-		if err != nil || idx < 0 {
-			return nil, fmt.Errorf("nvidia-smi line %d: GPU index %q", n+1, f[0])
-		}
-		gpus = append(gpus, executor.GPU{
-			Index: idx, UUID: f[1], Name: f[2],
-			MemoryTotalMB: number(f[3]), MemoryUsedMB: number(f[4]), Utilization: number(f[5]),
-		})
+		said = append(said, line)
 	}
+	for _, line := range strings.Split(stderr, "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			said = append(said, line)
+		}
+	}
+	if len(gpus) == 0 && len(said) > 0 {
+		return nil, &SaidError{Words: strings.Join(said, "; ")}
+	}
+	for _, line := range said {
+		m := lostGPU.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		idx, _ := strconv.Atoi(m[1])
+		if !listed(gpus, idx) {
+			gpus = append(gpus, executor.GPU{Index: idx, MemoryTotalMB: -1, MemoryUsedMB: -1, Utilization: -1, Error: line})
+		}
+	}
+	countProcesses(gpus, apps)
 	return gpus, nil
+}
+
+// SaidError is nvidia-smi's answer when it gave no GPU: its own words
+// ("Failed to initialize NVML: Driver/library version mismatch"), from
+// stdout and stderr.
+type SaidError struct{ Words string }
+
+func (e *SaidError) Error() string { return "nvidia-smi: " + e.Words }
+
+// parseRow reads one CSV row of the first part of Query's answer, or
+// reports false for a line that is not one (an error or a warning).
+func parseRow(line string) (executor.GPU, bool) {
+	f := strings.Split(line, ",")
+	if len(f) != 6 {
+		return executor.GPU{}, false
+	}
+	for i := range f {
+		f[i] = strings.TrimSpace(f[i])
+	}
+	idx, err := strconv.Atoi(f[0])
+	if err != nil || idx < 0 {
+		return executor.GPU{}, false
+	}
+	g := executor.GPU{Index: idx, UUID: f[1], Name: f[2],
+		MemoryTotalMB: figure(f[3], 1, maxMemoryMB), MemoryUsedMB: figure(f[4], 0, maxMemoryMB), Utilization: figure(f[5], 0, 100)}
+	if g.MemoryTotalMB > 0 && g.MemoryUsedMB > g.MemoryTotalMB {
+		g.MemoryUsedMB = -1
+	}
+	if strings.HasPrefix(g.UUID, "[") {
+		g.UUID = "" // [N/A], [Unknown Error]: no name for its lock
+	}
+	return g, true
+}
+
+// figure reads a number nvidia-smi gave, or -1 when it gave none
+// ("[N/A]", "[Not Supported]") or one outside lo..hi.
+func figure(s string, lo, hi int) int {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < lo || n > hi {
+		return -1
+	}
+	return n
+}
+
+func listed(gpus []executor.GPU, idx int) bool {
+	for _, g := range gpus {
+		if g.Index == idx {
+			return true
+		}
+	}
+	return false
 }
 
 // countProcesses adds up nvidia-smi's compute processes (gpu_uuid, pid,
@@ -67,17 +139,9 @@ func countProcesses(gpus []executor.GPU, apps string) {
 			continue
 		}
 		for i := range gpus {
-			if gpus[i].UUID == strings.TrimSpace(uuid) {
+			if gpus[i].UUID != "" && gpus[i].UUID == strings.TrimSpace(uuid) {
 				gpus[i].Processes++
 			}
 		}
 	}
-}
-
-func number(s string) int {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 0
-	}
-	return n
 }

@@ -1,6 +1,9 @@
 package nvidiasmi
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,47 +14,129 @@ import (
 func TestParse(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name, csv string
-		want      []executor.GPU
-		wantErr   string
+		name, stdout, stderr string
+		want                 []executor.GPU
+		wantErr              string
 	}{
-		{name: "two GPUs", csv: "0, GPU-aaa, NVIDIA A100-SXM4-80GB, 81920, 1024, 37\n1, GPU-bbb, NVIDIA A100-SXM4-80GB, 81920, 0, 0\n",
+		{name: "two GPUs", stdout: "0, GPU-aaa, NVIDIA A100-SXM4-80GB, 81920, 1024, 37\n1, GPU-bbb, NVIDIA A100-SXM4-80GB, 81920, 0, 0\n---\n",
 			want: []executor.GPU{{Index: 0, UUID: "GPU-aaa", Name: "NVIDIA A100-SXM4-80GB", MemoryTotalMB: 81920, MemoryUsedMB: 1024, Utilization: 37}, {Index: 1, UUID: "GPU-bbb", Name: "NVIDIA A100-SXM4-80GB", MemoryTotalMB: 81920, MemoryUsedMB: 0, Utilization: 0}}},
-		{name: "not supported fields", csv: "3, GPU-c, Tesla K80, 11441, [N/A], [Not Supported]\n",
-			want: []executor.GPU{{Index: 3, UUID: "GPU-c", Name: "Tesla K80", MemoryTotalMB: 11441, MemoryUsedMB: 0, Utilization: 0}}},
-		{name: "no GPUs", csv: "\n", want: nil},
-		{name: "short line", csv: "0, GPU-a\n", wantErr: "nvidia-smi line 1: want 6 fields"},
-		{name: "bad index", csv: "x, u, n, 1, 1, 1\n", wantErr: `nvidia-smi line 1: GPU index "x"`},
-		{name: "compute processes", csv: "0, GPU-a, A, 100, 1, 2\n1, GPU-b, A, 100, 3, 4\n---\nGPU-b, 17, 30\nGPU-b, 18, 30\n",
+		{name: "figures it cannot give are unknown", stdout: "3, GPU-c, Tesla K80, 11441, [N/A], [Not Supported]\n",
+			want: []executor.GPU{{Index: 3, UUID: "GPU-c", Name: "Tesla K80", MemoryTotalMB: 11441, MemoryUsedMB: -1, Utilization: -1}}},
+		{name: "figures that cannot be true are unknown", stdout: "0, GPU-a, A, -81920, 3, 250\n1, GPU-b, B, 0, 0, -1\n2, GPU-c, C, 9999999999, 5, 5\n3, GPU-d, D, 100, 200, 5\n",
+			want: []executor.GPU{{Index: 0, UUID: "GPU-a", Name: "A", MemoryTotalMB: -1, MemoryUsedMB: 3, Utilization: -1}, {Index: 1, UUID: "GPU-b", Name: "B", MemoryTotalMB: -1, MemoryUsedMB: 0, Utilization: -1},
+				{Index: 2, UUID: "GPU-c", Name: "C", MemoryTotalMB: -1, MemoryUsedMB: 5, Utilization: 5}, {Index: 3, UUID: "GPU-d", Name: "D", MemoryTotalMB: 100, MemoryUsedMB: -1, Utilization: 5}}},
+		{name: "no GPUs", stdout: "\n", want: nil},
+		{name: "compute processes", stdout: "0, GPU-a, A, 100, 1, 2\n1, GPU-b, A, 100, 3, 4\n---\nGPU-b, 17, 30\nGPU-b, 18, 30\n",
 			want: []executor.GPU{{Index: 0, UUID: "GPU-a", Name: "A", MemoryTotalMB: 100, MemoryUsedMB: 1, Utilization: 2}, {Index: 1, UUID: "GPU-b", Name: "A", MemoryTotalMB: 100, MemoryUsedMB: 3, Utilization: 4, Processes: 2}}},
-		{name: "no process list", csv: "0, GPU-a, A, 100, 1, 2\n---\n",
-			want: []executor.GPU{{Index: 0, UUID: "GPU-a", Name: "A", MemoryTotalMB: 100, MemoryUsedMB: 1, Utilization: 2}}},
+		{name: "a short line alone is nvidia-smi's words", stdout: "0, GPU-a\n", wantErr: "nvidia-smi: 0, GPU-a"},
+		{name: "a bad index alone is nvidia-smi's words", stdout: "x, u, n, 1, 1, 1\n", wantErr: "nvidia-smi: x, u, n, 1, 1, 1"},
 	}
 	for _, tt := range tests {
-		got, err := Parse(tt.csv)
+		got, err := Parse(tt.stdout, tt.stderr)
 		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			if err == nil || err.Error() != tt.wantErr {
 				t.Errorf("%s: err = %v, want %q", tt.name, err, tt.wantErr)
 			}
 			continue
 		}
 		if err != nil || !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("%s: got %+v, %v", tt.name, got, err)
+			t.Errorf("%s: got %+v, %v\nwant %+v", tt.name, got, err, tt.want)
+		}
+	}
+}
+
+// fixture reads testdata/name: real nvidia-smi outputs (SOURCES.md).
+func fixture(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Real outputs, as real machines print them: normal servers, [N/A]
+// figures, and errors on stdout or stderr, with one GPU lost among good
+// ones.
+func TestParseRealOutputs(t *testing.T) {
+	t.Parallel()
+	lost := "Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error"
+	tests := []struct {
+		name string
+		// gpus, by index, with their memory total and used (-1: unknown)
+		// and utilisation; lost names a GPU's error instead.
+		want    map[int][3]int
+		procs   map[int]int
+		lost    map[int]string
+		wantErr string
+	}{
+		{name: "a2_h100_hbm3_load", want: map[int][3]int{0: {81559, 19818, 100}}, procs: map[int]int{0: 3}},
+		{name: "b1_gb10", want: map[int][3]int{0: {-1, -1, 0}}},
+		{name: "c1_h100_mig_load", want: map[int][3]int{0: {81559, 11125, -1}}, procs: map[int]int{0: 3}},
+		{name: "e2_windows_wddm_na_used", want: map[int][3]int{0: {8192, 797, 0}}, procs: map[int]int{0: 19}},
+		{name: "e3_rtx4080super_idle_kwin", want: map[int][3]int{0: {16376, 596, 0}}, procs: map[int]int{0: 1}},
+		{name: "d1_driver_comm_gputil26", wantErr: "nvidia-smi: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that the latest NVIDIA driver is installed and running."},
+		{name: "d2_version_mismatch_gputil55", wantErr: "nvidia-smi: Failed to initialize NVML: Driver/library version mismatch; NVML library version: 535.161"},
+		{name: "d3_nvml_unknown_gpustack2078", wantErr: "nvidia-smi: Failed to initialize NVML: Unknown Error"},
+		{name: "d4_no_supported_gpus_dra1008", wantErr: "nvidia-smi: Failed to initialize NVML: No supported GPUs were found; Unable to determine the number of GPUs"},
+		{name: "d5_no_devices_singuconda6", wantErr: "nvidia-smi: No devices were found"},
+		{name: "d6_gpu_lost_rc15", wantErr: "nvidia-smi: Unable to determine the device handle for GPU0000:C3:00.0: GPU is lost.  Reboot the system to recover this GPU"},
+		{name: "d7_lost_gpu1_of4_rc0", want: map[int][3]int{0: {97887, 88450, 100}, 2: {97887, 88450, 100}, 3: {97887, 10, 0}}, lost: map[int]string{1: lost}},
+		{name: "d7_lost_gpu1_of4_rc15", want: map[int][3]int{0: {97887, 88450, 100}, 2: {97887, 88450, 100}, 3: {97887, 10, 0}}, lost: map[int]string{1: lost}},
+		{name: "d7_lost_gpu1_of4_stderr_rc0", want: map[int][3]int{0: {97887, 88450, 100}, 2: {97887, 88450, 100}, 3: {97887, 10, 0}}, lost: map[int]string{1: lost}},
+		{name: "d7b_unknown_error_row_fixture", wantErr: "nvidia-smi: 0, GPU-1a2b3c4d-0000-0000-0000-000000000000, NVIDIA GeForce RTX 5060 Ti, 18.42; Unable to determine the device handle for GPU0000:02:00.0: Unknown Error; [Unknown Error], [Unknown Error], [Unknown Error], [Unknown Error]"},
+		{name: "d8_inforom_rc14", want: map[int][3]int{0: {16280, 0, 0}}},
+		{name: "d8_inforom_stdout_rc0", want: map[int][3]int{0: {16280, 0, 0}}},
+	}
+	for _, tt := range tests {
+		stdout := fixture(t, tt.name+".stdout") + fixture(t, tt.name+".orig.txt")
+		if gpu := fixture(t, tt.name+".gpu.txt"); gpu != "" {
+			stdout = gpu + appsMark + "\n" + fixture(t, tt.name+".apps.txt")
+		}
+		gpus, err := Parse(stdout, fixture(t, tt.name+".stderr"))
+		if tt.wantErr != "" {
+			var said *SaidError
+			if !errors.As(err, &said) || err.Error() != tt.wantErr {
+				t.Errorf("%s: err = %v, want %q", tt.name, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		got, gotLost, gotProcs := map[int][3]int{}, map[int]string{}, map[int]int{}
+		for _, g := range gpus {
+			if g.Error != "" {
+				gotLost[g.Index] = g.Error
+				continue
+			}
+			got[g.Index] = [3]int{g.MemoryTotalMB, g.MemoryUsedMB, g.Utilization}
+			if g.Processes > 0 {
+				gotProcs[g.Index] = g.Processes
+			}
+		}
+		if !reflect.DeepEqual(got, tt.want) || len(gotLost)+len(tt.lost) > 0 && !reflect.DeepEqual(gotLost, tt.lost) || len(gotProcs)+len(tt.procs) > 0 && !reflect.DeepEqual(gotProcs, tt.procs) {
+			t.Errorf("%s: GPUs %v, lost %v, processes %v; want %v, %v, %v", tt.name, got, gotLost, gotProcs, tt.want, tt.lost, tt.procs)
 		}
 	}
 }
 
 func FuzzParse(f *testing.F) {
-	f.Add("0, GPU-aaa, NVIDIA A100-SXM4-80GB, 81920, 1024, 37\n")
-	f.Add("3, GPU-c, Tesla K80, 11441, [N/A], [Not Supported]\n1,a,b,c,d,e")
-	f.Fuzz(func(t *testing.T, csv string) {
-		gpus, err := Parse(csv)
+	f.Add("0, GPU-aaa, NVIDIA A100-SXM4-80GB, 81920, 1024, 37\n", "")
+	f.Add("3, GPU-c, Tesla K80, 11441, [N/A], [Not Supported]\n1,a,b,c,d,e", "")
+	f.Add("Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error\n0, GPU-a, A, 100, 1, 2\n---\nGPU-a, 1, 2\n", "WARNING: infoROM is corrupted")
+	f.Fuzz(func(t *testing.T, stdout, stderr string) {
+		gpus, err := Parse(stdout, stderr)
 		if err != nil {
+			if len(gpus) != 0 || !strings.HasPrefix(err.Error(), "nvidia-smi: ") {
+				t.Fatalf("error %v with GPUs %+v", err, gpus)
+			}
 			return
 		}
 		for _, g := range gpus {
-			if g.Index < 0 {
-				t.Fatalf("negative index from %q", csv)
+			if g.Index < 0 || g.MemoryTotalMB < -1 || g.MemoryTotalMB == 0 || g.MemoryUsedMB < -1 || g.Utilization < -1 || g.Utilization > 100 {
+				t.Fatalf("impossible figures %+v from %q", g, stdout)
 			}
 		}
 	})

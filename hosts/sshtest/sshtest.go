@@ -451,6 +451,14 @@ func (h *Host) SetGPUs(csv string) {
 	must(h.t, os.WriteFile(filepath.Join(h.Home, "gpus.csv"), []byte(csv), 0o644))
 }
 
+// SetAnswer makes the host's nvidia-smi answer the GPU query with stdout
+// and stderr, and exit with rc: a real machine's answer, errors included.
+func (h *Host) SetAnswer(stdout, stderr string, rc int) {
+	h.SetGPUs(stdout)
+	must(h.t, os.WriteFile(filepath.Join(h.Home, "gpus.stderr"), []byte(stderr), 0o644))
+	must(h.t, os.WriteFile(filepath.Join(h.Home, "gpus.rc"), []byte(strconv.Itoa(rc)), 0o644))
+}
+
 // SetApps replaces the compute processes the host's nvidia-smi reports
 // (see NvidiaSMI).
 func (h *Host) SetApps(csv string) {
@@ -510,7 +518,10 @@ func (h *Host) ResumeNvidiaSMI() {
 const fakeNvidiaSMI = `#!/bin/sh
 if [ -e "$HOME/nvidia-smi.hang" ]; then exec sleep 3601; fi
 case "$*" in
-  *--query-gpu=*) cat "$HOME/gpus.csv" ;;
+  *--query-gpu=*)
+    cat "$HOME/gpus.csv"
+    if [ -e "$HOME/gpus.stderr" ]; then cat "$HOME/gpus.stderr" >&2; fi
+    if [ -e "$HOME/gpus.rc" ]; then exit "$(cat "$HOME/gpus.rc")"; fi ;;
   *--query-compute-apps=*) cat "$HOME/apps.csv" 2>/dev/null ;;
   -L) awk -F', ' '{print "GPU " $1 ": " $3 " (UUID: " $2 ")"}' "$HOME/gpus.csv" ;;
   "") echo "| NVIDIA-SMI 535.104.05             Driver Version: 535.104.05   CUDA Version: 12.2     |" ;;
