@@ -13,7 +13,11 @@ func byJob(events []Event) (final map[string]Event, started map[string]time.Time
 	final, started = map[string]Event{}, map[string]time.Time{}
 	for _, e := range events {
 		switch {
-		case e.Event == EventStarted && e.Start != nil:
+		case e.Event == EventPending && e.SettingUp:
+			// Placed and launched: the order the scheduler chose (its
+			// started event comes from the job's own goroutine).
+			started[e.Job] = e.Time
+		case e.Event == EventStarted && e.Start != nil && started[e.Job].IsZero():
 			started[e.Job] = *e.Start
 		case e.JobState() != "" && Ended(e.JobState()):
 			final[e.Job] = e

@@ -717,7 +717,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 	// The job is pending until its host says it runs: a job shell once it
 	// is set up (at once when one is ready), Slurm once it starts it. An
 	// attempt that never ran is never said to have started.
-	q.launched, q.pending, q.ran = e, true, nil
+	q.launched, q.pending, q.ran, q.endedAt = e, true, nil, time.Time{}
 	e.Event, e.Start, e.Message, e.SettingUp = EventPending, nil, "its shell is being set up on "+h.Name, true
 	c.Progress = r.progressOf(q)
 	if a.p.host.cluster {
@@ -816,8 +816,18 @@ func (r *run) progressOf(q *queued) func(executor.Progress) {
 // wait.
 func (r *run) progressed(p progress) {
 	q := p.q
-	if q.kill == nil || q.attempts != p.attempt || !q.pending {
+	if q.kill == nil || q.attempts != p.attempt {
 		return // it ended meanwhile, or this is about an earlier attempt
+	}
+	switch {
+	case !p.CutOff.IsZero():
+		r.cutOff(q, p.CutOff, p.Why)
+		return
+	case !p.Ended.IsZero():
+		q.endedAt = p.Ended
+		return
+	case !q.pending:
+		return
 	}
 	e := q.launched
 	q.slurmID = p.ID
@@ -833,6 +843,21 @@ func (r *run) progressed(p progress) {
 	}
 	e.Event, e.Start, e.Message = EventPending, nil, p.Reason
 	r.record(e)
+}
+
+// cutOff takes the host of q's job out of use at once when the job's
+// connection was cut at when: the host is down, and says how many jobs are
+// presumed running there, until it answers again.
+func (r *run) cutOff(q *queued, when time.Time, why string) {
+	h := r.sched.table.byName[q.launched.Host]
+	if h == nil || h.down {
+		return
+	}
+	running := 0
+	for _, g := range h.gpus {
+		running += g.jobs()
+	}
+	r.hostDown(h, fmt.Errorf("unreachable since %s (%s), %s presumed running there", when.Format("15:04:05"), why, Count(running, "job")))
 }
 
 // tag names one attempt of j on its host (executor.Command.Tag).
@@ -903,6 +928,9 @@ func (r *run) finish(res result) {
 	if res.logs.out != nil && !notStarted {
 		e.Stdout, e.Stderr = res.logs.out.Name(), res.logs.err.Name()
 		e.Start, e.End = &res.start, &res.end
+		if !q.endedAt.IsZero() {
+			e.End = &q.endedAt // learned late: the job's own end, not the reconnect's
+		}
 	}
 	if q.ran != nil || p.host.cluster {
 		// It ran from when its host said so.
@@ -933,6 +961,10 @@ func (r *run) finish(res result) {
 		r.record(e)
 		r.record(r.event(EventRetried, j, q.attempts))
 		r.sched.add(q)
+		// Its host may have been down past --host-down-timeout while the
+		// job was presumed running there: with nowhere else to go, it
+		// fails now rather than wait for a timer already gone off.
+		r.failWaiting(func(j *Job) string { return r.sched.table.unrunnable(j, r.opts.HostDownTimeout) })
 		return
 	}
 	if paths := returnsOf(j, p.host.host.Return); len(paths) > 0 && e.Start != nil && !notStarted && !unstopped && kind != EventLost {

@@ -35,6 +35,9 @@ type queued struct {
 	pending  bool
 	ran      *time.Time
 	slurmID  string
+	// endedAt is when its attempt ended where it ran, when its host told
+	// it late (after a cut connection).
+	endedAt time.Time
 	// tag names its current attempt on its host (executor.Command.Tag).
 	tag string
 	// unfit is why no host the run knows fits the job, which was queued

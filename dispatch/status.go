@@ -81,11 +81,21 @@ func ReadStatus(logDir string, now time.Time) (*Status, error) {
 	// afresh on. nil when no run said how it started (an older journal):
 	// then every run.
 	var latest map[string]bool
+	// down holds why each host is down, as far as the journal goes.
+	down := map[string]string{}
 	var err error
 	st.Damaged, err = scanJournal(path, func(line []byte) error {
 		var e Event
 		if err := json.Unmarshal(line, &e); err != nil {
 			return err
+		}
+		switch e.Event {
+		case EventHostDown:
+			down[e.Host] = e.Error
+		case EventHostUp:
+			delete(down, e.Host)
+		case EventRun:
+			clear(down) // a new run looks at its hosts anew
 		}
 		if e.Event == EventRun {
 			if !e.Resume || latest == nil {
@@ -121,6 +131,10 @@ func ReadStatus(logDir string, now time.Time) (*Status, error) {
 			j.Seconds = j.End.Sub(*j.Start).Seconds()
 		case j.State == StateRunning && j.Start != nil:
 			j.Seconds = now.Sub(*j.Start).Seconds()
+		}
+		if why, ok := down[j.Host]; ok && j.State == StateRunning {
+			// Its host went silent: it runs there, as far as anyone knows.
+			j.Why = fmt.Sprintf("presumed running: host %s is down (%s)", j.Host, why)
 		}
 	}
 	return st, nil
@@ -227,7 +241,11 @@ func (st *Status) WriteTable(w io.Writer, jobs []JobStatus, width int) error {
 		if width > 0 {
 			cmd = OneLine(j.Command)
 		}
-		row := []string{j.Job, StateWord(j.State), where, strconv.Itoa(j.Attempts), exit, took, cmd, log}
+		state := StateWord(j.State)
+		if strings.HasPrefix(j.Why, "presumed running") {
+			state, log = "presumed running", j.Why
+		}
+		row := []string{j.Job, state, where, strconv.Itoa(j.Attempts), exit, took, cmd, log}
 		if width > 0 {
 			for i := range row {
 				row[i] = Printable(row[i]) // a terminal shows job text, never obeys it

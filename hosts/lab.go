@@ -54,6 +54,12 @@ type Options struct {
 	// presumed running, while this coordinator is awake and reaches other
 	// hosts; then they are lost (0: DefaultLostAfter).
 	LostAfter time.Duration
+	// Rejoin keeps opening a `gpus: auto` host that is down or sick (its
+	// nvidia-smi fails or hangs) at start, every RejoinEvery, until it
+	// answers: it stays pending meanwhile, as a host with listed GPUs
+	// stays in, down, and comes back. Unset (hosts, a dry run), it is left
+	// out with the reason.
+	Rejoin bool
 	// WarmCode starts, as each host that syncs code is opened, the shell
 	// of its code store, so that the first snapshot shipped there waits
 	// for no session and no bash: for a caller about to ship. Unset, a
@@ -110,7 +116,14 @@ type HostState struct {
 	// Warnings say what of the host's ssh_config gpudispatch does not
 	// follow.
 	Warnings []string
+	// mends is set when Err is one that may mend by itself: the host did
+	// not answer (as for Retrying), or its nvidia-smi failed or hung.
+	mends bool
 }
+
+// RejoinEvery is how often a `gpus: auto` host that is down or sick at
+// start is opened again (Options.Rejoin).
+const RejoinEvery = 10 * time.Second
 
 // Lab is the hosts of a run. It runs jobs on them (it implements
 // executor.Executor) and takes in hosts added to the inventory (Update).
@@ -145,6 +158,10 @@ type Lab struct {
 	autoGPUs map[string][]int
 	// probes holds, per host, the look at its GPUs under way, if any.
 	probes probes
+	// untried holds the hosts of Start not yet settled nor found down or
+	// sick (Options.Rejoin); tried is closed once none is left.
+	untried map[string]bool
+	tried   chan struct{}
 }
 
 // openAtOnce is how many hosts are opened at once. A handshake and the
@@ -181,7 +198,13 @@ func Start(ctx context.Context, inv *inventory.Inventory, o Options) (*Lab, <-ch
 	}
 	lab := &Lab{opts: o, cfg: &sshpool.Config{}, pools: sshpool.NewPools(o.ConnectTimeout, o.Keepalive),
 		runners: map[string]Runner{}, pending: map[string]chan struct{}{}, doing: map[string]Opening{}, autoGPUs: map[string][]int{},
-		turns: make(chan struct{}, openAtOnce)}
+		turns: make(chan struct{}, openAtOnce), untried: map[string]bool{}, tried: make(chan struct{})}
+	for _, h := range inv.Hosts {
+		lab.untried[h.Name] = true
+	}
+	if len(lab.untried) == 0 {
+		close(lab.tried)
+	}
 	if err := lab.loadSSHConfig(inv); err != nil {
 		return nil, nil, err
 	}
@@ -236,15 +259,7 @@ func (l *Lab) openAll(ctx context.Context, inv *inventory.Inventory, hs []invent
 		all.Add(1)
 		l.opening.Go(func() {
 			defer all.Done()
-			var st HostState
-			var r Runner
-			select {
-			case l.turns <- struct{}{}:
-				st, r = l.open(ctx, inv, h)
-				<-l.turns
-			case <-ctx.Done():
-				st = HostState{Host: h, Err: ctx.Err()}
-			}
+			st, r := l.openUntil(ctx, inv, h)
 			l.mu.Lock()
 			if st.Err == nil || st.Retrying {
 				l.runners[h.Name] = r
@@ -257,6 +272,8 @@ func (l *Lab) openAll(ctx context.Context, inv *inventory.Inventory, hs []invent
 			l.mu.Unlock()
 			close(done)
 			settled <- st
+			// After its state is sent: one waiting on Tried finds it.
+			l.triedOnce(h.Name)
 		})
 	}
 	l.mu.Unlock()
@@ -266,6 +283,52 @@ func (l *Lab) openAll(ctx context.Context, inv *inventory.Inventory, hs []invent
 	}()
 	return settled
 }
+
+// openUntil opens h in its turn; with Options.Rejoin, a `gpus: auto` host
+// that is down or sick is opened again every RejoinEvery until it answers
+// or ctx ends, pending meanwhile, with the reason in what is being done.
+func (l *Lab) openUntil(ctx context.Context, inv *inventory.Inventory, h inventory.Host) (HostState, Runner) {
+	for {
+		var st HostState
+		var r Runner
+		select {
+		case l.turns <- struct{}{}:
+			st, r = l.open(ctx, inv, h)
+			<-l.turns
+		case <-ctx.Done():
+			return HostState{Host: h, Err: ctx.Err()}, nil
+		}
+		if !l.opts.Rejoin || !h.AutoGPUs || !st.mends || ctx.Err() != nil {
+			return st, r
+		}
+		l.step(h.Name, st.Addr, fmt.Sprintf("down or sick, tried again every %s: %v", RejoinEvery, st.Err))
+		l.triedOnce(h.Name)
+		select {
+		case <-time.After(RejoinEvery):
+		case <-ctx.Done():
+			return HostState{Host: h, Addr: st.Addr, Err: st.Err}, nil
+		}
+	}
+}
+
+// triedOnce notes that the host named name was tried once: settled, or
+// found down or sick and tried again in the background.
+func (l *Lab) triedOnce(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.untried[name] {
+		return
+	}
+	delete(l.untried, name)
+	if len(l.untried) == 0 {
+		close(l.tried)
+	}
+}
+
+// Tried is closed once every host of Start was tried once: settled, or
+// (Options.Rejoin) found down or sick and tried again in the background.
+// A caller that waits for a host to be up learns there that none is.
+func (l *Lab) Tried() <-chan struct{} { return l.tried }
 
 // Update makes inv the lab's inventory: hosts it adds are opened (at once)
 // and their states returned once all are settled; hosts it keeps keep
@@ -396,11 +459,13 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		r, login, waitUp = rem, rem.spawn, p.WaitUp
 		if st.ServerVersion = version; err != nil {
 			st.Err = err
-			// A host whose GPUs are still to be found cannot be given slots,
-			// and a name that resolves nowhere is a typo, or a name only a
-			// VPN knows: left out at once, so that its pinned jobs are
-			// rejected rather than wait for it.
+			// A host whose GPUs are still to be found cannot be given slots
+			// (Options.Rejoin opens it again later), and a name that
+			// resolves nowhere is a typo, or a name only a VPN knows: left
+			// out at once, so that its pinned jobs are rejected rather than
+			// wait for it.
 			if sshpool.Refused(err) || sshpool.NoSuchHost(err) || h.AutoGPUs {
+				st.mends = !sshpool.Refused(err) && !sshpool.NoSuchHost(err)
 				release()
 				return st, nil
 			}
@@ -469,6 +534,9 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 				st.Err = fmt.Errorf("gpus: auto: nvidia-smi lists no GPU")
 			}
 			if st.Err != nil {
+				// A driver that fails or hangs may mend; no nvidia-smi at
+				// all, or no GPU, will not.
+				st.mends = st.GPUErr != nil && !errors.Is(st.GPUErr, ErrNoNvidiaSMI)
 				release()
 				return st, nil
 			}

@@ -40,7 +40,7 @@ func newRemote(name string, p *sshpool.Pool, sup jobshell.Supervision, lockDir s
 // up its output from where it was once the host answers again (see
 // takeUp).
 func (r *Remote) Run(ctx context.Context, c executor.Command, stdout, stderr io.Writer) (int, error) {
-	code, _, err := r.takeUp(ctx, c.Tag, stdout, stderr, func() (int, time.Time, error) {
+	code, _, err := r.takeUp(ctx, c, stdout, stderr, func() (int, time.Time, error) {
 		code, err := r.shells.Run(ctx, c, stdout, stderr)
 		return code, time.Now(), err
 	})
@@ -50,7 +50,7 @@ func (r *Remote) Run(ctx context.Context, c executor.Command, stdout, stderr io.
 // Adopt implements Runner: it follows a job an earlier coordinator started
 // here, whose job shell kept its output.
 func (r *Remote) Adopt(ctx context.Context, c executor.Command, outOff, errOff int64, stdout, stderr io.Writer) (int, time.Time, error) {
-	code, end, err := r.takeUp(ctx, c.Tag, stdout, stderr, func() (int, time.Time, error) {
+	code, end, err := r.takeUp(ctx, c, stdout, stderr, func() (int, time.Time, error) {
 		return jobshell.Follow(ctx, r.spawn, c.Tag, outOff, errOff, r.supervision.Grace, stdout, stderr)
 	})
 	if errors.Is(err, executor.ErrJobLost) {
@@ -64,12 +64,25 @@ func (r *Remote) Adopt(ctx context.Context, c executor.Command, outOff, errOff i
 // to answer and follows the job from the bytes that came. A host that stays
 // silent for the lost-after time while this coordinator is awake and other
 // hosts answer is given up: the error then wraps
-// executor.ErrConnectionLost, and the job is left to Reap.
-func (r *Remote) takeUp(ctx context.Context, tag string, stdout, stderr io.Writer, first func() (int, time.Time, error)) (int, time.Time, error) {
+// executor.ErrConnectionLost, and the job is left to Reap. It tells
+// c.Progress when the job is cut off, and the job's own end when it
+// learned of it late.
+func (r *Remote) takeUp(ctx context.Context, c executor.Command, stdout, stderr io.Writer, first func() (int, time.Time, error)) (int, time.Time, error) {
+	tag := c.Tag
+	tell := func(p executor.Progress) {
+		if c.Progress != nil {
+			c.Progress(p)
+		}
+	}
 	code, end, err := first()
 	var lost *jobshell.LostError
 	quiet := r.silence.clock()
+	cut := false
 	for tag != "" && ctx.Err() == nil && errors.As(err, &lost) {
+		if !cut {
+			cut = true
+			tell(executor.Progress{CutOff: time.Now(), Why: lost.Error()})
+		}
 		if werr := quiet.waitBack(ctx, r.pool.WaitUp); werr != nil {
 			return -1, time.Now(), r.cutOff(ctx, lost)
 		}
@@ -96,6 +109,9 @@ func (r *Remote) takeUp(ctx context.Context, tag string, stdout, stderr io.Write
 	}
 	if errors.As(err, &lost) {
 		return -1, time.Now(), r.cutOff(ctx, lost)
+	}
+	if cut && err == nil {
+		tell(executor.Progress{Ended: end})
 	}
 	return code, end, err
 }

@@ -255,7 +255,7 @@ func waitingLine(answered, total int, pending []hosts.Opening) string {
 // host can be used, the run cannot start.
 func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory, dryRun bool) (*hosts.Lab, []hosts.HostState, <-chan hosts.HostState, error) {
 	opts := hostOptions(o)
-	opts.WarmCode = !dryRun
+	opts.WarmCode, opts.Rejoin = !dryRun, !dryRun
 	lab, settled, err := hosts.Start(ctx, inv, opts)
 	if err != nil {
 		return nil, nil, nil, usageError("%v", err)
@@ -264,12 +264,7 @@ func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inv
 	if dryRun {
 		states = settleAll(s, lab, inv, settled)
 	} else {
-		for st := range settled {
-			states = append(states, st)
-			if st.Err == nil {
-				break
-			}
-		}
+		states = firstUp(lab, settled)
 	}
 	var down, warnings []string
 	up := false
@@ -288,6 +283,10 @@ func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inv
 		}
 	}
 	if !up {
+		for _, p := range lab.Pending() {
+			// gpus: auto hosts down or sick, tried again in the background.
+			down = append(down, fmt.Sprintf("%s (%s): %s", p.Name, p.Addr, p.Doing))
+		}
 		lab.Close()
 		if len(states) == 1 && errors.Is(states[0].Err, hosts.ErrNoNvidiaSMI) && o.inventory == "" && o.gpus == nil {
 			return nil, nil, nil, usageError("no inventory and no nvidia-smi here: say which GPUs to use with --gpus 0,1 or describe your hosts with --inventory lab.yaml")
@@ -298,6 +297,47 @@ func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inv
 		fmt.Fprintf(s.err, "gpudispatch: warning: %s\n", w)
 	}
 	return lab, states, settled, nil
+}
+
+// firstUp returns the states of the hosts settled until one is up, or
+// until every host was tried once and none is (the rest being `gpus: auto`
+// hosts down or sick, opened again in the background).
+func firstUp(lab *hosts.Lab, settled <-chan hosts.HostState) []hosts.HostState {
+	var states []hosts.HostState
+	tried := lab.Tried()
+	for {
+		select {
+		case st, ok := <-settled:
+			if !ok {
+				return states
+			}
+			states = append(states, st)
+			if st.Err == nil {
+				return states
+			}
+		case <-tried:
+			tried = nil
+			// Those settled as the last was tried are on their way.
+			for {
+				select {
+				case st, ok := <-settled:
+					if !ok {
+						return states
+					}
+					states = append(states, st)
+					if st.Err == nil {
+						return states
+					}
+					continue
+				default:
+				}
+				break
+			}
+			if len(lab.Pending()) > 0 {
+				return states // none up: each one left is down or sick
+			}
+		}
+	}
 }
 
 func hostOptions(o labOptions) hosts.Options {

@@ -139,3 +139,96 @@ func TestSSHRealNvidiaSMIAnswers(t *testing.T) {
 		}
 	}
 }
+
+// A gpus: auto host that is down (here frozen: no greeting) or sick (its
+// nvidia-smi hangs) at start joins the run once it answers, as a host with
+// listed GPUs does: the jobs pinned to it wait for it, then run there.
+func TestSSHAutoHostRejoins(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 3, GPUs: 1})
+	down, sick := l.Hosts[0], l.Hosts[1]
+	down.Freeze()
+	sick.HangNvidiaSMI()
+	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--connect-timeout", "1s", "--probe-timeout", "1s")
+	stdin, errOut := startCmd(t, cmd)
+	io.WriteString(stdin, "@node1 echo $GPUDISPATCH_HOST\n@node2 echo $GPUDISPATCH_HOST\necho $GPUDISPATCH_HOST\n")
+	// node3's job runs first: the run did not wait for the other two.
+	waitForFile(t, filepath.Join(l.Dir, "logs", "3.out"), func(s string) bool { return s == "node3\n" })
+	down.Thaw()
+	sick.ResumeNvidiaSMI()
+	stdin.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%v\n%s", err, errOut)
+		}
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the hosts never joined:\n%s", errOut)
+	}
+	for i, want := range []string{"node1\n", "node2\n"} {
+		if got := readFile(t, filepath.Join(l.Dir, "logs", fmt.Sprint(i+1)+".out")); got != want {
+			t.Errorf("job %d printed %q, want %q", i+1, got, want)
+		}
+	}
+}
+
+// A host whose connection hangs while a job runs there is shown at once
+// (keepalives notice), not minutes later: down, unreachable since when,
+// with the jobs presumed running there, in the run's lines and in status.
+// The job runs on; once the host answers, its time is its own run time,
+// not the time the host was silent.
+func TestSSHCutOffHostShownAtOnce(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	logDir := filepath.Join(l.Dir, "logs")
+	logJournalOnFailure(t, logDir)
+	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--keepalive", "500ms", "--connect-timeout", "1s")
+	stdin, errOut := startCmd(t, cmd)
+	io.WriteString(stdin, "@node1 sleep 2; echo done\n")
+	waitJournal(t, logDir, func(ev []map[string]any) bool { return len(running(ev, "node1")) == 1 })
+	l.Hosts[0].Freeze()
+	thawed := false
+	defer func() {
+		if !thawed {
+			l.Hosts[0].Thaw()
+		}
+	}()
+	frozen := time.Now()
+	var down string
+	waitJournal(t, logDir, func(ev []map[string]any) bool {
+		for _, e := range ev {
+			if e["event"] == "host_down" && e["host"] == "node1" {
+				down, _ = e["error"].(string)
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("said down %v after the hang", time.Since(frozen).Round(time.Millisecond))
+	if !strings.Contains(down, "unreachable since ") || !strings.Contains(down, "1 job presumed running there") {
+		t.Errorf("host_down says %q, want when and the job presumed running", down)
+	}
+	if st := labRun(t, l, "", "status", "-o", "logs"); !strings.Contains(st.stdout, "presumed running") {
+		t.Errorf("status does not say the job is presumed running:\n%s", st.stdout)
+	}
+	time.Sleep(4 * time.Second) // the job ends there meanwhile
+	l.Hosts[0].Thaw()
+	thawed = true
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v\n%s", err, errOut)
+	}
+	for _, e := range journal(t, logDir) {
+		if e["event"] != "finished" {
+			continue
+		}
+		start, _ := time.Parse(time.RFC3339Nano, e["start"].(string))
+		end, _ := time.Parse(time.RFC3339Nano, e["end"].(string))
+		if took := end.Sub(start); took > 4*time.Second {
+			t.Errorf("the job took %v by the journal, want its own ~2s, not the host's silence", took)
+		}
+	}
+}

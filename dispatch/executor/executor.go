@@ -186,6 +186,15 @@ type Progress struct {
 	// Started is when the batch system started the job, when it says so
 	// (zero: take the time Progress is told).
 	Started time.Time
+	// CutOff, when set, is when the job's connection to its machine was
+	// cut: the job is presumed running there while Run waits for the
+	// machine to answer (Why says how it was cut; the machine's WaitUp
+	// says when it answers). Ended, when set, is when the job ended where
+	// it ran, told by a Run that learned of the end late (after a cut):
+	// its run time is its own, not the time the machine was silent.
+	CutOff time.Time
+	Why    string
+	Ended  time.Time
 }
 
 // GPULock is a run's hold on one GPU of a host: while it is held, other
