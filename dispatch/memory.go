@@ -264,8 +264,9 @@ func (r *run) memAnswered(a memAnswer) {
 		h.memAsk = memUnasked
 		r.hostDown(h, a.err)
 		return
-	case errors.Is(a.err, executor.ErrProbeTimeout):
-		// Sick, perhaps for a while: asked again after the recheck time.
+	case a.err != nil && !errors.Is(a.err, executor.ErrNoNvidiaSMI):
+		// Sick (nvidia-smi hangs or fails), perhaps for a while: asked
+		// again after the recheck time.
 		h.memAsk = memKnown
 		if h.memErr == "" {
 			r.record(r.hostWarning(h, fmt.Errorf("jobs that declare their GPU memory (mem=) do not go there until its nvidia-smi answers (asked again every %s): %w", r.opts.Recheck, a.err)))
@@ -279,6 +280,7 @@ func (r *run) memAnswered(a memAnswer) {
 		})
 		return
 	case a.err != nil:
+		// No nvidia-smi there: it will never say.
 		h.memAsk, h.memErr, h.memNever = memKnown, a.err.Error(), true
 		r.record(r.hostWarning(h, fmt.Errorf("cannot tell its GPUs' memory, so jobs that declare theirs (mem=) do not go there; set memory_mb: in its inventory entry: %w", a.err)))
 	default:

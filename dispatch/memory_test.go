@@ -1,7 +1,6 @@
 package dispatch
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -138,7 +137,7 @@ func TestMemoryAndSlots(t *testing.T) {
 	f.inv.Hosts[0].MemoryMB = 40 * 1024
 	f.inv.Hosts[0].MaxPerGPU = 2
 	f.inv.Hosts[0].MemMB = 5 * 1024
-	f.probeErr = map[string]error{"a": errors.New("nvidia-smi: command not found")}
+	f.probeErr = map[string]error{"a": fmt.Errorf("a: %w", executor.ErrNoNvidiaSMI)}
 	dir := t.TempDir()
 	input := strings.Repeat("sleep 30ms\n", 6) + "[gpus=2 mem=30G] sleep 1ms\n"
 	_, s := runJobsWith(t, f, Options{Inventory: f.inv, Executor: f, LogDir: dir}, input)
@@ -158,7 +157,7 @@ func TestMemoryUnknown(t *testing.T) {
 	inv := lab("a:0 b:0")
 	f := newFakeExec(inv)
 	f.usage["a"] = nil
-	f.probeErr = map[string]error{"a": errors.New("nvidia-smi: command not found")}
+	f.probeErr = map[string]error{"a": fmt.Errorf("a: %w", executor.ErrNoNvidiaSMI)}
 	dir := t.TempDir()
 	_, s := runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: dir}, "[mem=1G] sleep 10ms\n[mem=1G] sleep 10ms\n")
 	if !s.Succeeded() {
@@ -193,26 +192,29 @@ func TestMemoryHostDown(t *testing.T) {
 	}
 }
 
-// A host whose nvidia-smi does not answer in time is asked again after
-// the recheck time, and takes the job once it answers.
+// A host whose nvidia-smi does not answer in time, or fails (a driver in
+// a bad state), is asked again after the recheck time, and takes the job
+// once it answers: only a host with no nvidia-smi at all never will.
 func TestMemoryProbeTimeout(t *testing.T) {
 	t.Parallel()
-	f := memLab()
-	f.mu.Lock()
-	f.probeErr = map[string]error{"a": fmt.Errorf("a: %w", executor.ErrProbeTimeout)}
-	f.mu.Unlock()
-	time.AfterFunc(150*time.Millisecond, func() {
+	for _, sick := range []error{fmt.Errorf("a: %w", executor.ErrProbeTimeout), fmt.Errorf("nvidia-smi (exit status 255): Failed to initialize NVML: Unknown Error")} {
+		f := memLab()
 		f.mu.Lock()
-		f.probeErr = nil
+		f.probeErr = map[string]error{"a": sick}
 		f.mu.Unlock()
-	})
-	dir := t.TempDir()
-	_, s := runJobsWith(t, f, Options{Inventory: f.inv, Executor: f, LogDir: dir, Recheck: 50 * time.Millisecond}, "[mem=10G] exit 0\n")
-	if !s.Succeeded() {
-		t.Errorf("%+v", s)
-	}
-	if warned := warnings(t, dir, "", "until its nvidia-smi answers"); warned != 1 {
-		t.Errorf("%d warnings of a's nvidia-smi; want 1", warned)
+		time.AfterFunc(150*time.Millisecond, func() {
+			f.mu.Lock()
+			f.probeErr = nil
+			f.mu.Unlock()
+		})
+		dir := t.TempDir()
+		_, s := runJobsWith(t, f, Options{Inventory: f.inv, Executor: f, LogDir: dir, Recheck: 50 * time.Millisecond}, "[mem=10G] exit 0\n")
+		if !s.Succeeded() {
+			t.Errorf("%v: %+v", sick, s)
+		}
+		if warned := warnings(t, dir, "", "until its nvidia-smi answers"); warned != 1 {
+			t.Errorf("%v: %d warnings of a's nvidia-smi; want 1", sick, warned)
+		}
 	}
 }
 
@@ -222,7 +224,7 @@ func TestMemoryProbeTimeout(t *testing.T) {
 func TestMemoryNowhere(t *testing.T) {
 	t.Parallel()
 	f := memLab()
-	f.probeErr = map[string]error{"a": errors.New("nvidia-smi: command not found")}
+	f.probeErr = map[string]error{"a": fmt.Errorf("a: %w", executor.ErrNoNvidiaSMI)}
 	dir := t.TempDir()
 	_, s := runJobsWith(t, f, Options{Inventory: f.inv, Executor: f, LogDir: dir}, "[name=m mem=1G] exit 0\n[name=plain] exit 0\n")
 	final, _ := byJob(readJournal(t, dir))
