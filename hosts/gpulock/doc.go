@@ -3,10 +3,11 @@
 //
 // A machine's Lockers start one lock holder (lock.sh) per run, over an SSH
 // session or locally (package spawn), when the run asks for its first GPU
-// there. The holder finds the GPUs' UUIDs through the login shell's
-// nvidia-smi once, and when told "lock N" takes an exclusive flock on its
-// user's lock directory of the GPU (named by its UUID, else index-N) in the
-// lock dir, answering on its stdout; "release N" lets go at once. One holder
+// there. The holder finds the GPUs' UUIDs in the driver's /proc files
+// (the same whether or not nvidia-smi answers), else through the login
+// shell's nvidia-smi once, and when told "lock N" takes an exclusive flock
+// on its user's lock directory of the GPU (named by its UUID, else
+// index-N) in the lock dir, answering on its stdout; "release N" lets go at once. One holder
 // per machine, not per GPU, costs the machine one session, one bash and one
 // nvidia-smi, and a flock(1) per GPU.
 //

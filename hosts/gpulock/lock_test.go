@@ -401,3 +401,38 @@ func TestLockFreedIsSaid(t *testing.T) {
 	}
 	b.Release()
 }
+
+// A GPU's lock has the same name whether or not nvidia-smi answers: the
+// driver's UUID of the GPU at that index in bus order, read from /proc
+// (here a copy of its layout); nvidia-smi's lines, then the index, only
+// where the driver says nothing.
+func TestLockKeyStable(t *testing.T) {
+	t.Parallel()
+	proc := t.TempDir()
+	for bus, uuid := range map[string]string{"0000:34:00.0": "GPU-bbbb", "0000:1a:00.0": "GPU-aaaa", "0000:b1:00.0": "GPU-cccc"} {
+		dir := filepath.Join(proc, "gpus", bus)
+		os.MkdirAll(dir, 0o755)
+		info := "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 130\nGPU UUID: \t GPU-" + strings.TrimPrefix(uuid, "GPU-") + "\nBus Location: \t " + bus + "\n"
+		os.WriteFile(filepath.Join(dir, "information"), []byte(info), 0o444)
+	}
+	smi := "0, GPU-from-smi-0\n1, GPU-from-smi-1\n"
+	tests := []struct {
+		name, proc, smi string
+		gpu             int
+		want            string
+	}{
+		{"the driver's, nvidia-smi answering", proc, smi, 1, "GPU-bbbb"},
+		{"the driver's, nvidia-smi silent", proc, "", 1, "GPU-bbbb"},
+		{"the driver's, in bus order", proc, "", 2, "GPU-cccc"},
+		{"no driver: nvidia-smi's", filepath.Join(proc, "none"), smi, 0, "GPU-from-smi-0"},
+		{"no driver, no nvidia-smi: the index", filepath.Join(proc, "none"), "", 3, "index-3"},
+	}
+	for _, tt := range tests {
+		cmd := exec.Command("bash", "-c", lockfsScript+"\nlock_key \"$1\" \"$2\"; printf %s \"$key\"", "bash", strconv.Itoa(tt.gpu), tt.smi)
+		cmd.Env = append(os.Environ(), "GPUDISPATCH_NVIDIA_PROC="+tt.proc)
+		out, err := cmd.Output()
+		if err != nil || string(out) != tt.want {
+			t.Errorf("%s: key %q, %v; want %q", tt.name, out, err, tt.want)
+		}
+	}
+}

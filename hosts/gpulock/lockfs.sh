@@ -17,21 +17,45 @@
 
 # shellcheck disable=SC2154,SC2034 # holder is set by the script sent after this one; key, pdir, lfd and why are set for it
 
-# lock_key GPU INDEX_UUID_LINES sets key to the name of GPU's lock: its UUID
-# from nvidia-smi's "index, uuid" lines, else index-GPU, with anything but
-# letters, digits, '.', '_' and '-' made '_'. It starts no process: a lock
-# costs the machine one flock(1).
+# lock_key GPU INDEX_UUID_LINES sets key to the name of GPU's lock: the
+# UUID the driver gives its GPU-th GPU in bus order (the index nvidia-smi
+# gives it, and CUDA with CUDA_DEVICE_ORDER=PCI_BUS_ID), from
+# /proc/driver/nvidia/gpus/BUS/information ($GPUDISPATCH_NVIDIA_PROC for
+# tests), so that a GPU's lock has the same name whether or not nvidia-smi
+# answers (a driver in a bad state, a GPU fallen off the bus); else its
+# UUID from nvidia-smi's "index, uuid" lines; else index-GPU; with anything
+# but letters, digits, '.', '_' and '-' made '_'. It starts no process: a
+# lock costs the machine one flock(1).
 lock_key() {
   key=index-$1
-  local i uuid rest
-  while IFS=', ' read -r i uuid rest; do
-    if [ "$i" = "$1" ] && [ -n "$uuid" ]; then
-      key=$uuid
+  local i uuid='' rest f line n=0 LC_COLLATE=C
+  for f in "${GPUDISPATCH_NVIDIA_PROC:-/proc/driver/nvidia}"/gpus/*/information; do
+    [ -r "$f" ] || continue
+    if [ "$n" = "$1" ]; then
+      while IFS= read -r line; do
+        case $line in "GPU UUID:"*)
+          uuid=${line#GPU UUID:}
+          uuid=${uuid//[[:space:]]/}
+          ;;
+        esac
+      done <"$f"
       break
     fi
-  done <<END
+    n=$((n + 1))
+  done
+  case $uuid in GPU-*) ;; *) uuid= ;; esac
+  if [ -n "$uuid" ]; then
+    key=$uuid
+  else
+    while IFS=', ' read -r i uuid rest; do
+      if [ "$i" = "$1" ] && [ -n "$uuid" ]; then
+        key=$uuid
+        break
+      fi
+    done <<END
 $2
 END
+  fi
   key=${key//[!A-Za-z0-9._-]/_}
 }
 
