@@ -115,7 +115,8 @@
 // Between being placed and being started, a job may have a claim to settle
 // (claim.go): the lock of each of its GPUs that this run does not hold yet
 // (Executor.LockGPU), and under SkipBusy a look at nvidia-smi for
-// each of its GPUs where no other job of this run is. The slots are taken
+// each of its GPUs where no other job of this run is yet (not vetted):
+// jobs placed on a GPU together are checked once. The slots are taken
 // first and the GPUs are marked claiming, so the scheduler puts nothing
 // else on them meanwhile; the claim is settled by a goroutine and handed
 // back to the loop. A GPU that turned out locked by another run, or busy
@@ -124,6 +125,11 @@
 // run has a job on its GPU: it is let go of after a scheduling pass that
 // left the GPU empty, and every lock is let go of before Run returns. A
 // lock lost with its holder is simply taken again by the next job there.
+//
+// What others use on each GPU is known before a job is placed there
+// (usage.go): a look at each host as it becomes usable, renewed every
+// Options.Recheck; idle GPUs go first, and a GPU others use is taken only
+// when no idle one may be, and, under SkipBusy, never.
 //
 // # Inventory edits
 //

@@ -304,34 +304,32 @@ func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inv
 // hosts down or sick, opened again in the background).
 func firstUp(lab *hosts.Lab, settled <-chan hosts.HostState) []hosts.HostState {
 	var states []hosts.HostState
+	// got takes one state off settled, and reports whether the wait is over.
+	got := func(st hosts.HostState, ok bool) bool {
+		if ok {
+			states = append(states, st)
+		}
+		return !ok || st.Err == nil
+	}
 	tried := lab.Tried()
 	for {
 		select {
 		case st, ok := <-settled:
-			if !ok {
-				return states
-			}
-			states = append(states, st)
-			if st.Err == nil {
+			if got(st, ok) {
 				return states
 			}
 		case <-tried:
 			tried = nil
 			// Those settled as the last was tried are on their way.
-			for {
+			for drained := false; !drained; {
 				select {
 				case st, ok := <-settled:
-					if !ok {
+					if got(st, ok) {
 						return states
 					}
-					states = append(states, st)
-					if st.Err == nil {
-						return states
-					}
-					continue
 				default:
+					drained = true
 				}
-				break
 			}
 			if len(lab.Pending()) > 0 {
 				return states // none up: each one left is down or sick
