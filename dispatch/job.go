@@ -51,6 +51,14 @@ type Job struct {
 	// MemMB is the GPU memory (MiB) the job declares it needs on each of
 	// its GPUs ([mem=]; 0: its host's mem:, else none, and it takes a slot).
 	MemMB int
+	// Models, VRAMMB and Tags say what kind of GPU the job needs
+	// ([model=A100|H100], [vram=40G], [tags=nvlink,ib]): one whose name
+	// nvidia-smi gives contains one of Models (any case), with at least
+	// VRAMMB MiB of memory, on a host with every one of Tags. nil and 0:
+	// any.
+	Models []string
+	VRAMMB int
+	Tags   []string
 	// After and AfterAny are the jobs this one waits for, as written
 	// (numbers, names, globs over names): until each succeeded, or each
 	// ended whatever its outcome.

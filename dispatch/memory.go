@@ -133,7 +133,7 @@ func (t *slotTable) holdMemory(j *Job, hd held) bool {
 		}
 		var gs []*gpu
 		for _, g := range h.gpus {
-			if g.cap > 0 && g.budget() >= mem && (j.GPU < 0 || g.id == j.GPU) {
+			if g.cap > 0 && g.budget() >= mem && (j.GPU < 0 || g.id == j.GPU) && g.suits(j) {
 				gs = append(gs, g)
 			}
 		}
@@ -159,7 +159,7 @@ func (t *slotTable) holdMemory(j *Job, hd held) bool {
 func (t *slotTable) checkMemory(j *Job) error {
 	largest, mem, mute := -1, 0, 0
 	for _, h := range t.candidates(j) {
-		if h.removed || !h.fits(j) {
+		if h.removed || !h.fits(j) || !h.tagged(j) {
 			continue
 		}
 		m := h.memOf(j)
@@ -173,7 +173,7 @@ func (t *slotTable) checkMemory(j *Job) error {
 		}
 		var budgets []int
 		for _, g := range h.gpus {
-			if g.cap == 0 || j.GPU >= 0 && g.id != j.GPU {
+			if g.cap == 0 || j.GPU >= 0 && g.id != j.GPU || !g.suits(j) {
 				continue
 			}
 			if g.budget() < 0 && g.memUnknown {

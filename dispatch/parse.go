@@ -376,6 +376,28 @@ func parseOptions(j *Job, words []string) error {
 				return fmt.Errorf("[%s]: %w", w, err)
 			}
 			j.MemMB = mb
+		case "model":
+			j.Models = nil
+			for _, m := range strings.Split(val, "|") {
+				if m = strings.TrimSpace(m); m == "" || strings.ContainsAny(m, ",[]") {
+					return fmt.Errorf("[%s]: want GPU models as nvidia-smi names them, or a part of the name, separated by | (model=A100|H100, model=\"RTX 4090\")", w)
+				}
+				j.Models = append(j.Models, m)
+			}
+		case "vram":
+			mb, err := inventory.ParseMem(val)
+			if err != nil {
+				return fmt.Errorf("[%s]: %w", w, err)
+			}
+			j.VRAMMB = mb
+		case "tags":
+			j.Tags = nil
+			for _, tag := range strings.Split(val, ",") {
+				if !inventory.ValidTag(tag) {
+					return fmt.Errorf("[%s]: want tags (letters, digits, '.', '_' and '-') separated by commas", w)
+				}
+				j.Tags = append(j.Tags, tag)
+			}
 		case "after", "after_any":
 			var ids []string
 			for _, id := range strings.Split(val, ",") {
@@ -413,7 +435,7 @@ func parseOptions(j *Job, words []string) error {
 }
 
 // optionNames are the keys a [key=value ...] prefix knows.
-var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer", "conda", "return", "after", "after_any", "mem"}
+var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer", "conda", "return", "after", "after_any", "mem", "model", "vram", "tags"}
 
 // depIDRE is the form of an ID of after= and after_any=: a number, a name,
 // or a glob over names.

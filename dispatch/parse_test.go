@@ -128,7 +128,7 @@ func TestParseRejects(t *testing.T) {
 		{"[prefer=:1] x", `cmds.txt:1: [prefer=:1]: want prefer=HOST or prefer=HOST:GPU`, 1},
 		{"[prefer=n1:a] x", `cmds.txt:1: [prefer=n1:a]: GPU "a" is not a GPU id (0, 1, ...)`, 1},
 		{"\n[gpus=0] x", `cmds.txt:2: [gpus=0]: want a number of GPUs from 1 to 1024`, 2},
-		{"[colour=red] x", `cmds.txt:1: [colour=red]: unknown option "colour" (known: host, gpu, gpus, name, timeout, priority, prefer, conda, return, after, after_any, mem)`, 1},
+		{"[colour=red] x", `cmds.txt:1: [colour=red]: unknown option "colour" (known: host, gpu, gpus, name, timeout, priority, prefer, conda, return, after, after_any, mem, model, vram, tags)`, 1},
 		{"[gpu=1 gpus=2 host=a] x", `cmds.txt:1: gpu=1 and gpus=2: pin one GPU or ask for several, not both`, 1},
 		{"[name=../x] x", `cmds.txt:1: [name=../x]: a name is letters, digits, '.', '_' and '-', not starting with '.' (it names the log files)`, 1},
 		{"[name=12] x", `cmds.txt:1: [name=12]: a name must not be a number, nor end in .N for a number N from 2 (ID.N.out is attempt N of job ID): write job12 for instance`, 1},
@@ -241,6 +241,39 @@ func TestNoJobs(t *testing.T) {
 	} {
 		if got, err := NoJobs(strings.NewReader(tc.in)); err != nil || got != tc.want {
 			t.Errorf("NoJobs(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// model=, vram= and tags= say what kind of GPU a job needs.
+func TestParseGPUKind(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		input   string
+		models  []string
+		vramMB  int
+		tags    []string
+		wantErr string
+	}{
+		{input: "[model=A100|H100] x", models: []string{"A100", "H100"}},
+		{input: `[model="RTX 4090"] x`, models: []string{"RTX 4090"}},
+		{input: "[vram=40G tags=nvlink,ib] x", vramMB: 40 * 1024, tags: []string{"nvlink", "ib"}},
+		{input: "[model=] x", wantErr: "[model=]: want GPU models"},
+		{input: "[model=A100||H100] x", wantErr: "want GPU models"},
+		{input: "[vram=lots] x", wantErr: "[vram=lots]:"},
+		{input: "[tags=a,,b] x", wantErr: "[tags=a,,b]: want tags"},
+		{input: "[tags=nv/link] x", wantErr: "want tags"},
+	}
+	for _, tt := range tests {
+		jobs, rejected := parseAll(t, tt.input+"\n")
+		if tt.wantErr != "" {
+			if len(rejected) != 1 || !strings.Contains(rejected[0].Error(), tt.wantErr) {
+				t.Errorf("%q: rejected %v, want %q", tt.input, rejected, tt.wantErr)
+			}
+			continue
+		}
+		if len(jobs) != 1 || !reflect.DeepEqual(jobs[0].Models, tt.models) || jobs[0].VRAMMB != tt.vramMB || !reflect.DeepEqual(jobs[0].Tags, tt.tags) {
+			t.Errorf("%q: %+v, rejected %v", tt.input, jobs, rejected)
 		}
 	}
 }

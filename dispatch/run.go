@@ -614,6 +614,10 @@ func (r *run) admissible(j *Job) (final bool, err error) {
 		r.memWanted, r.memLook = true, true
 	}
 	err = cmp.Or(r.sched.table.check(j), r.sched.table.checkPrefer(j), r.sched.table.checkMemory(j))
+	if err == nil {
+		// What kind of GPU it needs: known once every host has answered.
+		return r.sched.table.checkKind(j)
+	}
 	return err == nil || !r.sched.table.anyOpening(), err
 }
 

@@ -297,7 +297,8 @@ func TestPrefer(t *testing.T) {
 }
 
 // FuzzNoJobWaitsForever drives the scheduler with jobs of every kind (pins,
-// several GPUs, priorities, preferences) arriving between random ends of
+// several GPUs, priorities, preferences, memory, GPU models and sizes,
+// tags) arriving between random ends of
 // running jobs. Whatever the order, a pass that leaves jobs waiting while
 // nothing runs is a job waiting forever, and once input ends every job
 // must have started.
@@ -323,7 +324,20 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 			inv.Hosts[i].ReserveMB = 1024
 			inv.Hosts[i].MaxPerGPU = rng.IntN(3)
 		}
+		models := []string{"NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3", "NVIDIA GeForce RTX 4090"}
+		tags := []string{"nvlink", "ib"}
+		for i := range inv.Hosts {
+			if rng.IntN(2) == 0 {
+				inv.Hosts[i].Tags = []string{tags[rng.IntN(len(tags))]}
+			}
+		}
 		s := &scheduler{table: newSlotTable(inv)}
+		// What the looks say of each GPU (kind.go): mixed models and sizes.
+		for _, h := range s.table.hosts {
+			for _, g := range h.gpus {
+				g.model, g.vramMB = models[rng.IntN(len(models))], []int{24576, 81920}[rng.IntN(2)]
+			}
+		}
 		var running []assignment
 		started := map[int]bool{}
 		admitted := 0
@@ -347,9 +361,20 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 				if rng.IntN(3) == 0 {
 					j.MemMB = 1024 * (1 + rng.IntN(40))
 				}
+				switch rng.IntN(6) {
+				case 0:
+					j.Models = []string{[]string{"a100", "H100", "4090", "H200"}[rng.IntN(4)]}
+				case 1:
+					j.VRAMMB = []int{16384, 40960, 90000}[rng.IntN(3)]
+				case 2:
+					j.Tags = []string{[]string{"nvlink", "ib", "fast"}[rng.IntN(3)]}
+				}
 				seq++
 				if s.table.check(j) != nil || s.table.checkPrefer(j) != nil || s.table.checkMemory(j) != nil {
 					continue // rejected as it arrives
+				}
+				if _, err := s.table.checkKind(j); err != nil {
+					continue // no GPU of the lab is of its kind
 				}
 				s.add(&queued{job: j})
 				admitted++
@@ -361,6 +386,11 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 			for _, a := range s.next() {
 				if started[a.q.job.Seq] {
 					t.Fatalf("job %d started twice", a.q.job.Seq)
+				}
+				for _, g := range a.p.gpus {
+					if !g.suits(a.q.job) || !a.p.host.tagged(a.q.job) {
+						t.Fatalf("job %+v placed on %s:%d, a %s of %d MiB with tags %v", *a.q.job, a.p.host.host.Name, g.id, g.model, g.vramMB, a.p.host.host.Tags)
+					}
 				}
 				started[a.q.job.Seq] = true
 				running = append(running, a)

@@ -41,6 +41,10 @@ type gpu struct {
 	// shunned is set while SkipBusy keeps jobs off it for that.
 	others  string
 	shunned bool
+	// model and vramMB are what the looks say the GPU is (kind.go): its
+	// name and its memory ("" and 0: not said).
+	model  string
+	vramMB int
 	// listed is the slots the inventory gives the GPU; absent is set while
 	// the host's nvidia-smi does not list it: it then has none (cap 0).
 	listed int
@@ -108,10 +112,12 @@ type hostSlots struct {
 	memErr   string
 	memNever bool
 	// watched is set once the run looks at what others use on its GPUs
-	// (usage.go), and unseen until the first look answered; lookNow has
-	// the next look made at once; lookErr is why the last look failed.
+	// (usage.go), and unseen until the first look answered; looked once a
+	// look answered; lookNow has the next look made at once; lookErr is
+	// why the last look failed.
 	watched bool
 	unseen  bool
+	looked  bool
 	lookNow chan struct{}
 	lookErr string
 }
@@ -457,7 +463,7 @@ func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 	var gs []*gpu
 	mem := h.memOf(j)
 	for _, g := range h.gpus {
-		if (j.GPU < 0 || g.id == j.GPU) && g.open() && t.takes(g, mem, hd) {
+		if (j.GPU < 0 || g.id == j.GPU) && g.open() && t.takes(g, mem, hd) && g.suits(j) {
 			gs = append(gs, g)
 		}
 	}

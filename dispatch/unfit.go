@@ -42,7 +42,7 @@ func (h *hostSlots) keyFor(j *Job) string {
 }
 
 // usable reports whether h may be given j now (its slots aside).
-func (h *hostSlots) usable(j *Job) bool { return !h.down && h.unfitFor(j) == "" }
+func (h *hostSlots) usable(j *Job) bool { return !h.down && h.unfitFor(j) == "" && h.tagged(j) }
 
 // unfitExpiry is the time for a host to try a Prelude again.
 type unfitExpiry struct {

@@ -94,7 +94,7 @@ func (r *run) usageSeen(a usageAnswer) {
 	}
 	switch {
 	case a.err == nil:
-		h.lookErr = ""
+		h.lookErr, h.looked = "", true
 	case errors.Is(a.err, executor.ErrNoNvidiaSMI):
 		// GPUs listed by hand (or pretend ones): nothing to say.
 	case h.lookErr != a.err.Error():
@@ -111,9 +111,20 @@ func (r *run) usageSeen(a usageAnswer) {
 		}
 		seen[info.Index] = info
 	}
+	first := h.unseen
 	r.sched.table.setUnseen(h, false)
+	for id, info := range seen {
+		if g := h.byID[id]; g != nil {
+			g.model, g.vramMB = info.Name, max(info.MemoryTotalMB, 0)
+		}
+	}
 	if a.err == nil && len(a.gpus) > 0 {
 		r.absentGPUs(h, seen, lost)
+	}
+	if first {
+		// What its GPUs are is known now: a job no GPU of the lab suits
+		// may be known so too.
+		r.rejectUnsuited()
 	}
 	for _, g := range h.gpus {
 		r.sched.table.setBlocked(g, func() {
@@ -224,13 +235,19 @@ func (r *run) absentGPUs(h *hostSlots, seen map[int]executor.GPU, lost map[int]s
 			r.record(r.hostWarning(h, fmt.Errorf("GPU %d is in the inventory, but nvidia-smi there does not list it (it lists %s): it is left out, and jobs pinned to it are rejected", g.id, h.listed(seen))))
 		}
 	}
-	if !changed {
-		return
+	if changed {
+		r.rejectUnsuited()
 	}
+}
+
+// rejectUnsuited rejects the waiting jobs that no host can now ever run,
+// with the reason (a GPU left out, no GPU of the kind a job needs).
+func (r *run) rejectUnsuited() {
 	why := map[*queued]error{}
 	for _, q := range r.sched.dropIf(func(q *queued) bool {
-		why[q] = t.check(q.job)
-		return why[q] != nil
+		final, err := r.admissible(q.job)
+		why[q] = err
+		return err != nil && final
 	}) {
 		e := r.event(EventRejected, q.job, q.attempts)
 		e.Error = why[q].Error()

@@ -55,6 +55,9 @@ func WriteTable(w io.Writer, states []HostState, busyMB int, o TableOptions) err
 		if st.Err != nil {
 			t.note(st.Err.Error())
 		}
+		if len(st.Host.Tags) > 0 {
+			t.note("tags: " + strings.Join(st.Host.Tags, ", "))
+		}
 		for _, w := range st.Warnings {
 			t.note("warning: " + w)
 		}

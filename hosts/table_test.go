@@ -16,8 +16,8 @@ import (
 func TestWriteTable(t *testing.T) {
 	t.Parallel()
 	states := []HostState{
-		{Host: inventory.Host{Name: "node1", GPUs: []int{0}, SlotsPerGPU: 1}, Addr: "alice@10.0.0.11:22", ServerVersion: "SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3",
-			GPUs: []executor.GPU{{Index: 0, Name: "NVIDIA A100", UUID: "GPU-5d1c2c4e-1f1e-7a2b-9b1d-3f5e6a7b8c9d", MemoryTotalMB: 81920}}},
+		{Host: inventory.Host{Name: "node1", GPUs: []int{0}, SlotsPerGPU: 1, Tags: []string{"ib", "nvlink"}}, Addr: "alice@10.0.0.11:22", ServerVersion: "SSH-2.0-OpenSSH_9.2p1 Debian-2+deb12u3",
+			GPUs: []executor.GPU{{Index: 0, Name: "NVIDIA A100", UUID: "GPU-5d1c2c4e-1f1e-7a2b-9b1d-3f5e6a7b8c9d", MemoryTotalMB: 81920, MemoryUsedMB: -1, Utilization: 3}}},
 		{Host: inventory.Host{Name: "node2", GPUs: []int{0, 1}, SlotsPerGPU: 1}, Addr: "alice@10.0.0.12:22", Retrying: true,
 			Err: errors.New("no SSH greeting from 10.0.0.12:22 within 10s (--connect-timeout): the host hangs, a firewall drops the packets, or what listens there is not an SSH server")},
 	}
@@ -29,7 +29,7 @@ func TestWriteTable(t *testing.T) {
 		maxWidth int
 	}{
 		{"a terminal", TableOptions{Width: 80},
-			[]string{"node2  alice@10.0.0.12:22  down", "    no SSH greeting from 10.0.0.12:22 within 10s", "1 slot  free"},
+			[]string{"node2  alice@10.0.0.12:22  down", "    no SSH greeting from 10.0.0.12:22 within 10s", "1 slot  free", "    tags: ib, nvlink", "NVIDIA A100  ?/81920 MiB, 3%"},
 			[]string{"OpenSSH", "GPU-5d1c"}, 80},
 		{"verbose, piped", TableOptions{Verbose: true},
 			[]string{"SSH-2.0-OpenSSH_9.2p1", "GPU-5d1c2c4e-1f1e-7a2b-9b1d-3f5e6a7b8c9d", "what listens there is not an SSH server"}, nil, 0},

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -199,6 +200,7 @@ type settings struct {
 	// then clears the defaults' env.
 	condaSet, venvSet bool
 	modules           []string
+	tags              []string
 	returns           []string
 	shell             string
 	env               map[string]string
@@ -226,6 +228,7 @@ func (c *checker) settingsFields(s *settings) map[string]func(string, *node) {
 		"conda":         c.given(c.str(&s.conda), &s.condaSet),
 		"venv":          c.given(c.str(&s.venv), &s.venvSet),
 		"modules":       c.modules(&s.modules),
+		"tags":          c.tags(&s.tags),
 		"return":        c.returns(&s.returns),
 		"shell":         c.oneOf(&s.shell, ShellLogin, ShellInteractive),
 		"env":           c.env(&s.env),
@@ -239,6 +242,32 @@ func (c *checker) given(set func(string, *node), was *bool) func(string, *node) 
 		set(key, v)
 	}
 }
+
+// tags accepts a list of tags (nvlink, a100-80g): letters, digits and
+// ._- , as a job's tags= names them.
+func (c *checker) tags(dst *[]string) func(string, *node) {
+	return func(key string, v *node) {
+		if !v.isSeq {
+			c.fail(v, key, "want a list of tags ([nvlink, ib]), got %s", v.describe())
+			return
+		}
+		*dst = []string{}
+		for i, item := range v.items {
+			k := fmt.Sprintf("%s[%d]", key, i)
+			if item.isMap || item.isSeq || item.typ == tNull || !ValidTag(item.text) {
+				c.fail(item, k, "want a tag (letters, digits, '.', '_' and '-'), got %s", item.describe())
+				continue
+			}
+			*dst = append(*dst, item.text)
+		}
+	}
+}
+
+// tagRE is a tag's form.
+var tagRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
+
+// ValidTag reports whether t is a tag a host may have and a job ask for.
+func ValidTag(t string) bool { return len(t) <= 64 && tagRE.MatchString(t) }
 
 // modules accepts a list of module names ("cuda/12.1").
 func (c *checker) modules(dst *[]string) func(string, *node) {
@@ -514,6 +543,8 @@ func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 		}
 	}
 	h.MaxPerGPU = cmp.Or(s.maxPerGPU, defaults.maxPerGPU)
+	// A host's tags add to the defaults'.
+	h.Tags = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(defaults.tags), s.tags...))))
 	h.SlotsPerGPU = max(s.slotsPerGPU, 0)
 	if h.SlotsPerGPU == 0 {
 		h.SlotsPerGPU = max(defaults.slotsPerGPU, 1)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,6 +202,29 @@ func TestLoadSync(t *testing.T) {
 	for i, want := range []string{filepath.Join(dir, "proj"), "/abs/other", filepath.Join(dir, "proj")} {
 		if got := inv.Hosts[i].Sync; got != want {
 			t.Errorf("host %s: sync %q, want %q", inv.Hosts[i].Name, got, want)
+		}
+	}
+}
+
+// tags: a host's add to the defaults', sorted, each once; a tag is
+// letters, digits, '.', '_' and '-'.
+func TestLoadTags(t *testing.T) {
+	t.Parallel()
+	inv, err := Parse("lab.yaml", []byte(`defaults: {tags: [ib]}
+hosts:
+  - {name: a, gpus: 1, tags: [nvlink, ib]}
+  - {name: b, gpus: 1}
+`), "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := inv.Hosts[0].Tags, inv.Hosts[1].Tags; !slices.Equal(a, []string{"ib", "nvlink"}) || !slices.Equal(b, []string{"ib"}) {
+		t.Errorf("tags a %v, b %v", a, b)
+	}
+	for _, bad := range []string{"tags: nvlink", "tags: [nv/link]", "tags: [[a]]"} {
+		_, err := Parse("lab.yaml", []byte("hosts:\n  - {name: a, gpus: 1, "+bad+"}\n"), "yaml")
+		if err == nil || !strings.Contains(err.Error(), "hosts[0].tags") {
+			t.Errorf("%s: %v, want the key named", bad, err)
 		}
 	}
 }

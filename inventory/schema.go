@@ -57,7 +57,10 @@ type Host struct {
 	AutoGPUs bool
 	// SlotsPerGPU is how many jobs share each listed GPU.
 	SlotsPerGPU int
-	Workdir     string
+	// Tags are the host's tags (its own and the defaults', sorted): a job
+	// with tags= goes only to hosts that have all of its.
+	Tags    []string
+	Workdir string
 	// Sync is a directory of this machine (absolute) whose snapshot, taken
 	// as the run starts, is the jobs' workdir on the host.
 	Sync string

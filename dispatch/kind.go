@@ -1,0 +1,137 @@
+package dispatch
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// The kind of GPU a job needs. A job may say what GPU it needs: a model
+// ([model=A100|H100]: the name nvidia-smi gives contains one of them, in
+// any case), at least some memory ([vram=40G]), and tags its host must
+// have ([tags=nvlink]: the inventory's tags:). What a GPU is comes from the
+// run's looks at its host (usage.go): until its host's first look answers,
+// no job goes there, and a job that needs a model or memory does not go
+// to a GPU whose name or memory nvidia-smi did not give. A Slurm cluster
+// cannot say what its GPUs are here: a job that needs a model or memory is
+// not sent to one (tags still apply). A job that no GPU of the lab can
+// ever suit is rejected with what the lab has, once every host has
+// answered; before, it waits.
+
+// suits reports whether g is of the kind j needs (its host's tags aside).
+func (g *gpu) suits(j *Job) bool {
+	if j.VRAMMB > 0 && g.vramMB < j.VRAMMB {
+		return false
+	}
+	if len(j.Models) == 0 {
+		return true
+	}
+	name := strings.ToLower(g.model)
+	return name != "" && slices.ContainsFunc(j.Models, func(m string) bool { return strings.Contains(name, strings.ToLower(m)) })
+}
+
+// tagged reports whether h may run j by its tags and by what it can say
+// of its GPUs (a Slurm cluster cannot).
+func (h *hostSlots) tagged(j *Job) bool {
+	if h.cluster && (len(j.Models) > 0 || j.VRAMMB > 0) {
+		return false
+	}
+	for _, t := range j.Tags {
+		if !slices.Contains(h.host.Tags, t) {
+			return false
+		}
+	}
+	return true
+}
+
+// needsKind reports whether j says what kind of GPU it needs.
+func (j *Job) needsKind() bool { return len(j.Models) > 0 || j.VRAMMB > 0 || len(j.Tags) > 0 }
+
+// checkKind says why no GPU of the lab suits j, with what the lab has, or
+// nil. A host not looked at yet may suit it: then it is nil too, and final
+// is false.
+func (t *slotTable) checkKind(j *Job) (final bool, err error) {
+	if !j.needsKind() {
+		return true, nil
+	}
+	for _, h := range t.candidates(j) {
+		if h.removed || !h.tagged(j) {
+			continue
+		}
+		if h.cluster {
+			return true, nil
+		}
+		if h.unseen || h.opening || h.down && !h.looked {
+			return false, nil // not known yet
+		}
+		n := 0
+		for _, g := range h.gpus {
+			if g.cap > 0 && (j.GPU < 0 || g.id == j.GPU) && g.suits(j) {
+				n++
+			}
+		}
+		if n >= h.need(j) {
+			return true, nil
+		}
+	}
+	final = t.unseenUp == 0
+	return final, fmt.Errorf("%s: no GPU of the lab is one (the lab has: %s)", kindWords(j), t.labKinds())
+}
+
+// kindWords says what j asks for, as written: "model=A100|H100 vram=40G".
+func kindWords(j *Job) string {
+	var w []string
+	if len(j.Models) > 0 {
+		w = append(w, "model="+strings.Join(j.Models, "|"))
+	}
+	if j.VRAMMB > 0 {
+		w = append(w, "vram="+MemWords(j.VRAMMB))
+	}
+	if len(j.Tags) > 0 {
+		w = append(w, "tags="+strings.Join(j.Tags, ","))
+	}
+	return strings.Join(w, " ")
+}
+
+// labKinds says what the lab's hosts have: "node1: 4× NVIDIA A100 80GB
+// (81920 MiB), tags nvlink; node2: …".
+func (t *slotTable) labKinds() string {
+	var hosts []string
+	for _, h := range t.hosts {
+		if h.removed {
+			continue
+		}
+		if h.cluster {
+			hosts = append(hosts, h.host.Name+": a Slurm cluster (its GPUs' kind is not known here)")
+			continue
+		}
+		count := map[string]int{}
+		for _, g := range h.gpus {
+			if g.cap > 0 {
+				k := g.model
+				if k == "" {
+					k = "a GPU nvidia-smi did not name"
+				}
+				if g.vramMB > 0 {
+					k += fmt.Sprintf(" (%d MiB)", g.vramMB)
+				}
+				count[k]++
+			}
+		}
+		kinds := make([]string, 0, len(count))
+		for k, n := range count {
+			kinds = append(kinds, fmt.Sprintf("%d× %s", n, k))
+		}
+		sort.Strings(kinds)
+		desc := h.host.Name + ": " + strings.Join(kinds, ", ")
+		if len(kinds) == 0 {
+			desc = h.host.Name + ": no GPU"
+		}
+		if len(h.host.Tags) > 0 {
+			desc += ", tags " + strings.Join(h.host.Tags, ",")
+		}
+		hosts = append(hosts, desc)
+	}
+	return strings.Join(hosts, "; ")
+}
