@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -230,5 +231,39 @@ func TestSSHCutOffHostShownAtOnce(t *testing.T) {
 		if took := end.Sub(start); took > 4*time.Second {
 			t.Errorf("the job took %v by the journal, want its own ~2s, not the host's silence", took)
 		}
+	}
+}
+
+// GPUs of several kinds over sshd: a job that asks for a model, memory or
+// tags runs where they are; one the lab cannot suit is rejected with what
+// the lab has; hosts lists the tags.
+func TestSSHGPUKinds(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
+	old, big := l.Hosts[0], l.Hosts[1]
+	old.SetGPUs("0, " + old.UUID(0) + ", Tesla V100-SXM2-16GB, 16160, 0, 0\n")
+	big.SetGPUs("0, " + big.UUID(0) + ", NVIDIA H100 80GB HBM3, 81559, 0, 0\n")
+	inv := filepath.Join(l.Dir, "kinds.yaml")
+	y := fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    gpus: auto\n  - name: node2\n    gpus: auto\n    tags: [nvlink]\n", l.SSHConfig)
+	if err := os.WriteFile(inv, []byte(y), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	jobs := "[name=h100 model=h100] echo $GPUDISPATCH_HOST\n[name=v100 model=V100] echo $GPUDISPATCH_HOST\n" +
+		"[name=big vram=40G] echo $GPUDISPATCH_HOST\n[name=linked tags=nvlink] echo $GPUDISPATCH_HOST\n[name=h200 model=H200] echo never\n"
+	r := labRun(t, l, jobs, "-i", inv, "-o", "logs")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1 (one job rejected)\n%s", r.code, r.stderr)
+	}
+	for job, want := range map[string]string{"h100": "node2\n", "v100": "node1\n", "big": "node2\n", "linked": "node2\n"} {
+		if got := readFile(t, filepath.Join(l.Dir, "logs", job+".out")); got != want {
+			t.Errorf("job %s ran on %q, want %q", job, got, want)
+		}
+	}
+	want := "model=H200: no GPU of the lab is one (the lab has: node1: 1× Tesla V100-SXM2-16GB (16160 MiB); node2: 1× NVIDIA H100 80GB HBM3 (81559 MiB), tags nvlink)"
+	if !strings.Contains(r.stderr, want) {
+		t.Errorf("the H200 job is not rejected with %q:\n%s", want, r.stderr)
+	}
+	if h := labRun(t, l, "", "hosts", "-i", inv); !strings.Contains(h.stdout, "tags: nvlink") || !strings.Contains(h.stdout, "NVIDIA H100 80GB HBM3") {
+		t.Errorf("hosts does not show node2's model and tags:\n%s", h.stdout)
 	}
 }
