@@ -227,8 +227,8 @@ func (c *checker) settingsFields(s *settings) map[string]func(string, *node) {
 		"login":         c.oneOf(&s.login, LoginPerSlot, LoginPerJob),
 		"conda":         c.given(c.str(&s.conda), &s.condaSet),
 		"venv":          c.given(c.str(&s.venv), &s.venvSet),
-		"modules":       c.modules(&s.modules),
-		"tags":          c.tags(&s.tags),
+		"modules":       c.words(&s.modules, "modules ([cuda/12.1, cudnn])", "a module name (letters, digits and ./_+-@:)", ValidModule),
+		"tags":          c.words(&s.tags, "tags ([nvlink, ib])", "a tag (letters, digits, '.', '_' and '-')", ValidTag),
 		"return":        c.returns(&s.returns),
 		"shell":         c.oneOf(&s.shell, ShellLogin, ShellInteractive),
 		"env":           c.env(&s.env),
@@ -243,47 +243,29 @@ func (c *checker) given(set func(string, *node), was *bool) func(string, *node) 
 	}
 }
 
-// tags accepts a list of tags (nvlink, a100-80g): letters, digits and
-// ._- , as a job's tags= names them.
-func (c *checker) tags(dst *[]string) func(string, *node) {
-	return func(key string, v *node) {
-		if !v.isSeq {
-			c.fail(v, key, "want a list of tags ([nvlink, ib]), got %s", v.describe())
-			return
-		}
-		*dst = []string{}
-		for i, item := range v.items {
-			k := fmt.Sprintf("%s[%d]", key, i)
-			if item.isMap || item.isSeq || item.typ == tNull || !ValidTag(item.text) {
-				c.fail(item, k, "want a tag (letters, digits, '.', '_' and '-'), got %s", item.describe())
-				continue
-			}
-			*dst = append(*dst, item.text)
-		}
-	}
-}
-
 // tagRE is a tag's form.
 var tagRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`)
 
 // ValidTag reports whether t is a tag a host may have and a job ask for.
 func ValidTag(t string) bool { return len(t) <= 64 && tagRE.MatchString(t) }
 
-// modules accepts a list of module names ("cuda/12.1").
-func (c *checker) modules(dst *[]string) func(string, *node) {
+// words accepts a list of words that valid says are each one, as
+// modules: and tags: take; list and item say what is wanted, for the
+// message.
+func (c *checker) words(dst *[]string, list, item string, valid func(string) bool) func(string, *node) {
 	return func(key string, v *node) {
 		if !v.isSeq {
-			c.fail(v, key, "want a list of modules ([cuda/12.1, cudnn]), got %s", v.describe())
+			c.fail(v, key, "want a list of %s, got %s", list, v.describe())
 			return
 		}
 		*dst = []string{}
-		for i, item := range v.items {
+		for i, it := range v.items {
 			k := fmt.Sprintf("%s[%d]", key, i)
-			if item.isMap || item.isSeq || item.typ == tNull || !ValidModule(item.text) {
-				c.fail(item, k, "want a module name (letters, digits and ./_+-@:), got %s", item.describe())
+			if it.isMap || it.isSeq || it.typ == tNull || !valid(it.text) {
+				c.fail(it, k, "want %s, got %s", item, it.describe())
 				continue
 			}
-			*dst = append(*dst, item.text)
+			*dst = append(*dst, it.text)
 		}
 	}
 }
