@@ -618,7 +618,7 @@ func (r *run) admissible(j *Job) (final bool, err error) {
 		// What kind of GPU it needs: known once every host has answered.
 		return r.sched.table.checkKind(j)
 	}
-	return err == nil || !r.sched.table.anyOpening(), err
+	return !r.sched.table.anyOpening(), err
 }
 
 // admit queues a parsed job, or records why it was rejected or skipped;
@@ -858,8 +858,10 @@ func (r *run) cutOff(q *queued, when time.Time, why string) {
 		return
 	}
 	running := 0
-	for _, g := range h.gpus {
-		running += g.jobs()
+	for _, o := range r.jobs {
+		if o.kill != nil && o.launched.Host == h.host.Name {
+			running++ // a job over several GPUs counts once
+		}
 	}
 	r.hostDown(h, fmt.Errorf("unreachable since %s (%s), %s presumed running there", when.Format("15:04:05"), why, Count(running, "job")))
 }

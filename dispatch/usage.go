@@ -20,12 +20,12 @@ import (
 // an idle GPU for the job): better, slotTable.unseenUp. With SkipBusy it
 // gets none (gpu.shunned), and the run says so once per GPU and reason;
 // the check before each start (claim.go) still looks again, as others may
-// have started since. A look that fails (an answer that cannot be read)
-// or hangs is said once per host and reason, and one that finds no
-// nvidia-smi not at all (GPUs listed by hand, or pretend ones); either
-// leaves what others use unknown, and the GPUs usable as if idle. A GPU with a job of this run
-// keeps what was known before the job: nvidia-smi cannot tell the job's
-// use from others'.
+// have started since. A look that fails (an answer that cannot be read) or
+// hangs is said once per host and reason; one that finds no nvidia-smi at
+// all is not said (GPUs listed by hand, or pretend ones). Either leaves
+// what others use unknown, and the GPUs usable as if idle. A GPU with a
+// job of this run keeps what was known before the job: nvidia-smi cannot
+// tell the job's use from others'.
 
 // usageAnswer is what a host's nvidia-smi said of its GPUs.
 type usageAnswer struct {
@@ -118,12 +118,10 @@ func (r *run) usageSeen(a usageAnswer) {
 			g.model, g.vramMB = info.Name, max(info.MemoryTotalMB, 0)
 		}
 	}
-	if a.err == nil && len(a.gpus) > 0 {
-		r.absentGPUs(h, seen, lost)
-	}
-	if first {
-		// What its GPUs are is known now: a job no GPU of the lab suits
-		// may be known so too.
+	changed := a.err == nil && len(a.gpus) > 0 && r.absentGPUs(h, seen, lost)
+	if first || changed {
+		// What its GPUs are is known now: a job that no GPU of the lab
+		// suits, or pinned to one left out, may be known so too.
 		r.rejectUnsuited()
 	}
 	for _, g := range h.gpus {
@@ -210,9 +208,9 @@ func (t *slotTable) unseenCount() int {
 
 // absentGPUs leaves out the GPUs of h's inventory entry that its
 // nvidia-smi does not list (seen), or cannot reach (lost, with its words),
-// saying so once, and takes back those it lists again; waiting jobs that
-// now fit nowhere (pinned to such a GPU) are rejected with the reason.
-func (r *run) absentGPUs(h *hostSlots, seen map[int]executor.GPU, lost map[int]string) {
+// saying so once, and takes back those it lists again; it reports whether
+// any changed.
+func (r *run) absentGPUs(h *hostSlots, seen map[int]executor.GPU, lost map[int]string) bool {
 	t := r.sched.table
 	changed := false
 	for _, g := range h.gpus {
@@ -235,9 +233,7 @@ func (r *run) absentGPUs(h *hostSlots, seen map[int]executor.GPU, lost map[int]s
 			r.record(r.hostWarning(h, fmt.Errorf("GPU %d is in the inventory, but nvidia-smi there does not list it (it lists %s): it is left out, and jobs pinned to it are rejected", g.id, h.listed(seen))))
 		}
 	}
-	if changed {
-		r.rejectUnsuited()
-	}
+	return changed
 }
 
 // rejectUnsuited rejects the waiting jobs that no host can now ever run,
