@@ -22,6 +22,22 @@ type GPU struct {
 	// LockedBy names the gpudispatch run that holds the GPU's lock, when
 	// one does and it was asked (gpudispatch hosts).
 	LockedBy string `json:"locked_by,omitempty"`
+	// MIG lists the GPU's MIG instances while MIG is on and nvidia-smi -L
+	// names some: each is a slot of its own, and the GPU as a whole takes
+	// no job (CUDA would show it only its first instance).
+	MIG []MIGInstance `json:"mig,omitempty"`
+}
+
+// MIGInstance is one MIG instance of a GPU, as nvidia-smi -L gives it.
+type MIGInstance struct {
+	// Device is its number under its GPU ("MIG 1g.10gb Device 2").
+	Device int `json:"device"`
+	// Profile is what it is: "3g.40gb", "1c.3g.71gb".
+	Profile string `json:"profile"`
+	// UUID ("MIG-…") is what CUDA_VISIBLE_DEVICES names it by.
+	UUID string `json:"uuid"`
+	// MemoryMB is its memory, from its profile; -1 when it does not say.
+	MemoryMB int `json:"memory_mb"`
 }
 
 // BusyWhy says why g counts as busy with other people's work (locked by a

@@ -9,6 +9,10 @@
 // infoROM is corrupted …") are not GPUs; figures nvidia-smi cannot give
 // ("[N/A]", "[Not Supported]", "[Unknown Error]") or that cannot be true
 // (a negative or zero total, more than a terabyte) are unknown, never 0.
+// A GPU in MIG mode lists its instances under it in nvidia-smi -L, each with
+// the UUID CUDA names it by and a profile that says its memory
+// ("3g.40gb"); nvidia-smi's queries give no figures per instance (a
+// compute process is listed under its GPU's UUID).
 package nvidiasmi
 
 import (
@@ -20,13 +24,18 @@ import (
 )
 
 // Query asks for the fields executor.GPU holds, in its order, then (after a
-// line "---") for the compute processes, whose GPU is named by UUID. A
-// driver that cannot list processes leaves the second part empty. Exit
-// status 127 means there is no nvidia-smi.
+// line "---") for the compute processes, whose GPU is named by UUID, then
+// (after a line "--- -L") for the list of GPUs and their MIG instances. A
+// driver that cannot list processes or instances leaves that part empty.
+// Exit status 127 means there is no nvidia-smi.
 const Query = "nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu --format=csv,noheader,nounits && echo " + appsMark +
-	" && { nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2>/dev/null || true; }"
+	" && { nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2>/dev/null || true; } && echo '" + listMark +
+	"' && { nvidia-smi -L 2>/dev/null || true; }"
 
-const appsMark = "---"
+const (
+	appsMark = "---"
+	listMark = "--- -L"
+)
 
 // maxMemoryMB is more memory than any GPU has (a terabyte): a figure above
 // it is not one.
@@ -36,12 +45,24 @@ const maxMemoryMB = 1 << 20
 // address after "GPU" names none).
 var lostGPU = regexp.MustCompile(`device handle for GPU(\d+):`)
 
+// listGPU and listMIG are the lines of nvidia-smi -L: "GPU 0: NVIDIA A100
+// 80GB PCIe (UUID: GPU-…)", and under it "  MIG 3g.40gb  Device  0:
+// (UUID: MIG-…)" (older drivers: "MIG-GPU-…/1/0", which CUDA takes too).
+var (
+	listGPU = regexp.MustCompile(`^GPU (\d+): .*\(UUID: [^)\s]+\)$`)
+	listMIG = regexp.MustCompile(`^MIG (\S+)\s+Device\s+(\d+): \(UUID: ([^)\s]+)\)$`)
+	// migMemory is the memory a MIG profile names: "3g.40gb", "1c.3g.71gb".
+	migMemory = regexp.MustCompile(`\.(\d+)gb$`)
+)
+
 // Parse reads what Query printed on stdout and on stderr. A GPU nvidia-smi
 // names in an error line has that line as its Error, and unknown figures;
 // figures it cannot give are -1. It fails, with nvidia-smi's own words,
 // only when no GPU row came at all and nvidia-smi said something else
 // (an answer with nothing in it is no GPUs).
 func Parse(stdout, stderr string) ([]executor.GPU, error) {
+	stdout, list, _ := strings.Cut(stdout, "\n"+listMark+"\n")
+	stdout = strings.TrimSuffix(stdout, "\n"+listMark)
 	part, apps, _ := strings.Cut(stdout, "\n"+appsMark+"\n")
 	part = strings.TrimSuffix(part, "\n"+appsMark)
 	var gpus []executor.GPU
@@ -76,7 +97,41 @@ func Parse(stdout, stderr string) ([]executor.GPU, error) {
 		}
 	}
 	countProcesses(gpus, apps)
+	addMIG(gpus, list)
 	return gpus, nil
+}
+
+// addMIG gives each GPU the MIG instances nvidia-smi -L lists under it.
+func addMIG(gpus []executor.GPU, list string) {
+	var g *executor.GPU
+	for _, line := range strings.Split(list, "\n") {
+		line = strings.TrimSpace(line)
+		if m := listGPU.FindStringSubmatch(line); m != nil {
+			idx, _ := strconv.Atoi(m[1])
+			g = nil
+			for i := range gpus {
+				if gpus[i].Index == idx && gpus[i].Error == "" {
+					g = &gpus[i]
+				}
+			}
+			continue
+		}
+		m := listMIG.FindStringSubmatch(line)
+		if m == nil || g == nil {
+			continue
+		}
+		dev, err := strconv.Atoi(m[2])
+		if err != nil || dev >= executor.MIGDevices {
+			continue
+		}
+		mem := -1
+		if n := migMemory.FindStringSubmatch(m[1]); n != nil {
+			if gb, err := strconv.Atoi(n[1]); err == nil && gb > 0 && gb*1024 <= maxMemoryMB {
+				mem = gb * 1024
+			}
+		}
+		g.MIG = append(g.MIG, executor.MIGInstance{Device: dev, Profile: m[1], UUID: m[3], MemoryMB: mem})
+	}
 }
 
 // SaidError is nvidia-smi's answer when it gave no GPU: its own words

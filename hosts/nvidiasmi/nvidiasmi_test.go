@@ -2,6 +2,7 @@ package nvidiasmi
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -126,6 +127,7 @@ func FuzzParse(f *testing.F) {
 	f.Add("0, GPU-aaa, NVIDIA A100-SXM4-80GB, 81920, 1024, 37\n", "")
 	f.Add("3, GPU-c, Tesla K80, 11441, [N/A], [Not Supported]\n1,a,b,c,d,e", "")
 	f.Add("Unable to determine the device handle for GPU1: 0000:34:00.0: Unknown Error\n0, GPU-a, A, 100, 1, 2\n---\nGPU-a, 1, 2\n", "WARNING: infoROM is corrupted")
+	f.Add("0, GPU-a, A, 100, 1, [N/A]\n---\n--- -L\nGPU 0: A (UUID: GPU-a)\n  MIG 1g.10gb Device  0: (UUID: MIG-b)\n", "")
 	f.Fuzz(func(t *testing.T, stdout, stderr string) {
 		gpus, err := Parse(stdout, stderr)
 		if err != nil {
@@ -138,6 +140,70 @@ func FuzzParse(f *testing.F) {
 			if g.Index < 0 || g.MemoryTotalMB < -1 || g.MemoryTotalMB == 0 || g.MemoryUsedMB < -1 || g.Utilization < -1 || g.Utilization > 100 {
 				t.Fatalf("impossible figures %+v from %q", g, stdout)
 			}
+			for _, m := range g.MIG {
+				if m.Device < 0 || m.Device >= executor.MIGDevices || m.MemoryMB < -1 || m.MemoryMB == 0 || g.Error != "" {
+					t.Fatalf("impossible MIG instance %+v of %+v from %q", m, g, stdout)
+				}
+			}
 		}
 	})
+}
+
+// MIG instances come from nvidia-smi -L, as real machines print it: each
+// under its GPU, with the UUID CUDA names it by and its profile's memory.
+// A GPU not in MIG mode has none (c3: GPU 0 is, GPUs 1-3 are not).
+func TestParseMIG(t *testing.T) {
+	t.Parallel()
+	// rows for the -L-only fixtures: what the GPU query gives such a GPU.
+	rows := map[string]string{
+		"c3_telegraf5812_mixed": "0, GPU-513536b6-7d19-9063-b049-1e69664bb298, NVIDIA A100-SXM4-80GB, 81920, 45, [N/A]\n" +
+			"1, GPU-d8594bd4-0fc3-8595-e355-7c98138f3b95, NVIDIA A100-SXM4-80GB, 81920, 0, 0\n" +
+			"2, GPU-5e375e7e-b41f-155b-dcdc-534524c356fc, NVIDIA A100-SXM4-80GB, 81920, 0, 0\n" +
+			"3, GPU-69ec2344-ebac-b028-f88f-452abb3d7f11, NVIDIA A100-SXM4-80GB, 81920, 0, 0\n",
+		"c4_nct203_a100pcie": "0, GPU-932bfb2c-849a-2a22-1e84-9eff6bc02b39, NVIDIA A100 80GB PCIe, 81920, 25, [N/A]\n",
+	}
+	tests := []struct {
+		name, gpu string
+		// want is each GPU's instances: "device profile uuid memory".
+		want map[int][]string
+	}{
+		{name: "c1_h100_mig", gpu: "c1_h100_mig_idle", want: map[int][]string{0: {
+			"0 3g.40gb MIG-00000000-0000-0000-0000-000000000000 40960", "1 2g.20gb MIG-00000001-0000-0000-0000-000000000001 20480",
+			"2 1g.10gb MIG-00000002-0000-0000-0000-000000000002 10240", "3 1g.10gb MIG-00000003-0000-0000-0000-000000000003 10240"}}},
+		{name: "c2_h200_mig", gpu: "c2_h200_mig_load", want: map[int][]string{0: {
+			"0 1c.3g.71gb MIG-00000000-0000-0000-0000-000000000000 72704", "1 2c.3g.71gb MIG-00000001-0000-0000-0000-000000000001 72704",
+			"2 2g.35gb MIG-00000002-0000-0000-0000-000000000002 35840", "3 1g.18gb MIG-00000003-0000-0000-0000-000000000003 18432",
+			"4 1g.18gb MIG-00000004-0000-0000-0000-000000000004 18432"}}},
+		{name: "c3_telegraf5812_mixed", want: map[int][]string{0: {
+			"0 1g.20gb MIG-ce861fb0-a248-58ce-a9a8-f9adbc22a66a 20480", "1 1g.20gb MIG-a45882f0-9215-5733-a0c1-49286ab31cb5 20480",
+			"2 1g.20gb MIG-f00d722c-f4e1-52c9-aa31-750441ae1bfe 20480", "3 1g.20gb MIG-930574a9-d43a-5d2b-95da-3e68384c8d6b 20480"}, 1: nil, 2: nil, 3: nil}},
+		{name: "c4_nct203_a100pcie", want: map[int][]string{0: {
+			"0 3g.40gb MIG-0929581a-2be6-5dec-bf34-0954c6c529a6 40960", "1 3g.40gb MIG-3adbed3a-d03d-549f-a016-ba1fd7359f23 40960"}}},
+		{name: "an old driver's MIG UUID and a profile of no memory", want: map[int][]string{0: {"0 7g.weird MIG-GPU-aa/1/0 -1"}}},
+	}
+	for _, tt := range tests {
+		row, list := rows[tt.name], fixture(t, tt.name+".L.txt")
+		if tt.gpu != "" {
+			row = fixture(t, tt.gpu+".gpu.txt") + appsMark + "\n" + fixture(t, tt.gpu+".apps.txt")
+		}
+		if list == "" {
+			row, list = "0, GPU-aa, A100, 40960, 0, [N/A]\n", "GPU 0: A100 (UUID: GPU-aa)\n  MIG 7g.weird  Device  0: (UUID: MIG-GPU-aa/1/0)\n"
+		}
+		gpus, err := Parse(row+listMark+"\n"+list, "")
+		if err != nil {
+			t.Errorf("%s: %v", tt.name, err)
+			continue
+		}
+		got := map[int][]string{}
+		for _, g := range gpus {
+			var mig []string
+			for _, m := range g.MIG {
+				mig = append(mig, fmt.Sprintf("%d %s %s %d", m.Device, m.Profile, m.UUID, m.MemoryMB))
+			}
+			got[g.Index] = mig
+		}
+		if !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: instances %v\nwant %v", tt.name, got, tt.want)
+		}
+	}
 }
