@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // --resume follows an attempt an earlier run left in a Slurm cluster or on
@@ -30,9 +32,9 @@ func TestResumeAdoptsOpenAttempt(t *testing.T) {
 		{Event: EventStarted, Run: "old", Job: "1", Seq: 1, Text: "@hpc exit 0", Occurrence: 1, Command: "exit 0",
 			Host: "hpc", Attempt: 1, Start: &start, Stdout: out, Stderr: filepath.Join(dir, "1.err"), Tag: "old-1-1"},
 		{Event: EventStarted, Run: "old", Job: "2", Seq: 2, Text: "@a sleep 1ms", Occurrence: 1, Command: "sleep 1ms",
-			Host: "a", GPUs: []int{0}, Attempt: 1, Start: &start, Stdout: filepath.Join(dir, "2.out"), Stderr: filepath.Join(dir, "2.err"), Tag: "old-2-1"},
+			Host: "a", GPUs: []executor.GPUID{0}, Attempt: 1, Start: &start, Stdout: filepath.Join(dir, "2.out"), Stderr: filepath.Join(dir, "2.err"), Tag: "old-2-1"},
 		{Event: EventStarted, Run: "old", Job: "3", Seq: 3, Text: "@a sleep 3ms", Occurrence: 1, Command: "sleep 3ms",
-			Host: "a", GPUs: []int{1}, Attempt: 1, Start: &start, Stdout: filepath.Join(dir, "3.out"), Stderr: filepath.Join(dir, "3.err"), Tag: "old-3-1"},
+			Host: "a", GPUs: []executor.GPUID{1}, Attempt: 1, Start: &start, Stdout: filepath.Join(dir, "3.out"), Stderr: filepath.Join(dir, "3.err"), Tag: "old-3-1"},
 	} {
 		b, err := json.Marshal(e)
 		if err != nil {

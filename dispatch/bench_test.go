@@ -86,7 +86,7 @@ func (instantExec) Fetch(context.Context, string, executor.Return, string) (exec
 	return executor.Returned{}, nil
 }
 func (instantExec) Reap(context.Context, string, string) error { return nil }
-func (instantExec) LockGPU(_ context.Context, host string, gpu int, _ string) (executor.GPULock, error) {
+func (instantExec) LockGPU(_ context.Context, host string, gpu executor.GPUID, _ string) (executor.GPULock, error) {
 	return &fakeLock{locks: newFakeLocks(), slot: fmt.Sprintf("%s:%d", host, gpu), lost: make(chan struct{})}, nil
 }
 func (instantExec) ProbeGPUs(context.Context, string) ([]executor.GPU, error) { return nil, nil }
@@ -184,7 +184,7 @@ func BenchmarkResumeJournal(b *testing.B) {
 		text := fmt.Sprintf("python train.py --seed %d", i)
 		for _, kind := range []string{EventQueued, EventStarted, EventFinished} {
 			e := Event{Time: now, Event: kind, Run: "r", Job: fmt.Sprint(i + 1), Seq: i + 1, Source: fmt.Sprintf("jobs.txt:%d", i+1),
-				Text: text, Occurrence: 1, Command: text, Host: "node1", GPUs: []int{i % 8}, Attempt: 1,
+				Text: text, Occurrence: 1, Command: text, Host: "node1", GPUs: []executor.GPUID{executor.GPUID(i % 8)}, Attempt: 1,
 				Stdout: fmt.Sprintf("logs/%d.out", i+1), Stderr: fmt.Sprintf("logs/%d.err", i+1)}
 			if kind != EventQueued {
 				e.Start = &now

@@ -145,7 +145,7 @@ func (r *run) settle(ctx context.Context, c claim) claimResult {
 	case errors.Is(err, executor.ErrProbeTimeout):
 		// A sick host: its GPUs are set aside, and tried again later.
 		for _, g := range c.check {
-			res.busy[g] = fmt.Sprintf("%s: %v; no new job on GPU %d until it answers", host, err, g.id)
+			res.busy[g] = fmt.Sprintf("%s: %v; no new job on GPU %s until it answers", host, err, g.id)
 		}
 		return res
 	case err != nil:
@@ -154,8 +154,9 @@ func (r *run) settle(ctx context.Context, c claim) claimResult {
 	}
 	for _, g := range c.check {
 		for _, info := range gpus {
-			if why := info.BusyWhy(r.opts.BusyMemoryMB); info.Index == g.id && why != "" {
-				res.busy[g] = fmt.Sprintf("%s: GPU %d is busy with other work: %s", host, g.id, why)
+			// A MIG instance's own use is not in nvidia-smi's answer.
+			if why := info.BusyWhy(r.opts.BusyMemoryMB); executor.GPUID(info.Index) == g.id && why != "" {
+				res.busy[g] = fmt.Sprintf("%s: GPU %s is busy with other work: %s", host, g.id, why)
 			}
 		}
 	}
@@ -212,7 +213,7 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 		for g := range res.busy {
 			gs = append(gs, g)
 		}
-		slices.SortFunc(gs, func(x, y *gpu) int { return x.id - y.id })
+		slices.SortFunc(gs, func(x, y *gpu) int { return int(x.id - y.id) })
 		for _, g := range gs {
 			r.setBusy(g, res.busy[g], res.holders[g], res.freed[g], a.q)
 		}
@@ -236,7 +237,7 @@ func (r *run) setBusy(g *gpu, why, holder string, freed <-chan struct{}, q *queu
 	if why != g.reported {
 		g.reported = why
 		e := r.event(EventBusy, q.job, q.attempts)
-		e.Host, e.GPUs, e.Error, e.Message = g.host.host.Name, []int{g.id}, why, holder
+		e.Host, e.GPUs, e.Error, e.Message = g.host.host.Name, []executor.GPUID{g.id}, why, holder
 		r.record(e)
 	}
 	epoch := g.busyEpoch

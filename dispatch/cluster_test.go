@@ -64,7 +64,7 @@ func (*clusterExec) Fetch(context.Context, string, executor.Return, string) (exe
 	return executor.Returned{}, nil
 }
 func (*clusterExec) Reap(context.Context, string, string) error { return nil }
-func (*clusterExec) LockGPU(context.Context, string, int, string) (executor.GPULock, error) {
+func (*clusterExec) LockGPU(context.Context, string, executor.GPUID, string) (executor.GPULock, error) {
 	return nil, fmt.Errorf("no locks on a cluster")
 }
 func (*clusterExec) ProbeGPUs(context.Context, string) ([]executor.GPU, error) {

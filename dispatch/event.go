@@ -72,11 +72,11 @@ type Event struct {
 	Occurrence int    `json:"occurrence,omitempty"`
 	// TextBytes holds Text's exact bytes when they are not valid UTF-8,
 	// which a JSON string cannot carry (base64).
-	TextBytes []byte `json:"text_bytes,omitempty"`
-	Command   string `json:"command,omitempty"`
-	Host      string `json:"host,omitempty"`
-	GPUs      []int  `json:"gpus,omitempty"`
-	Attempt   int    `json:"attempt,omitempty"`
+	TextBytes []byte           `json:"text_bytes,omitempty"`
+	Command   string           `json:"command,omitempty"`
+	Host      string           `json:"host,omitempty"`
+	GPUs      []executor.GPUID `json:"gpus,omitempty"`
+	Attempt   int              `json:"attempt,omitempty"`
 	// Exit is the exit status (128+n for signal n), when the job ran.
 	Exit   *int       `json:"exit,omitempty"`
 	Start  *time.Time `json:"start,omitempty"`

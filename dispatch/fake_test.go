@@ -163,7 +163,7 @@ func (l *fakeLock) Release() {
 	})
 }
 
-func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string) (executor.GPULock, error) {
+func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu executor.GPUID, run string) (executor.GPULock, error) {
 	if f.lockGate != nil {
 		select {
 		case <-f.lockGate:
@@ -177,12 +177,12 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string
 	used := 0
 	f.mu.Lock()
 	for _, g := range f.usage[host] {
-		if g.Index == gpu {
+		if executor.GPUID(g.Index) == gpu {
 			used = g.MemoryUsedMB
 		}
 	}
 	f.mu.Unlock()
-	slot := fmt.Sprintf("%s:%d", host, gpu)
+	slot := fmt.Sprintf("%s:%s", host, gpu)
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
 	if f.locks.noFlock[host] {
@@ -190,7 +190,7 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu int, run string
 	}
 	if who := f.locks.holder[slot]; who != "" {
 		f.locks.denied++
-		return nil, fmt.Errorf("%s: GPU %d is %w: run %s", host, gpu, executor.ErrGPULocked, who)
+		return nil, fmt.Errorf("%s: GPU %s is %w: run %s", host, gpu, executor.ErrGPULocked, who)
 	}
 	f.locks.holder[slot] = run
 	f.locks.taken++
@@ -234,6 +234,21 @@ func (f *fakeExec) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, 
 
 // memBudget is the declared memory a GPU of host may hold: what
 // ProbeGPUs says of its memory (or its memory_mb:) less reserve_mb.
+// device is the GPU or MIG instance that CUDA_VISIBLE_DEVICES names name
+// on host (f.mu held), and the memory budget of jobs that declare theirs
+// there.
+func (f *fakeExec) device(host, name string) (executor.GPUID, int) {
+	for _, g := range f.usage[host] {
+		for _, m := range g.MIG {
+			if m.UUID == name {
+				return executor.MIGID(g.Index, m.Device), m.MemoryMB - f.inv.HostNamed(host).ReserveMB
+			}
+		}
+	}
+	id, _ := strconv.Atoi(name)
+	return executor.GPUID(id), f.memBudget(host)
+}
+
 func (f *fakeExec) memBudget(host string) int {
 	h := f.inv.HostNamed(host)
 	return cmp.Or(h.MemoryMB, 81920) - h.ReserveMB
@@ -403,19 +418,19 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 		}
 	}
 	for _, g := range strings.Split(gpus, ",") {
-		id, _ := strconv.Atoi(g)
-		slot := host + ":" + g
+		id, budget := f.device(host, g)
+		slot := host + ":" + id.String()
 		slots = append(slots, slot)
 		f.now[slot]++
 		f.peak[slot] = max(f.peak[slot], f.now[slot])
 		switch {
 		case mem > 0:
 			f.memNow[slot] += mem
-			if budget := f.memBudget(host); f.memNow[slot] > budget || f.now[slot] > f.memJobs[slot]+1 {
+			if f.memNow[slot] > budget || f.now[slot] > f.memJobs[slot]+1 {
 				f.violations = append(f.violations, fmt.Sprintf("%s runs %d MiB of declared memory (budget %d) with %d jobs, %d of them declaring", slot, f.memNow[slot], budget, f.now[slot], f.memJobs[slot]+1))
 			}
 			f.memJobs[slot]++
-		case f.now[slot] > f.capacity(host, id) || f.memJobs[slot] > 0:
+		case f.now[slot] > f.capacity(host, id.GPU()) || f.memJobs[slot] > 0:
 			f.violations = append(f.violations, fmt.Sprintf("%s runs %d jobs", slot, f.now[slot]))
 		}
 		run, _, _ := strings.Cut(c.Tag, "-")

@@ -67,7 +67,7 @@ func (t *slotTable) checkKind(j *Job) (final bool, err error) {
 		}
 		n := 0
 		for _, g := range h.gpus {
-			if g.cap > 0 && (j.GPU < 0 || g.id == j.GPU) && g.suits(j) {
+			if g.cap > 0 && g.mayRun(j) {
 				n++
 			}
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -94,7 +93,7 @@ func (t *slotTable) setMinMem() {
 // not known.
 func (g *gpu) budget() int {
 	total := g.host.host.MemoryMB
-	if total == 0 {
+	if total == 0 || g.mig != "" {
 		total = g.memTotal
 	}
 	if total == 0 {
@@ -133,7 +132,7 @@ func (t *slotTable) holdMemory(j *Job, hd held) bool {
 		}
 		var gs []*gpu
 		for _, g := range h.gpus {
-			if g.cap > 0 && g.budget() >= mem && (j.GPU < 0 || g.id == j.GPU) && g.suits(j) {
+			if g.cap > 0 && g.budget() >= mem && g.mayRun(j) {
 				gs = append(gs, g)
 			}
 		}
@@ -173,7 +172,7 @@ func (t *slotTable) checkMemory(j *Job) error {
 		}
 		var budgets []int
 		for _, g := range h.gpus {
-			if g.cap == 0 || j.GPU >= 0 && g.id != j.GPU || !g.suits(j) {
+			if g.cap == 0 || !g.mayRun(j) {
 				continue
 			}
 			if g.budget() < 0 && g.memUnknown {
@@ -287,12 +286,12 @@ func (r *run) memAnswered(a memAnswer) {
 		h.memAsk, h.memErr = memKnown, ""
 		var unknown []string
 		for _, info := range a.gpus {
-			g := h.byID[info.Index]
-			if g == nil || info.Error != "" {
-				continue
+			g := h.byID[executor.GPUID(info.Index)]
+			if g == nil || info.Error != "" || g.split {
+				continue // a MIG instance's memory is its profile's (mig.go)
 			}
 			if info.MemoryTotalMB <= 0 && h.host.MemoryMB == 0 && g.listed > 0 {
-				unknown = append(unknown, strconv.Itoa(g.id))
+				unknown = append(unknown, g.id.String())
 			}
 			r.sched.table.setBlocked(g, func() {
 				g.memTotal, g.memUnknown = max(info.MemoryTotalMB, 0), info.MemoryTotalMB <= 0

@@ -38,7 +38,7 @@ func peakDeclared(t *testing.T, events []Event, mem map[string]int) (peakMB, pea
 		case e.JobState() != "" && Ended(e.JobState()) && e.End != nil:
 			s := starts[e.Job]
 			for _, g := range s.GPUs {
-				edges = append(edges, edge{*s.Start, g, mem[e.Job], 1}, edge{*e.End, g, -mem[e.Job], -1})
+				edges = append(edges, edge{*s.Start, int(g), mem[e.Job], 1}, edge{*e.End, int(g), -mem[e.Job], -1})
 			}
 		}
 	}

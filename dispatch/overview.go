@@ -3,6 +3,8 @@ package dispatch
 import (
 	"context"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // Overview is a run as its loop sees it at one moment: its hosts and GPUs,
@@ -46,7 +48,7 @@ type HostView struct {
 // GPUView is one GPU of a host: its slots, how many are taken, and why it
 // takes no job when it is set aside (locked by another run, busy).
 type GPUView struct {
-	ID    int
+	ID    executor.GPUID
 	Slots int
 	Used  int
 	Busy  string

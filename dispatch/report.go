@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // TextReporter writes one line per job start and end, for a log or a
@@ -160,13 +161,7 @@ func elapsed(e Event) time.Duration {
 }
 
 // gpuList writes GPU ids as CUDA_VISIBLE_DEVICES does: "0,1".
-func gpuList(ids []int) string {
-	s := make([]string, len(ids))
-	for i, id := range ids {
-		s[i] = strconv.Itoa(id)
-	}
-	return strings.Join(s, ",")
-}
+func gpuList(ids []executor.GPUID) string { return executor.GPUIDs(ids) }
 
 // JSONReporter writes every event as one JSON object per line, the same
 // objects as the journal's lines.

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // The lines of a run say where a job ran only when it had a place, and
@@ -19,9 +21,9 @@ func TestTextReporterLines(t *testing.T) {
 	}{
 		{Event{Event: EventFailed, Job: "3", Error: `host nodee2 is left out of this run: no such host name nodee2`},
 			`job 3 failed: host nodee2 is left out of this run: no such host name nodee2`},
-		{Event{Event: EventFailed, Job: "4", Host: "n1", GPUs: []int{2}, Exit: &three, Start: &t0, End: &t1, Stderr: "logs/4.err"},
+		{Event{Event: EventFailed, Job: "4", Host: "n1", GPUs: []executor.GPUID{2}, Exit: &three, Start: &t0, End: &t1, Stderr: "logs/4.err"},
 			"job 4 failed on n1:2 with exit status 3 after 40ms: see logs/4.err"},
-		{Event{Event: EventFinished, Job: "5", Host: "n1", GPUs: []int{0}, Start: &t0, End: &t1}, "job 5 finished on n1:0 in 40ms"},
+		{Event{Event: EventFinished, Job: "5", Host: "n1", GPUs: []executor.GPUID{0}, Start: &t0, End: &t1}, "job 5 finished on n1:0 in 40ms"},
 		{Event{Event: EventWarning, Host: "n1", Error: "no flock"}, "gpudispatch: warning: host n1: no flock"},
 		{Event{Event: EventWarning, Error: "the inventory does not load"}, "gpudispatch: warning: the inventory does not load"},
 	} {
@@ -36,13 +38,13 @@ func TestTextReporterLocksOncePerHost(t *testing.T) {
 	t.Parallel()
 	holder := "run R of bob@laptop (pid 4242)"
 	busy := func(host string, gpu int, holder string) Event {
-		return Event{Event: EventBusy, Job: "1", Host: host, GPUs: []int{gpu}, Message: holder,
+		return Event{Event: EventBusy, Job: "1", Host: host, GPUs: []executor.GPUID{executor.GPUID(gpu)}, Message: holder,
 			Error: host + ": GPU " + string(rune('0'+gpu)) + " (GPU-x) is locked by another gpudispatch run: " + holder}
 	}
 	var tr TextReporter
 	var said []string
 	for _, e := range []Event{busy("n1", 0, holder), busy("n1", 1, holder), busy("n2", 0, holder), busy("n1", 2, "run S of eve@box (pid 7)"),
-		{Event: EventBusy, Job: "2", Host: "n1", GPUs: []int{3}, Error: "n1: GPU 3 is busy with other work: 1 process, 10 MiB used"}} {
+		{Event: EventBusy, Job: "2", Host: "n1", GPUs: []executor.GPUID{3}, Error: "n1: GPU 3 is busy with other work: 1 process, 10 MiB used"}} {
 		if line, ok := tr.Line(e); ok {
 			said = append(said, line)
 		}

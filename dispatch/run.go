@@ -783,7 +783,7 @@ func jobEnv(h inventory.Host, j *Job, p placement) []string {
 	}
 	env = append(env, h.Env...)
 	if !p.host.cluster {
-		env = append(env, "CUDA_VISIBLE_DEVICES="+gpuList(p.gpuIDs()))
+		env = append(env, "CUDA_VISIBLE_DEVICES="+p.visible())
 	}
 	env = append(env,
 		"CUDA_DEVICE_ORDER=PCI_BUS_ID",

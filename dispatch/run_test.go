@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 func kinds(events []Event, job string) []string {
@@ -41,7 +43,7 @@ func TestJournalRecordsEveryStep(t *testing.T) {
 	}
 	for _, e := range events {
 		if e.Event == EventFailed {
-			if e.Exit == nil || *e.Exit != 3 || e.Host != "a" || !slices.Equal(e.GPUs, []int{0}) || e.Start == nil || e.End == nil {
+			if e.Exit == nil || *e.Exit != 3 || e.Host != "a" || !slices.Equal(e.GPUs, []executor.GPUID{0}) || e.Start == nil || e.End == nil {
 				t.Errorf("failed event lacks details: %+v", e)
 			}
 			out, _ := os.ReadFile(e.Stdout)

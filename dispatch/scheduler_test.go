@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -337,6 +338,19 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 			for _, g := range h.gpus {
 				g.model, g.vramMB = models[rng.IntN(len(models))], []int{24576, 81920}[rng.IntN(2)]
 			}
+			// Some hosts' GPU 0 is split into MIG instances (mig.go).
+			if rng.IntN(3) == 0 {
+				seen := map[int]executor.GPU{}
+				for _, g := range h.gpus {
+					seen[int(g.id)] = executor.GPU{Index: int(g.id), Name: g.model, MemoryTotalMB: g.vramMB}
+				}
+				for d := range 1 + rng.IntN(4) {
+					gb := []int{10, 20, 40}[rng.IntN(3)]
+					seen[0] = executor.GPU{Index: 0, Name: seen[0].Name, MemoryTotalMB: seen[0].MemoryTotalMB,
+						MIG: append(seen[0].MIG, executor.MIGInstance{Device: d, Profile: fmt.Sprintf("%dg.%dgb", 1+d, gb), UUID: fmt.Sprintf("MIG-%s-%d", h.host.Name, d), MemoryMB: gb * 1024})}
+				}
+				s.table.migSlots(h, seen)
+			}
 		}
 		var running []assignment
 		started := map[int]bool{}
@@ -363,7 +377,7 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 				}
 				switch rng.IntN(6) {
 				case 0:
-					j.Models = []string{[]string{"a100", "H100", "4090", "H200"}[rng.IntN(4)]}
+					j.Models = []string{[]string{"a100", "H100", "4090", "H200", "1g.", "MIG"}[rng.IntN(6)]}
 				case 1:
 					j.VRAMMB = []int{16384, 40960, 90000}[rng.IntN(3)]
 				case 2:
@@ -388,8 +402,8 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 					t.Fatalf("job %d started twice", a.q.job.Seq)
 				}
 				for _, g := range a.p.gpus {
-					if !g.suits(a.q.job) || !a.p.host.tagged(a.q.job) {
-						t.Fatalf("job %+v placed on %s:%d, a %s of %d MiB with tags %v", *a.q.job, a.p.host.host.Name, g.id, g.model, g.vramMB, a.p.host.host.Tags)
+					if !g.mayRun(a.q.job) || !a.p.host.tagged(a.q.job) || g.split || g.mig != "" && len(a.p.gpus) > 1 {
+						t.Fatalf("job %+v placed on %s:%s of %d, a %s of %d MiB with tags %v", *a.q.job, a.p.host.host.Name, g.id, len(a.p.gpus), g.model, g.vramMB, a.p.host.host.Tags)
 					}
 				}
 				started[a.q.job.Seq] = true
@@ -401,7 +415,7 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 			for _, h := range s.table.hosts {
 				for _, g := range h.gpus {
 					if g.memUsed > g.budget() || g.used > 0 && g.memJobs > 0 || h.host.MaxPerGPU > 0 && g.memJobs > h.host.MaxPerGPU {
-						t.Fatalf("%s:%d: %d MiB declared of %d, %d jobs in slots and %d declaring memory (max %d)", h.host.Name, g.id, g.memUsed, g.budget(), g.used, g.memJobs, h.host.MaxPerGPU)
+						t.Fatalf("%s:%s: %d MiB declared of %d, %d jobs in slots and %d declaring memory (max %d)", h.host.Name, g.id, g.memUsed, g.budget(), g.used, g.memJobs, h.host.MaxPerGPU)
 					}
 				}
 			}

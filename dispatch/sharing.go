@@ -3,6 +3,8 @@ package dispatch
 import (
 	"fmt"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // sharing warns, once per GPU, that a job of this run lands on GPU g of h
@@ -19,6 +21,6 @@ func (r *run) sharing(h *hostSlots, g *gpu, usedMB int) {
 		return
 	}
 	g.sharedSaid = true
-	r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: h.host.Name, GPUs: []int{g.id},
-		Error: fmt.Sprintf("GPU %d is used by others too (%s): this run's jobs there share it; --skip-busy keeps jobs off GPUs that others use", g.id, why)})
+	r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: h.host.Name, GPUs: []executor.GPUID{g.id},
+		Error: fmt.Sprintf("GPU %s is used by others too (%s): this run's jobs there share it; --skip-busy keeps jobs off GPUs that others use", g.id, why)})
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,7 +14,9 @@ import (
 // gpu is one GPU of one host and its slots.
 type gpu struct {
 	host *hostSlots
-	id   int
+	// id is what its slots give a job: a GPU, or a MIG instance of one
+	// (the run's looks find those: usage.go).
+	id   executor.GPUID
 	cap  int // slots: repeats of the id times slots_per_gpu
 	used int
 	// lastUsed is when a job last started here (a scheduler tick): the least
@@ -45,10 +46,18 @@ type gpu struct {
 	// name and its memory ("" and 0: not said).
 	model  string
 	vramMB int
-	// listed is the slots the inventory gives the GPU; absent is set while
-	// the host's nvidia-smi does not list it: it then has none (cap 0).
+	// listed is the slots the inventory gives the GPU (a MIG instance: its
+	// GPU's); absent is set while the host's nvidia-smi does not list it:
+	// it then has none (cap 0).
 	listed int
 	absent bool
+	// MIG (mig.go): split is set while the GPU is in MIG mode, its
+	// instances have its slots and it none; an instance has its profile
+	// ("3g.40gb") in mig and the name CUDA_VISIBLE_DEVICES gives it
+	// ("MIG-…") in visible.
+	split   bool
+	mig     string
+	visible string
 	// vetted is set once SkipBusy's check before a start found the GPU
 	// free of others' work, while jobs of this run are there.
 	vetted bool
@@ -73,7 +82,7 @@ func (g *gpu) open() bool { return !g.claiming && g.busy == "" && !g.shunned }
 type hostSlots struct {
 	host inventory.Host
 	gpus []*gpu
-	byID map[int]*gpu
+	byID map[executor.GPUID]*gpu
 	// down is set while the host cannot be reached: its slots are not given
 	// out. since and why say when and why it went down; episode counts the
 	// times it did, so that a late timer about an earlier one is ignored.
@@ -126,6 +135,15 @@ type hostSlots struct {
 // on h.
 func (h *hostSlots) fits(j *Job) bool { return h.cluster || h.live() >= j.GPUs }
 
+// slots is how many slots g has: those the inventory gives it, or none
+// while nvidia-smi does not list it or it is split into MIG instances.
+func (g *gpu) slots() int {
+	if g.absent || g.split {
+		return 0
+	}
+	return g.listed
+}
+
 // need is how many slots of h j takes.
 func (h *hostSlots) need(j *Job) int {
 	if h.cluster {
@@ -134,16 +152,21 @@ func (h *hostSlots) need(j *Job) int {
 	return j.GPUs
 }
 
-// live counts h's GPUs that have slots (an inventory edit may have taken
-// some away).
+// live counts the GPUs with slots (an inventory edit may have taken some
+// away) that one job of h may have together: its whole GPUs, or one MIG
+// instance (a CUDA process uses one).
 func (h *hostSlots) live() int {
-	n := 0
+	n, mig := 0, 0
 	for _, g := range h.gpus {
-		if g.cap > 0 {
+		switch {
+		case g.cap == 0:
+		case g.mig != "":
+			mig = 1
+		default:
 			n++
 		}
 	}
-	return n
+	return max(n, mig)
 }
 
 // slotTable is every host:gpu slot of a run. It is owned by one goroutine.
@@ -190,13 +213,13 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 		hs := t.byName[h.Name]
 		switch {
 		case hs == nil:
-			hs = &hostSlots{byID: map[int]*gpu{}}
+			hs = &hostSlots{byID: map[executor.GPUID]*gpu{}}
 			t.hosts = append(t.hosts, hs)
 			t.byName[h.Name] = hs
-			changes = append(changes, fmt.Sprintf("added host %s (GPUs %s)", h.Name, gpuList(h.GPUs)))
+			changes = append(changes, fmt.Sprintf("added host %s (GPUs %s)", h.Name, gpuList(asIDs(h.GPUs))))
 		case hs.removed:
 			hs.removed = false
-			changes = append(changes, fmt.Sprintf("host %s is back (GPUs %s)", h.Name, gpuList(h.GPUs)))
+			changes = append(changes, fmt.Sprintf("host %s is back (GPUs %s)", h.Name, gpuList(asIDs(h.GPUs))))
 		}
 		before := hs.ids()
 		hs.host = h
@@ -211,21 +234,19 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 				caps[0] = min(hs.limit, h.Slurm.MaxJobs)
 			}
 		}
-		for _, id := range gpus {
+		for _, idx := range gpus {
 			if !hs.cluster {
-				caps[id] += h.SlotsPerGPU
+				caps[idx] += h.SlotsPerGPU
 			}
-			if hs.byID[id] == nil {
+			if id := executor.GPUID(idx); hs.byID[id] == nil {
 				g := &gpu{host: hs, id: id}
 				hs.byID[id] = g
 				hs.gpus = append(hs.gpus, g)
 			}
 		}
 		for _, g := range hs.gpus {
-			g.listed, g.cap = caps[g.id], caps[g.id]
-			if g.absent {
-				g.cap = 0 // nvidia-smi there does not list it (usage.go)
-			}
+			g.listed = caps[g.id.GPU()] // a MIG instance has its GPU's
+			g.cap = g.slots()
 		}
 		if after := hs.ids(); before != "" && after != before && !hs.opening {
 			changes = append(changes, fmt.Sprintf("host %s GPUs %s → %s", h.Name, before, after))
@@ -294,9 +315,9 @@ func (t *slotTable) check(j *Job) error {
 			return fmt.Errorf("host %s was removed from the inventory", j.Host)
 		case h.cluster && j.GPU >= 0:
 			return fmt.Errorf("@%s:%d: %s is a Slurm cluster, where Slurm chooses the GPUs: pin the cluster only (@%s)", j.Host, j.GPU, j.Host, j.Host)
-		case j.GPU >= 0 && h.byID[j.GPU] != nil && h.byID[j.GPU].absent:
+		case j.GPU >= 0 && h.byID[executor.GPUID(j.GPU)] != nil && h.byID[executor.GPUID(j.GPU)].absent:
 			return fmt.Errorf("host %s has no GPU %d: nvidia-smi there does not list it (its GPUs: %s)", j.Host, j.GPU, h.ids())
-		case j.GPU >= 0 && (h.byID[j.GPU] == nil || h.byID[j.GPU].cap == 0):
+		case j.GPU >= 0 && !h.has(j.GPU):
 			return fmt.Errorf("host %s has no GPU %d (its GPUs: %s)", j.Host, j.GPU, h.ids())
 		case !h.fits(j):
 			return fmt.Errorf("gpus=%d: host %s has only %d GPUs", j.GPUs, j.Host, h.live())
@@ -329,12 +350,26 @@ func (t *slotTable) names() []string {
 	return names
 }
 
+// has reports whether h's GPU idx, or a MIG instance of it, has slots.
+func (h *hostSlots) has(idx int) bool {
+	return slices.ContainsFunc(h.gpus, func(g *gpu) bool { return g.cap > 0 && g.id.GPU() == idx })
+}
+
+// asIDs names the GPUs of an inventory entry.
+func asIDs(idx []int) []executor.GPUID {
+	ids := make([]executor.GPUID, len(idx))
+	for i, n := range idx {
+		ids[i] = executor.GPUID(n)
+	}
+	return ids
+}
+
 // ids lists h's GPUs that have slots.
 func (h *hostSlots) ids() string {
 	var ids []string
 	for _, g := range h.gpus {
 		if g.cap > 0 {
-			ids = append(ids, strconv.Itoa(g.id))
+			ids = append(ids, g.id.String())
 		}
 	}
 	return strings.Join(ids, ",")
@@ -358,11 +393,11 @@ func (p placement) String() string {
 
 // gpuIDs are the GPUs p gives its job: none on a Slurm cluster, where
 // Slurm picks them (its one slot-holding pseudo-GPU is not one).
-func (p placement) gpuIDs() []int {
+func (p placement) gpuIDs() []executor.GPUID {
 	if p.host.cluster {
 		return nil
 	}
-	ids := make([]int, len(p.gpus))
+	ids := make([]executor.GPUID, len(p.gpus))
 	for i, g := range p.gpus {
 		ids[i] = g.id
 	}
@@ -463,7 +498,7 @@ func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 	var gs []*gpu
 	mem := h.memOf(j)
 	for _, g := range h.gpus {
-		if (j.GPU < 0 || g.id == j.GPU) && g.open() && t.takes(g, mem, hd) && g.suits(j) {
+		if g.mayRun(j) && g.open() && t.takes(g, mem, hd) {
 			gs = append(gs, g)
 		}
 	}
@@ -506,7 +541,7 @@ func (t *slotTable) preferred(j *Job, hd held) (placement, bool) {
 	}
 	gs := t.freeGPUs(h, j, hd)
 	if j.PreferGPU >= 0 {
-		i := slices.IndexFunc(gs, func(g *gpu) bool { return g.id == j.PreferGPU })
+		i := slices.IndexFunc(gs, func(g *gpu) bool { return g.id.GPU() == j.PreferGPU })
 		if i < 0 {
 			return placement{}, false
 		}
@@ -535,7 +570,7 @@ func (t *slotTable) checkPrefer(j *Job) error {
 		return fmt.Errorf("prefer=%s: the job is pinned to host %s", j.Prefer, j.Host)
 	case j.PreferGPU >= 0 && h.cluster:
 		return fmt.Errorf("prefer=%s:%d: %s is a Slurm cluster, where Slurm chooses the GPUs", j.Prefer, j.PreferGPU, j.Prefer)
-	case j.PreferGPU >= 0 && (h.byID[j.PreferGPU] == nil || h.byID[j.PreferGPU].cap == 0):
+	case j.PreferGPU >= 0 && !h.has(j.PreferGPU):
 		return fmt.Errorf("prefer=%s:%d: host %s has no GPU %d (its GPUs: %s)", j.Prefer, j.PreferGPU, j.Prefer, j.PreferGPU, h.ids())
 	case j.PreferGPU >= 0 && j.GPU >= 0 && j.GPU != j.PreferGPU:
 		return fmt.Errorf("prefer=%s:%d: the job is pinned to GPU %d", j.Prefer, j.PreferGPU, j.GPU)
@@ -653,7 +688,7 @@ func (t *slotTable) whyWaiting(j *Job, ahead int) string {
 		return down
 	}
 	if j.Host != "" && j.GPU >= 0 {
-		if g := t.byName[j.Host].byID[j.GPU]; g != nil && g.busy != "" {
+		if g := t.byName[j.Host].byID[executor.GPUID(j.GPU)]; g != nil && g.busy != "" {
 			return g.busy
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,12 +17,12 @@ import (
 
 // JobStatus is where one job stands according to a journal.
 type JobStatus struct {
-	Job     string `json:"job"`
-	State   string `json:"state"` // StateWaiting, StateRunning or a final event kind
-	Source  string `json:"source,omitempty"`
-	Command string `json:"command"`
-	Host    string `json:"host,omitempty"`
-	GPUs    []int  `json:"gpus,omitempty"`
+	Job     string           `json:"job"`
+	State   string           `json:"state"` // StateWaiting, StateRunning or a final event kind
+	Source  string           `json:"source,omitempty"`
+	Command string           `json:"command"`
+	Host    string           `json:"host,omitempty"`
+	GPUs    []executor.GPUID `json:"gpus,omitempty"`
 	// Snapshot is the ID of the snapshot of the code the latest attempt
 	// ran in (a run with sync).
 	Snapshot string `json:"snapshot,omitempty"`

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 func TestStatus(t *testing.T) {
@@ -17,7 +19,7 @@ func TestStatus(t *testing.T) {
 		return Event{Run: run, Event: kind, Job: job, Text: text, Occurrence: 1, Command: text, Attempt: attempt}
 	}
 	started := func(e Event, s int) Event {
-		e.Host, e.GPUs, e.Start, e.Stdout, e.Stderr = "n1", []int{2}, at(s), "l/"+e.Job+".out", "l/"+e.Job+".err"
+		e.Host, e.GPUs, e.Start, e.Stdout, e.Stderr = "n1", []executor.GPUID{2}, at(s), "l/"+e.Job+".out", "l/"+e.Job+".err"
 		return e
 	}
 	ended := func(e Event, s, exit int) Event { e = started(e, 0); e.End, e.Exit = at(s), code(exit); return e }
@@ -142,9 +144,9 @@ func TestStatusTable(t *testing.T) {
 	long := "python train.py --lr 0.001 --batch-size 64 --optimizer adam --epochs 300 --data /scratch/imagenet"
 	dir := writeJournal(t, []Event{
 		{Run: "r", Event: EventFailed, Job: "7", Text: "python train.py", Command: "python train.py", Attempt: 1,
-			Host: "node1", GPUs: []int{0, 1}, Start: &t0, End: &t1, Exit: &exit, Stdout: "logs/7.out", Stderr: "logs/7.err"},
+			Host: "node1", GPUs: []executor.GPUID{0, 1}, Start: &t0, End: &t1, Exit: &exit, Stdout: "logs/7.out", Stderr: "logs/7.err"},
 		{Run: "r", Event: EventStarted, Job: "8", Text: long, Command: long, Attempt: 1,
-			Host: "node2", GPUs: []int{3}, Start: &t0, Stdout: "logs/8.out", Stderr: "logs/8.err"},
+			Host: "node2", GPUs: []executor.GPUID{3}, Start: &t0, Stdout: "logs/8.out", Stderr: "logs/8.err"},
 		{Run: "r", Event: EventQueued, Job: "9", Text: "echo one \\\nand two", Command: "echo one \\\nand two"},
 	}, "")
 	st, err := ReadStatus(dir, t0.Add(2500*time.Millisecond))

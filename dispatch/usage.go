@@ -3,6 +3,7 @@ package dispatch
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -114,11 +115,14 @@ func (r *run) usageSeen(a usageAnswer) {
 	first := h.unseen
 	r.sched.table.setUnseen(h, false)
 	for id, info := range seen {
-		if g := h.byID[id]; g != nil {
+		if g := h.byID[executor.GPUID(id)]; g != nil {
 			g.model, g.vramMB = info.Name, max(info.MemoryTotalMB, 0)
 		}
 	}
 	changed := a.err == nil && len(a.gpus) > 0 && r.absentGPUs(h, seen, lost)
+	if a.err == nil && len(a.gpus) > 0 && r.sched.table.migSlots(h, seen) {
+		changed = true
+	}
 	if first || changed {
 		// What its GPUs are is known now: a job that no GPU of the lab
 		// suits, or pinned to one left out, may be known so too.
@@ -129,13 +133,16 @@ func (r *run) usageSeen(a usageAnswer) {
 			if a.err != nil || g.jobs() > 0 {
 				return // unknown now, or not others' alone: as it was
 			}
-			g.others = seen[g.id].BusyWhy(r.opts.BusyMemoryMB)
+			g.others = "" // a MIG instance's own use is not said
+			if _, mig := g.id.MIG(); !mig {
+				g.others = seen[int(g.id)].BusyWhy(r.opts.BusyMemoryMB)
+			}
 			g.shunned = r.opts.SkipBusy && g.others != ""
 		})
 		if g.shunned && g.reported != g.others {
 			g.reported = g.others
-			r.record(Event{Time: time.Now(), Event: EventBusy, Run: r.id, Host: h.host.Name, GPUs: []int{g.id},
-				Error: fmt.Sprintf("GPU %d is busy with other work: %s", g.id, g.others)})
+			r.record(Event{Time: time.Now(), Event: EventBusy, Run: r.id, Host: h.host.Name, GPUs: []executor.GPUID{g.id},
+				Error: fmt.Sprintf("GPU %s is busy with other work: %s", g.id, g.others)})
 		}
 	}
 }
@@ -149,7 +156,7 @@ func (t *slotTable) othersOnAll(j *Job) string {
 	}
 	var whys []string
 	for _, g := range h.gpus {
-		if g.cap == 0 || j.GPU >= 0 && g.id != j.GPU {
+		if g.cap == 0 || !g.mayRun(j) {
 			continue
 		}
 		why := g.others
@@ -159,7 +166,7 @@ func (t *slotTable) othersOnAll(j *Job) string {
 		if why == "" {
 			return ""
 		}
-		whys = append(whys, fmt.Sprintf("GPU %d: %s", g.id, why))
+		whys = append(whys, fmt.Sprintf("GPU %s: %s", g.id, why))
 	}
 	if len(whys) == 0 {
 		return ""
@@ -214,23 +221,24 @@ func (r *run) absentGPUs(h *hostSlots, seen map[int]executor.GPU, lost map[int]s
 	t := r.sched.table
 	changed := false
 	for _, g := range h.gpus {
-		_, listed := seen[g.id]
+		if _, mig := g.id.MIG(); mig {
+			continue // migSlots' own
+		}
+		idx := int(g.id)
+		_, listed := seen[idx]
 		if g.absent == !listed || g.listed == 0 {
 			continue
 		}
 		changed = true
 		t.setBlocked(g, func() {
 			g.absent = !listed
-			g.cap = g.listed
-			if g.absent {
-				g.cap = 0
-			}
+			g.cap = g.slots()
 		})
 		switch {
-		case g.absent && lost[g.id] != "":
-			r.record(r.hostWarning(h, fmt.Errorf("GPU %d is left out, and jobs pinned to it are rejected: nvidia-smi says %q (its other GPUs stay: %s)", g.id, lost[g.id], h.listed(seen))))
+		case g.absent && lost[idx] != "":
+			r.record(r.hostWarning(h, fmt.Errorf("GPU %d is left out, and jobs pinned to it are rejected: nvidia-smi says %q (its other GPUs stay: %s)", idx, lost[idx], h.listed(seen))))
 		case g.absent:
-			r.record(r.hostWarning(h, fmt.Errorf("GPU %d is in the inventory, but nvidia-smi there does not list it (it lists %s): it is left out, and jobs pinned to it are rejected", g.id, h.listed(seen))))
+			r.record(r.hostWarning(h, fmt.Errorf("GPU %d is in the inventory, but nvidia-smi there does not list it (it lists %s): it is left out, and jobs pinned to it are rejected", idx, h.listed(seen))))
 		}
 	}
 	return changed
@@ -253,10 +261,10 @@ func (r *run) rejectUnsuited() {
 
 // listed says which GPUs nvidia-smi lists on h: "GPUs 0,1".
 func (h *hostSlots) listed(seen map[int]executor.GPU) string {
-	ids := make([]int, 0, len(seen))
+	ids := make([]executor.GPUID, 0, len(seen))
 	for id := range seen {
-		ids = append(ids, id)
+		ids = append(ids, executor.GPUID(id))
 	}
-	sort.Ints(ids)
+	slices.Sort(ids)
 	return "GPUs " + gpuList(ids)
 }

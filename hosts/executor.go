@@ -67,7 +67,7 @@ func (l *Lab) Adopt(ctx context.Context, host string, c executor.Command, outOff
 }
 
 // LockGPU takes GPU gpu of host for run.
-func (l *Lab) LockGPU(ctx context.Context, host string, gpu int, run string) (executor.GPULock, error) {
+func (l *Lab) LockGPU(ctx context.Context, host string, gpu executor.GPUID, run string) (executor.GPULock, error) {
 	r, err := l.lookup(ctx, host)
 	if err != nil {
 		return nil, err

@@ -85,7 +85,7 @@ func (l *Local) Close() {
 }
 
 // LockGPU implements Runner.
-func (l *Local) LockGPU(ctx context.Context, gpu int, run string) (executor.GPULock, error) {
+func (l *Local) LockGPU(ctx context.Context, gpu executor.GPUID, run string) (executor.GPULock, error) {
 	l.init()
 	return l.locks.Lock(ctx, gpu, run)
 }

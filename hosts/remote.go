@@ -135,7 +135,7 @@ func (r *Remote) Close() {
 }
 
 // LockGPU implements Runner.
-func (r *Remote) LockGPU(ctx context.Context, gpu int, run string) (executor.GPULock, error) {
+func (r *Remote) LockGPU(ctx context.Context, gpu executor.GPUID, run string) (executor.GPULock, error) {
 	return r.locks.Lock(ctx, gpu, run)
 }
 

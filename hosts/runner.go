@@ -24,7 +24,7 @@ type Runner interface {
 	// tagged tag: it ends it if it still runs.
 	Reap(ctx context.Context, tag string) error
 	// LockGPU takes GPU gpu of the machine for run.
-	LockGPU(ctx context.Context, gpu int, run string) (executor.GPULock, error)
+	LockGPU(ctx context.Context, gpu executor.GPUID, run string) (executor.GPULock, error)
 	// Fetch copies the files r names into dst.
 	Fetch(ctx context.Context, r executor.Return, dst string) (executor.Returned, error)
 }

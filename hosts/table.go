@@ -64,20 +64,24 @@ func WriteTable(w io.Writer, states []HostState, busyMB int, o TableOptions) err
 		for _, g := range st.GPUs {
 			busy := cmp.Or(g.BusyWhy(busyMB), "free")
 			n := gpuSlots(st.Host, g.Index)
-			slotsWord := strconv.Itoa(n) + " slots"
-			if n == 1 {
-				slotsWord = "1 slot"
-			}
+			slotsWord := slotWords(n)
 			if total := cmp.Or(st.Host.MemoryMB, g.MemoryTotalMB); total > 0 && (st.Host.MemMB > 0 || st.Host.MemoryMB > 0 || st.Host.MaxPerGPU > 0) {
 				// What jobs that declare their memory (mem=) may share,
 				// where the inventory sets budgets.
 				slotsWord += fmt.Sprintf(" or %d MiB of mem= jobs", max(total-st.Host.ReserveMB, 0))
 			}
-			usage := g.Usage()
-			if o.Verbose {
-				t.row("", "  gpu "+strconv.Itoa(g.Index), g.Name, usage, g.UUID, slotsWord, busy)
-			} else {
-				t.row("", "  gpu "+strconv.Itoa(g.Index), g.Name, usage, slotsWord, busy)
+			if len(g.MIG) > 0 {
+				slotsWord = fmt.Sprintf("MIG: %d instances", len(g.MIG))
+			}
+			t.gpuRow(o, "  gpu "+strconv.Itoa(g.Index), g.Name, g.Usage(), g.UUID, slotsWord, busy)
+			for _, m := range g.MIG {
+				// Each instance has the slots of its GPU; what it holds,
+				// nvidia-smi does not say.
+				mem := "? MiB"
+				if m.MemoryMB > 0 {
+					mem = strconv.Itoa(m.MemoryMB) + " MiB"
+				}
+				t.gpuRow(o, "    mig "+executor.MIGID(g.Index, m.Device).String(), "MIG "+m.Profile, mem, m.UUID, slotWords(n), "")
 			}
 		}
 		if st.Slurm != nil && st.Err == nil {
@@ -102,6 +106,24 @@ func WriteTable(w io.Writer, states []HostState, busyMB int, o TableOptions) err
 		}
 	}
 	return t.write(w, o.Width)
+}
+
+// slotWords says n slots: "1 slot", "2 slots".
+func slotWords(n int) string {
+	if n == 1 {
+		return "1 slot"
+	}
+	return strconv.Itoa(n) + " slots"
+}
+
+// gpuRow adds the row of a GPU or MIG instance: its id, what it is, what
+// it holds, its UUID (with Verbose), its slots, and whether it is busy.
+func (t *table) gpuRow(o TableOptions, id, name, usage, uuid, slots, busy string) {
+	if o.Verbose {
+		t.row("", id, name, usage, uuid, slots, busy)
+	} else {
+		t.row("", id, name, usage, slots, busy)
+	}
 }
 
 // table is WriteTable's layout: rows whose cells line up, two spaces apart,
@@ -189,7 +211,23 @@ func slots(st HostState) string {
 	case st.Host.Slurm != nil:
 		return strconv.Itoa(st.Host.Slurm.MaxJobs) + " (max_jobs)"
 	}
-	return strconv.Itoa(len(st.Host.GPUs) * st.Host.SlotsPerGPU)
+	return strconv.Itoa(slotCount(st))
+}
+
+// slotCount counts a host's slots: its inventory's, with a GPU in MIG mode
+// giving its slots to each of its instances.
+func slotCount(st HostState) int {
+	n := 0
+	for _, id := range st.Host.GPUs {
+		k := 1
+		for _, g := range st.GPUs {
+			if g.Index == id && len(g.MIG) > 0 {
+				k = len(g.MIG)
+			}
+		}
+		n += k * st.Host.SlotsPerGPU
+	}
+	return n
 }
 
 // hostJSON is one host in `gpudispatch hosts --json`.
@@ -240,7 +278,7 @@ func WriteJSON(w io.Writer, states []HostState, busyMB int) error {
 		case st.Host.Slurm != nil:
 			h.Slots, h.Slurm = st.Host.Slurm.MaxJobs, st.Slurm
 		case !st.Host.AutoGPUs:
-			h.Slots = len(st.Host.GPUs) * st.Host.SlotsPerGPU
+			h.Slots = slotCount(st)
 		}
 		if st.Err != nil {
 			h.Error = st.Err.Error()

@@ -3,6 +3,7 @@ package hosts
 import (
 	"bytes"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -72,5 +73,31 @@ func TestWriteTableBudget(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "1 slot or 80896 MiB of mem= jobs") {
 		t.Errorf("no budget in\n%s", b.String())
+	}
+}
+
+// A GPU in MIG mode lists its instances under it, each with its id, its
+// profile, its memory and its slots (c4: an A100 PCIe split in two).
+func TestWriteTableMIG(t *testing.T) {
+	t.Parallel()
+	states := []HostState{{Host: inventory.Host{Name: "node1", GPUs: []int{0}, SlotsPerGPU: 1}, Addr: "alice@10.0.0.11:22",
+		GPUs: []executor.GPU{{Index: 0, Name: "NVIDIA A100 80GB PCIe", UUID: "GPU-932bfb2c-849a-2a22-1e84-9eff6bc02b39", MemoryTotalMB: 81920, MemoryUsedMB: 25, Utilization: -1,
+			MIG: []executor.MIGInstance{{Device: 0, Profile: "3g.40gb", UUID: "MIG-0929581a-2be6-5dec-bf34-0954c6c529a6", MemoryMB: 40960},
+				{Device: 1, Profile: "3g.40gb", UUID: "MIG-3adbed3a-d03d-549f-a016-ba1fd7359f23", MemoryMB: 40960}}}}}}
+	var b bytes.Buffer
+	if err := WriteTable(&b, states, 500, TableOptions{Verbose: true}); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	lines := strings.Split(out, "\n")
+	want := []*regexp.Regexp{
+		regexp.MustCompile(`^ +gpu 0 +NVIDIA A100 80GB PCIe +25/81920 MiB, \?% +GPU-932bfb2c\S+ +MIG: 2 instances +free$`),
+		regexp.MustCompile(`^ +mig 0:0 +MIG 3g.40gb +40960 MiB +MIG-0929581a-2be6-5dec-bf34-0954c6c529a6 +1 slot$`),
+		regexp.MustCompile(`^ +mig 0:1 +MIG 3g.40gb +40960 MiB +MIG-3adbed3a-d03d-549f-a016-ba1fd7359f23 +1 slot$`),
+	}
+	for i, re := range want {
+		if len(lines) < i+3 || !re.MatchString(lines[i+2]) {
+			t.Errorf("line %d: want %s in\n%s", i+3, re, out)
+		}
 	}
 }

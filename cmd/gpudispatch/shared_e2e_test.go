@@ -6,8 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -265,5 +267,60 @@ func TestSSHGPUKinds(t *testing.T) {
 	}
 	if h := labRun(t, l, "", "hosts", "-i", inv); !strings.Contains(h.stdout, "tags: nvlink") || !strings.Contains(h.stdout, "NVIDIA H100 80GB HBM3") {
 		t.Errorf("hosts does not show node2's model and tags:\n%s", h.stdout)
+	}
+}
+
+// A GPU in MIG mode over sshd, as nvidia-smi -L prints an H100's (c1 in
+// hosts/nvidiasmi/testdata): each instance is a slot, given to CUDA by its
+// UUID; two runs at once never share an instance, each of which has a
+// lock of its own; a job asks for an instance by its profile; hosts lists
+// the instances under their GPU.
+func TestSSHMIG(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	h := l.Hosts[0]
+	dir := filepath.Join("..", "..", "hosts", "nvidiasmi", "testdata")
+	h.SetGPUs(readFile(t, filepath.Join(dir, "c1_h100_mig_idle.gpu.txt")))
+	h.SetList(readFile(t, filepath.Join(dir, "c1_h100_mig.L.txt")))
+	inv := l.Inventory("")
+	job := fmt.Sprintf(exclusiveJob, "0.5")
+	results := make([]result, 2)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			jobs := strings.Repeat(job+"\n", 4) + "[model=3g.40gb] " + job + "\n"
+			results[i] = labRun(t, l, jobs, "-i", inv, "-o", fmt.Sprintf("logs%d", i), "--busy-recheck", "200ms")
+		})
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.code != 0 {
+			t.Errorf("run %d: exit %d\n%s", i, r.code, r.stderr)
+		}
+	}
+	on := map[string]int{}
+	for _, line := range noCollisions(t, l)["node1"] {
+		f := strings.Fields(line)
+		on[f[len(f)-1]]++
+	}
+	if len(on) != 4 || on["0"] > 0 || on["MIG-00000000-0000-0000-0000-000000000000"] < 2 {
+		t.Errorf("jobs ran with CUDA_VISIBLE_DEVICES %v: want the four MIG instances, never GPU 0 whole, the 3g.40gb one by both model= jobs", on)
+	}
+	for i := range results {
+		for _, e := range journal(t, filepath.Join(l.Dir, fmt.Sprintf("logs%d", i))) {
+			if e["event"] == "finished" && e["name"] == nil && !strings.HasPrefix(fmt.Sprint(e["gpus"]), "[0:") {
+				t.Errorf("the journal names a job's MIG instance %v, want 0:N", e["gpus"])
+			}
+		}
+	}
+	locks, _ := filepath.Glob(filepath.Join(l.Dir, ".locks", "gpudispatch-gpu-GPU-00000000-0000-0000-0000-000000000000-mig*"))
+	if len(locks) != 4 {
+		t.Errorf("locks %v, want one per MIG instance", locks)
+	}
+	hosts := labRun(t, l, "", "hosts", "-i", inv)
+	for _, want := range []string{`node1 .* up +0 +4\n`, `gpu 0 +NVIDIA H100 80GB HBM3 .* MIG: 4 instances`, `mig 0:0 +MIG 3g.40gb +40960 MiB +1 slot`, `mig 0:3 +MIG 1g.10gb +10240 MiB +1 slot`} {
+		if !regexp.MustCompile(want).MatchString(hosts.stdout) {
+			t.Errorf("hosts does not say %s:\n%s", want, hosts.stdout)
+		}
 	}
 }

@@ -32,7 +32,7 @@ func (instant) Run(ctx context.Context, _ string, c executor.Command, _, _ io.Wr
 }
 func (instant) WaitUp(ctx context.Context, _ string) error { <-ctx.Done(); return ctx.Err() }
 func (instant) Reap(context.Context, string, string) error { return nil }
-func (instant) LockGPU(context.Context, string, int, string) (executor.GPULock, error) {
+func (instant) LockGPU(context.Context, string, executor.GPUID, string) (executor.GPULock, error) {
 	return nil, executor.ErrNoLocks
 }
 func (instant) ProbeGPUs(context.Context, string) ([]executor.GPU, error) { return nil, nil }

@@ -74,7 +74,7 @@ type LockedError struct {
 	// Where is the machine, GPU the GPU's index, Key its lock's name (its
 	// UUID); Holder says whose run holds it ("run R of user@host (pid N)").
 	Where  string
-	GPU    int
+	GPU    GPUID
 	Key    string
 	Holder string
 	// Freed, when not nil, is closed once the lock looks free (its holder
@@ -83,7 +83,7 @@ type LockedError struct {
 }
 
 func (e *LockedError) Error() string {
-	return fmt.Sprintf("%s: GPU %d (%s) is %v: %s", e.Where, e.GPU, e.Key, ErrGPULocked, e.Holder)
+	return fmt.Sprintf("%s: GPU %s (%s) is %v: %s", e.Where, e.GPU, e.Key, ErrGPULocked, e.Holder)
 }
 
 // Unwrap makes a LockedError an ErrGPULocked.

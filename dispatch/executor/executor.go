@@ -37,10 +37,10 @@ type Executor interface {
 	// of it runs there any more.
 	Adopt(ctx context.Context, host string, c Command, outOff, errOff int64, stdout, stderr io.Writer) (exitCode int, end time.Time, err error)
 	// LockGPU takes the lock that keeps other gpudispatch runs off GPU gpu
-	// of host, for the run whose commands' tags start with run + "-". An
+	// (or MIG instance) of host, for the run whose commands' tags start with run + "-". An
 	// error wraps ErrGPULocked when another run holds it, ErrNoLocks when
 	// the host cannot lock, ErrHostDown when it cannot be reached.
-	LockGPU(ctx context.Context, host string, gpu int, run string) (GPULock, error)
+	LockGPU(ctx context.Context, host string, gpu GPUID, run string) (GPULock, error)
 	// ProbeGPUs asks host what its GPUs hold now (nvidia-smi).
 	ProbeGPUs(ctx context.Context, host string) ([]GPU, error)
 	// Fetch copies the files that r names, in a job's workdir on host,

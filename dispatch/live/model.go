@@ -3,12 +3,12 @@ package live
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -16,7 +16,7 @@ import (
 // cluster's max_jobs places (gpu noGPU), and what it does.
 type slot struct {
 	host string
-	gpu  int
+	gpu  executor.GPUID
 	job  string // "" when idle
 	cmd  string
 	// mem is the GPU memory the job declared (MiB; 0: none).
@@ -31,7 +31,7 @@ const noGPU = -1
 // gpuKey names a GPU of a host.
 type gpuKey struct {
 	host string
-	gpu  int
+	gpu  executor.GPUID
 }
 
 // model is the view's state, built from events.
@@ -71,7 +71,7 @@ func newModel(inv *inventory.Inventory, opening []string, now func() time.Time) 
 		}
 		for _, id := range h.GPUs {
 			for range h.SlotsPerGPU {
-				m.addSlot(gpuKey{h.Name, id})
+				m.addSlot(gpuKey{h.Name, executor.GPUID(id)})
 			}
 		}
 	}
@@ -247,7 +247,7 @@ func (m *model) progress() string {
 func (m *model) slotLine(s slot) string {
 	where := s.host
 	if s.gpu != noGPU {
-		where += ":" + strconv.Itoa(s.gpu)
+		where += ":" + s.gpu.String()
 	}
 	switch {
 	case s.job != "":

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
@@ -39,8 +40,8 @@ func TestModelView(t *testing.T) {
 			name: "a 2-GPU job on one line per GPU, one of two slots of a GPU, a job waiting",
 			events: []dispatch.Event{
 				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"}, {Event: dispatch.EventQueued, Job: "3"},
-				{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []int{0, 1}, Command: "train --big", Start: at(0)},
-				{Event: dispatch.EventStarted, Job: "2", Host: "n2", GPUs: []int{0}, Command: "train\nmore", Start: at(30)},
+				{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []executor.GPUID{0, 1}, Command: "train --big", Start: at(0)},
+				{Event: dispatch.EventStarted, Job: "2", Host: "n2", GPUs: []executor.GPUID{0}, Command: "train\nmore", Start: at(30)},
 			},
 			after: 75 * time.Second,
 			want: []string{
@@ -57,8 +58,8 @@ func TestModelView(t *testing.T) {
 			name: "jobs that declare GPU memory share a GPU, each with what it declared",
 			events: []dispatch.Event{
 				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"},
-				{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []int{0}, Command: "a", Start: at(0), MemMB: 19456},
-				{Event: dispatch.EventStarted, Job: "2", Host: "n1", GPUs: []int{0}, Command: "b", Start: at(0), MemMB: 1536},
+				{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []executor.GPUID{0}, Command: "a", Start: at(0), MemMB: 19456},
+				{Event: dispatch.EventStarted, Job: "2", Host: "n1", GPUs: []executor.GPUID{0}, Command: "b", Start: at(0), MemMB: 1536},
 			},
 			after: 5 * time.Second,
 			want: []string{
@@ -77,8 +78,8 @@ func TestModelView(t *testing.T) {
 			events: []dispatch.Event{
 				{Event: dispatch.EventQueued, Job: "train"}, {Event: dispatch.EventQueued, Job: "eval", After: []string{"train"}},
 				{Event: dispatch.EventQueued, Job: "report", After: []string{"eval"}},
-				{Event: dispatch.EventStarted, Job: "train", Host: "n1", GPUs: []int{0}, Command: "t", Start: at(0)},
-				{Event: dispatch.EventFinished, Job: "train", Host: "n1", GPUs: []int{0}, Start: at(0), End: at(5)},
+				{Event: dispatch.EventStarted, Job: "train", Host: "n1", GPUs: []executor.GPUID{0}, Command: "t", Start: at(0)},
+				{Event: dispatch.EventFinished, Job: "train", Host: "n1", GPUs: []executor.GPUID{0}, Start: at(0), End: at(5)},
 				{Event: dispatch.EventQueued, Job: "eval", Message: "the jobs it waited for ended"},
 			},
 			after: 5 * time.Second,
@@ -96,13 +97,13 @@ func TestModelView(t *testing.T) {
 			name: "a lost job queued again is waiting, not lost; a host down and a busy GPU say so",
 			events: []dispatch.Event{
 				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"},
-				{Event: dispatch.EventStarted, Job: "1", Host: "n2", GPUs: []int{0}, Command: "a", Start: at(0)},
-				{Event: dispatch.EventFinished, Job: "1", Host: "n2", GPUs: []int{0}},
-				{Event: dispatch.EventStarted, Job: "2", Host: "n2", GPUs: []int{0}, Command: "b", Start: at(1)},
+				{Event: dispatch.EventStarted, Job: "1", Host: "n2", GPUs: []executor.GPUID{0}, Command: "a", Start: at(0)},
+				{Event: dispatch.EventFinished, Job: "1", Host: "n2", GPUs: []executor.GPUID{0}},
+				{Event: dispatch.EventStarted, Job: "2", Host: "n2", GPUs: []executor.GPUID{0}, Command: "b", Start: at(1)},
 				{Event: dispatch.EventHostDown, Host: "n2", Error: "connection lost"},
-				{Event: dispatch.EventLost, Job: "2", Host: "n2", GPUs: []int{0}},
+				{Event: dispatch.EventLost, Job: "2", Host: "n2", GPUs: []executor.GPUID{0}},
 				{Event: dispatch.EventRetried, Job: "2"},
-				{Event: dispatch.EventBusy, Job: "2", Host: "n1", GPUs: []int{1}, Error: "n1: GPU 1 is busy with other work: 900 MiB used"},
+				{Event: dispatch.EventBusy, Job: "2", Host: "n1", GPUs: []executor.GPUID{1}, Error: "n1: GPU 1 is busy with other work: 900 MiB used"},
 			},
 			after: 10 * time.Second,
 			want: []string{
@@ -137,9 +138,9 @@ func TestModelView(t *testing.T) {
 			events: []dispatch.Event{
 				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"}, {Event: dispatch.EventQueued, Job: "3"},
 				{Event: dispatch.EventQueued, Job: "4"},
-				{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []int{0}, Command: "a", Start: at(0)},
-				{Event: dispatch.EventFinished, Job: "1", Host: "n1", GPUs: []int{0}},
-				{Event: dispatch.EventStarted, Job: "2", Host: "n1", GPUs: []int{0}, Command: "b", Start: at(1)},
+				{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []executor.GPUID{0}, Command: "a", Start: at(0)},
+				{Event: dispatch.EventFinished, Job: "1", Host: "n1", GPUs: []executor.GPUID{0}},
+				{Event: dispatch.EventStarted, Job: "2", Host: "n1", GPUs: []executor.GPUID{0}, Command: "b", Start: at(1)},
 				{Event: dispatch.EventCancelled, Job: "3"}, {Event: dispatch.EventCancelled, Job: "4"},
 			},
 			after: 10 * time.Second,
@@ -197,7 +198,7 @@ func TestModelFitsTerminal(t *testing.T) {
 	m := testModel(t, &now)
 	m.width, m.height = 30, 4
 	m.apply(dispatch.Event{Event: dispatch.EventQueued, Job: "1"})
-	m.apply(dispatch.Event{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []int{0}, Command: strings.Repeat("x", 100), Start: &now})
+	m.apply(dispatch.Event{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []executor.GPUID{0}, Command: strings.Repeat("x", 100), Start: &now})
 	got := strings.Split(strings.TrimSuffix(m.view(), "\n"), "\n")
 	want := []string{"[--------------------] 0/1 do…", "n1:0         job 1           …", "… 5 more slots (5 idle)"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -212,7 +213,7 @@ func TestModelCutsCommandsInTheMiddle(t *testing.T) {
 	m := testModel(t, &now)
 	m.width, m.height = 60, 10
 	m.apply(dispatch.Event{Event: dispatch.EventQueued, Job: "1"})
-	m.apply(dispatch.Event{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []int{0},
+	m.apply(dispatch.Event{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []executor.GPUID{0},
 		Command: "python train.py --model resnet50 --data /scratch/imagenet --lr 0.001 --seed 3", Start: &now})
 	line := strings.Split(m.view(), "\n")[1]
 	if len([]rune(line)) != 60 || !strings.HasPrefix(line, "n1:0         job 1           0s  python") || !strings.HasSuffix(line, "0.001 --seed 3") {

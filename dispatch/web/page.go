@@ -110,7 +110,7 @@ func (s *Server) build(o *dispatch.Overview, ended bool, now time.Time, live boo
 		for _, g := range h.GPUs {
 			row := gpuRow{GPUView: g}
 			for i := range smp.gpus {
-				if smp.gpus[i].Index == g.ID {
+				if executor.GPUID(smp.gpus[i].Index) == g.ID {
 					row.Info = &smp.gpus[i]
 				}
 			}

@@ -5,9 +5,10 @@ import (
 	"embed"
 	"html/template"
 	"io"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 //go:embed assets/page.html assets/style.css assets/app.js
@@ -19,15 +20,9 @@ var parts = []string{"progress", "hosts", "queue", "finished"}
 
 var tmpl = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"unixMilli": func(t time.Time) int64 { return t.UnixMilli() },
-	"gpus": func(ids []int) string {
-		s := make([]string, len(ids))
-		for i, id := range ids {
-			s[i] = strconv.Itoa(id)
-		}
-		return strings.Join(s, ",")
-	},
-	"jobAt": func(p *page, j *jobInfo) jobView { return jobView{Page: p, Job: j, Back: "/"} },
-	"head":  func(title, base string) headView { return headView{Title: title, Base: base} },
+	"gpus":      executor.GPUIDs,
+	"jobAt":     func(p *page, j *jobInfo) jobView { return jobView{Page: p, Job: j, Back: "/"} },
+	"head":      func(title, base string) headView { return headView{Title: title, Base: base} },
 }).ParseFS(assets, "assets/page.html"))
 
 // headView is what a page's <head> needs: its title and where its

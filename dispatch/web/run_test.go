@@ -73,7 +73,7 @@ func (f *fakeExec) WaitUp(ctx context.Context, _ string) error {
 }
 
 func (*fakeExec) Reap(context.Context, string, string) error { return nil }
-func (*fakeExec) LockGPU(_ context.Context, _ string, gpu int, _ string) (executor.GPULock, error) {
+func (*fakeExec) LockGPU(_ context.Context, _ string, gpu executor.GPUID, _ string) (executor.GPULock, error) {
 	return &fakeLock{key: fmt.Sprint("index-", gpu), lost: make(chan struct{})}, nil
 }
 

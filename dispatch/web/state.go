@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // jobInfo is what the page knows of a job, from its events.
@@ -17,7 +18,7 @@ type jobInfo struct {
 	Pending bool
 	Reason  string
 	Host    string
-	GPUs    []int
+	GPUs    []executor.GPUID
 	Attempt int
 	Start   time.Time
 	End     time.Time

@@ -197,7 +197,7 @@ func TestLocksBetweenUsersAtOnce(t *testing.T) {
 	me, them := twoUsers(t)
 	won := 0
 	for round := range 10 {
-		gpu := round
+		gpu := executor.GPUID(round)
 		got := make(chan executor.GPULock, 2)
 		for _, ls := range []*Lockers{me, them} {
 			go func() {

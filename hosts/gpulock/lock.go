@@ -112,10 +112,10 @@ type holder struct {
 	hushOnce sync.Once
 
 	// Guarded by ls.mu:
-	asked   map[int]chan answer // GPUs asked for, and where the answer goes
-	held    map[int]*heldLock
-	freed   map[int]chan struct{} // GPUs found locked, closed once they look free
-	retired bool                  // told to exit, or dead: it takes no more requests
+	asked   map[executor.GPUID]chan answer // GPUs asked for, and where the answer goes
+	held    map[executor.GPUID]*heldLock
+	freed   map[executor.GPUID]chan struct{} // GPUs found locked, closed once they look free
+	retired bool                             // told to exit, or dead: it takes no more requests
 }
 
 // answer is a holder's answer to "lock N"; lock is set for "locked",
@@ -141,19 +141,19 @@ func New(start spawn.Func, where, dir string, heartbeat, linger, probe time.Dura
 // error wraps executor.ErrGPULocked when another run holds it,
 // executor.ErrNoLocks when the machine has no flock(1), executor.ErrHostDown
 // when the machine could not be reached.
-func (ls *Lockers) Lock(ctx context.Context, gpu int, run string) (executor.GPULock, error) {
+func (ls *Lockers) Lock(ctx context.Context, gpu executor.GPUID, run string) (executor.GPULock, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("%s: locking GPU %d: %w", ls.where, gpu, context.Cause(ctx))
+		return nil, fmt.Errorf("%s: locking GPU %s: %w", ls.where, gpu, context.Cause(ctx))
 	}
 	got := make(chan answer, 1)
 	ls.mu.Lock()
 	h, err := ls.holder(ctx, run)
 	if err == nil {
 		if _, dup := h.asked[gpu]; dup || h.held[gpu] != nil {
-			err = fmt.Errorf("%s: GPU %d: already locked or being locked by run %s", ls.where, gpu, run)
+			err = fmt.Errorf("%s: GPU %s: already locked or being locked by run %s", ls.where, gpu, run)
 		} else {
 			h.asked[gpu] = got
-			h.send("lock " + strconv.Itoa(gpu))
+			h.send("lock " + strconv.Itoa(int(gpu)))
 		}
 	}
 	ls.mu.Unlock()
@@ -171,12 +171,12 @@ func (ls *Lockers) Lock(ctx context.Context, gpu int, run string) (executor.GPUL
 		if _, waiting := h.asked[gpu]; waiting {
 			// Whatever the answer will be, let go of the GPU.
 			delete(h.asked, gpu)
-			h.send("release " + strconv.Itoa(gpu))
+			h.send("release " + strconv.Itoa(int(gpu)))
 		} else if a := <-got; a.lock != nil {
-			h.send("release " + strconv.Itoa(gpu))
+			h.send("release " + strconv.Itoa(int(gpu)))
 		}
 		h.idle()
-		return nil, fmt.Errorf("%s: locking GPU %d: %w", ls.where, gpu, context.Cause(ctx))
+		return nil, fmt.Errorf("%s: locking GPU %s: %w", ls.where, gpu, context.Cause(ctx))
 	}
 }
 
@@ -189,7 +189,7 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 		return h, nil
 	}
 	h := &holder{ls: ls, run: run, dead: make(chan struct{}), hushed: make(chan struct{}),
-		asked: map[int]chan answer{}, held: map[int]*heldLock{}, freed: map[int]chan struct{}{}}
+		asked: map[executor.GPUID]chan answer{}, held: map[executor.GPUID]*heldLock{}, freed: map[executor.GPUID]chan struct{}{}}
 	if !runRE.MatchString(run) {
 		return nil, fmt.Errorf("%s: run %q: want letters, digits, '.', '_' and '-'", ls.where, run)
 	}
@@ -249,10 +249,11 @@ func (h *holder) send(line string) {
 func (h *holder) line(s string) {
 	verb, rest, _ := strings.Cut(s, " ")
 	n, rest, _ := strings.Cut(rest, " ")
-	gpu, err := strconv.Atoi(n)
+	i, err := strconv.Atoi(n)
 	if err != nil {
 		return
 	}
+	gpu := executor.GPUID(i)
 	h.ls.mu.Lock()
 	defer h.ls.mu.Unlock()
 	switch verb {
@@ -327,7 +328,7 @@ func (h *holder) detach() {
 func (h *holder) hush() { h.hushOnce.Do(func() { close(h.hushed) }) }
 
 // answered turns the holder's answer about gpu into a lock or an error.
-func (h *holder) answered(gpu int, a answer) (executor.GPULock, error) {
+func (h *holder) answered(gpu executor.GPUID, a answer) (executor.GPULock, error) {
 	where := h.ls.where
 	switch a.verb {
 	case "locked":
@@ -336,7 +337,7 @@ func (h *holder) answered(gpu int, a answer) (executor.GPULock, error) {
 		key, owner, _ := strings.Cut(a.rest, " ")
 		return nil, &executor.LockedError{Where: where, GPU: gpu, Key: key, Holder: owner, Freed: a.freed}
 	}
-	return nil, fmt.Errorf("%s: locking GPU %d in %s: %s", where, gpu, h.ls.dir, a.rest)
+	return nil, fmt.Errorf("%s: locking GPU %s in %s: %s", where, gpu, h.ls.dir, a.rest)
 }
 
 // nvidiaSMI says the holder how to find nvidia-smi (see lock.sh).
@@ -348,7 +349,7 @@ func (ls *Lockers) nvidiaSMI() string {
 }
 
 // deathErr says why the holder died before answering about gpu.
-func (h *holder) deathErr(gpu int) error {
+func (h *holder) deathErr(gpu executor.GPUID) error {
 	where := h.ls.where
 	code, ok := spawn.ExitStatus(h.err)
 	switch {
@@ -356,13 +357,13 @@ func (h *holder) deathErr(gpu int) error {
 		return fmt.Errorf("%s: flock(1) not found (install util-linux): %w", where, executor.ErrNoLocks)
 	case !ok:
 		// The connection went away before the lock was taken.
-		return fmt.Errorf("%s: locking GPU %d: %w: %v", where, gpu, executor.ErrHostDown, h.err)
+		return fmt.Errorf("%s: locking GPU %s: %w: %v", where, gpu, executor.ErrHostDown, h.err)
 	case code == 126:
 		return fmt.Errorf("%s: %w: %s", where, ErrUnsafeLockDir, strings.TrimPrefix(strings.TrimSpace(h.errs.String()), "gpudispatch: "))
 	case code == 124:
-		return fmt.Errorf("%s: locking GPU %d: nvidia-smi did not answer within %s (a GPU fallen off the bus? a driver in a bad state? a login profile that never finishes? --probe-timeout): %w", where, gpu, h.ls.probe, executor.ErrProbeTimeout)
+		return fmt.Errorf("%s: locking GPU %s: nvidia-smi did not answer within %s (a GPU fallen off the bus? a driver in a bad state? a login profile that never finishes? --probe-timeout): %w", where, gpu, h.ls.probe, executor.ErrProbeTimeout)
 	}
-	return fmt.Errorf("%s: locking GPU %d in %s: exit status %d: %s", where, gpu, h.ls.dir, code, strings.TrimSpace(h.errs.String()))
+	return fmt.Errorf("%s: locking GPU %s in %s: exit status %d: %s", where, gpu, h.ls.dir, code, strings.TrimSpace(h.errs.String()))
 }
 
 // beat tells the holder that the coordinator lives, every interval.
@@ -386,7 +387,7 @@ func (h *holder) beat(interval time.Duration) {
 // heldLock is a GPULock held by a holder.
 type heldLock struct {
 	h      *holder
-	gpu    int
+	gpu    executor.GPUID
 	key    string
 	usedMB int
 	lost   chan struct{} // closed under ls.mu
@@ -403,7 +404,7 @@ func (l *heldLock) Release() {
 		l.h.ls.mu.Lock()
 		defer l.h.ls.mu.Unlock()
 		if l.h.held[l.gpu] == l {
-			l.h.send("release " + strconv.Itoa(l.gpu))
+			l.h.send("release " + strconv.Itoa(int(l.gpu)))
 		}
 	})
 	<-l.lost

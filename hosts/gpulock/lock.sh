@@ -7,7 +7,9 @@
 # (seconds), the probe's time limit (seconds), how nvidia-smi is found
 # ("login" or "as-is") — then lines: "lock N", "release N", "exit", or an empty line as
 # a heartbeat. GPU N's lock is named by its UUID as the login shell's
-# nvidia-smi reports it, else "index-N".
+# nvidia-smi reports it, else "index-N". N at 65536 and above is a MIG
+# instance, 65536 + 256 × GPU + its device number: its lock is its GPU's
+# name with "-migD" after it.
 #
 # stdout: a line per request, "locked N KEY MIB" (MIB: the memory used on
 # GPU N as the holder started, "-" if unknown), "busy N KEY WHY" (and later
@@ -41,19 +43,49 @@ lock_dir "$dir" || exit 126
 limit=()
 if command -v timeout >/dev/null; then limit=(timeout -k 2 "$probe"); fi
 # nvidia-smi is found as the machine's jobs would find it: through the
-# login shell ("login"), or on this holder's own PATH ("as-is").
-# shellcheck disable=SC2054 # the commas are nvidia-smi's
-query=(nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits)
-if [ "$shell" = login ]; then query=("${SHELL:-/bin/bash}" -lc "${query[*]}"); fi
+# login shell ("login"), or on this holder's own PATH ("as-is"). It is
+# asked once for the GPUs' UUIDs and, after a line "--- -L", for their MIG
+# instances (nvidia-smi -L), in one shell.
+ask='nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits; echo "--- -L"; nvidia-smi -L 2>/dev/null'
+query=(bash -c "$ask")
+if [ "$shell" = login ]; then query=("${SHELL:-/bin/bash}" -lc "$ask"); fi
 uuids=$("${limit[@]}" "${query[@]}" 2>/dev/null </dev/null)
 case $? in 124 | 137) exit 124 ;; esac
+list=
+case $uuids in *$'\n--- -L\n'*) list=${uuids#*$'\n--- -L\n'} ;; esac
+uuids=${uuids%%--- -L*}
+# migs: by id, the UUID nvidia-smi -L gives a MIG instance, which is what
+# a job's CUDA_VISIBLE_DEVICES names it by (running_on).
+migs=()
+gi=
+while IFS= read -r line; do
+  case $line in
+    "GPU "*) gi=${line#GPU } gi=${gi%%:*} ;;
+    *"MIG "*" Device "*"(UUID: "*")")
+      d=${line#*Device} d=${d%%:*} d=${d// /}
+      case $gi$d in '' | *[!0-9]*) continue ;; esac
+      u=${line##*UUID: }
+      migs[65536 + gi * 256 + d]=${u%)}
+      ;;
+  esac
+done <<<"$list"
 fds=()      # by GPU index: the open lock directory of each GPU held
 recs=()     # by GPU index: the record saying so
 watchers=() # by GPU index: the pid of the watch_free of a GPU found locked
 # take locks GPU $1 and says how it went.
 take() {
   local g=$1 fd own
-  lock_key "$g" "$uuids"
+  case $g in '' | *[!0-9]*)
+    printf 'failed %s not a GPU id\n' "$g"
+    return
+    ;;
+  esac
+  if ((g >= 65536)); then
+    lock_key $(((g - 65536) / 256)) "$uuids"
+    key=$key-mig$(((g - 65536) % 256))
+  else
+    lock_key "$g" "$uuids"
+  fi
   own=$pdir/gpudispatch-gpu-$key.$EUID
   [ -e "$own" ] || [ -L "$own" ] || mkdir -m 0755 -- "$own" 2>/dev/null
   if ! open_lock "$own"; then
@@ -177,15 +209,16 @@ nap() {
 }
 # running_on reports whether a job of this run runs on GPU $1: a record of
 # the user's job shells (~/.gpudispatch/jobs/*.job: tag, files, shell pid,
-# mark, offsets, job pid, boot, start, GPUs) names it, and its process group
-# is alive.
+# mark, offsets, job pid, boot, start, GPUs as CUDA_VISIBLE_DEVICES has
+# them: a MIG instance by its UUID) names it, and its process group is
+# alive.
 running_on() {
-  local rec jtag jpid gpus
+  local rec jtag jpid gpus want=${migs[$1]:-$1}
   for rec in "$HOME"/.gpudispatch/jobs/*.job; do
     [ -s "$rec" ] || continue
     IFS=' ' read -r jtag _ _ _ _ _ jpid _ _ gpus _ <"$rec" || continue
     case $jtag in "$run"-*) ;; *) continue ;; esac
-    case ",$gpus," in *",$1,"*) ;; *) continue ;; esac
+    case ",$gpus," in *",$want,"*) ;; *) continue ;; esac
     kill -0 -- -"$jpid" 2>/dev/null && return 0
   done
   return 1

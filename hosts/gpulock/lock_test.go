@@ -114,59 +114,84 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 // A job outlives its coordinator, and so does its GPU's lock: a holder
 // that stopped hearing its coordinator keeps the lock of a GPU on which a
 // job of its run still runs (as its job shell's record says), past the
-// linger, and lets go of it once the job ends.
+// linger, and lets go of it once the job ends. A MIG instance's job names
+// it by its UUID (CUDA_VISIBLE_DEVICES), which nvidia-smi -L gives.
 func TestLockKeptWhileItsJobRuns(t *testing.T) {
 	t.Parallel()
-	spool := filepath.Join(os.Getenv("HOME"), ".gpudispatch", "jobs")
-	if err := os.MkdirAll(spool, 0o700); err != nil {
+	bin := t.TempDir()
+	smi := "#!/bin/sh\ncase \"$*\" in\n  -L) printf 'GPU 0: NVIDIA A100 80GB PCIe (UUID: GPU-932b)\\n  MIG 3g.40gb     Device  0: (UUID: MIG-0929)\\n  MIG 3g.40gb     Device  1: (UUID: MIG-3adb)\\n' ;;\n  *) echo '0, GPU-932b, NVIDIA A100 80GB PCIe, 81920, 25' ;;\nesac\n"
+	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(smi), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	job := exec.Command("sleep", "60")
-	job.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := job.Start(); err != nil {
-		t.Fatal(err)
+	withSMI := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, "PATH="+shellescape.Quote(bin)+":$PATH; "+line, stdout, stderr)
 	}
-	defer job.Process.Kill()
-	ended := make(chan struct{})
-	go func() { job.Wait(); close(ended) }()
-	rec := fmt.Sprintf("runK-1-1 sh-0 1 mark 0 0 %d boot 0 1,5\nabout\n", job.Process.Pid)
-	if err := os.WriteFile(filepath.Join(spool, "sh-k.job"), []byte(rec), 0o600); err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name, run string
+		// gpus is what the job's record says it runs on; kept is the
+		// GPU whose lock it keeps, free one it does not.
+		gpus       string
+		kept, free executor.GPUID
+	}{
+		{name: "a GPU", run: "runK", gpus: "1,5", kept: 5, free: 6},
+		{name: "a MIG instance", run: "runM", gpus: "MIG-3adb", kept: executor.MIGID(0, 1), free: executor.MIGID(0, 0)},
 	}
-	l := local(t, "local", t.TempDir(), linger)
-	ctx := context.Background()
-	held := map[int]executor.GPULock{}
-	for _, gpu := range []int{5, 6} {
-		a, err := l.Lock(ctx, gpu, "runK")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held[gpu] = a
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			spool := filepath.Join(os.Getenv("HOME"), ".gpudispatch", "jobs")
+			if err := os.MkdirAll(spool, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			job := exec.Command("sleep", "60")
+			job.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			if err := job.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer job.Process.Kill()
+			ended := make(chan struct{})
+			go func() { job.Wait(); close(ended) }()
+			rec := fmt.Sprintf("%s-1-1 sh-0 1 mark 0 0 %d boot 0 %s\nabout\n", tt.run, job.Process.Pid, tt.gpus)
+			if err := os.WriteFile(filepath.Join(spool, "sh-"+tt.run+".job"), []byte(rec), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			l := New(withSMI, "local", t.TempDir(), heartbeat, linger, 0, false)
+			t.Cleanup(l.Close)
+			ctx := context.Background()
+			held := map[executor.GPUID]executor.GPULock{}
+			for _, gpu := range []executor.GPUID{tt.kept, tt.free} {
+				a, err := l.Lock(ctx, gpu, tt.run)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held[gpu] = a
+			}
+			held[tt.kept].(*heldLock).h.hush() // the coordinator goes away
+			time.Sleep(3 * time.Second)        // past the linger and a look
+			// The GPU on which nothing of the run runs went after the linger.
+			other, err := l.Lock(ctx, tt.free, "runOther")
+			if err != nil {
+				t.Fatalf("the lock of a GPU with no job was kept: %v", err)
+			}
+			other.Release()
+			if _, err := l.Lock(ctx, tt.kept, "runOther"); !errors.Is(err, executor.ErrGPULocked) || !strings.Contains(err.Error(), "run "+tt.run+" of ") ||
+				!strings.Contains(err.Error(), "which is gone: a job of that run runs on there with no gpudispatch") {
+				t.Fatalf("another run while the job runs on: %v, want locked by %s, whose coordinator is gone", err, tt.run)
+			}
+			job.Process.Kill()
+			<-ended
+			select {
+			case <-held[tt.kept].Lost():
+			case <-time.After(10 * time.Second):
+				t.Fatal("the lock was kept after its job ended")
+			}
+			b, err := l.Lock(ctx, tt.kept, "runOther")
+			if err != nil {
+				t.Fatalf("after the job ended: %v", err)
+			}
+			b.Release()
+		})
 	}
-	held[5].(*heldLock).h.hush() // the coordinator goes away
-	time.Sleep(3 * time.Second)  // past the linger and a look
-	// GPU 6, on which nothing of the run runs, went after the linger.
-	other, err := l.Lock(ctx, 6, "runOther")
-	if err != nil {
-		t.Fatalf("the lock of a GPU with no job was kept: %v", err)
-	}
-	other.Release()
-	if _, err := l.Lock(ctx, 5, "runOther"); !errors.Is(err, executor.ErrGPULocked) || !strings.Contains(err.Error(), "run runK of ") ||
-		!strings.Contains(err.Error(), "which is gone: a job of that run runs on there with no gpudispatch") {
-		t.Fatalf("another run while the job runs on: %v, want locked by runK, whose coordinator is gone", err)
-	}
-	job.Process.Kill()
-	<-ended
-	select {
-	case <-held[5].Lost():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the lock was kept after its job ended")
-	}
-	b, err := l.Lock(ctx, 5, "runOther")
-	if err != nil {
-		t.Fatalf("after the job ended: %v", err)
-	}
-	b.Release()
 }
 
 func TestLockCancelled(t *testing.T) {
@@ -205,7 +230,7 @@ func TestLockHolderPerRun(t *testing.T) {
 	for i := range locks {
 		go func() {
 			var err error
-			locks[i], err = l.Lock(context.Background(), i, "runA")
+			locks[i], err = l.Lock(context.Background(), executor.GPUID(i), "runA")
 			errs <- err
 		}()
 	}
@@ -265,7 +290,7 @@ func TestLockTakenOverBySameRun(t *testing.T) {
 	ctx := context.Background()
 	var old []executor.GPULock
 	for gpu := range 2 {
-		a, err := ls.Lock(ctx, gpu, "runA")
+		a, err := ls.Lock(ctx, executor.GPUID(gpu), "runA")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,7 +387,7 @@ func TestLockWithoutFlock(t *testing.T) {
 	}
 	ls := New(noFlock, "node", t.TempDir(), heartbeat, linger, 0, true)
 	for gpu := range 2 {
-		if _, err := ls.Lock(context.Background(), gpu, "runA"); !errors.Is(err, executor.ErrNoLocks) || !strings.HasPrefix(err.Error(), "node: ") {
+		if _, err := ls.Lock(context.Background(), executor.GPUID(gpu), "runA"); !errors.Is(err, executor.ErrNoLocks) || !strings.HasPrefix(err.Error(), "node: ") {
 			t.Errorf("GPU %d: %v, want executor.ErrNoLocks naming the host", gpu, err)
 		}
 	}

@@ -466,7 +466,7 @@ func (c *Cluster) CleanCode(ctx context.Context) (string, error) {
 
 // LockGPU implements the executor contract: Slurm gives a cluster's GPUs,
 // so there are none to lock.
-func (c *Cluster) LockGPU(context.Context, int, string) (executor.GPULock, error) {
+func (c *Cluster) LockGPU(context.Context, executor.GPUID, string) (executor.GPULock, error) {
 	return nil, fmt.Errorf("%s: %w: Slurm gives the GPUs", c.o.Name, executor.ErrNoLocks)
 }
 

@@ -465,6 +465,12 @@ func (h *Host) SetApps(csv string) {
 	must(h.t, os.WriteFile(filepath.Join(h.Home, "apps.csv"), []byte(csv), 0o644))
 }
 
+// SetList makes the host's nvidia-smi -L print list (a real machine's,
+// with MIG instances).
+func (h *Host) SetList(list string) {
+	must(h.t, os.WriteFile(filepath.Join(h.Home, "gpus.L"), []byte(list), 0o644))
+}
+
 // UUID is the fake UUID of the host's GPU i.
 func (h *Host) UUID(i int) string {
 	b, err := os.ReadFile(filepath.Join(h.Home, "gpus.csv"))
@@ -512,7 +518,8 @@ func (h *Host) ResumeNvidiaSMI() {
 }
 
 // fakeNvidiaSMI answers the --query-gpu form from ~/gpus.csv, the
-// --query-compute-apps form from ~/apps.csv, -L, and with no arguments the
+// --query-compute-apps form from ~/apps.csv, -L (from ~/gpus.L, else the
+// GPUs of ~/gpus.csv), and with no arguments the
 // head of its summary (driver and CUDA versions); it hangs while
 // ~/nvidia-smi.hang is there.
 const fakeNvidiaSMI = `#!/bin/sh
@@ -523,7 +530,9 @@ case "$*" in
     if [ -e "$HOME/gpus.stderr" ]; then cat "$HOME/gpus.stderr" >&2; fi
     if [ -e "$HOME/gpus.rc" ]; then exit "$(cat "$HOME/gpus.rc")"; fi ;;
   *--query-compute-apps=*) cat "$HOME/apps.csv" 2>/dev/null ;;
-  -L) awk -F', ' '{print "GPU " $1 ": " $3 " (UUID: " $2 ")"}' "$HOME/gpus.csv" ;;
+  -L)
+    if [ -e "$HOME/gpus.L" ]; then exec cat "$HOME/gpus.L"; fi
+    awk -F', ' '{print "GPU " $1 ": " $3 " (UUID: " $2 ")"}' "$HOME/gpus.csv" ;;
   "") echo "| NVIDIA-SMI 535.104.05             Driver Version: 535.104.05   CUDA Version: 12.2     |" ;;
   *) echo "fake nvidia-smi: unsupported arguments: $*" >&2; exit 2 ;;
 esac
