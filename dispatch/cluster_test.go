@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -172,4 +173,69 @@ func TestClusterDrainCancelsPending(t *testing.T) {
 // Adopt finds nothing to follow: the fake keeps no attempt.
 func (*clusterExec) Adopt(context.Context, string, executor.Command, int64, int64, io.Writer, io.Writer) (int, time.Time, error) {
 	return -1, time.Now(), executor.ErrJobLost
+}
+
+// typedCluster is a clusterExec whose cluster names its GPUs' gres types.
+type typedCluster struct {
+	*clusterExec
+	types []string
+}
+
+func (c typedCluster) GPUTypes(string) []string { return c.types }
+
+// A job that asks for a model goes to a cluster one of whose gres types
+// names it, with that type (--gres=gpu:TYPE:N); one asking for a model it
+// has not, or for memory, is rejected with what the lab has, as it is on a
+// cluster that names no type.
+func TestClusterGPUTypes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		types []string
+		// want is the GPUType each command is sent with; rejected, why
+		// the others are rejected.
+		want     map[string]string
+		rejected map[string]string
+	}{
+		{name: "gres types", types: []string{"v100", "a100_80gb"},
+			want: map[string]string{"a": "a100_80gb", "v": "v100", "any": "", "either": "v100"},
+			rejected: map[string]string{
+				"h":   "model=H100: no GPU of the lab is one (the lab has: hpc: a Slurm cluster, gres types v100,a100_80gb)",
+				"mem": "vram=40G: no GPU of the lab is one (the lab has: hpc: a Slurm cluster, gres types v100,a100_80gb)"}},
+		{name: "no types", want: map[string]string{"any": ""},
+			rejected: map[string]string{
+				"a":      "model=A100: no GPU of the lab is one (the lab has: hpc: a Slurm cluster that names no GPU type)",
+				"v":      "model=v100: no GPU of the lab is one (the lab has: hpc: a Slurm cluster that names no GPU type)",
+				"either": "model=H100|V100: no GPU of the lab is one (the lab has: hpc: a Slurm cluster that names no GPU type)",
+				"h":      "model=H100: no GPU of the lab is one (the lab has: hpc: a Slurm cluster that names no GPU type)",
+				"mem":    "vram=40G: no GPU of the lab is one (the lab has: hpc: a Slurm cluster that names no GPU type)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			ex := typedCluster{&clusterExec{attempts: map[string]int{}}, tt.types}
+			input := "[model=A100 gpus=2] a\n[model=v100] v\n[model=H100|V100] either\n[model=H100] h\n[vram=40G] mem\nany\n"
+			if _, err := Run(context.Background(), Options{Inventory: clusterInventory(4), Executor: ex, LogDir: dir},
+				[]Input{{Name: "jobs", R: strings.NewReader(input)}}); err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, c := range ex.cmds {
+				got[c.Script] = c.GPUType
+			}
+			if !maps.Equal(got, tt.want) {
+				t.Errorf("sent with types %v, want %v", got, tt.want)
+			}
+			rejected := map[string]string{}
+			for _, e := range readJournal(t, dir) {
+				if e.Event == EventRejected {
+					rejected[e.Command] = e.Error
+				}
+			}
+			if !maps.Equal(rejected, tt.rejected) {
+				t.Errorf("rejected %q\nwant %q", rejected, tt.rejected)
+			}
+		})
+	}
 }

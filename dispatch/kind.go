@@ -14,8 +14,10 @@ import (
 // run's looks at its host (usage.go): until its host's first look answers,
 // no job goes there, and a job that needs a model or memory does not go
 // to a GPU whose name or memory nvidia-smi did not give. A Slurm cluster
-// cannot say what its GPUs are here: a job that needs a model or memory is
-// not sent to one (tags still apply). A job that no GPU of the lab can
+// names the types of its GPUs (gres types, "a100", as sinfo said when it
+// was opened): a job whose model= one of them contains is sent there with
+// --gres=gpu:TYPE:N (the first such type), one that needs another model,
+// or memory, is not (tags still apply). A job that no GPU of the lab can
 // ever suit is rejected with what the lab has, once every host has
 // answered; before, it waits.
 
@@ -31,12 +33,28 @@ func (g *gpu) suits(j *Job) bool {
 	return name != "" && slices.ContainsFunc(j.Models, func(m string) bool { return strings.Contains(name, strings.ToLower(m)) })
 }
 
-// tagged reports whether h may run j by its tags and by what it can say
-// of its GPUs (a Slurm cluster cannot).
+// tagged reports whether h may run j by its tags and, for a Slurm
+// cluster, by the types of its GPUs.
 func (h *hostSlots) tagged(j *Job) bool {
-	if h.cluster && (len(j.Models) > 0 || j.VRAMMB > 0) {
+	if h.cluster && (j.VRAMMB > 0 || len(j.Models) > 0 && h.gresType(j) == "") {
 		return false
 	}
+	return h.hasTags(j)
+}
+
+// gresType is the first of cluster h's GPU types that names a model j
+// asks for ("a100" for model=A100), or "".
+func (h *hostSlots) gresType(j *Job) string {
+	for _, t := range h.gres {
+		if slices.ContainsFunc(j.Models, func(m string) bool { return strings.Contains(strings.ToLower(t), strings.ToLower(m)) }) {
+			return t
+		}
+	}
+	return ""
+}
+
+// hasTags reports whether h has the tags j asks for.
+func (h *hostSlots) hasTags(j *Job) bool {
 	for _, t := range j.Tags {
 		if !slices.Contains(h.host.Tags, t) {
 			return false
@@ -56,6 +74,9 @@ func (t *slotTable) checkKind(j *Job) (final bool, err error) {
 		return true, nil
 	}
 	for _, h := range t.candidates(j) {
+		if h.cluster && !h.watched && !h.removed && len(j.Models) > 0 && j.VRAMMB == 0 && h.hasTags(j) {
+			return false, nil // its GPU types are known once it is opened
+		}
 		if h.removed || !h.tagged(j) {
 			continue
 		}
@@ -103,7 +124,11 @@ func (t *slotTable) labKinds() string {
 			continue
 		}
 		if h.cluster {
-			hosts = append(hosts, h.host.Name+": a Slurm cluster (its GPUs' kind is not known here)")
+			desc := h.host.Name + ": a Slurm cluster that names no GPU type"
+			if len(h.gres) > 0 {
+				desc = h.host.Name + ": a Slurm cluster, gres types " + strings.Join(h.gres, ",")
+			}
+			hosts = append(hosts, desc)
 			continue
 		}
 		count := map[string]int{}

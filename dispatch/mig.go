@@ -22,10 +22,10 @@ import (
 // nvidia-smi does not list is; the run goes on with what is there.
 
 // mayRun reports whether j may be given g: the GPU it is pinned to (or an
-// instance of it), of the kind it needs, and a whole GPU for a job of
-// several.
+// instance of it), of the kind it needs (a cluster's kind is its host's:
+// tagged), and a whole GPU for a job of several.
 func (g *gpu) mayRun(j *Job) bool {
-	return g.pinnedBy(j) && g.suits(j) && (j.GPUs <= 1 || g.mig == "")
+	return g.pinnedBy(j) && (g.host.cluster || g.suits(j)) && (j.GPUs <= 1 || g.mig == "")
 }
 
 // pinnedBy reports whether g is, or is an instance of, the GPU j is

@@ -705,6 +705,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 		Prelude: prelude(h, j),
 		Tag:     q.tag,
 		GPUs:    j.GPUs,
+		GPUType: a.p.host.gresType(j),
 	}
 	if code != nil {
 		c.Code, e.Snapshot = code.Code(), code.ID

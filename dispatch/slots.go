@@ -106,9 +106,11 @@ type hostSlots struct {
 	// cluster is set for a Slurm cluster: its one pseudo-GPU (id 0) has
 	// max_jobs slots, a job takes one whatever GPUs it asks for, and Slurm
 	// gives the GPUs. limit, when set, is the fewer slots it has since it
-	// refused a job for a limit, until one of its jobs ends.
+	// refused a job for a limit, until one of its jobs ends. gres are the
+	// types it names its GPUs by.
 	cluster bool
 	limit   int
+	gres    []string
 	// unfit says, by Prelude key, which environments the host cannot set
 	// up (unfit.go); preludeKey is the key of the host's own (that of a job
 	// of no conda env of its own).
@@ -121,7 +123,8 @@ type hostSlots struct {
 	memErr   string
 	memNever bool
 	// watched is set once the run looks at what others use on its GPUs
-	// (usage.go), and unseen until the first look answered; looked once a
+	// (usage.go), or once a cluster's GPU types (gres) are known (kind.go);
+	// unseen until the first look answered; looked once a
 	// look answered; lookNow has the next look made at once; lookErr is
 	// why the last look failed.
 	watched bool

@@ -48,6 +48,15 @@ func (r *run) watchUsages() {
 // watchUsage starts the looks at h's GPUs, unless they run already: the
 // GPUs take no job until the first answer.
 func (r *run) watchUsage(h *hostSlots) {
+	if h.cluster && !h.watched {
+		// A cluster's GPUs are Slurm's: what it has is the GPU types it
+		// said it has as it was opened (kind.go).
+		h.watched = true
+		if typer, ok := r.opts.Executor.(executor.GPUTyper); ok {
+			h.gres = typer.GPUTypes(h.host.Name)
+		}
+		r.rejectUnsuited()
+	}
 	if h.cluster || h.watched {
 		return
 	}

@@ -14,7 +14,10 @@ import (
 )
 
 // Lab is what dispatch runs jobs through.
-var _ executor.Executor = (*Lab)(nil)
+var (
+	_ executor.Executor = (*Lab)(nil)
+	_ executor.GPUTyper = (*Lab)(nil)
+)
 
 // The Lab runs each job on the Runner of the host it names: these methods
 // implement executor.Executor.
@@ -85,6 +88,18 @@ func (l *Lab) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, error
 		return nil, fmt.Errorf("%s: a Slurm cluster's GPUs are Slurm's: nvidia-smi is not asked", host)
 	}
 	return l.probes.gpus(ctx, host, r, l.opts.ProbeTimeout)
+}
+
+// GPUTypes lists the gres types a Slurm cluster host said it has when it
+// was opened; none for another host, or one not opened yet.
+func (l *Lab) GPUTypes(host string) []string {
+	l.mu.RLock()
+	c, _ := l.runners[host].(*slurm.Cluster)
+	l.mu.RUnlock()
+	if c == nil {
+		return nil
+	}
+	return c.GPUTypes()
 }
 
 // Fetch copies into dst the files r names on host.

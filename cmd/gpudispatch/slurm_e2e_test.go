@@ -566,3 +566,24 @@ func TestE2ESlurmSync(t *testing.T) {
 		t.Errorf("left in the cluster's store: %v", snaps)
 	}
 }
+
+// A job that asks for a GPU model goes to the cluster whose gres type
+// names it, and Slurm gives it a GPU of that type (--gres=gpu:fake:1, as
+// scontrol shows the job); one asking for a model the cluster has not is
+// rejected with the cluster's gres types.
+func TestE2ESlurmGPUTypes(t *testing.T) {
+	t.Parallel()
+	r := newSlurmRun(t, 1, "")
+	cmd, stdin, errOut := r.start(t)
+	io.WriteString(stdin, "[name=typed model=fake] scontrol show job $SLURM_JOB_ID | grep -o 'gpu:fake:1' | head -n1\n[name=other model=A100] echo never\n")
+	stdin.Close()
+	if err := cmd.Wait(); statusOf(err) != 1 {
+		t.Fatalf("exit %v, want 1 (one job rejected)\n%s", err, errOut)
+	}
+	if got := readFileOr(filepath.Join(r.logDir, "typed.out")); got != "gpu:fake:1\n" {
+		t.Errorf("typed.out = %q, want Slurm's gpu:fake:1\n%s", got, errOut)
+	}
+	if want := "hpc: a Slurm cluster, gres types fake)"; !strings.Contains(errOut.String(), want) {
+		t.Errorf("the A100 job is not rejected with %q:\n%s", want, errOut)
+	}
+}

@@ -50,6 +50,16 @@ type Executor interface {
 	Fetch(ctx context.Context, host string, r Return, dst string) (Returned, error)
 }
 
+// GPUTyper is implemented by an Executor whose hosts may be batch systems
+// that name the types of their GPUs (Slurm's gres types), so that a job
+// that asks for a model can be sent to one.
+type GPUTyper interface {
+	// GPUTypes lists the GPU types the batch system host said it has
+	// when it was opened ("a100", "h100"), at once: none for a host that
+	// is not one, not opened yet, or names none.
+	GPUTypes(host string) []string
+}
+
 // Return names the files a job sends back once it ends, and where they
 // are.
 type Return struct {
@@ -105,8 +115,10 @@ type Command struct {
 	// Prelude is what the job's shell sets up before the job.
 	Prelude
 	// GPUs is how many GPUs the job asks a batch system for; other hosts
-	// are given their GPUs in CUDA_VISIBLE_DEVICES.
-	GPUs int
+	// are given their GPUs in CUDA_VISIBLE_DEVICES. GPUType, when set, is
+	// the type the batch system names them by (a Slurm gres type, "a100").
+	GPUs    int
+	GPUType string
 	// Timeout is the job's time limit (0: none, or a batch system's
 	// default), kept where the job runs so that it holds with no
 	// coordinator there. A job ended by it makes Run's error wrap

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -64,6 +65,8 @@ type Cluster struct {
 	// code is the content store under the cluster's workdir, on its
 	// shared filesystem, where the jobs' snapshots are built.
 	code *codestore.Store
+	// types are the gres types of its GPUs, as its last Check saw them.
+	types []string
 }
 
 // New returns a cluster runner; it reaches the login node on first use.
@@ -136,6 +139,9 @@ func (c *Cluster) Check(ctx context.Context) (Info, error) {
 			info.Queue = strings.TrimSpace(v)
 		}
 		if line == "r" {
+			c.mu.Lock()
+			c.types = info.GPUTypes()
+			c.mu.Unlock()
 			return info, nil
 		}
 	}
@@ -150,6 +156,30 @@ type Info struct {
 	// Queue counts the user's jobs in the queue by state ("2 PENDING 1
 	// RUNNING"), all of them, not only gpudispatch's.
 	Queue string `json:"queue"`
+}
+
+// gresType is a GPU type in sinfo's gres words ("gpu:a100:4(S:0-1)"); a
+// count alone ("gpu:4") names none.
+var gresType = regexp.MustCompile(`(?:^|[\s,;])gpu:([A-Za-z][A-Za-z0-9_.-]*):\d`)
+
+// GPUTypes are the gres types of the partition's GPUs, in the order sinfo
+// gives them, each once.
+func (i Info) GPUTypes() []string {
+	var types []string
+	for _, m := range gresType.FindAllStringSubmatch(i.Partition, -1) {
+		if !slices.Contains(types, m[1]) {
+			types = append(types, m[1])
+		}
+	}
+	return types
+}
+
+// GPUTypes are the gres types the cluster's partition said it has when it
+// was last checked (Check).
+func (c *Cluster) GPUTypes() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.types)
 }
 
 // prelude sets the agent's arguments for run.
@@ -248,8 +278,12 @@ func (c *Cluster) submit(ctx context.Context, run string, j *job, cmd executor.C
 		return err
 	}
 	script := batchScript(cmd, j.tag)
-	gpus := max(cmd.GPUs, 1)
-	msg := fmt.Sprintf("s %s %d %s %d\n%s", j.tag, gpus, timeLimit(cmd, c.o.Slurm.Time), len(script), script)
+	// --gres=gpu:N, or gpu:TYPE:N for a job that asks for a model.
+	gres := strconv.Itoa(max(cmd.GPUs, 1))
+	if cmd.GPUType != "" {
+		gres = cmd.GPUType + ":" + gres
+	}
+	msg := fmt.Sprintf("s %s %s %s %d\n%s", j.tag, gres, timeLimit(cmd, c.o.Slurm.Time), len(script), script)
 	c.jobs[j.tag] = j
 	if err := c.ag.send(msg); err != nil {
 		delete(c.jobs, j.tag)
