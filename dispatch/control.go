@@ -66,6 +66,9 @@ type Defaults struct {
 	// Snapshot is the ID of the snapshot of SyncDir that the submitter
 	// took (submit --sync): the batch's jobs run in it on every host.
 	Snapshot, SyncDir string
+	// Kind is the kind of GPU the batch's jobs need (submit --model,
+	// --vram, --tags); the run's own for what it does not say.
+	Kind
 }
 
 // Batch is job lines submitted together.
@@ -304,6 +307,7 @@ func (r *run) submit(b Batch) (Submitted, error) {
 	}
 	p := newParser(strings.NewReader(b.Text), source, &r.seq, r.seen, r.names)
 	p.defaults = b.Defaults
+	p.defaults.Kind = b.Kind.or(r.opts.Kind)
 	// Local jobs start from the coordinator's environment: only what the
 	// submitter has otherwise needs carrying (and keeping in the journal).
 	p.defaults.Env = envChanges(b.Env, r.opts.Environ)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -20,6 +21,59 @@ import (
 // or memory, is not (tags still apply). A job that no GPU of the lab can
 // ever suit is rejected with what the lab has, once every host has
 // answered; before, it waits.
+
+// Kind is the kind of GPU jobs need whose lines do not say: a run's
+// (--model, --vram, --tags) or a submitted batch's. Each of its parts
+// applies alone: a line with model= keeps the run's vram=.
+type Kind struct {
+	Models []string
+	VRAMMB int
+	Tags   []string
+}
+
+// ParseKind reads the values of --model, --vram and --tags as a job line's
+// model=, vram= and tags= ("": not said).
+func ParseKind(model, vram, tags string) (Kind, error) {
+	var j Job
+	for key, val := range map[string]string{"model": model, "vram": vram, "tags": tags} {
+		if val == "" {
+			continue
+		}
+		if err := parseOptions(&j, []string{key + "=" + val}); err != nil {
+			return Kind{}, fmt.Errorf("--%s: %w", key, err)
+		}
+	}
+	return Kind{Models: j.Models, VRAMMB: j.VRAMMB, Tags: j.Tags}, nil
+}
+
+// or is k, with o's parts where k says none.
+func (k Kind) or(o Kind) Kind {
+	if len(k.Models) == 0 {
+		k.Models = o.Models
+	}
+	if k.VRAMMB == 0 {
+		k.VRAMMB = o.VRAMMB
+	}
+	if len(k.Tags) == 0 {
+		k.Tags = o.Tags
+	}
+	return k
+}
+
+// words are k as options of a job line.
+func (k Kind) words() []string {
+	var w []string
+	if len(k.Models) > 0 {
+		w = append(w, "model="+strings.Join(k.Models, "|"))
+	}
+	if k.VRAMMB > 0 {
+		w = append(w, "vram="+strconv.Itoa(k.VRAMMB)+"M")
+	}
+	if len(k.Tags) > 0 {
+		w = append(w, "tags="+strings.Join(k.Tags, ","))
+	}
+	return w
+}
 
 // suits reports whether g is of the kind j needs (its host's tags aside).
 func (g *gpu) suits(j *Job) bool {

@@ -204,7 +204,7 @@ func (d Defaults) words() []string {
 	if len(d.After) > 0 {
 		w = append(w, "after="+strings.Join(d.After, ","))
 	}
-	return w
+	return append(w, d.Kind.words()...)
 }
 
 // optionsRE matches a bracket prefix: only key=value words, so that a

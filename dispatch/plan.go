@@ -28,7 +28,7 @@ func Plan(opts Options, inputs []Input, w io.Writer) (*Summary, error) {
 	jobs := make(chan parsed)
 	stop := make(chan struct{})
 	defer close(stop)
-	go read(inputs, jobs, stop)
+	go read(inputs, opts.Kind, jobs, stop)
 	var running []placement
 	for p := range jobs {
 		j, kind, why := r.verdict(p)

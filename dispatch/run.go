@@ -50,6 +50,9 @@ type Options struct {
 	Retries int
 	// Timeout limits each job (0: none); a job's timeout= overrides it.
 	Timeout time.Duration
+	// Kind is the kind of GPU every job needs whose line (or submitted
+	// batch) does not say: model=, vram=, tags=.
+	Kind Kind
 	// Reporters are told every event.
 	Reporters []Reporter
 	// Drain, once closed, stops reading input and starting jobs; the jobs
@@ -446,16 +449,18 @@ type parsed struct {
 	err error
 }
 
-// read parses inputs in order and sends what it finds until the inputs end
-// or stop is closed. A read blocked on a terminal or pipe cannot be
-// interrupted; the process exiting ends it.
-func read(inputs []Input, out chan<- parsed, stop <-chan struct{}) {
+// read parses inputs in order, their jobs needing kind where their lines
+// do not say, and sends what it finds until the inputs end or stop is
+// closed. A read blocked on a terminal or pipe cannot be interrupted; the
+// process exiting ends it.
+func read(inputs []Input, kind Kind, out chan<- parsed, stop <-chan struct{}) {
 	defer close(out)
 	seq := 0
 	seen := map[string]int{}
 	names := map[string]string{}
 	for _, in := range inputs {
 		p := newParser(in.R, in.Name, &seq, seen, names)
+		p.defaults.Kind = kind
 		for {
 			j, err := p.next()
 			if errors.Is(err, io.EOF) {
@@ -478,7 +483,7 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 	jobs := make(chan parsed)
 	stopReading := make(chan struct{})
 	defer close(stopReading)
-	go read(inputs, jobs, stopReading)
+	go read(inputs, r.opts.Kind, jobs, stopReading)
 
 	drain, cancelled := r.opts.Drain, ctx.Done()
 	var reqs chan func(*run)

@@ -103,6 +103,11 @@ once they are in the journal; a rejected line is said with its line number
 			if after := v.GetString("after"); after != "" {
 				o.defaults.After = strings.Split(after, ",")
 			}
+			kind, err := readKind(v)
+			if err != nil {
+				return err
+			}
+			o.defaults.Kind = kind
 			if dash := cmd.ArgsLenAtDash(); dash >= 0 {
 				o.files, o.command = args[:dash], args[dash:]
 				if len(o.command) == 0 {
@@ -142,6 +147,7 @@ once they are in the journal; a rejected line is said with its line number
 	f.String("gpus", "", "how many GPUs of one host each job needs together (default 1); given GPUs: @HOST:GPU")
 	f.Int("priority", 0, "higher runs first; equal priorities in arrival order")
 	f.Duration("timeout", 0, "each job's wall-clock limit (e.g. 2h)")
+	addKindFlags(f)
 	f.Bool("wait", false, "wait until the jobs end, and exit as a run would")
 	f.String("after", "", "each job waits until these jobs (numbers, names, globs over names) succeeded, as [after=...]")
 	f.String("sync", "", "take a snapshot of this directory now and run these jobs in it, on every host")

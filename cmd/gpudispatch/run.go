@@ -36,6 +36,8 @@ type runOptions struct {
 	resume  bool
 	retries int
 	timeout time.Duration
+	// kind is --model, --vram and --tags.
+	kind dispatch.Kind
 	// hostDown is --host-down-timeout.
 	hostDown time.Duration
 	skipBusy bool
@@ -120,6 +122,7 @@ func addRunFlags(f *pflag.FlagSet, serve bool) {
 	}
 	f.Int("retries", 2, "times a job is queued again after its host was lost mid-run")
 	f.Duration("timeout", 0, "per-job wall-clock limit (e.g. 2h); its processes are killed when it passes")
+	addKindFlags(f)
 	f.Duration("host-down-timeout", dispatch.DefaultHostDownTimeout, "how long jobs that only a down host can run wait for it to come back before they fail")
 	f.Bool("skip-busy", false, "put no job on a GPU that other people's processes use (more than the inventory's busy_memory_mb, default 500 MiB, or any compute process)")
 	f.Duration("busy-recheck", dispatch.DefaultRecheck, "how long a GPU found busy, or locked by another gpudispatch run, or a host that could not set up a job's environment, is left alone before it is tried again")
@@ -137,6 +140,23 @@ func addRunFlags(f *pflag.FlagSet, serve bool) {
 	f.BoolP("quiet", "q", false, "print only what went wrong, and the summary")
 	f.BoolP("verbose", "v", false, "print queued and skipped jobs too")
 	f.String("listen", "", "serve a live web page of the run on this address (e.g. 127.0.0.1:8420); its URL, with the token it needs, is printed at start")
+}
+
+// addKindFlags defines --model, --vram and --tags: the kind of GPU every
+// job needs whose line does not say.
+func addKindFlags(f *pflag.FlagSet) {
+	f.String("model", "", "each job needs a GPU whose name contains one of these, as [model=A100|H100]")
+	f.String("vram", "", "each job needs a GPU with at least this much memory, as [vram=40G]")
+	f.String("tags", "", "each job needs a host with these inventory tags, as [tags=nvlink,ib]")
+}
+
+// readKind reads the flags of addKindFlags.
+func readKind(v *viper.Viper) (dispatch.Kind, error) {
+	k, err := dispatch.ParseKind(v.GetString("model"), v.GetString("vram"), v.GetString("tags"))
+	if err != nil {
+		return k, usageError("%v", err)
+	}
+	return k, nil
 }
 
 func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptions, error) {
@@ -168,6 +188,9 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 			return o, usageError("--sync: %v", err)
 		}
 		o.sync = abs
+	}
+	if o.kind, err = readKind(v); err != nil {
+		return o, err
 	}
 	if o.syncLimit <= 0 || o.returnLimit <= 0 {
 		return o, usageError("--sync-limit and --return-limit: want a positive number of MiB")
@@ -345,6 +368,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		Resume:          o.resume,
 		Retries:         o.retries,
 		Timeout:         o.timeout,
+		Kind:            o.kind,
 		HostDownTimeout: o.hostDown,
 		ReturnLimit:     o.returnLimit,
 		SkipBusy:        o.skipBusy || inv.SkipBusy,

@@ -268,6 +268,16 @@ func TestSSHGPUKinds(t *testing.T) {
 	if h := labRun(t, l, "", "hosts", "-i", inv); !strings.Contains(h.stdout, "tags: nvlink") || !strings.Contains(h.stdout, "NVIDIA H100 80GB HBM3") {
 		t.Errorf("hosts does not show node2's model and tags:\n%s", h.stdout)
 	}
+	// Run-wide: --model for every line that does not say.
+	r = labRun(t, l, "[name=flag] echo $GPUDISPATCH_HOST\n[name=own model=H100] echo $GPUDISPATCH_HOST\n", "-i", inv, "-o", "logs2", "--model", "V100")
+	for job, want := range map[string]string{"flag": "node1\n", "own": "node2\n"} {
+		if got := readFile(t, filepath.Join(l.Dir, "logs2", job+".out")); r.code != 0 || got != want {
+			t.Errorf("--model V100: job %s ran on %q (exit %d), want %q\n%s", job, got, r.code, want, r.stderr)
+		}
+	}
+	if r := labRun(t, l, "echo never\n", "-i", inv, "--vram", "lots"); r.code != 2 || !strings.Contains(r.stderr, "--vram: [vram=lots]") {
+		t.Errorf("--vram lots: exit %d, want 2 naming the flag:\n%s", r.code, r.stderr)
+	}
 }
 
 // A GPU in MIG mode over sshd, as nvidia-smi -L prints an H100's (c1 in

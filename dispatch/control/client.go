@@ -103,6 +103,7 @@ func (c *Client) Submit(ctx context.Context, b dispatch.Batch) (dispatch.Submitt
 		Text: b.Text, Source: b.Source, Name: b.Name, Host: b.Host, GPUs: b.GPUs,
 		Priority: b.Priority, TimeoutSeconds: b.Timeout.Seconds(), Env: b.Env,
 		Snapshot: b.Snapshot, SyncDir: b.SyncDir, After: b.After,
+		Models: b.Models, VRAMMB: b.VRAMMB, Tags: b.Tags,
 	}, &out)
 	return out, err
 }

@@ -172,6 +172,7 @@ func Handler(c *dispatch.Control, logDir string) http.Handler {
 			Name: req.Name, Host: req.Host, GPUs: req.GPUs, Priority: req.Priority,
 			Timeout: time.Duration(req.TimeoutSeconds * float64(time.Second)), Env: req.Env,
 			Snapshot: req.Snapshot, SyncDir: req.SyncDir, After: req.After,
+			Kind: dispatch.Kind{Models: req.Models, VRAMMB: req.VRAMMB, Tags: req.Tags},
 		}})
 		if err != nil {
 			fail(w, err)
@@ -255,6 +256,9 @@ type (
 		Snapshot       string   `json:"snapshot,omitempty"`
 		SyncDir        string   `json:"sync_dir,omitempty"`
 		After          []string `json:"after,omitempty"`
+		Models         []string `json:"models,omitempty"`
+		VRAMMB         int      `json:"vram_mb,omitempty"`
+		Tags           []string `json:"tags,omitempty"`
 	}
 	idsRequest struct {
 		IDs []string `json:"ids"`
