@@ -30,15 +30,21 @@ func bigLab(hosts, gpus int) *inventory.Inventory {
 // BenchmarkSchedulerSteadyState measures one scheduling pass in a full lab
 // with a long queue: a job ends, the pass gives its slot to the next job.
 // The cost must not grow with the queue. "aside" sets one GPU aside (busy
-// or claiming), whose free slot no waiting job may take:
+// or claiming), whose free slot no waiting job may take; "models" gives
+// the hosts two GPU models, every fourth host's GPU 0 split into two MIG
+// instances, and the jobs ask for one model or the other in turn:
 //
 //	go test ./dispatch -run '^$' -bench SchedulerSteadyState
 func BenchmarkSchedulerSteadyState(b *testing.B) {
 	for _, c := range []struct {
-		aside, mem bool
-	}{{false, false}, {true, false}, {false, true}} {
+		aside, mem, models bool
+	}{{false, false, false}, {true, false, false}, {false, true, false}, {false, false, true}} {
 		for _, n := range []int{1_000, 10_000, 100_000} {
-			b.Run(fmt.Sprintf("aside=%v/mem=%v/queued=%d", c.aside, c.mem, n), func(b *testing.B) {
+			name := fmt.Sprintf("aside=%v/mem=%v/queued=%d", c.aside, c.mem, n)
+			if c.models {
+				name = fmt.Sprintf("models/queued=%d", n)
+			}
+			b.Run(name, func(b *testing.B) {
 				inv := bigLab(100, 16)
 				jobMem, perGPU := 0, 1
 				if c.mem {
@@ -53,8 +59,30 @@ func BenchmarkSchedulerSteadyState(b *testing.B) {
 					g := s.table.hosts[0].gpus[0]
 					s.table.setBlocked(g, func() { g.busy = "busy with other work" })
 				}
+				models := []string{"NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"}
+				job := func(seq int) *Job {
+					j := &Job{Seq: seq, GPU: -1, GPUs: 1, MemMB: jobMem}
+					if c.models {
+						j.Models = []string{[]string{"A100", "H100"}[seq%2]}
+					}
+					return j
+				}
+				if c.models {
+					for i, h := range s.table.hosts {
+						seen := map[int]executor.GPU{}
+						for _, g := range h.gpus {
+							g.setKind(models[i%2], 81920)
+							seen[int(g.id)] = executor.GPU{Index: int(g.id), Name: g.model, MemoryTotalMB: g.vramMB}
+						}
+						if i%4 == 0 {
+							seen[0] = executor.GPU{Index: 0, Name: models[i%2], MemoryTotalMB: 81920, MIG: []executor.MIGInstance{
+								{Device: 0, Profile: "3g.40gb", UUID: "MIG-a", MemoryMB: 40960}, {Device: 1, Profile: "3g.40gb", UUID: "MIG-b", MemoryMB: 40960}}}
+							s.table.migSlots(h, seen)
+						}
+					}
+				}
 				for i := range n + 1600*perGPU {
-					s.add(&queued{job: &Job{Seq: i + 1, GPU: -1, GPUs: 1, MemMB: jobMem}})
+					s.add(&queued{job: job(i + 1)})
 				}
 				running := s.next()
 				b.ResetTimer()
@@ -66,7 +94,7 @@ func BenchmarkSchedulerSteadyState(b *testing.B) {
 					} else {
 						running[i%len(running)] = got[0]
 					}
-					s.add(&queued{job: &Job{Seq: n + 1600*perGPU + i + 1, GPU: -1, GPUs: 1, MemMB: jobMem}})
+					s.add(&queued{job: job(n + 1600*perGPU + i + 1)})
 				}
 			})
 		}

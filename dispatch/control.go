@@ -447,7 +447,7 @@ func (r *run) specOf(j *Job) *JobSpec {
 	spec := &JobSpec{
 		Name: j.Name, Host: j.Host, GPU: j.GPU, GPUs: j.GPUs, Priority: j.Priority,
 		TimeoutSeconds: j.Timeout.Seconds(), Prefer: j.Prefer, PreferGPU: j.PreferGPU,
-		After: j.After, AfterAny: j.AfterAny,
+		After: j.After, AfterAny: j.AfterAny, Models: j.Models, VRAMMB: j.VRAMMB, Tags: j.Tags,
 	}
 	if len(j.CallerEnv) > 0 {
 		name, err := keepEnv(r.opts.LogDir, j.CallerEnv)

@@ -163,6 +163,11 @@ type JobSpec struct {
 	// After and AfterAny are the jobs it waits for (Job.After).
 	After    []string `json:"after,omitempty"`
 	AfterAny []string `json:"after_any,omitempty"`
+	// Models, VRAMMB and Tags are the kind of GPU it needs (Job.Models),
+	// its line's or its batch's or run's.
+	Models []string `json:"models,omitempty"`
+	VRAMMB int      `json:"vram_mb,omitempty"`
+	Tags   []string `json:"tags,omitempty"`
 	// Snapshot and SyncDir name the snapshot of the code the submit took
 	// for the job (Job.Code).
 	Snapshot string `json:"snapshot,omitempty"`

@@ -59,6 +59,9 @@ type Job struct {
 	Models []string
 	VRAMMB int
 	Tags   []string
+	// modelKeys are Models in lower case, made by the scheduler's first
+	// look at them (gpu.suits).
+	modelKeys []string
 	// After and AfterAny are the jobs this one waits for, as written
 	// (numbers, names, globs over names): until each succeeded, or each
 	// ended whatever its outcome.

@@ -75,7 +75,15 @@ func (k Kind) words() []string {
 	return w
 }
 
+// setKind records what a look says g is: its name and memory ("" and 0:
+// not said).
+func (g *gpu) setKind(model string, vramMB int) {
+	g.model, g.modelKey, g.vramMB = model, strings.ToLower(model), vramMB
+}
+
 // suits reports whether g is of the kind j needs (its host's tags aside).
+// It runs for every GPU a job may get on every pass: it compares words
+// lowered once.
 func (g *gpu) suits(j *Job) bool {
 	if j.VRAMMB > 0 && g.vramMB < j.VRAMMB {
 		return false
@@ -83,8 +91,13 @@ func (g *gpu) suits(j *Job) bool {
 	if len(j.Models) == 0 {
 		return true
 	}
-	name := strings.ToLower(g.model)
-	return name != "" && slices.ContainsFunc(j.Models, func(m string) bool { return strings.Contains(name, strings.ToLower(m)) })
+	if len(j.modelKeys) != len(j.Models) {
+		j.modelKeys = make([]string, len(j.Models))
+		for i, m := range j.Models {
+			j.modelKeys[i] = strings.ToLower(m)
+		}
+	}
+	return g.modelKey != "" && slices.ContainsFunc(j.modelKeys, func(m string) bool { return strings.Contains(g.modelKey, m) })
 }
 
 // tagged reports whether h may run j by its tags and, for a Slurm

@@ -128,8 +128,9 @@ func TestRunWideKind(t *testing.T) {
 		inv, f := newLab()
 		c := NewControl()
 		done := make(chan *Summary, 1)
+		dir := t.TempDir()
 		go func() {
-			s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), Recheck: time.Hour, Serve: true, Control: c,
+			s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: dir, Recheck: time.Hour, Serve: true, Control: c,
 				Kind: Kind{Models: []string{"A100"}, Tags: []string{"fast"}}}, nil)
 			if err != nil {
 				t.Error(err)
@@ -151,6 +152,16 @@ func TestRunWideKind(t *testing.T) {
 		}
 		c.Stop(context.Background(), false)
 		<-done
+		// A server brought back (--resume) rebuilds the job with its kind.
+		for _, e := range readJournal(t, dir) {
+			if e.Event != EventQueued {
+				continue
+			}
+			j, err := rebuild(e, e.Spec)
+			if err != nil || !slices.Equal(j.Models, []string{"4090"}) || !slices.Equal(j.Tags, []string{"fast"}) {
+				t.Errorf("rebuilt from %+v: %+v, %v; want model=4090 tags=fast", e.Spec, j, err)
+			}
+		}
 	})
 }
 

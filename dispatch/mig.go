@@ -53,8 +53,9 @@ func (t *slotTable) migSlots(h *hostSlots, seen map[int]executor.GPU) bool {
 			}
 			at = slices.Index(h.gpus, g) + 1
 			t.setBlocked(g, func() {
-				g.mig, g.visible, g.model = m.Profile, m.UUID, info.Name+" MIG "+m.Profile
-				g.vramMB, g.memTotal, g.memUnknown = max(m.MemoryMB, 0), max(m.MemoryMB, 0), m.MemoryMB <= 0
+				g.mig, g.visible = m.Profile, m.UUID
+				g.setKind(info.Name+" MIG "+m.Profile, max(m.MemoryMB, 0))
+				g.memTotal, g.memUnknown = max(m.MemoryMB, 0), m.MemoryMB <= 0
 			})
 		}
 	}

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -80,6 +81,20 @@ type assignment struct {
 	p placement
 }
 
+// shape is what a job's place depends on. A pass only takes and holds
+// slots, so a job whose shape found no place finds none later in the same
+// pass: the jobs behind it of that shape are not placed again (a queue of
+// H100 jobs before the one A100 job that a freed A100 slot is for costs
+// one look at the lab, not one per job).
+type shape struct {
+	host, conda, models, tags string
+	gpu, gpus, mem, vram      int
+}
+
+func shapeOf(j *Job) shape {
+	return shape{j.Host, j.Conda, strings.Join(j.Models, "|"), strings.Join(j.Tags, ","), j.GPU, j.GPUs, j.MemMB, j.VRAMMB}
+}
+
 // next makes one pass over the waiting jobs and returns those that can start
 // now; their slots are taken. The first job that cannot start is the oldest
 // waiting one: the free slots it needs are held for it, so later jobs may
@@ -88,18 +103,32 @@ func (s *scheduler) next() []assignment {
 	var out []assignment
 	hd := held{}
 	holding := false
-	kept, i := 0, 0 // s.waiting[:kept] are the jobs looked at that stay
+	var failed map[shape]bool // made at the first job that finds no place
+	kept, i := 0, 0           // s.waiting[:kept] are the jobs looked at that stay
 	for ; i < len(s.waiting); i++ {
 		if s.table.freeSlots-hd.total() <= 0 {
 			break
 		}
 		q := s.waiting[i]
+		var sh shape
+		if failed != nil {
+			sh = shapeOf(q.job)
+		}
+		if failed[sh] {
+			s.waiting[kept] = q
+			kept++
+			continue
+		}
 		if p, ok := s.table.place(q.job, hd); ok {
 			s.table.take(p)
 			s.table.memWaits(q.job.MemMB, -1)
 			out = append(out, assignment{q: q, p: p})
 			continue
 		}
+		if failed == nil {
+			failed, sh = map[shape]bool{}, shapeOf(q.job)
+		}
+		failed[sh] = true
 		if !holding {
 			s.table.hold(q.job, hd)
 			holding = true

@@ -336,7 +336,7 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 		// What the looks say of each GPU (kind.go): mixed models and sizes.
 		for _, h := range s.table.hosts {
 			for _, g := range h.gpus {
-				g.model, g.vramMB = models[rng.IntN(len(models))], []int{24576, 81920}[rng.IntN(2)]
+				g.setKind(models[rng.IntN(len(models))], []int{24576, 81920}[rng.IntN(2)])
 			}
 			// Some hosts' GPU 0 is split into MIG instances (mig.go).
 			if rng.IntN(3) == 0 {

@@ -136,6 +136,7 @@ func rebuild(e Event, spec *JobSpec) (*Job, error) {
 		j.Prefer, j.PreferGPU = spec.Prefer, spec.PreferGPU
 		j.CallerEnv = spec.Env
 		j.After, j.AfterAny = spec.After, spec.AfterAny
+		j.Models, j.VRAMMB, j.Tags = spec.Models, spec.VRAMMB, spec.Tags
 	}
 	return j, nil
 }

@@ -43,9 +43,10 @@ type gpu struct {
 	others  string
 	shunned bool
 	// model and vramMB are what the looks say the GPU is (kind.go): its
-	// name and its memory ("" and 0: not said).
-	model  string
-	vramMB int
+	// name and its memory ("" and 0: not said); modelKey is its name in
+	// lower case.
+	model, modelKey string
+	vramMB          int
 	// listed is the slots the inventory gives the GPU (a MIG instance: its
 	// GPU's); absent is set while the host's nvidia-smi does not list it:
 	// it then has none (cap 0).
@@ -410,7 +411,13 @@ func (p placement) gpuIDs() []executor.GPUID {
 // held counts the slots reserved for the oldest waiting job.
 type held map[*gpu]int
 
-func (t *slotTable) free(g *gpu, h held) int { return g.cap - g.used - h[g] }
+func (t *slotTable) free(g *gpu, h held) int {
+	n := g.cap - g.used
+	if len(h) > 0 {
+		n -= h[g]
+	}
+	return n
+}
 
 // candidates lists j's eligible hosts, up or down (some may have fewer GPUs
 // than j needs).
@@ -501,11 +508,16 @@ func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 	var gs []*gpu
 	mem := h.memOf(j)
 	for _, g := range h.gpus {
-		if g.mayRun(j) && g.open() && t.takes(g, mem, hd) {
+		if mem == 0 && g.used >= g.cap {
+			continue // full: the most common case in a busy lab
+		}
+		if g.open() && t.takes(g, mem, hd) && g.mayRun(j) {
 			gs = append(gs, g)
 		}
 	}
-	sort.SliceStable(gs, func(a, b int) bool { return better(gs[a], gs[b]) })
+	if len(gs) > 1 {
+		sort.SliceStable(gs, func(a, b int) bool { return better(gs[a], gs[b]) })
+	}
 	return gs
 }
 

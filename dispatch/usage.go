@@ -125,7 +125,7 @@ func (r *run) usageSeen(a usageAnswer) {
 	r.sched.table.setUnseen(h, false)
 	for id, info := range seen {
 		if g := h.byID[executor.GPUID(id)]; g != nil {
-			g.model, g.vramMB = info.Name, max(info.MemoryTotalMB, 0)
+			g.setKind(info.Name, max(info.MemoryTotalMB, 0))
 		}
 	}
 	changed := a.err == nil && len(a.gpus) > 0 && r.absentGPUs(h, seen, lost)
