@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -184,5 +185,36 @@ func TestProbeJoinsALookUnderWay(t *testing.T) {
 	}
 	if asked["nvidia-smi"] != 1 || asked["the look at its GPU locks"] != 1 {
 		t.Errorf("asked %v, want nvidia-smi once for the four, the lock look once", asked)
+	}
+}
+
+// nvidia-smi -L is asked only when a GPU's utilisation is [N/A], as in MIG
+// mode (nvidia-smi can take a second a call): then the instances it lists
+// come with the GPU.
+func TestProbeGPUsMIG(t *testing.T) {
+	t.Parallel()
+	list := "GPU 0: NVIDIA A100 80GB PCIe (UUID: GPU-932b)\n  MIG 3g.40gb     Device  0: (UUID: MIG-0929)\n  MIG 3g.40gb     Device  1: (UUID: MIG-3adb)\n"
+	tests := []struct {
+		name, csv string
+		askedL    bool
+		instances int
+	}{
+		{"whole GPUs", "0, GPU-932b, NVIDIA A100 80GB PCIe, 81920, 1, 2\n", false, 0},
+		{"MIG mode", "0, GPU-932b, NVIDIA A100 80GB PCIe, 81920, 25, [N/A]\n", true, 2},
+	}
+	for _, tt := range tests {
+		env := fakeNvidiaSMI(t, tt.csv)
+		home := strings.TrimPrefix(env[0], "HOME=")
+		if err := os.WriteFile(filepath.Join(home, "gpus.L"), []byte(list), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		gpus, err := ProbeGPUs(context.Background(), envRunner{local(t, perJob), env})
+		if err != nil || len(gpus) != 1 || len(gpus[0].MIG) != tt.instances {
+			t.Errorf("%s: %+v, %v; want %d instances", tt.name, gpus, err, tt.instances)
+		}
+		calls, _ := os.ReadFile(filepath.Join(home, "nvidia-smi.calls"))
+		if asked := strings.Contains(string(calls), "-L\n"); asked != tt.askedL {
+			t.Errorf("%s: nvidia-smi -L asked %v, want %v (calls: %q)", tt.name, asked, tt.askedL, calls)
+		}
 	}
 }

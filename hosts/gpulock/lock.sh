@@ -43,32 +43,32 @@ lock_dir "$dir" || exit 126
 limit=()
 if command -v timeout >/dev/null; then limit=(timeout -k 2 "$probe"); fi
 # nvidia-smi is found as the machine's jobs would find it: through the
-# login shell ("login"), or on this holder's own PATH ("as-is"). It is
-# asked once for the GPUs' UUIDs and, after a line "--- -L", for their MIG
-# instances (nvidia-smi -L), in one shell.
-ask='nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits; echo "--- -L"; nvidia-smi -L 2>/dev/null'
-query=(bash -c "$ask")
-if [ "$shell" = login ]; then query=("${SHELL:-/bin/bash}" -lc "$ask"); fi
+# login shell ("login"), or on this holder's own PATH ("as-is").
+# shellcheck disable=SC2054 # the commas are nvidia-smi's
+query=(nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits)
+if [ "$shell" = login ]; then query=("${SHELL:-/bin/bash}" -lc "${query[*]}"); fi
 uuids=$("${limit[@]}" "${query[@]}" 2>/dev/null </dev/null)
 case $? in 124 | 137) exit 124 ;; esac
-list=
-case $uuids in *$'\n--- -L\n'*) list=${uuids#*$'\n--- -L\n'} ;; esac
-uuids=${uuids%%--- -L*}
-# migs: by id, the UUID nvidia-smi -L gives a MIG instance, which is what
-# a job's CUDA_VISIBLE_DEVICES names it by (running_on).
+# read_migs sets migs: by id, the UUID nvidia-smi -L gives a MIG instance,
+# which is what a job's CUDA_VISIBLE_DEVICES names it by (running_on). It
+# is asked only once the coordinator went silent, and only once: nvidia-smi
+# can take a second to answer, and a holder's start is on its run's way.
 migs=()
-gi=
-while IFS= read -r line; do
-  case $line in
-    "GPU "*) gi=${line#GPU } gi=${gi%%:*} ;;
-    *"MIG "*" Device "*"(UUID: "*")")
-      d=${line#*Device} d=${d%%:*} d=${d// /}
-      case $gi$d in '' | *[!0-9]*) continue ;; esac
-      u=${line##*UUID: }
-      migs[65536 + gi * 256 + d]=${u%)}
-      ;;
-  esac
-done <<<"$list"
+read_migs() {
+  local list=(nvidia-smi -L) line gi='' d u
+  if [ "$shell" = login ]; then list=("${SHELL:-/bin/bash}" -lc "${list[*]}"); fi
+  while IFS= read -r line; do
+    case $line in
+      "GPU "*) gi=${line#GPU } gi=${gi%%:*} ;;
+      *"MIG "*" Device "*"(UUID: "*")")
+        d=${line#*Device} d=${d%%:*} d=${d// /}
+        case $gi$d in '' | *[!0-9]*) continue ;; esac
+        u=${line##*UUID: }
+        migs[65536 + gi * 256 + d]=${u%)}
+        ;;
+    esac
+  done < <("${limit[@]}" "${list[@]}" 2>/dev/null </dev/null)
+}
 fds=()      # by GPU index: the open lock directory of each GPU held
 recs=()     # by GPU index: the record saying so
 watchers=() # by GPU index: the pid of the watch_free of a GPU found locked
@@ -228,6 +228,9 @@ running_on() {
 # The records of the locks kept say so ("~gone"), for whoever finds them
 # locked.
 nap "$linger"
+for g in "${!fds[@]}"; do
+  if ((g >= 65536)) && [ ${#migs[@]} -eq 0 ]; then read_migs; fi
+done
 for g in "${!fds[@]}"; do
   if mv -- "${recs[g]}" "${recs[g]}~gone" 2>/dev/null; then recs[g]=${recs[g]}~gone; fi
 done

@@ -24,13 +24,16 @@ import (
 )
 
 // Query asks for the fields executor.GPU holds, in its order, then (after a
-// line "---") for the compute processes, whose GPU is named by UUID, then
-// (after a line "--- -L") for the list of GPUs and their MIG instances. A
+// line "---") for the compute processes, whose GPU is named by UUID, then,
+// when a GPU's utilisation is "[N/A]" as it is in MIG mode, (after a line
+// "--- -L") for the list of GPUs and their MIG instances: nvidia-smi can
+// take a second to answer, so a lab of whole GPUs is not asked twice. A
 // driver that cannot list processes or instances leaves that part empty.
-// Exit status 127 means there is no nvidia-smi.
-const Query = "nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu --format=csv,noheader,nounits && echo " + appsMark +
-	" && { nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2>/dev/null || true; } && echo '" + listMark +
-	"' && { nvidia-smi -L 2>/dev/null || true; }"
+// Its exit status is the GPU query's: 127 means there is no nvidia-smi.
+const Query = "q=$(nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used,utilization.gpu --format=csv,noheader,nounits); s=$?; " +
+	"printf '%s\\n' \"$q\"; [ $s = 0 ] || exit $s; echo " + appsMark +
+	"; nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2>/dev/null; " +
+	"case $q in *'[N/A]'*) echo '" + listMark + "'; nvidia-smi -L 2>/dev/null ;; esac; exit 0"
 
 const (
 	appsMark = "---"

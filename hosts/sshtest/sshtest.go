@@ -521,8 +521,10 @@ func (h *Host) ResumeNvidiaSMI() {
 // --query-compute-apps form from ~/apps.csv, -L (from ~/gpus.L, else the
 // GPUs of ~/gpus.csv), and with no arguments the
 // head of its summary (driver and CUDA versions); it hangs while
-// ~/nvidia-smi.hang is there.
+// ~/nvidia-smi.hang is there. It writes its arguments to
+// ~/nvidia-smi.calls.
 const fakeNvidiaSMI = `#!/bin/sh
+echo "$*" >>"$HOME/nvidia-smi.calls"
 if [ -e "$HOME/nvidia-smi.hang" ]; then exec sleep 3601; fi
 case "$*" in
   *--query-gpu=*)
