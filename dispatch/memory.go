@@ -283,23 +283,7 @@ func (r *run) memAnswered(a memAnswer) {
 		h.memAsk, h.memErr, h.memNever = memKnown, a.err.Error(), true
 		r.record(r.hostWarning(h, fmt.Errorf("cannot tell its GPUs' memory, so jobs that declare theirs (mem=) do not go there; set memory_mb: in its inventory entry: %w", a.err)))
 	default:
-		h.memAsk, h.memErr = memKnown, ""
-		var unknown []string
-		for _, info := range a.gpus {
-			g := h.byID[executor.GPUID(info.Index)]
-			if g == nil || info.Error != "" || g.split {
-				continue // a MIG instance's memory is its profile's (mig.go)
-			}
-			if info.MemoryTotalMB <= 0 && h.host.MemoryMB == 0 && g.listed > 0 {
-				unknown = append(unknown, g.id.String())
-			}
-			r.sched.table.setBlocked(g, func() {
-				g.memTotal, g.memUnknown = max(info.MemoryTotalMB, 0), info.MemoryTotalMB <= 0
-				if r.opts.SkipBusy {
-					g.memOthers = max(info.MemoryUsedMB, 0)
-				}
-			})
-		}
+		unknown := r.sched.table.learnMemory(h, a.gpus, r.opts.SkipBusy)
 		if len(unknown) > 0 {
 			// No figure ([N/A] on GB10/Grace-class GPUs, or one that
 			// cannot be true): said, never taken for 0.
@@ -316,6 +300,29 @@ func (r *run) memAnswered(a memAnswer) {
 		e.Error = why[q].Error()
 		r.final(e)
 	}
+}
+
+// learnMemory records the memory nvidia-smi said h's GPUs have (gpus), and
+// with skipBusy what others use of it; it returns the GPUs it gave no
+// figure for where the inventory gives none either.
+func (t *slotTable) learnMemory(h *hostSlots, gpus []executor.GPU, skipBusy bool) (unknown []string) {
+	h.memAsk, h.memErr = memKnown, ""
+	for _, info := range gpus {
+		g := h.byID[executor.GPUID(info.Index)]
+		if g == nil || info.Error != "" || g.split {
+			continue // a MIG instance's memory is its profile's (mig.go)
+		}
+		if info.MemoryTotalMB <= 0 && h.host.MemoryMB == 0 && g.listed > 0 {
+			unknown = append(unknown, g.id.String())
+		}
+		t.setBlocked(g, func() {
+			g.memTotal, g.memUnknown = max(info.MemoryTotalMB, 0), info.MemoryTotalMB <= 0
+			if skipBusy {
+				g.memOthers = max(info.MemoryUsedMB, 0)
+			}
+		})
+	}
+	return unknown
 }
 
 // whyMemory says why j, which declares memory on some host it may use,

@@ -49,12 +49,7 @@ func (r *run) watchUsages() {
 // GPUs take no job until the first answer.
 func (r *run) watchUsage(h *hostSlots) {
 	if h.cluster && !h.watched {
-		// A cluster's GPUs are Slurm's: what it has is the GPU types it
-		// said it has as it was opened (kind.go).
-		h.watched = true
-		if typer, ok := r.opts.Executor.(executor.GPUTyper); ok {
-			h.gres = typer.GPUTypes(h.host.Name)
-		}
+		r.gpuTypes(h)
 		r.rejectUnsuited()
 	}
 	if h.cluster || h.watched {
@@ -87,6 +82,15 @@ func (r *run) watchUsage(h *hostSlots) {
 	}()
 }
 
+// gpuTypes learns the GPU types a cluster h said it has as it was opened:
+// a cluster's GPUs are Slurm's, and that is all it says of them (kind.go).
+func (r *run) gpuTypes(h *hostSlots) {
+	h.watched = true
+	if typer, ok := r.opts.Executor.(executor.GPUTyper); ok {
+		h.gres = typer.GPUTypes(h.host.Name)
+	}
+}
+
 // lookAgain has h's GPUs looked at now (the host is back).
 func (h *hostSlots) lookAgain() {
 	select {
@@ -113,23 +117,11 @@ func (r *run) usageSeen(a usageAnswer) {
 		h.lookErr = a.err.Error()
 		r.record(r.hostWarning(h, fmt.Errorf("what others use on its GPUs is not known (asked again every %s): %w", r.opts.Recheck, a.err)))
 	}
-	seen, lost := map[int]executor.GPU{}, map[int]string{}
-	for _, info := range a.gpus {
-		if info.Error != "" {
-			lost[info.Index] = info.Error // fallen off the bus: not to be used
-			continue
-		}
-		seen[info.Index] = info
-	}
+	seen, lost := byIndex(a.gpus)
 	first := h.unseen
 	r.sched.table.setUnseen(h, false)
-	for id, info := range seen {
-		if g := h.byID[executor.GPUID(id)]; g != nil {
-			g.setKind(info.Name, max(info.MemoryTotalMB, 0))
-		}
-	}
 	changed := a.err == nil && len(a.gpus) > 0 && r.absentGPUs(h, seen, lost)
-	if a.err == nil && len(a.gpus) > 0 && r.sched.table.migSlots(h, seen) {
+	if a.err == nil && len(a.gpus) > 0 && r.sched.table.learnKinds(h, seen) {
 		changed = true
 	}
 	if first || changed {
@@ -154,6 +146,33 @@ func (r *run) usageSeen(a usageAnswer) {
 				Error: fmt.Sprintf("GPU %s is busy with other work: %s", g.id, g.others)})
 		}
 	}
+}
+
+// byIndex sorts what nvidia-smi said of GPUs by index: those it reads
+// (seen), and the words of those it cannot reach (lost, fallen off the
+// bus: not to be used).
+func byIndex(gpus []executor.GPU) (seen map[int]executor.GPU, lost map[int]string) {
+	seen, lost = map[int]executor.GPU{}, map[int]string{}
+	for _, info := range gpus {
+		if info.Error != "" {
+			lost[info.Index] = info.Error
+			continue
+		}
+		seen[info.Index] = info
+	}
+	return seen, lost
+}
+
+// learnKinds records what the look seen says h's GPUs are: their names and
+// memory (kind.go) and their MIG instances (mig.go); it reports whether a
+// slot came or went.
+func (t *slotTable) learnKinds(h *hostSlots, seen map[int]executor.GPU) bool {
+	for id, info := range seen {
+		if g := h.byID[executor.GPUID(id)]; g != nil {
+			g.setKind(info.Name, max(info.MemoryTotalMB, 0))
+		}
+	}
+	return t.migSlots(h, seen)
 }
 
 // othersOnAll says why j, pinned to a host, waits when every GPU of the

@@ -286,6 +286,25 @@ func TestE2ERepeatedGPUIsAnotherSlot(t *testing.T) {
 	}
 }
 
+// --dry-run takes a job's options as a run does: after= waits for the
+// jobs it names (no "no job queued so far"), and a mem= job where the GPUs'
+// memory can never be known (no nvidia-smi here) is rejected with the
+// run's reason.
+func TestE2EDryRunAfterAndMem(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := gpd(t, dir, "[name=prep_1] true\n[name=train after=prep_*] true\n[name=small mem=4G] true\n", "--gpus", "0", "--dry-run")
+	if r.code != 1 {
+		t.Fatalf("exit %d, want 1 (one job rejected): %s", r.code, r.stderr)
+	}
+	for _, want := range []string{"job prep_1 would run on localhost:0: true\n", "job train would run on localhost:0 after prep_*: true\n",
+		"job small rejected: mem=4G: no host it may use can tell its GPUs' memory: set memory_mb:"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("dry run does not say %q:\n%s%s", want, r.stdout, r.stderr)
+		}
+	}
+}
+
 func TestE2EInventory(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
