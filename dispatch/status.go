@@ -173,7 +173,8 @@ func (s *JobStatus) apply(e Event) {
 			s.Why = e.Message
 		}
 	default:
-		s.Exit, s.End, s.Error, s.Hint = e.Exit, e.End, e.Error, e.Hint
+		// Ended: why it waited is over; its outcome's reason is Error.
+		s.Exit, s.End, s.Error, s.Hint, s.Why = e.Exit, e.End, e.Error, e.Hint, ""
 	}
 	if e.Host != "" {
 		s.Host, s.GPUs = e.Host, e.GPUs

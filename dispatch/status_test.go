@@ -168,3 +168,24 @@ func TestStatusTable(t *testing.T) {
 		t.Errorf("unsuccessful: %+v", f)
 	}
 }
+
+// A job cancelled because a job it waited for was cancelled says so, not
+// what it waited for.
+func TestStatusSaysWhyAJobEnded(t *testing.T) {
+	t.Parallel()
+	dir := writeJournal(t, []Event{
+		{Run: "r", Event: EventQueued, Job: "q_9", Text: "eval", Command: "eval", After: []string{"q_1", "q_2", "q_8"}},
+		{Run: "r", Event: EventCancelled, Job: "q_9", Text: "eval", Command: "eval", Error: "dependency q_8 was cancelled"},
+	}, "")
+	st, err := ReadStatus(dir, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := st.WriteTable(&b, st.Jobs, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "dependency q_8 was cancelled") || strings.Contains(b.String(), "after q_1") {
+		t.Errorf("the cancelled job does not say its dependency was cancelled:\n%s", b.String())
+	}
+}
