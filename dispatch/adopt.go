@@ -29,10 +29,11 @@ import (
 // openAttempts reads the journal at path for Resume: the jobs that
 // finished with exit status 0, the latest attempt of each job that started
 // (or was handed to a batch system) with no outcome after it, the attempts
-// still to stop (see fence), and the lines it had to skip as damaged. A
-// missing journal is empty.
-func openAttempts(path string) (done map[jobKey]bool, open map[jobKey]Event, unstopped fences, damaged []string, err error) {
-	done, open, unstopped = map[jobKey]bool{}, map[jobKey]Event{}, fences{}
+// still to stop (see fence), how many attempts of each job failed or
+// timed out (they use up its retries=), and the lines it had to skip as
+// damaged. A missing journal is empty.
+func openAttempts(path string) (done map[jobKey]bool, open map[jobKey]Event, unstopped fences, failures map[jobKey]int, damaged []string, err error) {
+	done, open, unstopped, failures = map[jobKey]bool{}, map[jobKey]Event{}, fences{}, map[jobKey]int{}
 	marks := [][]byte{[]byte(`"event":"finished"`), []byte(`"event":"started"`), []byte(`"event":"pending"`),
 		[]byte(`"event":"failed"`), []byte(`"event":"timeout"`), []byte(`"event":"lost"`), []byte(`"event":"cancelled"`),
 		[]byte(`"event":"stopped"`)}
@@ -57,15 +58,20 @@ func openAttempts(path string) (done map[jobKey]bool, open map[jobKey]Event, uns
 		case EventFinished:
 			done[k] = true
 			delete(open, k)
+		case EventFailed, EventTimeout:
+			if e.Event == EventTimeout || e.Exit != nil && *e.Exit > 0 {
+				failures[k]++
+			}
+			delete(open, k)
 		default:
 			delete(open, k)
 		}
 		return nil
 	})
 	if errors.Is(err, os.ErrNotExist) {
-		return done, open, unstopped, nil, nil
+		return done, open, unstopped, failures, nil, nil
 	}
-	return done, open, unstopped, damaged, err
+	return done, open, unstopped, failures, damaged, err
 }
 
 // adoptable reports whether attempt e may be followed where it ran: its

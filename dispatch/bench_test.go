@@ -229,7 +229,7 @@ func BenchmarkResumeJournal(b *testing.B) {
 	j.close()
 	b.ResetTimer()
 	for range b.N {
-		done, _, _, _, err := openAttempts(filepath.Join(dir, JournalName))
+		done, _, _, _, _, err := openAttempts(filepath.Join(dir, JournalName))
 		if err != nil || len(done) != 100_000 {
 			b.Fatalf("%d jobs done, %v", len(done), err)
 		}

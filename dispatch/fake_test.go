@@ -481,6 +481,13 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 	case "exit":
 		n, _ := strconv.Atoi(arg)
 		return n, nil
+	case "flaky":
+		// Exits 3 on its first N attempts, then 0.
+		n, _ := strconv.Atoi(arg)
+		if attempt <= n {
+			return 3, nil
+		}
+		return 0, nil
 	case "hang":
 		<-ctx.Done()
 		return 143, fmt.Errorf("job stopped: %w", context.Cause(ctx))

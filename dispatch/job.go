@@ -51,6 +51,9 @@ type Job struct {
 	// MemMB is the GPU memory (MiB) the job declares it needs on each of
 	// its GPUs ([mem=]; 0: its host's mem:, else none, and it takes a slot).
 	MemMB int
+	// Retries is how many times the job is run again when it fails (exits
+	// non-zero) or times out ([retries=N]; -1: the run's RetryFailed).
+	Retries int
 	// Models, VRAMMB and Tags say what kind of GPU the job needs
 	// ([model=A100|H100], [vram=40G], [tags=nvlink,ib]): one whose name
 	// nvidia-smi gives contains one of Models (any case), with at least

@@ -55,7 +55,7 @@ func TestJournalCutsTornTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.close()
-	done, _, _, damaged, err := openAttempts(path)
+	done, _, _, _, damaged, err := openAttempts(path)
 	if err != nil || !done[jobKey{"a", 1}] || damaged != nil {
 		t.Fatalf("succeeded = %v, %v, %v", done, damaged, err)
 	}
@@ -94,7 +94,7 @@ func TestJournalDamagedLine(t *testing.T) {
 	if err != nil || len(st.Jobs) != 2 || st.Jobs[1].Job != "4" {
 		t.Fatalf("status: %v, %+v; want jobs 1 and 4", err, st)
 	}
-	done, _, _, damaged, err := openAttempts(filepath.Join(dir, JournalName))
+	done, _, _, _, damaged, err := openAttempts(filepath.Join(dir, JournalName))
 	if err != nil || len(done) != 2 || !done[jobKey{"d", 1}] {
 		t.Errorf("--resume: %v, %v; want a and d done", done, err)
 	}
@@ -124,7 +124,7 @@ func TestStatusNoJournal(t *testing.T) {
 func TestResumeIgnoresTornTail(t *testing.T) {
 	dir := writeJournal(t, []Event{{Run: "r", Event: EventFinished, Job: "1", Text: "a", Occurrence: 1}},
 		`{"time":"x","event":"finished","run":"r","job":"2","text":"b`)
-	done, _, _, _, err := openAttempts(filepath.Join(dir, JournalName))
+	done, _, _, _, _, err := openAttempts(filepath.Join(dir, JournalName))
 	if err != nil || !done[jobKey{"a", 1}] || len(done) != 1 {
 		t.Errorf("succeeded = %v, %v; want only a", done, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -159,7 +160,7 @@ func (p *parser) next() (*Job, error) {
 		}
 	}
 	*p.seq++
-	j := &Job{Seq: *p.seq, File: p.file, Line: first, Text: string(text), GPU: -1, GPUs: 1, PreferGPU: -1}
+	j := &Job{Seq: *p.seq, File: p.file, Line: first, Text: string(text), GPU: -1, GPUs: 1, PreferGPU: -1, Retries: -1}
 	p.seen[j.Text]++
 	j.Occurrence = p.seen[j.Text]
 	if tooLong || len(text) > MaxJobBytes {
@@ -345,6 +346,12 @@ func parseOptions(j *Job, words []string) error {
 				return fmt.Errorf("[%s]: a name must not end in .out, .err, .jsonl, .lock or .sock (the log dir's files: logs, journal, lock, socket; its returned files go in a directory named as the job): write %s for instance", w, strings.ReplaceAll(val, ".", "_"))
 			}
 			j.Name = val
+		case "retries":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 || n > MaxRetries {
+				return fmt.Errorf("[%s]: want how many times a job that fails is run again, from 0 to %d", w, MaxRetries)
+			}
+			j.Retries = n
 		case "timeout":
 			d, err := parseTimeout(val)
 			if err != nil {
@@ -435,7 +442,13 @@ func parseOptions(j *Job, words []string) error {
 }
 
 // optionNames are the keys a [key=value ...] prefix knows.
-var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer", "conda", "return", "after", "after_any", "mem", "model", "vram", "tags"}
+var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer", "conda", "return", "after", "after_any", "mem", "model", "vram", "tags", "retries"}
+
+// OptionNames are the keys of a job line's [key=value ...] prefix.
+func OptionNames() []string { return slices.Clone(optionNames) }
+
+// MaxRetries is the most times a job that fails may be run again.
+const MaxRetries = 100
 
 // depIDRE is the form of an ID of after= and after_any=: a number, a name,
 // or a glob over names.

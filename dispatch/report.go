@@ -81,9 +81,12 @@ func (t *TextReporter) Line(e Event) (string, bool) {
 			// Its host said why, once, in a warning.
 			return "", false
 		}
-		if e.ByUser {
+		switch {
+		case e.ByUser:
 			line = fmt.Sprintf("job %s queued again on request (retry)", e.Job)
-		} else {
+		case e.Message != "":
+			line = fmt.Sprintf("job %s queued again: %s", e.Job, e.Message)
+		default:
 			line = fmt.Sprintf("job %s queued again (attempt %d failed with its host)", e.Job, e.Attempt)
 		}
 	case EventPriority:

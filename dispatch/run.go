@@ -48,6 +48,9 @@ type Options struct {
 	Resume bool
 	// Retries is how many times a job whose host was lost is run again.
 	Retries int
+	// RetryFailed is how many times a job that fails or times out is run
+	// again, unless its line says (retries=).
+	RetryFailed int
 	// Timeout limits each job (0: none); a job's timeout= overrides it.
 	Timeout time.Duration
 	// Kind is the kind of GPU every job needs whose line (or submitted
@@ -177,6 +180,9 @@ type run struct {
 	// not ended; jobsCtx is their context, which stop --now cancels.
 	inFlight int
 	jobsCtx  context.Context
+	// failures counts, with Resume, the attempts of each job that failed or
+	// timed out in earlier runs: they use up its retries=.
+	failures map[jobKey]int
 	// damaged are the journal's lines --resume skipped, for warnings.
 	damaged []string
 	sched   *scheduler
@@ -428,14 +434,14 @@ func prepare(opts Options) (*run, error) {
 		return nil, &SetupError{fmt.Errorf("numbering the jobs after the log dir's earlier runs: %w", err)}
 	}
 	r.numbers = nums
-	done, open, unstopped, damaged, err := openAttempts(filepath.Join(opts.LogDir, JournalName))
+	done, open, unstopped, failures, damaged, err := openAttempts(filepath.Join(opts.LogDir, JournalName))
 	if err != nil {
 		return nil, &SetupError{fmt.Errorf("reading the journal of %s: %w", opts.LogDir, err)}
 	}
 	// An attempt left to stop is stopped by whichever run comes next.
 	r.unstopped = unstopped
 	if opts.Resume {
-		r.done, r.open, r.damaged = done, open, damaged
+		r.done, r.open, r.damaged, r.failures = done, open, damaged, failures
 		if r.unreturned, err = unreturnedAttempts(filepath.Join(opts.LogDir, JournalName)); err != nil {
 			return nil, &SetupError{fmt.Errorf("reading the journal of %s: %w", opts.LogDir, err)}
 		}
@@ -642,13 +648,13 @@ func (r *run) admit(p parsed) (j *Job, kind string, why error) {
 		k := jobKey{j.Text, j.Occurrence}
 		e := r.open[k]
 		delete(r.open, k)
-		q := &queued{job: j}
+		q := &queued{job: j, failures: r.failures[k]}
 		r.jobs[j.ID()] = q
 		if !r.follow(adoption{q, e}) {
 			r.enqueue(q, "") // its dependencies were resolved by verdict
 		}
 	case EventQueued:
-		q := &queued{job: j, unfit: why}
+		q := &queued{job: j, unfit: why, failures: r.failures[jobKey{j.Text, j.Occurrence}]}
 		r.jobs[j.ID()] = q
 		r.enqueue(q, "") // its dependencies were resolved by verdict
 	}
@@ -969,6 +975,9 @@ func (r *run) finish(res result) {
 		res.logs.remove()
 		e.Error += " (the job did not start)"
 	}
+	if r.retryFailure(q, e, notStarted || unstopped) {
+		return
+	}
 	if kind == EventLost && q.attempts <= r.opts.Retries && !r.stopping {
 		r.record(e)
 		r.record(r.event(EventRetried, j, q.attempts))
@@ -988,6 +997,37 @@ func (r *run) finish(res result) {
 		return
 	}
 	r.final(e)
+}
+
+// retryFailure queues q again when its attempt, which ended with e, failed
+// (the job exited non-zero) or timed out, and it has retries left (its
+// line's retries=, else the run's RetryFailed): e and a retried event that
+// says why are journaled, and nothing else of an end happens (no summary,
+// no hook, no dependent let go: they wait for its last attempt). A cancel,
+// an attempt that did not start or could not be stopped, is never retried.
+func (r *run) retryFailure(q *queued, e Event, notStarted bool) bool {
+	failed := e.Event == EventFailed && e.Exit != nil && *e.Exit > 0 || e.Event == EventTimeout
+	retries := q.job.Retries
+	if retries < 0 {
+		retries = r.opts.RetryFailed
+	}
+	if !failed || notStarted || r.stopping || q.failures >= retries {
+		if failed {
+			q.failures++
+		}
+		return false
+	}
+	q.failures++
+	r.record(e)
+	again := r.event(EventRetried, q.job, q.attempts)
+	why := "it timed out"
+	if e.Event == EventFailed {
+		why = fmt.Sprintf("it exited %d", *e.Exit)
+	}
+	again.Message = fmt.Sprintf("attempt %d failed: %s; retry %d of %d (retries=%d)", q.attempts, why, q.failures, retries, retries)
+	r.record(again)
+	r.sched.add(q)
+	return true
 }
 
 // notStarted records that q's attempt never began: q waits again, and

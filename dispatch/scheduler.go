@@ -22,6 +22,9 @@ type scheduler struct {
 type queued struct {
 	job      *Job
 	attempts int
+	// failures counts its attempts that failed or timed out, in this run
+	// and (with Resume) the earlier ones: they use up its retries=.
+	failures int
 	// claiming is set while the claim on its GPUs is settled, kill while
 	// it runs; cancelAsked says that it was cancelled while claiming.
 	claiming    bool

@@ -157,6 +157,9 @@ func (s *JobStatus) apply(e Event) {
 		if len(e.After) > 0 {
 			s.Why = "after " + strings.Join(e.After, ", ")
 		}
+		if e.Event == EventRetried && e.Message != "" {
+			s.Why = e.Message // attempt N failed: …; retry N of M
+		}
 		if e.NotStarted {
 			s.Attempts = s.before + e.Attempt
 			s.Host, s.GPUs, s.Start, s.Stdout, s.Stderr = "", nil, nil, "", ""

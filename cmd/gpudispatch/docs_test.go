@@ -140,3 +140,22 @@ func TestDocExamples(t *testing.T) {
 		t.Errorf("%d job blocks and %d inventory blocks checked: the README has more", jobs, invs)
 	}
 }
+
+// Every option a job line knows is in run's help and in the job-line
+// reference, so that a new one cannot go unlisted.
+func TestEveryJobOptionListed(t *testing.T) {
+	t.Parallel()
+	cmd := newRunCommand(streams{in: &bytes.Buffer{}, out: &bytes.Buffer{}, err: &bytes.Buffer{}}, nil)
+	ref, err := os.ReadFile(filepath.Join("..", "..", "docs", "job-lines.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range dispatch.OptionNames() {
+		if !regexp.MustCompile(`(^|[\s\[])` + name + `=`).MatchString(cmd.Long) {
+			t.Errorf("run --help does not list %s=", name)
+		}
+		if !strings.Contains(string(ref), "`"+name+"=") {
+			t.Errorf("docs/job-lines.md does not list `%s=`", name)
+		}
+	}
+}

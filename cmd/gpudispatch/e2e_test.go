@@ -305,6 +305,27 @@ func TestE2EDryRunAfterAndMem(t *testing.T) {
 	}
 }
 
+// A flaky job runs again: [retries=1] gives a job that fails once a second
+// attempt, with logs of its own, and the run succeeds; --retry-failed does
+// the same for every line that does not say, and one that always fails
+// fails the run after its last attempt.
+func TestE2ERetryFailed(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	flaky := "test -e flaky.mark || { touch flaky.mark; echo first; exit 3; }; echo second"
+	r := gpd(t, dir, "[name=flaky retries=1] "+flaky+"\n", "--gpus", "0", "-o", "logs")
+	if r.code != 0 || !strings.Contains(r.stderr, "job flaky queued again: attempt 1 failed: it exited 3; retry 1 of 1 (retries=1)") {
+		t.Fatalf("exit %d, want 0 after a retry:\n%s", r.code, r.stderr)
+	}
+	if a, b := readFile(t, filepath.Join(dir, "logs", "flaky.out")), readFile(t, filepath.Join(dir, "logs", "flaky.2.out")); a != "first\n" || b != "second\n" {
+		t.Errorf("attempts' logs %q and %q", a, b)
+	}
+	r = gpd(t, dir, "[name=always] exit 4\n", "--gpus", "0", "-o", "logs2", "--retry-failed", "2")
+	if r.code != 1 || strings.Count(r.stderr, "job always queued again") != 2 {
+		t.Errorf("exit %d, want 1 after three attempts:\n%s", r.code, r.stderr)
+	}
+}
+
 func TestE2EInventory(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

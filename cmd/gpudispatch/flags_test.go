@@ -47,7 +47,7 @@ var flagValues = map[string]string{
 	"busy-recheck": "30s", "dry-run": "true", "json": "true", "quiet": "true", "verbose": "true", "check": "true", "on-job-end": "echo job", "on-run-end": "echo run", "hook-timeout": "10s",
 	"failed": "true", "all": "true", "probe-timeout": "5s", "setup-timeout": "30s", "lost-after": "1m", "name": "eval", "host": "a", "priority": "3", "wait": "true", "now": "true", "detach": "true",
 	"listen": "127.0.0.1:8420", "sync": "/srv/proj", "after": "train_1,eval", "sync-limit": "64", "return-limit": "128", "hook-jobs": "2", "keep": "48h", "clean": "true",
-	"model": "A100|H100", "vram": "40G", "tags": "nvlink",
+	"model": "A100|H100", "vram": "40G", "tags": "nvlink", "retry-failed": "2",
 }
 
 // everyFlag checks that each flag of cmd, set as GPUDISPATCH_<FLAG>, gives

@@ -35,7 +35,9 @@ type runOptions struct {
 	logDir  string
 	resume  bool
 	retries int
-	timeout time.Duration
+	// retryFailed is --retry-failed.
+	retryFailed int
+	timeout     time.Duration
 	// kind is --model, --vram and --tags.
 	kind dispatch.Kind
 	// hostDown is --host-down-timeout.
@@ -70,7 +72,7 @@ func newRunCommand(s streams, runF func(context.Context, streams, runOptions) er
 Job lines: "cmd", "@HOST cmd", "@HOST:GPU cmd", or "[OPTIONS] cmd", with options
 host=H gpu=G gpus=N name=NAME timeout=DUR priority=N prefer=HOST[:GPU] mem=SIZE
 model=A100|H100 vram=SIZE tags=T,... after=ID,... after_any=ID,... return=PATH,...
-conda=ENV. A job starts as soon as its line arrives and a slot is free. Every
+conda=ENV retries=N. A job starts as soon as its line arrives and a slot is free. Every
 flag can also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
 
 ` + exitHelp(func(c exitCode) string { return c.run })
@@ -121,6 +123,7 @@ func addRunFlags(f *pflag.FlagSet, serve bool) {
 		f.Bool("resume", false, "skip jobs that the journal in the log dir records as succeeded")
 	}
 	f.Int("retries", 2, "times a job is queued again after its host was lost mid-run")
+	f.Int("retry-failed", 0, "times a job that exits non-zero or times out is run again (each attempt with its own logs), unless its line says [retries=N]")
 	f.Duration("timeout", 0, "per-job wall-clock limit (e.g. 2h); its processes are killed when it passes")
 	addKindFlags(f)
 	f.Duration("host-down-timeout", dispatch.DefaultHostDownTimeout, "how long jobs that only a down host can run wait for it to come back before they fail")
@@ -169,6 +172,7 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 		logDir:      v.GetString("log-dir"),
 		resume:      v.GetBool("resume"),
 		retries:     v.GetInt("retries"),
+		retryFailed: v.GetInt("retry-failed"),
 		timeout:     v.GetDuration("timeout"),
 		hostDown:    v.GetDuration("host-down-timeout"),
 		skipBusy:    v.GetBool("skip-busy"),
@@ -218,6 +222,9 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 	}
 	if o.retries < 0 {
 		return o, usageError("--retries: want 0 or more")
+	}
+	if o.retryFailed < 0 || o.retryFailed > dispatch.MaxRetries {
+		return o, usageError("--retry-failed: want 0 to %d", dispatch.MaxRetries)
 	}
 	if o.timeout < 0 {
 		return o, usageError("--timeout: want a positive duration")
@@ -367,6 +374,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		LogDir:          o.logDir,
 		Resume:          o.resume,
 		Retries:         o.retries,
+		RetryFailed:     o.retryFailed,
 		Timeout:         o.timeout,
 		Kind:            o.kind,
 		HostDownTimeout: o.hostDown,
