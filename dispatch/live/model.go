@@ -52,13 +52,22 @@ type model struct {
 	// after holds the waiting jobs that wait for other jobs to end.
 	after         map[string]bool
 	width, height int
+	// order is each host's place in the inventory: slot lines are in
+	// inventory order, then GPU order, whenever a slot comes.
+	order map[string]int
+	// final is set as the run ends: the view is its progress line alone,
+	// and no slot line is left in the scrollback.
+	final bool
 }
 
 func newModel(inv *inventory.Inventory, opening []string, now func() time.Time) *model {
 	m := &model{
 		now: now, byGPU: map[gpuKey][]int{},
 		down: map[string]string{}, busy: map[gpuKey]string{}, opening: map[string]bool{}, after: map[string]bool{},
-		width: 100, height: 30,
+		width: 100, height: 30, order: map[string]int{},
+	}
+	for i, h := range inv.Hosts {
+		m.order[h.Name] = i
 	}
 	for _, h := range opening {
 		m.opening[h] = true
@@ -82,6 +91,8 @@ func (m *model) addSlot(k gpuKey) {
 	at := len(m.slots)
 	if lines := m.byGPU[k]; len(lines) > 0 {
 		at = lines[len(lines)-1] + 1 // beside the GPU's other lines
+	} else if i := slices.IndexFunc(m.slots, func(s slot) bool { return m.before(k, gpuKey{s.host, s.gpu}) }); i >= 0 {
+		at = i // in inventory order, then GPU order
 	}
 	m.slots = slices.Insert(m.slots, at, slot{host: k.host, gpu: k.gpu})
 	for key, lines := range m.byGPU {
@@ -92,6 +103,36 @@ func (m *model) addSlot(k gpuKey) {
 		}
 	}
 	m.byGPU[k] = append(m.byGPU[k], at)
+}
+
+// before reports whether a's lines go before b's: by the hosts' places in
+// the inventory (a host it does not name last, by name), then by GPU, a
+// GPU's MIG instances after it.
+func (m *model) before(a, b gpuKey) bool {
+	oa, ka := m.order[a.host]
+	ob, kb := m.order[b.host]
+	switch {
+	case a.host == b.host:
+		return gpuRank(a.gpu) < gpuRank(b.gpu)
+	case ka != kb:
+		return ka
+	case ka:
+		return oa < ob
+	}
+	return a.host < b.host
+}
+
+// gpuRank orders GPU ids: GPU 0, its MIG instances, GPU 1, …; a cluster's
+// places first.
+func gpuRank(id executor.GPUID) int {
+	if id == noGPU {
+		return -1
+	}
+	dev, mig := id.MIG()
+	if !mig {
+		dev = -1
+	}
+	return id.GPU()*(executor.MIGDevices+1) + dev + 1
 }
 
 // keys are the slot keys of e's job: its GPUs, or a cluster's place.
@@ -193,6 +234,15 @@ func (m *model) view() string {
 	var b strings.Builder
 	b.WriteString(m.progress())
 	b.WriteByte('\n')
+	if m.final {
+		return b.String()
+	}
+	// The columns line up: as wide as the longest place and job id.
+	whereW, jobW := 12, 6
+	for _, s := range m.slots {
+		whereW = max(whereW, utf8.RuneCountInString(s.where()))
+		jobW = max(jobW, utf8.RuneCountInString(s.job))
+	}
 	rows := max(m.height-2, 1)
 	for i, s := range m.slots {
 		if i == rows-1 && len(m.slots) > rows {
@@ -205,7 +255,7 @@ func (m *model) view() string {
 			fmt.Fprintf(&b, "… %d more slots (%d idle)\n", len(m.slots)-i, idle)
 			break
 		}
-		b.WriteString(m.clip(dispatch.Printable(m.slotLine(s)))) // a terminal shows job text, never obeys it
+		b.WriteString(m.clip(dispatch.Printable(m.slotLine(s, whereW, jobW)))) // a terminal shows job text, never obeys it
 		b.WriteByte('\n')
 	}
 	return b.String()
@@ -242,18 +292,23 @@ func (m *model) progress() string {
 	return m.clip(bar + strings.Join(parts, " · "))
 }
 
-// slotLine is a slot's line, job text as it came: the view makes it
-// Printable.
-func (m *model) slotLine(s slot) string {
-	where := s.host
-	if s.gpu != noGPU {
-		where += ":" + s.gpu.String()
+// where is "node1:2", "node1:0:1" or "hpc".
+func (s slot) where() string {
+	if s.gpu == noGPU {
+		return s.host
 	}
+	return s.host + ":" + s.gpu.String()
+}
+
+// slotLine is a slot's line, its place whereW wide and its job jobW, job
+// text as it came: the view makes it Printable.
+func (m *model) slotLine(s slot, whereW, jobW int) string {
+	where := fmt.Sprintf("%-*s", whereW, s.where())
 	switch {
 	case s.job != "":
 		// The command is cut in its middle to fit: a sweep's jobs differ
 		// at its end.
-		head := fmt.Sprintf("%-12s job %-6s %7s  ", where, s.job, dispatch.RoundDuration(m.now().Sub(s.since)))
+		head := fmt.Sprintf("%s job %-*s %7s  ", where, jobW, s.job, dispatch.RoundDuration(m.now().Sub(s.since)))
 		if s.mem > 0 {
 			head += "[" + dispatch.MemWords(s.mem) + "] "
 		}
@@ -263,13 +318,13 @@ func (m *model) slotLine(s slot) string {
 		}
 		return head + cmd
 	case m.down[s.host] != "":
-		return fmt.Sprintf("%-12s %s", where, m.down[s.host])
+		return where + " " + m.down[s.host]
 	case m.opening[s.host]:
-		return fmt.Sprintf("%-12s connecting: not answered yet", where)
+		return where + " connecting: not answered yet"
 	case m.busy[gpuKey{s.host, s.gpu}] != "":
-		return fmt.Sprintf("%-12s set aside: %s", where, m.busy[gpuKey{s.host, s.gpu}])
+		return where + " set aside: " + m.busy[gpuKey{s.host, s.gpu}]
 	}
-	return fmt.Sprintf("%-12s idle", where)
+	return where + " idle"
 }
 
 // clip cuts s to the terminal's width, so that no line wraps and the

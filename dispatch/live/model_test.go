@@ -220,3 +220,40 @@ func TestModelCutsCommandsInTheMiddle(t *testing.T) {
 		t.Errorf("slot line %q (%d runes): want 60, the program first and the end of the command", line, len([]rune(line)))
 	}
 }
+
+// Slots that come during the run (a gpus: auto host opened late, a MIG
+// instance) take their place in inventory order, then GPU order; the
+// columns line up whatever the lengths of places and job names; the last
+// view is the progress line alone.
+func TestModelOrderColumnsAndEnd(t *testing.T) {
+	now := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
+	inv := &inventory.Inventory{Hosts: []inventory.Host{
+		{Name: "n1", GPUs: []int{0}, SlotsPerGPU: 1},
+		{Name: "auto", AutoGPUs: true, SlotsPerGPU: 1},
+		{Name: "n3", GPUs: []int{0}, SlotsPerGPU: 1},
+	}}
+	m := newModel(inv, nil, func() time.Time { return now })
+	m.width, m.height = 100, 20
+	start := func(job, host string, gpu executor.GPUID) {
+		m.apply(dispatch.Event{Event: dispatch.EventQueued, Job: job})
+		m.apply(dispatch.Event{Event: dispatch.EventStarted, Job: job, Host: host, GPUs: []executor.GPUID{gpu}, Command: "c", Start: &now})
+	}
+	start("1", "auto", 3)
+	start("train_long_name", "auto", 0)
+	start("3", "n1", executor.MIGID(0, 1))
+	got := strings.Split(strings.TrimSuffix(m.view(), "\n"), "\n")[1:]
+	want := []string{
+		"n1:0         idle",
+		"n1:0:1       job 3                    0s  c",
+		"auto:0       job train_long_name      0s  c",
+		"auto:3       job 1                    0s  c",
+		"n3:0         idle",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("view:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	m.final = true
+	if v := m.view(); strings.Count(v, "\n") != 1 || !strings.HasPrefix(v, "[") {
+		t.Errorf("the last view %q: want the progress line alone", v)
+	}
+}

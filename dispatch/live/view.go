@@ -81,9 +81,11 @@ func (v *View) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Stop draws the view a last time, leaves it on the screen, and returns
-// once the terminal is the run's again.
+// Stop draws the view a last time, its progress line alone (no slot line
+// is left in the scrollback: the run's summary follows), and returns once
+// the terminal is the run's again.
 func (v *View) Stop() {
+	v.p.Send(finalMsg{})
 	v.p.Quit()
 	<-v.done
 }
@@ -91,6 +93,7 @@ func (v *View) Stop() {
 type (
 	eventMsg dispatch.Event
 	tickMsg  time.Time
+	finalMsg struct{}
 )
 
 // program adapts the model to Bubble Tea.
@@ -110,6 +113,8 @@ func (p *program) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 		return p, tick() // the elapsed times move on
 	case tea.WindowSizeMsg:
 		p.m.width, p.m.height = msg.Width, msg.Height
+	case finalMsg:
+		p.m.final = true
 	}
 	return p, nil
 }
