@@ -29,7 +29,7 @@ const (
 	EventStopped = "stopped"
 	// Host events name a host and no job.
 	EventHostDown = "host_down" // cannot be reached; Error says why
-	EventHostUp   = "host_up"   // reachable again; Message "opened": up at last after the run started
+	EventHostUp   = "host_up"   // reachable again; Message "opened": up at last after the run started, with its GPUs
 	// EventBusy names the GPU a job found busy (locked by another run, or
 	// with other people's work under SkipBusy) and the job, which waits.
 	EventBusy = "gpu_busy"

@@ -1114,7 +1114,8 @@ func (r *run) reload(u Update) {
 		if h := r.sched.table.byName[name]; h != nil {
 			r.sched.table.setOpened(h)
 			if u.Down[name] == nil && u.LeftOut[name] == nil {
-				r.record(Event{Time: time.Now(), Event: EventHostUp, Run: r.id, Host: name, Message: "opened"})
+				// With its GPUs, which a gpus: auto host has only now.
+				r.record(Event{Time: time.Now(), Event: EventHostUp, Run: r.id, Host: name, Message: "opened", GPUs: asIDs(h.host.GPUs)})
 			}
 		}
 	}

@@ -53,8 +53,10 @@ type model struct {
 	after         map[string]bool
 	width, height int
 	// order is each host's place in the inventory: slot lines are in
-	// inventory order, then GPU order, whenever a slot comes.
-	order map[string]int
+	// inventory order, then GPU order, whenever a slot comes. perGPU is
+	// each host's slots_per_gpu.
+	order  map[string]int
+	perGPU map[string]int
 	// final is set as the run ends: the view is its progress line alone,
 	// and no slot line is left in the scrollback.
 	final bool
@@ -64,10 +66,10 @@ func newModel(inv *inventory.Inventory, opening []string, now func() time.Time) 
 	m := &model{
 		now: now, byGPU: map[gpuKey][]int{},
 		down: map[string]string{}, busy: map[gpuKey]string{}, opening: map[string]bool{}, after: map[string]bool{},
-		width: 100, height: 30, order: map[string]int{},
+		width: 100, height: 30, order: map[string]int{}, perGPU: map[string]int{},
 	}
 	for i, h := range inv.Hosts {
-		m.order[h.Name] = i
+		m.order[h.Name], m.perGPU[h.Name] = i, h.SlotsPerGPU
 	}
 	for _, h := range opening {
 		m.opening[h] = true
@@ -198,6 +200,16 @@ func (m *model) apply(e dispatch.Event) {
 	case e.Event == dispatch.EventHostUp:
 		delete(m.opening, e.Host)
 		delete(m.down, e.Host)
+		// Opened at last: its GPUs' slots show, idle, before any job.
+		want := map[gpuKey]int{}
+		for _, id := range e.GPUs {
+			want[gpuKey{e.Host, id}] += max(m.perGPU[e.Host], 1)
+		}
+		for k, n := range want {
+			for len(m.byGPU[k]) < n {
+				m.addSlot(k)
+			}
+		}
 	case e.Event == dispatch.EventWarning && m.opening[e.Host]:
 		// Opened, and left out.
 		delete(m.opening, e.Host)

@@ -257,3 +257,21 @@ func TestModelOrderColumnsAndEnd(t *testing.T) {
 		t.Errorf("the last view %q: want the progress line alone", v)
 	}
 }
+
+// A gpus: auto host opened during the run (under serve, before any job)
+// shows its GPUs' slots, idle, in its place.
+func TestModelAutoHostOpened(t *testing.T) {
+	now := time.Now()
+	inv := &inventory.Inventory{Hosts: []inventory.Host{
+		{Name: "n1", GPUs: []int{0}, SlotsPerGPU: 1},
+		{Name: "auto", AutoGPUs: true, SlotsPerGPU: 2},
+		{Name: "n3", GPUs: []int{0}, SlotsPerGPU: 1},
+	}}
+	m := newModel(inv, []string{"auto"}, func() time.Time { return now })
+	m.apply(dispatch.Event{Event: dispatch.EventHostUp, Host: "auto", Message: "opened", GPUs: []executor.GPUID{0, 1}})
+	got := strings.Split(strings.TrimSuffix(m.view(), "\n"), "\n")[1:]
+	want := []string{"n1:0         idle", "auto:0       idle", "auto:0       idle", "auto:1       idle", "auto:1       idle", "n3:0         idle"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("view:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
