@@ -104,6 +104,9 @@ func TestParseJobs(t *testing.T) {
 				if w.Prefer == "" {
 					w.PreferGPU = -1
 				}
+				if w.Retries == 0 {
+					w.Retries = -1 // the run's
+				}
 				if !reflect.DeepEqual(*j, w) {
 					t.Errorf("job %d:\n got %+v\nwant %+v", i, *j, w)
 				}
@@ -128,7 +131,9 @@ func TestParseRejects(t *testing.T) {
 		{"[prefer=:1] x", `cmds.txt:1: [prefer=:1]: want prefer=HOST or prefer=HOST:GPU`, 1},
 		{"[prefer=n1:a] x", `cmds.txt:1: [prefer=n1:a]: GPU "a" is not a GPU id (0, 1, ...)`, 1},
 		{"\n[gpus=0] x", `cmds.txt:2: [gpus=0]: want a number of GPUs from 1 to 1024`, 2},
-		{"[colour=red] x", `cmds.txt:1: [colour=red]: unknown option "colour" (known: host, gpu, gpus, name, timeout, priority, prefer, conda, return, after, after_any, mem, model, vram, tags)`, 1},
+		{"[retries=101] x", `cmds.txt:1: [retries=101]: want how many times a job that fails is run again, from 0 to 100`, 1},
+		{"[retries=-1] x", `cmds.txt:1: [retries=-1]: want how many times a job that fails is run again, from 0 to 100`, 1},
+		{"[colour=red] x", `cmds.txt:1: [colour=red]: unknown option "colour" (known: host, gpu, gpus, name, timeout, priority, prefer, conda, return, after, after_any, mem, model, vram, tags, retries)`, 1},
 		{"[gpu=1 gpus=2 host=a] x", `cmds.txt:1: gpu=1 and gpus=2: pin one GPU or ask for several, not both`, 1},
 		{"[name=../x] x", `cmds.txt:1: [name=../x]: a name is letters, digits, '.', '_' and '-', not starting with '.' (it names the log files)`, 1},
 		{"[name=12] x", `cmds.txt:1: [name=12]: a name must not be a number, nor end in .N for a number N from 2 (ID.N.out is attempt N of job ID): write job12 for instance`, 1},
