@@ -73,6 +73,12 @@ func outcomeOrder(state string) int {
 type Tally struct {
 	state  map[string]string // by job id
 	counts map[string]int
+	// started is when each running job began (its Start, else its
+	// event's time); took and tookN sum the run times of the jobs done,
+	// for the ETA.
+	started map[string]time.Time
+	took    time.Duration
+	tookN   int
 }
 
 // Apply moves e's job to the state e puts it in.
@@ -82,13 +88,27 @@ func (t *Tally) Apply(e Event) {
 		return
 	}
 	if t.state == nil {
-		t.state, t.counts = map[string]string{}, map[string]int{}
+		t.state, t.counts, t.started = map[string]string{}, map[string]int{}, map[string]time.Time{}
 	}
 	if old, ok := t.state[e.Job]; ok {
 		t.counts[old]--
 	}
 	t.state[e.Job] = s
 	t.counts[s]++
+	switch {
+	case s == StateRunning && e.Start != nil:
+		t.started[e.Job] = *e.Start
+	case s == StateRunning:
+		if _, ok := t.started[e.Job]; !ok {
+			t.started[e.Job] = e.Time
+		}
+	default:
+		delete(t.started, e.Job)
+	}
+	if (s == EventFinished || s == EventFailed || s == EventTimeout) && e.Start != nil && e.End != nil && e.End.After(*e.Start) {
+		t.took += e.End.Sub(*e.Start)
+		t.tookN++
+	}
 }
 
 // Count is how many jobs are in state.
@@ -108,16 +128,42 @@ func (t *Tally) Done() int {
 func (t *Tally) Left() int { return t.counts[StateWaiting] + t.counts[StateRunning] }
 
 // Pace is how fast the jobs get done: per second since first (when the
-// run's first job started) until now, and how long the jobs left need at
-// that pace. Both are 0 until a job is done; eta is 0 when none is left.
-// Cancelled jobs, which end all at once, count for neither.
+// run's first job started) until now, and how long the jobs left need. Both
+// are 0 until a job is done; eta is 0 when none is left. Cancelled jobs,
+// which end all at once, count for neither.
+//
+// The ETA is not the jobs left over the rate, which a long job among quick
+// ones makes a lie ("ETA 3.6s" for a two-minute job that has run one): with
+// D the mean run time of the jobs done, a running job that has run e has
+// D−e left, or, past D, as long again as it has run; the jobs waiting take
+// D each, over as many slots as jobs now run. The ETA is the longer of that
+// and the longest running job's time left.
 func (t *Tally) Pace(first, now time.Time) (perSecond float64, eta time.Duration) {
 	done, elapsed := t.Done(), now.Sub(first)
 	if first.IsZero() || done == 0 || elapsed <= 0 {
 		return 0, 0
 	}
 	perSecond = float64(done) / elapsed.Seconds()
-	return perSecond, time.Duration(float64(t.Left()) / perSecond * float64(time.Second))
+	if t.Left() == 0 {
+		return perSecond, 0
+	}
+	mean := elapsed / time.Duration(done) // no run times known: the rate's
+	if t.tookN > 0 {
+		mean = t.took / time.Duration(t.tookN)
+	}
+	var work, longest time.Duration
+	for _, start := range t.started {
+		ran := max(now.Sub(start), 0)
+		left := mean - ran
+		if ran >= mean {
+			left = ran
+		}
+		work += left
+		longest = max(longest, left)
+	}
+	work += time.Duration(t.counts[StateWaiting]) * mean
+	slots := max(len(t.started), 1)
+	return perSecond, max(longest, work/time.Duration(slots))
 }
 
 // RateString says a pace in words: "2.5 jobs/s", or per minute below one a

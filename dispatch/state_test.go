@@ -1,8 +1,10 @@
 package dispatch
 
 import (
+	"fmt"
 	"slices"
 	"testing"
+	"time"
 )
 
 // Every kind of event puts its job in one state, or none.
@@ -56,5 +58,52 @@ func TestTally(t *testing.T) {
 	}
 	if tl.Jobs() != 3 {
 		t.Errorf("%d jobs, want 3", tl.Jobs())
+	}
+}
+
+// The ETA reads the jobs' own times: a long job among quick ones is not
+// "3.6s" from its end after a minute of running, and a job near the mean
+// run time is near its end.
+func TestTallyETA(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
+	at := func(s int) *time.Time { tm := t0.Add(time.Duration(s) * time.Second); return &tm }
+	tests := []struct {
+		name string
+		// quick jobs of 3s done; running jobs' start times; waiting jobs.
+		quick   int
+		running []int
+		waiting int
+		now     int
+		want    time.Duration
+	}{
+		// 23 quick jobs done, a sleep 120 started at 0 has run 72s: it
+		// is past the mean, so as long again is left.
+		{name: "a long job among quick ones", quick: 23, running: []int{0}, now: 72, want: 72 * time.Second},
+		{name: "near the mean", quick: 4, running: []int{10}, now: 12, want: time.Second},
+		// Two running with 1s left each, 4 waiting of 3s over 2 slots.
+		{name: "waiting jobs over the running slots", quick: 4, running: []int{10, 10}, waiting: 4, now: 12, want: 7 * time.Second},
+		{name: "nothing left", quick: 4, now: 12},
+	}
+	for _, tt := range tests {
+		var tally Tally
+		n := 0
+		for range tt.quick {
+			n++
+			id := fmt.Sprint(n)
+			tally.Apply(Event{Event: EventStarted, Job: id, Start: at(0)})
+			tally.Apply(Event{Event: EventFinished, Job: id, Start: at(0), End: at(3)})
+		}
+		for _, s := range tt.running {
+			n++
+			tally.Apply(Event{Event: EventStarted, Job: fmt.Sprint(n), Start: at(s)})
+		}
+		for range tt.waiting {
+			n++
+			tally.Apply(Event{Event: EventQueued, Job: fmt.Sprint(n)})
+		}
+		if _, eta := tally.Pace(t0, *at(tt.now)); eta != tt.want {
+			t.Errorf("%s: ETA %v, want %v", tt.name, eta, tt.want)
+		}
 	}
 }

@@ -145,7 +145,7 @@ func TestModelView(t *testing.T) {
 			},
 			after: 10 * time.Second,
 			want: []string{
-				"[##########----------] 1/2 done · 2 cancelled · 1 running · 6.0 jobs/min · ETA 10s",
+				"[##########----------] 1/2 done · 2 cancelled · 1 running · 6.0 jobs/min · ETA 1s",
 				"n1:0         job 2           9s  b",
 				"n1:1         idle",
 				"n2:0         idle",
@@ -166,7 +166,7 @@ func TestModelView(t *testing.T) {
 			},
 			after: 20 * time.Second,
 			want: []string{
-				"[######--------------] 1/3 done · 1 running · 1 waiting · 3.0 jobs/min · ETA 40s",
+				"[######--------------] 1/3 done · 1 running · 1 waiting · 3.0 jobs/min · ETA 25s",
 				"n1:0         idle",
 				"n1:1         idle",
 				"n2:0         idle",
