@@ -71,7 +71,12 @@ func TestParseRealOutputs(t *testing.T) {
 		lost    map[int]string
 		wantErr string
 	}{
+		{name: "a1_titanx8_gpustat5", want: map[int][3]int{0: {12206, 802, 0}, 1: {12206, 10032, 86}, 2: {12206, 6442, 85}, 3: {12206, 6442, 60},
+			4: {12206, 6459, 84}, 5: {12206, 6440, 83}, 6: {12206, 6451, 83}, 7: {12206, 6442, 82}}},
 		{name: "a2_h100_hbm3_load", want: map[int][3]int{0: {81559, 19818, 100}}, procs: map[int]int{0: 3}},
+		{name: "a3_h200_load", want: map[int][3]int{0: {143771, 32362, 100}}, procs: map[int]int{0: 3}},
+		{name: "a4_l40s_idle", want: map[int][3]int{0: {46068, 0, 100}}},
+		{name: "a5_rtx2080super_load", want: map[int][3]int{0: {8192, 815, 8}}, procs: map[int]int{0: 2}},
 		{name: "b1_gb10", want: map[int][3]int{0: {-1, -1, 0}}},
 		{name: "c1_h100_mig_load", want: map[int][3]int{0: {81559, 11125, -1}}, procs: map[int]int{0: 3}},
 		{name: "e2_windows_wddm_na_used", want: map[int][3]int{0: {8192, 797, 0}}, procs: map[int]int{0: 19}},
@@ -204,6 +209,38 @@ func TestParseMIG(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("%s: instances %v\nwant %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// What real drivers print where they give no figure, in other queries'
+// fields (b2: [N/A] on a new driver, [Not Supported] on an old one; b3: a
+// vGPU's [N/A]; b4: [Unknown Error]), reads as unknown, never as a number;
+// the figures beside them read as they are.
+func TestFiguresNvidiaSMIDoesNotGive(t *testing.T) {
+	t.Parallel()
+	for _, name := range []string{"b2_i3pystatus776", "b3_prmon318_h100l_vgpu", "b4_mindminer627_unknown_error"} {
+		text := fixture(t, name+".orig.txt")
+		unknown, known := 0, 0
+		for _, line := range strings.Split(text, "\n") {
+			for _, f := range strings.Split(line, ",") {
+				f = strings.TrimSpace(f)
+				switch n := figure(f, 0, maxMemoryMB); {
+				case strings.HasPrefix(f, "["):
+					unknown++
+					if n != -1 {
+						t.Errorf("%s: %q read as %d", name, f, n)
+					}
+				case f != "" && f[0] >= '0' && f[0] <= '9' && !strings.Contains(f, "."):
+					known++
+					if n < 0 {
+						t.Errorf("%s: %q read as unknown", name, f)
+					}
+				}
+			}
+		}
+		if unknown == 0 || known == 0 {
+			t.Errorf("%s: %d unknown and %d known figures: the fixture is not what it was", name, unknown, known)
 		}
 	}
 }
