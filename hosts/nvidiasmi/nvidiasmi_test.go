@@ -214,12 +214,12 @@ func TestParseMIG(t *testing.T) {
 }
 
 // What real drivers print where they give no figure, in other queries'
-// fields (b2: [N/A] on a new driver, [Not Supported] on an old one; b3: a
+// fields (b1: a GB10's memory; b2: [N/A] on a new driver, [Not Supported] on an old one; b3: a
 // vGPU's [N/A]; b4: [Unknown Error]), reads as unknown, never as a number;
 // the figures beside them read as they are.
 func TestFiguresNvidiaSMIDoesNotGive(t *testing.T) {
 	t.Parallel()
-	for _, name := range []string{"b2_i3pystatus776", "b3_prmon318_h100l_vgpu", "b4_mindminer627_unknown_error"} {
+	for _, name := range []string{"b1_gb10_nvitop208", "b2_i3pystatus776", "b3_prmon318_h100l_vgpu", "b4_mindminer627_unknown_error"} {
 		text := fixture(t, name+".orig.txt")
 		unknown, known := 0, 0
 		for _, line := range strings.Split(text, "\n") {
