@@ -231,7 +231,7 @@ func TestFiguresNvidiaSMIDoesNotGive(t *testing.T) {
 					if n != -1 {
 						t.Errorf("%s: %q read as %d", name, f, n)
 					}
-				case f != "" && f[0] >= '0' && f[0] <= '9' && !strings.Contains(f, "."):
+				case strings.Trim(f, "0123456789") == "" && f != "":
 					known++
 					if n < 0 {
 						t.Errorf("%s: %q read as unknown", name, f)
