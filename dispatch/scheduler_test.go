@@ -299,9 +299,11 @@ func TestPrefer(t *testing.T) {
 
 // FuzzNoJobWaitsForever drives the scheduler with jobs of every kind (pins,
 // several GPUs, priorities, preferences, memory, GPU models and sizes,
-// tags) arriving between random ends of
-// running jobs. Whatever the order, a pass that leaves jobs waiting while
-// nothing runs is a job waiting forever, and once input ends every job
+// tags) arriving between random ends of running jobs, on hosts some of
+// whose GPU 0 is split into MIG instances, and that go down and come back.
+// Whatever the order, a pass that leaves jobs waiting while nothing runs
+// and every host is up is a job waiting forever; no job lands on a host
+// that is down or on a GPU it did not ask for; once input ends every job
 // must have started.
 func FuzzNoJobWaitsForever(f *testing.F) {
 	for _, seed := range []uint64{1, 2, 3, 42, 1234, 99999} {
@@ -335,6 +337,7 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 		s := &scheduler{table: newSlotTable(inv)}
 		// What the looks say of each GPU (kind.go): mixed models and sizes.
 		for _, h := range s.table.hosts {
+			h.looked = true
 			for _, g := range h.gpus {
 				g.setKind(models[rng.IntN(len(models))], []int{24576, 81920}[rng.IntN(2)])
 			}
@@ -359,7 +362,25 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 			h := inv.Hosts[rng.IntN(len(inv.Hosts))]
 			return h.Name, h.GPUs[rng.IntN(len(h.GPUs))]
 		}
+		// Hosts come and go while jobs arrive; all are up once the input
+		// ends (the run's host-down timeout is not modelled here).
+		allUp := func() {
+			for _, h := range s.table.hosts {
+				s.table.setUp(h)
+			}
+		}
 		for seq := 1; seq <= int(n) || len(s.waiting) > 0 || len(running) > 0; {
+			if seq <= int(n) && rng.IntN(8) == 0 {
+				h := s.table.hosts[rng.IntN(len(s.table.hosts))]
+				if h.down {
+					s.table.setUp(h)
+				} else {
+					s.table.setDown(h, "fuzz", time.Time{})
+				}
+			}
+			if seq > int(n) {
+				allUp()
+			}
 			if seq <= int(n) && (rng.IntN(2) == 0 || len(running) == 0) {
 				j := &Job{Seq: seq, GPU: -1, GPUs: 1 + rng.IntN(3), PreferGPU: -1, Priority: rng.IntN(3) - 1}
 				switch rng.IntN(4) {
@@ -392,7 +413,7 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 				}
 				s.add(&queued{job: j})
 				admitted++
-			} else {
+			} else if len(running) > 0 {
 				i := rng.IntN(len(running))
 				s.table.release(running[i].p)
 				running = slices.Delete(running, i, i+1)
@@ -400,6 +421,9 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 			for _, a := range s.next() {
 				if started[a.q.job.Seq] {
 					t.Fatalf("job %d started twice", a.q.job.Seq)
+				}
+				if a.p.host.down {
+					t.Fatalf("job %+v placed on %s, which is down", *a.q.job, a.p.host.host.Name)
 				}
 				for _, g := range a.p.gpus {
 					if !g.mayRun(a.q.job) || !a.p.host.tagged(a.q.job) || g.split || g.mig != "" && len(a.p.gpus) > 1 {
@@ -410,6 +434,10 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 				running = append(running, a)
 			}
 			if len(running) == 0 && len(s.waiting) > 0 {
+				if slices.ContainsFunc(s.table.hosts, func(h *hostSlots) bool { return h.down }) {
+					allUp() // they wait for the hosts that are down
+					continue
+				}
 				t.Fatalf("nothing runs and %d jobs wait, the first %+v, on %v", len(s.waiting), *s.waiting[0].job, spec)
 			}
 			for _, h := range s.table.hosts {
