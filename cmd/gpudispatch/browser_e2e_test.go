@@ -145,6 +145,16 @@ func TestBrowserPage(t *testing.T) {
 	}
 	submit(t, dir, logDir, "[name=train-a] python train.py --lr 0.1\n[name=train-b] python train.py --lr 0.01\n")
 	waitJS(t, ctx, "two jobs run", has("#hosts", "train-a", "train-b"))
+	// The timeline: a bar per job on its slot's row, coloured by outcome,
+	// linking to the job; a running job's bar grows.
+	waitJS(t, ctx, "the timeline draws the jobs", `(function () {
+		var one = document.querySelector('#timeline a[href$="/jobs/1"] rect.ok');
+		var two = document.querySelector('#timeline a[href$="/jobs/2"] rect.ok');
+		var run = document.querySelector('#timeline a[href$="/jobs/train-a"] rect.run[data-start]');
+		if (!one || !two || !run || !(+run.getAttribute("width") > 0)) return false;
+		var label = one.closest(".tl-row").querySelector(".tl-label").textContent;
+		return /^localhost:[01]$/.test(label) && one.querySelector("title").textContent.indexOf("job 1, succeeded") === 0;
+	})()`)
 	submit(t, dir, logDir, "[name=eval] echo eval-done\n[name=report priority=2] echo report-done\n")
 	waitJS(t, ctx, "two wait, in priority order", has("#queue", "report", "eval", "first in line")+
 		` && document.querySelector("#queue").textContent.indexOf("report") < document.querySelector("#queue").textContent.indexOf("eval")`)

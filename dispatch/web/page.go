@@ -29,6 +29,7 @@ type page struct {
 	Held        []*jobInfo
 	Finished    []*jobInfo
 	Note        *note
+	Timeline    timeline
 }
 
 // progress is the bar: counts, rate and ETA.
@@ -126,6 +127,7 @@ func (s *Server) build(o *dispatch.Overview, ended bool, now time.Time, live boo
 	for i := len(s.ended) - 1; i >= 0; i-- {
 		p.Finished = append(p.Finished, s.jobs[s.ended[i]].copy())
 	}
+	p.Timeline = buildTimeline(s.jobs, o.Hosts, now, live)
 	return p
 }
 

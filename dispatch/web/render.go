@@ -5,6 +5,7 @@ import (
 	"embed"
 	"html/template"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,10 +17,11 @@ var assets embed.FS
 
 // parts are the page's parts that updates replace, by element id, each
 // drawn by the template of the same name.
-var parts = []string{"progress", "hosts", "queue", "finished"}
+var parts = []string{"progress", "timeline", "hosts", "queue", "finished"}
 
 var tmpl = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"unixMilli": func(t time.Time) int64 { return t.UnixMilli() },
+	"num":       func(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) },
 	"gpus":      executor.GPUIDs,
 	"jobAt":     func(p *page, j *jobInfo) jobView { return jobView{Page: p, Job: j, Back: "/"} },
 	"head":      func(title, base string) headView { return headView{Title: title, Base: base} },

@@ -19,6 +19,14 @@
       var since = +el.getAttribute("data-since");
       if (since > 0) el.textContent = human(now - since);
     });
+    // The timeline's running bars grow to now, and its time axis with them.
+    document.querySelectorAll(".timeline").forEach(function (tl) {
+      var t0 = +tl.getAttribute("data-t0"), span = +tl.getAttribute("data-span");
+      var running = tl.querySelectorAll("rect[data-start]");
+      if (running.length) span = Math.max(span, (now - t0) / 1000);
+      running.forEach(function (r) { r.setAttribute("width", Math.max(0, (now - +r.getAttribute("data-start")) / 1000)); });
+      tl.querySelectorAll("svg").forEach(function (s) { s.setAttribute("viewBox", "0 0 " + span + " 1"); });
+    });
   }
   setInterval(tick, 1000);
 
@@ -48,7 +56,7 @@
   es.onopen = function () { conn.textContent = "live"; conn.className = "conn live"; };
   es.onerror = function () { conn.textContent = "reconnecting…"; conn.className = "conn"; };
   es.addEventListener("clock", function (e) { skew = +e.data - Date.now(); tick(); });
-  ["progress", "hosts", "queue", "finished", "job"].forEach(function (id) {
+  ["progress", "timeline", "hosts", "queue", "finished", "job"].forEach(function (id) {
     es.addEventListener(id, function (e) { replace(id, e.data); });
   });
   function append(pre, data) {

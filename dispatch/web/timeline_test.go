@@ -1,0 +1,71 @@
+package web
+
+import (
+	"bytes"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+)
+
+// The timeline has a row per slot in the overview's order, a GPU as many
+// rows as it ran jobs at once, one bar per job attempt at its start, as
+// long as it ran and coloured by its outcome; a running job's bar ends now,
+// or, in a live update, is grown by the page's script.
+func TestTimeline(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	jobs := map[string]*jobInfo{
+		"1": {ID: "1", State: dispatch.EventFinished, Host: "n1", GPUs: []executor.GPUID{0}, Start: at(0), End: at(10), Command: "a"},
+		"2": {ID: "2", State: dispatch.EventFailed, Host: "n1", GPUs: []executor.GPUID{0}, Start: at(5), End: at(8), Command: "b"},
+		"3": {ID: "3", State: dispatch.StateRunning, Host: "n2", GPUs: []executor.GPUID{1}, Start: at(20), Command: "c"},
+		"4": {ID: "4", State: dispatch.EventFinished, Host: "n1", GPUs: []executor.GPUID{0}, Start: at(12), End: at(14), Command: "d"},
+		"5": {ID: "5", State: dispatch.StateWaiting, Command: "e"},
+		"6": {ID: "6", State: dispatch.EventCancelled, Host: "hpc", Start: at(1), End: at(2), Command: "f"},
+	}
+	hosts := []dispatch.HostView{
+		{Name: "n2", GPUs: []dispatch.GPUView{{ID: 0}, {ID: 1}}},
+		{Name: "n1", GPUs: []dispatch.GPUView{{ID: 0}}},
+		{Name: "hpc", Cluster: true},
+	}
+	tl := buildTimeline(jobs, hosts, at(30), false)
+	var got []string
+	for _, r := range tl.Rows {
+		row := r.Label + ":"
+		for _, b := range r.Bars {
+			row += " " + b.ID + "/" + b.Class + "/" + num(b.X) + "+" + num(b.W)
+		}
+		got = append(got, row)
+	}
+	want := []string{
+		"n2:1: 3/run/20.00+10.00",
+		"n1:0: 1/ok/0.00+10.00 4/ok/12.00+2.00",
+		": 2/bad/5.00+3.00",
+		"hpc: 6/off/1.00+1.00",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") || tl.Span != 30 {
+		t.Errorf("rows:\n%s\nspan %v; want:\n%s\nspan 30", strings.Join(got, "\n"), tl.Span, strings.Join(want, "\n"))
+	}
+	// A live update leaves the running bar to the script, and spans the
+	// jobs that ended.
+	live := buildTimeline(jobs, hosts, at(30), true)
+	if live.Rows[0].Bars[0].W != 0 || live.Rows[0].Bars[0].Start.IsZero() || live.Span != 14 {
+		t.Errorf("live: bar %+v, span %v", live.Rows[0].Bars[0], live.Span)
+	}
+	var b bytes.Buffer
+	if err := render(&b, "timeline", &page{Base: "/t/x", Timeline: tl}); err != nil {
+		t.Fatal(err)
+	}
+	html := b.String()
+	if strings.Count(html, "<rect ") != 5 || !strings.Contains(html, `<a href="/t/x/jobs/2"><rect class="bad" x="5.00" y="0" width="3.00" height="1"><title>job 2, failed, 3s: b</title>`) ||
+		!strings.Contains(html, `data-start="`) {
+		t.Errorf("timeline html:\n%s", html)
+	}
+}
+
+// num writes seconds as the timeline does.
+func num(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) }
