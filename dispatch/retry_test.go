@@ -23,6 +23,8 @@ func TestRetryFailed(t *testing.T) {
 		story            map[string][]string
 		finished, failed int
 		why              string
+		// after, when set, is the job whose last end "next" starts after.
+		after string
 	}{
 		{name: "fails once, then succeeds", input: "[name=j retries=2] flaky 1\n",
 			story:    map[string][]string{"j": {"queued", "pending", "started", "failed", "retried", "pending", "started", "finished"}},
@@ -40,9 +42,8 @@ func TestRetryFailed(t *testing.T) {
 			story:  map[string][]string{"j": {"queued", "pending", "started", "timeout", "retried", "pending", "started", "timeout"}},
 			failed: 1, why: "attempt 1 failed: it timed out; retry 1 of 1 (retries=1)"},
 		{name: "a dependent waits for the last attempt", input: "[name=dep retries=1] flaky 1\n[name=next after=dep] exit 0\n",
-			story: map[string][]string{"dep": {"queued", "pending", "started", "failed", "retried", "pending", "started", "finished"},
-				"next": {"queued", "queued", "pending", "started", "finished"}},
-			finished: 2},
+			story:    map[string][]string{"dep": {"queued", "pending", "started", "failed", "retried", "pending", "started", "finished"}},
+			finished: 2, after: "dep"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -55,9 +56,16 @@ func TestRetryFailed(t *testing.T) {
 				t.Errorf("summary %+v, want %d finished and %d unsuccessful", s, tt.finished, tt.failed)
 			}
 			story, logs := map[string][]string{}, map[string][]string{}
+			depEnded := false
 			for _, e := range readJournal(t, dir) {
 				if e.Job == "" {
 					continue
+				}
+				if tt.after != "" && e.Job == tt.after && Ended(e.JobState()) {
+					depEnded = e.Event == EventFinished // its failed attempt is no end
+				}
+				if tt.after != "" && e.Job == "next" && e.Event == EventStarted && !depEnded {
+					t.Errorf("next started before %s's last attempt finished", tt.after)
 				}
 				story[e.Job] = append(story[e.Job], e.Event)
 				if e.Event == EventRetried && tt.why != "" && e.Message != tt.why {

@@ -118,7 +118,7 @@ func TestSSHBrokenHostSetUp(t *testing.T) {
 	// No host can: the jobs fail with the reason.
 	inv = envInventory(t, l, "none.yaml", "  workdir: ~/nope")
 	r = labRun(t, l, "echo never\necho never\n", "-i", inv, "-o", "logs2")
-	if r.code != 1 || strings.Contains(r.stderr, "126") {
+	if r.code != 1 || strings.Contains(r.stderr, "status 126") {
 		t.Fatalf("exit %d, want 1, and no exit status 126\n%s", r.code, r.stderr)
 	}
 	want := "no host can set up its environment (node1: workdir " + filepath.Join(l.Hosts[0].Home, "nope") + " does not exist; node2: workdir " + filepath.Join(l.Hosts[1].Home, "nope") + " does not exist)"
