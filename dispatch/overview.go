@@ -58,6 +58,11 @@ type GPUView struct {
 	MemJobs     int
 	MemUsedMB   int
 	MemBudgetMB int
+	// Model and MemoryMB are what the run's looks say the GPU is (a MIG
+	// instance: its GPU's name and profile), "" and 0 until one answered:
+	// the page has them before its own first sample.
+	Model    string
+	MemoryMB int
 }
 
 // WaitingJob is a job in the queue.
@@ -95,7 +100,7 @@ func (r *run) overview(limit int) *Overview {
 				continue
 			}
 			hv.GPUs = append(hv.GPUs, GPUView{ID: g.id, Slots: g.cap, Used: g.used, Busy: g.busy,
-				MemJobs: g.memJobs, MemUsedMB: g.memUsed, MemBudgetMB: g.budget()})
+				MemJobs: g.memJobs, MemUsedMB: g.memUsed, MemBudgetMB: g.budget(), Model: g.model, MemoryMB: g.vramMB})
 		}
 		o.Hosts = append(o.Hosts, hv)
 	}

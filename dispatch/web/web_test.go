@@ -2,6 +2,7 @@ package web
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/json"
@@ -446,5 +447,20 @@ func TestFormTooLarge(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "larger than 8 MiB") {
 		t.Errorf("%s: %s", resp.Status, body)
+	}
+}
+
+// Before the page's first GPU sample, a GPU is shown with what the run's
+// own looks say it is: its name and memory, not bare slots.
+func TestHostsBeforeASample(t *testing.T) {
+	t.Parallel()
+	p := &page{Base: "/t/x", Hosts: []hostCard{{HostView: dispatch.HostView{Name: "node1", GPUs: []dispatch.GPUView{{ID: 0, Slots: 1, MemBudgetMB: -1}}},
+		GPUs: []gpuRow{{GPUView: dispatch.GPUView{ID: 0, Slots: 1, MemBudgetMB: -1, Model: "NVIDIA H100 80GB HBM3", MemoryMB: 81559}}}}}}
+	var b bytes.Buffer
+	if err := render(&b, "hosts", p); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "NVIDIA H100 80GB HBM3 · 81559 MiB") {
+		t.Errorf("no name and memory before a sample:\n%s", b.String())
 	}
 }
