@@ -166,6 +166,22 @@ func TestBrowserPage(t *testing.T) {
 	clickToPage(t, ctx, `#hosts form[action$="/jobs/train-a/cancel"] button`)
 	waitJS(t, ctx, "train-a is cancelled", has("#finished", "train-a", "cancelled"))
 	waitJS(t, ctx, "eval runs in its place", has("#finished", "eval", "succeeded"))
+
+	// A filter in the URL shows only what it names, on first load and in
+	// every live update after it.
+	if err := chromedp.Do(ctx, chromedp.Navigate(strings.TrimSuffix(pageURL, "/")+"/?state=cancelled")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "only the cancelled job shows", `(function () {
+		var a = document.querySelector('#finished li[data-id="train-a"]');
+		return !!a && !a.hidden && !document.querySelector('#finished li[data-id="eval"]');
+	})()`)
+	submit(t, dir, logDir, "[name=after-filter] echo x\n")
+	waitJS(t, ctx, "a job that ends later stays hidden", `(function () {
+		var x = document.querySelector('#finished li[data-id="after-filter"]');
+		var a = document.querySelector('#finished li[data-id="train-a"]');
+		return !!x && x.hidden && !!a && !a.hidden;
+	})()`)
 	events := journal(t, logDir)
 	if count(events, "cancelled") != 1 {
 		t.Errorf("%d cancelled events, want 1 (train-a)", count(events, "cancelled"))

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +34,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /jobs/{id}/retry", s.act(func(ctx context.Context, id string, _ *http.Request) (dispatch.Answer, error) {
 		return one(ctl.Retry(ctx, []string{id}))
 	}))
+	mux.HandleFunc("POST /bulk/retry", s.bulk("retry"))
+	mux.HandleFunc("POST /bulk/cancel", s.bulk("cancel"))
 	mux.HandleFunc("POST /jobs/{id}/priority", s.act(func(ctx context.Context, id string, r *http.Request) (dispatch.Answer, error) {
 		prio, err := formInt(r, "priority")
 		if err != nil {
@@ -74,6 +77,9 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.Note = s.note(r)
+	p.Filter = filterOf(r.URL.Query())
+	p.Finished = slices.DeleteFunc(p.Finished, func(j *jobInfo) bool { return !p.Filter.shows(j) })
+	p.Waiting = slices.DeleteFunc(p.Waiting, func(j dispatch.WaitingJob) bool { return !p.Filter.showsJob(j.ID, dispatch.StateWaiting) })
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	render(w, "index", p)
 }
@@ -220,7 +226,11 @@ func (s *Server) redirect(w http.ResponseWriter, r *http.Request, back string, n
 	s.mu.Lock()
 	id := s.notes.add(n)
 	s.mu.Unlock()
-	http.Redirect(w, r, s.base+back+"?note="+strconv.Itoa(id), http.StatusSeeOther)
+	sep := "?"
+	if strings.Contains(back, "?") {
+		sep = "&"
+	}
+	http.Redirect(w, r, s.base+back+sep+"note="+strconv.Itoa(id), http.StatusSeeOther)
 }
 
 // note is the page's answer to a form, shown on the page it returns to.

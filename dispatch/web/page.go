@@ -30,6 +30,9 @@ type page struct {
 	Finished    []*jobInfo
 	Note        *note
 	Timeline    timeline
+	// Filter is what the page shows of the jobs (on first load; the
+	// script applies it to updates).
+	Filter filter
 }
 
 // progress is the bar: counts, rate and ETA.

@@ -30,6 +30,23 @@
   }
   setInterval(tick, 1000);
 
+  // The filter of the page's URL (?state=failed&name=train_*) applies to
+  // every update, as the server applied it to the first load.
+  var params = new URLSearchParams(location.search);
+  var fState = params.get("state") || "", fName = params.get("name") || "";
+  var fRe = fName ? new RegExp("^" + fName.replace(/[.+^${}()|\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".") + "$") : null;
+  function shown(li) {
+    var st = li.getAttribute("data-state");
+    if (fState === "unsuccessful") {
+      if (st === "finished" || st === "waiting" || st === "running") return false;
+    } else if (fState && fState !== st) return false;
+    return !fRe || fRe.test(li.getAttribute("data-id"));
+  }
+  function applyFilter() {
+    document.querySelectorAll("li[data-id]").forEach(function (li) { li.hidden = !shown(li); });
+  }
+  applyFilter();
+
   // A part is not replaced while someone types in it.
   var held = {};
   function replace(id, html) {
@@ -40,6 +57,7 @@
       return;
     }
     el.innerHTML = html;
+    applyFilter();
     tick();
   }
   document.addEventListener("focusout", function () {
