@@ -46,8 +46,9 @@ func TestFilterAndBulkActions(t *testing.T) {
 	s := serve(t, setup{})
 	c := s.browser()
 	s.submit("[name=train_1] exit 3\n[name=train_2] exit 4\n[name=eval_1] exit 5\n[name=ok_1] exit 0\n")
-	s.waitPage(c, "/", "job ok_1")
-	s.waitPage(c, "/", "job eval_1")
+	for _, job := range []string{`"ok_1" data-state="finished"`, `"eval_1" data-state="failed"`, `"train_1" data-state="failed"`, `"train_2" data-state="failed"`} {
+		s.waitPage(c, "/", `data-id=`+job)
+	}
 	_, body := s.get(c, "/?state=failed&name=train_*")
 	if !strings.Contains(body, `data-id="train_1"`) || !strings.Contains(body, `data-id="train_2"`) || strings.Contains(body, `data-id="eval_1"`) || strings.Contains(body, `data-id="ok_1"`) {
 		t.Errorf("the filtered page:\n%s", body)
@@ -69,7 +70,7 @@ func TestFilterAndBulkActions(t *testing.T) {
 	s.waitPage(c, "/?note=1", "train_1: queued again")
 	// Cancel every waiting job shown: a job held at the back of the queue.
 	s.submit("[name=hold_1] hold\n[name=hold_2] hold\n[name=late_1] exit 0\n[name=late_2] exit 0\n")
-	s.waitPage(c, "/", "late_2")
+	s.waitPage(c, "/", `data-id="late_2" data-state="waiting"`)
 	resp, err = c.PostForm(s.url("/bulk/cancel"), url.Values{"name": {"late_*"}})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // Handler answers the page's requests, each guarded by the token.
@@ -26,6 +27,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /jobs/{id}/follow", s.follow)
 	mux.HandleFunc("GET /jobs/{id}/stdout", s.log(func(j *jobInfo) string { return j.Stdout }))
 	mux.HandleFunc("GET /jobs/{id}/stderr", s.log(func(j *jobInfo) string { return j.Stderr }))
+	mux.HandleFunc("GET /jobs/{id}/returned/{path...}", s.returned)
 	mux.HandleFunc("POST /add", s.add)
 	ctl := s.o.Control
 	mux.HandleFunc("POST /jobs/{id}/cancel", s.act(func(ctx context.Context, id string, _ *http.Request) (dispatch.Answer, error) {
@@ -153,6 +155,42 @@ func serveLog(w http.ResponseWriter, r *http.Request, id, path string) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	http.ServeContent(w, r, "", st.ModTime(), f)
+}
+
+// returned sends a file a job brought back, read-only, from inside the
+// job's return directory in the log dir (os.Root: no path or link leads
+// out of it), and only one the run said came back.
+func (s *Server) returned(w http.ResponseWriter, r *http.Request) {
+	j := s.jobOf(w, r)
+	if j == nil {
+		return
+	}
+	name := r.PathValue("path")
+	if j.ReturnDir == "" || !slices.ContainsFunc(j.Returned, func(f executor.ReturnedFile) bool { return f.Path == name }) {
+		http.Error(w, fmt.Sprintf("job %s brought back no file %q", j.ID, name), http.StatusNotFound)
+		return
+	}
+	root, err := os.OpenRoot(j.ReturnDir)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	defer root.Close()
+	f, err := root.Open(name)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusNotFound)
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		http.Error(w, fmt.Sprintf("%s is not a file", name), http.StatusNotFound)
+		return
+	}
+	// Served as bytes to save, never as a page of this origin.
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", "attachment")
 	http.ServeContent(w, r, "", st.ModTime(), f)
 }
 
