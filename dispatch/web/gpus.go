@@ -53,8 +53,12 @@ func (s *Server) sampleOnce(ctx context.Context) {
 			pctx, cancel := context.WithTimeout(ctx, s.o.SampleEvery)
 			defer cancel()
 			gpus, err := s.o.Probe(pctx, h.Name)
+			now := time.Now()
 			s.mu.Lock()
-			s.samples[h.Name] = sample{gpus: gpus, err: err, at: time.Now()}
+			s.samples[h.Name] = sample{gpus: gpus, err: err, at: now}
+			if err == nil {
+				s.record(h.Name, gpus, now)
+			}
 			s.mu.Unlock()
 		})
 	}

@@ -70,6 +70,9 @@ type gpuRow struct {
 	dispatch.GPUView
 	Info *executor.GPU
 	Jobs []*jobInfo
+	// Chart is its memory and utilisation over the last hour, from the
+	// page's samples (nil until it has two).
+	Chart *chart
 }
 
 // build makes the page from the run's overview o (its last one, once the
@@ -116,6 +119,7 @@ func (s *Server) build(o *dispatch.Overview, ended bool, now time.Time, live boo
 			for i := range smp.gpus {
 				if executor.GPUID(smp.gpus[i].Index) == g.ID {
 					row.Info = &smp.gpus[i]
+					row.Chart = chartOf(s.history[gpuPlace{h.Name, smp.gpus[i].Index}])
 				}
 			}
 			for _, j := range jobs {

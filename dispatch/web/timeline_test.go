@@ -69,3 +69,34 @@ func TestTimeline(t *testing.T) {
 
 // num writes seconds as the timeline does.
 func num(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) }
+
+// A GPU's chart has its samples of the last hour: memory used and
+// utilisation in percent, x in seconds since the first kept, a figure
+// nvidia-smi did not give left out; an hour-old sample is forgotten.
+func TestGPUChart(t *testing.T) {
+	t.Parallel()
+	s := &Server{history: map[gpuPlace][]point{}}
+	t0 := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
+	s.record("n1", []executor.GPU{{Index: 0, MemoryTotalMB: 100, MemoryUsedMB: 10, Utilization: 50}}, t0)
+	if chartOf(s.history[gpuPlace{"n1", 0}]) != nil {
+		t.Error("a chart of one sample")
+	}
+	s.record("n1", []executor.GPU{{Index: 0, MemoryTotalMB: 100, MemoryUsedMB: 40, Utilization: -1}}, t0.Add(5*time.Second))
+	s.record("n1", []executor.GPU{{Index: 0, MemoryTotalMB: 100, MemoryUsedMB: 90, Utilization: 100}}, t0.Add(10*time.Second))
+	c := chartOf(s.history[gpuPlace{"n1", 0}])
+	if c == nil || c.Mem != "0,90 5,60 10,10" || c.Util != "0,50 10,0" || c.Span != 10 {
+		t.Errorf("chart %+v", c)
+	}
+	var b bytes.Buffer
+	p := &page{Base: "/t/x", Hosts: []hostCard{{HostView: dispatch.HostView{Name: "n1"}, GPUs: []gpuRow{{GPUView: dispatch.GPUView{ID: 0, MemBudgetMB: -1}, Chart: c}}}}}
+	if err := render(&b, "hosts", p); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `<svg class="chart" viewBox="0 0 10 100"`) || !strings.Contains(b.String(), `<polyline class="mem" points="0,90 5,60 10,10"/>`) {
+		t.Errorf("the hosts part draws no chart:\n%s", b.String())
+	}
+	s.record("n1", []executor.GPU{{Index: 0, MemoryTotalMB: 100, MemoryUsedMB: 0, Utilization: 0}}, t0.Add(time.Hour+6*time.Second))
+	if h := s.history[gpuPlace{"n1", 0}]; len(h) != 2 {
+		t.Errorf("%d samples kept, want the two of the last hour", len(h))
+	}
+}

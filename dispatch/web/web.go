@@ -52,6 +52,8 @@ type Server struct {
 	tally   dispatch.Tally
 	first   time.Time // when the first job started
 	samples map[string]sample
+	// history is each GPU's samples of the last hour (chart.go).
+	history map[gpuPlace][]point
 	// lastOverview is the run's, as last seen: the page of a run that
 	// ended shows its hosts as they were.
 	lastOverview *dispatch.Overview
@@ -89,7 +91,7 @@ func New(o Options) (*Server, error) {
 	return &Server{
 		o: o, base: "/t/" + o.Token, loopback: true, viewers: make(chan struct{}, o.MaxViewers),
 		closed: make(chan struct{}), changed: make(chan struct{}, 1), wake: make(chan struct{}, 1),
-		jobs: map[string]*jobInfo{}, samples: map[string]sample{}, clients: map[*client]bool{},
+		jobs: map[string]*jobInfo{}, samples: map[string]sample{}, history: map[gpuPlace][]point{}, clients: map[*client]bool{},
 	}, nil
 }
 
