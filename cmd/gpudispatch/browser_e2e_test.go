@@ -162,7 +162,7 @@ func TestBrowserPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkScreenshot(t, shot)
+	checkScreenshot(t, shot, "")
 	clickToPage(t, ctx, `#hosts form[action$="/jobs/train-a/cancel"] button`)
 	waitJS(t, ctx, "train-a is cancelled", has("#finished", "train-a", "cancelled"))
 	waitJS(t, ctx, "eval runs in its place", has("#finished", "eval", "succeeded"))
@@ -192,6 +192,11 @@ func TestBrowserPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitJS(t, ctx, "nothing wider than 375 px", "document.documentElement.scrollWidth <= 375")
+	phone, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkScreenshot(t, phone, "-phone")
 
 	if out, err := exec.Command(binary, "stop", "-o", logDir, "--now").CombinedOutput(); err != nil {
 		t.Fatalf("stop: %v\n%s", err, out)
@@ -307,8 +312,9 @@ func submit(tb testing.TB, dir, logDir, lines string, args ...string) {
 
 // checkScreenshot fails unless shot is a PNG with something drawn on it:
 // many colours, and much of it not white. With GPUDISPATCH_SCREENSHOT set
-// it is written there (the manual's picture, docs/web.md).
-func checkScreenshot(t *testing.T, shot []byte) {
+// it is written there, with suffix before its extension (the manual's
+// pictures, docs/web.md: page.png, page-phone.png).
+func checkScreenshot(t *testing.T, shot []byte, suffix string) {
 	t.Helper()
 	img, err := png.Decode(bytes.NewReader(shot))
 	if err != nil {
@@ -329,9 +335,9 @@ func checkScreenshot(t *testing.T, shot []byte) {
 	if len(colours) < 20 || inked*100 < total*2 {
 		t.Errorf("the screenshot looks blank: %d colours, %d of %d pixels inked", len(colours), inked, total)
 	}
-	path := filepath.Join(t.TempDir(), "page.png")
+	path := filepath.Join(t.TempDir(), "page"+suffix+".png")
 	if p := os.Getenv("GPUDISPATCH_SCREENSHOT"); p != "" {
-		path = p
+		path = strings.TrimSuffix(p, ".png") + suffix + ".png"
 	}
 	if err := os.WriteFile(path, shot, 0o644); err != nil {
 		t.Fatal(err)

@@ -27,6 +27,9 @@ const clientBacklog = 16
 // sent together.
 const minGap = 500 * time.Millisecond
 
+// timelineGap is how often live updates draw the timeline again at most.
+const timelineGap = 5 * time.Second
+
 // heartbeat is how often an idle stream says it is alive, so that a
 // viewer gone without a word is noticed.
 const heartbeat = 30 * time.Second
@@ -85,6 +88,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 // run or a GPU sample changed something, at most every minGap.
 func (s *Server) update(ctx context.Context) {
 	var last map[string]string
+	var drawn time.Time // when the timeline was last drawn
 	for {
 		select {
 		case <-ctx.Done():
@@ -98,8 +102,17 @@ func (s *Server) update(ctx context.Context) {
 			last = nil
 			continue
 		}
-		if p, err := s.snapshot(ctx, true); err == nil {
-			if now, err := renderParts(p); err == nil {
+		// The timeline, the largest part, is drawn again at most every
+		// timelineGap: a busy run's updates would otherwise cost its
+		// viewers a drawing of every bar twice a second.
+		timeline := last == nil || time.Since(drawn) >= timelineGap
+		if p, err := s.snapshot(ctx, true, timeline); err == nil {
+			if now, err := renderParts(p, timeline); err == nil {
+				if timeline {
+					drawn = time.Now()
+				} else {
+					now["timeline"] = last["timeline"]
+				}
 				s.broadcast(last, now)
 				last = now
 			}

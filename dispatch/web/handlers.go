@@ -52,8 +52,8 @@ func (s *Server) Handler() http.Handler {
 const overviewWait = 5 * time.Second
 
 // snapshot draws the page as it is now; live leaves elapsed times to the
-// script.
-func (s *Server) snapshot(ctx context.Context, live bool) (*page, error) {
+// script; timeline says whether to draw the timeline.
+func (s *Server) snapshot(ctx context.Context, live, timeline bool) (*page, error) {
 	ctx, cancel := context.WithTimeout(ctx, overviewWait)
 	defer cancel()
 	o, err := s.o.Control.Overview(ctx, s.o.ListLimit)
@@ -68,12 +68,12 @@ func (s *Server) snapshot(ctx context.Context, live bool) (*page, error) {
 	} else {
 		s.lastOverview = o
 	}
-	return s.build(o, ended, time.Now(), live), nil
+	return s.build(o, ended, time.Now(), live, timeline), nil
 }
 
 func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 	s.viewed()
-	p, err := s.snapshot(r.Context(), false)
+	p, err := s.snapshot(r.Context(), false, true)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return

@@ -76,8 +76,9 @@ type gpuRow struct {
 }
 
 // build makes the page from the run's overview o (its last one, once the
-// run has ended) and what the events said. The caller holds s.mu.
-func (s *Server) build(o *dispatch.Overview, ended bool, now time.Time, live bool) *page {
+// run has ended) and what the events said, with its timeline when
+// timeline is set. The caller holds s.mu.
+func (s *Server) build(o *dispatch.Overview, ended bool, now time.Time, live, timeline bool) *page {
 	p := &page{Base: s.base, Live: live, Now: now, Ended: ended}
 	if o == nil {
 		o = &dispatch.Overview{}
@@ -134,7 +135,9 @@ func (s *Server) build(o *dispatch.Overview, ended bool, now time.Time, live boo
 	for i := len(s.ended) - 1; i >= 0; i-- {
 		p.Finished = append(p.Finished, s.jobs[s.ended[i]].copy())
 	}
-	p.Timeline = buildTimeline(s.jobs, o.Hosts, now, live)
+	if timeline {
+		p.Timeline = buildTimeline(s.jobs, o.Hosts, now, live)
+	}
 	return p
 }
 

@@ -50,11 +50,14 @@ func render(w io.Writer, name string, data any) error {
 	return tmpl.ExecuteTemplate(w, name, data)
 }
 
-// renderParts draws each part of p.
-func renderParts(p *page) (map[string]string, error) {
+// renderParts draws each part of p, the timeline only when timeline is set.
+func renderParts(p *page, timeline bool) (map[string]string, error) {
 	out := make(map[string]string, len(parts))
 	var b bytes.Buffer
 	for _, name := range parts {
+		if name == "timeline" && !timeline {
+			continue
+		}
 		b.Reset()
 		if err := render(&b, name, p); err != nil {
 			return nil, err
