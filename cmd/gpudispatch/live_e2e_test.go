@@ -310,3 +310,53 @@ func TestE2ELiveViewHostDown(t *testing.T) {
 	<-copied
 	clean(t, "after", scr.text())
 }
+
+// Ctrl-C typed on the terminal the live view is drawn on (the terminal
+// echoes ^C where the cursor is) drains the run and leaves a tidy screen:
+// the message on a line of its own, the bar whole, no line cut by another.
+func TestE2ELiveViewCtrlC(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatalf("no pseudo-terminal: %v", err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 16, Cols: 100}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "--gpus", "0,1", "-o", "logs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir), "TERM=xterm")
+	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, tty
+	// The terminal is the run's controlling one: Ctrl-C on it is SIGINT.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 2}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	tty.Close()
+	scr := &screen{term: vt10x.New(vt10x.WithSize(100, 16))}
+	copied := make(chan struct{})
+	go func() { io.Copy(scr, ptmx); close(copied) }()
+	io.WriteString(stdin, "[name=a] sleep 2\n[name=b] sleep 2\n[name=c] sleep 2\n")
+	waitOn(t, scr, "two jobs running", func(s string) bool { return strings.Count(s, "sleep 2") == 2 })
+	time.Sleep(1200 * time.Millisecond) // a redraw or two
+	ptmx.Write([]byte{3})                // Ctrl-C
+	stdin.Close()
+	if err := cmd.Wait(); statusOf(err) != 130 {
+		t.Errorf("exit %v, want 130 (drained)", err)
+	}
+	<-copied
+	final := scr.text()
+	if !regexpMatch(`(?m)^gpudispatch: draining: no new job starts`, final) || strings.Count(final, "draining") != 1 {
+		t.Errorf("the draining message is not on a line of its own, once:\n%s", final)
+	}
+	if regexpMatch(`\^C|\[[#-]*gpudispatch|\][^\n]*\[[#-]`, final) {
+		t.Errorf("a garbled line on the final screen:\n%s", final)
+	}
+}

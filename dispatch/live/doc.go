@@ -8,6 +8,11 @@
 // inline mode, which does the redrawing, the terminal's size and resizes.
 // It reads no input: standard input may be the job file, or the terminal the
 // user types jobs on, and Ctrl-C stays the run's own drain/cancel signal.
+// While it draws, the terminal echoes control characters as themselves,
+// not as "^C": an echo two columns wide where the cursor is would shift
+// the next line printed above the view onto a piece of the bar. The view
+// is left as its progress line alone at the end, which the summary
+// follows: no slot line stays in the scrollback.
 //
 // The model knows the run only from its events (dispatch.Event), the same
 // ones the journal gets, so it needs no access to the run's state.

@@ -3,6 +3,7 @@ package live
 import (
 	"bytes"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -21,6 +22,8 @@ type View struct {
 	lines dispatch.TextReporter
 	mu    sync.Mutex
 	buf   bytes.Buffer // Writer's partial line
+	// restore puts the terminal's echo back as it was (echo_unix.go).
+	restore func()
 }
 
 // Options shape the view.
@@ -41,7 +44,10 @@ func Start(out io.Writer, inv *inventory.Inventory, o Options) *View {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	v := &View{done: make(chan struct{}), lines: dispatch.TextReporter{Quiet: !o.Verbose, Verbose: o.Verbose}}
+	v := &View{done: make(chan struct{}), lines: dispatch.TextReporter{Quiet: !o.Verbose, Verbose: o.Verbose}, restore: func() {}}
+	if f, ok := out.(*os.File); ok {
+		v.restore = quietControlEcho(f)
+	}
 	v.p = tea.NewProgram(&program{m: newModel(inv, o.Opening, o.Now)},
 		tea.WithOutput(out), tea.WithInput(nil), tea.WithoutSignalHandler(), tea.WithFPS(10))
 	go func() {
@@ -88,6 +94,7 @@ func (v *View) Stop() {
 	v.p.Send(finalMsg{})
 	v.p.Quit()
 	<-v.done
+	v.restore()
 }
 
 type (

@@ -1,0 +1,11 @@
+//go:build darwin || freebsd || netbsd || openbsd || dragonfly
+
+package live
+
+import "golang.org/x/sys/unix"
+
+// The ioctls that read and set a terminal's modes (echo_unix.go).
+const (
+	getTermios = unix.TIOCGETA
+	setTermios = unix.TIOCSETA
+)
