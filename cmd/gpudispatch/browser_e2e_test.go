@@ -187,6 +187,31 @@ func TestBrowserPage(t *testing.T) {
 		t.Errorf("%d cancelled events, want 1 (train-a)", count(events, "cancelled"))
 	}
 
+	// A file a job brought back is a link on its page, which opens it.
+	submit(t, dir, logDir, "[name=ret return=out.txt] echo returned-bytes > out.txt\n")
+	waitJS(t, ctx, "ret finishes, its file listed", `!!document.querySelector('#finished a[href$="/jobs/ret/returned/out.txt"]')`)
+	if err := chromedp.Do(ctx, chromedp.Navigate(strings.TrimSuffix(pageURL, "/")+"/jobs/ret")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "ret's page links its file", `!!document.querySelector('a[href$="/jobs/ret/returned/out.txt"]')`)
+	got, err := chromedp.Run(ctx, chromedp.Evaluate[string](`fetch(document.querySelector('a[href$="/jobs/ret/returned/out.txt"]').href).then(function (r) { return r.text(); })`,
+		chromedp.EvalAwaitPromise))
+	if err != nil || got != "returned-bytes\n" {
+		t.Errorf("the returned file reads %q, %v", got, err)
+	}
+
+	// Cancel every waiting job the filter shows: asked, then done.
+	submit(t, dir, logDir, "[name=w1] python w.py\n[name=w2] python w.py\n")
+	if err := chromedp.Do(ctx, chromedp.Navigate(strings.TrimSuffix(pageURL, "/")+"/?name=w*")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, "w2 waits", `!!document.querySelector('#queue li[data-id="w2"]')`)
+	clickToPage(t, ctx, `form[action$="/bulk/cancel"] button`)
+	waitJS(t, ctx, "the confirmation lists w2 alone", has("main", "Cancel these 1 waiting jobs?", "w2"))
+	clickToPage(t, ctx, `form[action$="/bulk/cancel"] button`)
+	waitJS(t, ctx, "w2 is cancelled, and the page is filtered again", has(".note", "job w2:")+
+		` && location.search.indexOf("name=w") >= 0 && !!document.querySelector('#finished li[data-id="w2"][data-state="cancelled"]')`)
+
 	// A phone: one column, nothing wider than the screen.
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(375, 800, chromedp.EmulateMobile)); err != nil {
 		t.Fatal(err)

@@ -346,7 +346,7 @@ func TestE2ELiveViewCtrlC(t *testing.T) {
 	io.WriteString(stdin, "[name=a] sleep 2\n[name=b] sleep 2\n[name=c] sleep 2\n")
 	waitOn(t, scr, "two jobs running", func(s string) bool { return strings.Count(s, "sleep 2") == 2 })
 	time.Sleep(1200 * time.Millisecond) // a redraw or two
-	ptmx.Write([]byte{3})                // Ctrl-C
+	ptmx.Write([]byte{3})               // Ctrl-C
 	stdin.Close()
 	if err := cmd.Wait(); statusOf(err) != 130 {
 		t.Errorf("exit %v, want 130 (drained)", err)
