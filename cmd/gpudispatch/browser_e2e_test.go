@@ -211,6 +211,14 @@ func TestBrowserPage(t *testing.T) {
 	clickToPage(t, ctx, `form[action$="/bulk/cancel"] button`)
 	waitJS(t, ctx, "w2 is cancelled, and the page is filtered again", has(".note", "job w2:")+
 		` && location.search.indexOf("name=w") >= 0 && !!document.querySelector('#finished li[data-id="w2"][data-state="cancelled"]')`)
+	// Retry every failed job shown: w2 again, and not the other failures.
+	if err := chromedp.Do(ctx, chromedp.Navigate(strings.TrimSuffix(pageURL, "/")+"/?state=unsuccessful&name=w*")); err != nil {
+		t.Fatal(err)
+	}
+	clickToPage(t, ctx, `form[action$="/bulk/retry"] button`)
+	waitJS(t, ctx, "the confirmation lists w2 alone", has("main", "Run these 1 jobs again?", "w2")+` && !document.querySelector("main").textContent.includes("train-a")`)
+	clickToPage(t, ctx, `form[action$="/bulk/retry"] button`)
+	waitJS(t, ctx, "w2 waits again", has(".note", "job w2:")+` && !!document.querySelector('#queue li[data-id="w2"]')`)
 
 	// A phone: one column, nothing wider than the screen.
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(375, 800, chromedp.EmulateMobile)); err != nil {

@@ -27,6 +27,9 @@ type screen struct {
 	mu   sync.Mutex
 	term vt10x.Terminal
 	raw  bytes.Buffer
+	// keys is the terminal's keyboard (its master side), set by onPTY:
+	// what is written there is typed.
+	keys io.Writer
 }
 
 func (s *screen) Write(p []byte) (int, error) {
@@ -67,7 +70,7 @@ func onPTY(t *testing.T, cmd *exec.Cmd, cols, rows int, stdoutToo bool) (scr *sc
 		t.Fatal(err)
 	}
 	tty.Close()
-	scr = &screen{term: vt10x.New(vt10x.WithSize(cols, rows))}
+	scr = &screen{term: vt10x.New(vt10x.WithSize(cols, rows)), keys: ptmx}
 	done := make(chan struct{})
 	go func() { io.Copy(scr, ptmx); close(done) }()
 	return scr, done
@@ -317,36 +320,22 @@ func TestE2ELiveViewHostDown(t *testing.T) {
 func TestE2ELiveViewCtrlC(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ptmx, tty, err := pty.Open()
-	if err != nil {
-		t.Fatalf("no pseudo-terminal: %v", err)
-	}
-	defer ptmx.Close()
-	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 16, Cols: 100}); err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(binary, "--gpus", "0,1", "-o", "logs")
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir), "TERM=xterm")
-	cmd.Stdout, cmd.Stderr = &bytes.Buffer{}, tty
+	cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir))
+	cmd.Stdout = &bytes.Buffer{}
 	// The terminal is the run's controlling one: Ctrl-C on it is SIGINT.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 2}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	scr, copied := onPTY(t, cmd, 100, 16, false)
 	t.Cleanup(func() { cmd.Process.Kill() })
-	tty.Close()
-	scr := &screen{term: vt10x.New(vt10x.WithSize(100, 16))}
-	copied := make(chan struct{})
-	go func() { io.Copy(scr, ptmx); close(copied) }()
 	io.WriteString(stdin, "[name=a] sleep 2\n[name=b] sleep 2\n[name=c] sleep 2\n")
 	waitOn(t, scr, "two jobs running", func(s string) bool { return strings.Count(s, "sleep 2") == 2 })
 	time.Sleep(1200 * time.Millisecond) // a redraw or two
-	ptmx.Write([]byte{3})               // Ctrl-C
+	scr.keys.Write([]byte{3})           // Ctrl-C
 	stdin.Close()
 	if err := cmd.Wait(); statusOf(err) != 130 {
 		t.Errorf("exit %v, want 130 (drained)", err)
