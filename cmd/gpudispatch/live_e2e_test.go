@@ -330,7 +330,7 @@ func TestE2ELiveViewCtrlC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scr, copied := onPTY(t, cmd, 100, 16, false)
+	scr, copied := onPTY(t, cmd, 80, 16, false)
 	t.Cleanup(func() { cmd.Process.Kill() })
 	io.WriteString(stdin, "[name=a] sleep 2\n[name=b] sleep 2\n[name=c] sleep 2\n")
 	waitOn(t, scr, "two jobs running", func(s string) bool { return strings.Count(s, "sleep 2") == 2 })
