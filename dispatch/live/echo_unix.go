@@ -14,10 +14,13 @@ import (
 // printed above the view would start there, after a piece of the bar.
 // The character is still echoed, as itself, which moves no cursor; it
 // still sends SIGINT. It returns what puts the terminal back as it was.
+// A run in the background of its terminal (started with &, or sent there
+// with Ctrl-Z and bg) leaves the terminal alone: setting its modes from
+// there would stop the run (SIGTTOU).
 func quietControlEcho(f *os.File) (restore func()) {
 	fd := int(f.Fd())
 	t, err := unix.IoctlGetTermios(fd, getTermios)
-	if err != nil || t.Lflag&unix.ECHOCTL == 0 {
+	if err != nil || t.Lflag&unix.ECHOCTL == 0 || !foreground(fd) {
 		return func() {}
 	}
 	was := *t
@@ -25,5 +28,16 @@ func quietControlEcho(f *os.File) (restore func()) {
 	if unix.IoctlSetTermios(fd, setTermios, t) != nil {
 		return func() {}
 	}
-	return func() { unix.IoctlSetTermios(fd, setTermios, &was) }
+	return func() {
+		if foreground(fd) {
+			unix.IoctlSetTermios(fd, setTermios, &was)
+		}
+	}
+}
+
+// foreground reports whether this process is in the foreground of the
+// terminal fd, where it may set the terminal's modes.
+func foreground(fd int) bool {
+	pgrp, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+	return err == nil && pgrp == unix.Getpgrp()
 }
