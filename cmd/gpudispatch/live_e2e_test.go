@@ -315,37 +315,48 @@ func TestE2ELiveViewHostDown(t *testing.T) {
 }
 
 // Ctrl-C typed on the terminal the live view is drawn on (the terminal
-// echoes ^C where the cursor is) drains the run and leaves a tidy screen:
-// the message on a line of its own, the bar whole, no line cut by another.
+// echoes ^C where the cursor is), or SIGTERM, drains the run and leaves a
+// tidy screen: the message on a line of its own, the bar whole, no line
+// cut by another.
 func TestE2ELiveViewCtrlC(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	cmd := exec.Command(binary, "--gpus", "0,1", "-o", "logs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir))
-	cmd.Stdout = &bytes.Buffer{}
-	// The terminal is the run's controlling one: Ctrl-C on it is SIGINT.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 2}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	scr, copied := onPTY(t, cmd, 80, 16, false)
-	t.Cleanup(func() { cmd.Process.Kill() })
-	io.WriteString(stdin, "[name=a] sleep 2\n[name=b] sleep 2\n[name=c] sleep 2\n")
-	waitOn(t, scr, "two jobs running", func(s string) bool { return strings.Count(s, "sleep 2") == 2 })
-	time.Sleep(1200 * time.Millisecond) // a redraw or two
-	scr.keys.Write([]byte{3})           // Ctrl-C
-	stdin.Close()
-	if err := cmd.Wait(); statusOf(err) != 130 {
-		t.Errorf("exit %v, want 130 (drained)", err)
-	}
-	<-copied
-	final := scr.text()
-	if !regexpMatch(`(?m)^gpudispatch: draining: no new job starts`, final) || strings.Count(final, "draining") != 1 {
-		t.Errorf("the draining message is not on a line of its own, once:\n%s", final)
-	}
-	if regexpMatch(`\^C|\[[#-]*gpudispatch|\][^\n]*\[[#-]`, final) {
-		t.Errorf("a garbled line on the final screen:\n%s", final)
+	for _, stop := range []string{"Ctrl-C", "SIGTERM"} {
+		t.Run(stop, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			cmd := exec.Command(binary, "--gpus", "0,1", "-o", "logs")
+			cmd.Dir = dir
+			cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir))
+			cmd.Stdout = &bytes.Buffer{}
+			// The terminal is the run's controlling one: Ctrl-C on it is
+			// SIGINT.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 2}
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			scr, copied := onPTY(t, cmd, 80, 16, false)
+			t.Cleanup(func() { cmd.Process.Kill() })
+			io.WriteString(stdin, "[name=a] sleep 2\n[name=b] sleep 2\n[name=c] sleep 2\n")
+			waitOn(t, scr, "two jobs running", func(s string) bool { return strings.Count(s, "sleep 2") == 2 })
+			time.Sleep(1200 * time.Millisecond) // a redraw or two
+			if stop == "Ctrl-C" {
+				scr.keys.Write([]byte{3})
+			} else {
+				cmd.Process.Signal(syscall.SIGTERM)
+			}
+			stdin.Close()
+			if err := cmd.Wait(); statusOf(err) != 130 {
+				t.Errorf("exit %v, want 130 (drained)", err)
+			}
+			<-copied
+			final := scr.text()
+			if !regexpMatch(`(?m)^gpudispatch: draining: no new job starts`, final) || strings.Count(final, "draining") != 1 {
+				t.Errorf("the draining message is not on a line of its own, once:\n%s", final)
+			}
+			if regexpMatch(`\^C|\[[#-]*gpudispatch|\][^\n]*\[[#-]`, final) {
+				t.Errorf("a garbled line on the final screen:\n%s", final)
+			}
+		})
 	}
 }
