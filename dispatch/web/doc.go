@@ -1,7 +1,9 @@
 // Package web is a run's web page (--listen): a live view of the hosts,
-// their GPUs and slots, the waiting queue and the finished jobs, a page per
-// job that follows its stdout and stderr, and forms that add, cancel, retry
-// and reorder jobs. It is a client of the run like the control socket:
+// their GPUs (with a chart of their last hour) and slots, a timeline of the
+// jobs (timeline.go), the waiting queue and the finished jobs (with the
+// files they brought back), a page per job that follows its stdout and
+// stderr, and forms that add, cancel, retry and reorder jobs, one by one
+// or all that a filter shows (filter.go). It is a client of the run like the control socket:
 // it reads the run's events (it is a dispatch.Reporter), asks the run's
 // loop for its queue and hosts (dispatch.Control.Overview), and changes
 // the run only through Control.
@@ -30,14 +32,16 @@
 // each host's nvidia-smi every few seconds (Options.SampleEvery) through
 // the Executor, and only while a page is open; all viewers share the
 // sample. Updates go out as server-sent events, one per part of the page
-// (progress, hosts, queue, finished) and only for a part that changed,
-// at most twice a second, compressed on one gzip stream per viewer. The
+// (progress, timeline, hosts, queue, finished) and only for a part that
+// changed, at most twice a second (the timeline, the largest, at most
+// every 5 s), compressed on one gzip stream per viewer. The
 // queue and finished lists show their head only (Options.ListLimit). A
 // viewer that falls behind is dropped; its browser reconnects and gets
 // the page whole.
 //
 // The page is server-rendered HTML (html/template) and reads without
-// JavaScript; app.js only applies the updates, ticks elapsed times and
-// follows a job's logs. Everything is embedded (go:embed): no build step,
+// JavaScript; app.js only applies the updates (and the URL's filter to
+// them), ticks elapsed times and the timeline's running bars, and follows
+// a job's logs. Everything is embedded (go:embed): no build step,
 // nothing fetched from elsewhere.
 package web
