@@ -177,7 +177,10 @@ func TestSSHSetUpTimeout(t *testing.T) {
 	if err := os.WriteFile(inv, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out := runWithin(t, labCmd(t, l, strings.Repeat("echo $FAKE_HOST\n", 4), "-i", inv, "-o", "logs", "--setup-timeout", "2s"), 90*time.Second, "node1's set-up")
+	// Jobs of 0.3 s: node2 cannot have run them all before node1's first
+	// look answers and node1 is given one (quick ones could, and then
+	// node1 was never tried).
+	out := runWithin(t, labCmd(t, l, strings.Repeat("sleep 0.3; echo $FAKE_HOST\n", 4), "-i", inv, "-o", "logs", "--setup-timeout", "2s"), 90*time.Second, "node1's set-up")
 	want := "node1: cannot set up its jobs, which go to other hosts: its job shell's set-up (the login profile, then the workdir, modules, conda env, venv and setup) did not finish within 2s (--setup-timeout)"
 	if !strings.Contains(out, want) {
 		t.Errorf("the run does not say %q:\n%s", want, out)
