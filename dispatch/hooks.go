@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // Hooks are commands run under sh -c on the coordinator's machine: JobEnd
@@ -71,7 +73,7 @@ func (r *run) jobHook(e Event) {
 	}
 	env := []string{"GPUDISPATCH_JOB_ID=" + e.Job, "GPUDISPATCH_STATE=" + hookState(e.Event), "GPUDISPATCH_HOST=" + e.Host,
 		"GPUDISPATCH_STDOUT=" + e.Stdout, "GPUDISPATCH_STDERR=" + e.Stderr, "GPUDISPATCH_EXIT=" + exit,
-		"GPUDISPATCH_SECONDS=" + seconds, "GPUDISPATCH_GPUS=" + gpuList(e.GPUs)}
+		"GPUDISPATCH_SECONDS=" + seconds, "GPUDISPATCH_GPUS=" + executor.GPUIDs(e.GPUs)}
 	if len(e.Return) > 0 {
 		env = append(env, "GPUDISPATCH_RETURN_DIR="+ReturnDir(e))
 	}

@@ -91,5 +91,5 @@ func (p placement) visible() string {
 	if len(p.gpus) == 1 && p.gpus[0].visible != "" {
 		return p.gpus[0].visible
 	}
-	return gpuList(p.gpuIDs())
+	return executor.GPUIDs(p.gpuIDs())
 }

@@ -35,7 +35,7 @@ func (t *TextReporter) Report(e Event) {
 func (t *TextReporter) Line(e Event) (string, bool) {
 	where := e.Host
 	if len(e.GPUs) > 0 {
-		where += ":" + gpuList(e.GPUs)
+		where += ":" + executor.GPUIDs(e.GPUs)
 	}
 	var line string
 	switch e.Event {
@@ -162,9 +162,6 @@ func elapsed(e Event) time.Duration {
 	}
 	return RoundDuration(e.End.Sub(*e.Start))
 }
-
-// gpuList writes GPU ids as CUDA_VISIBLE_DEVICES does: "0,1".
-func gpuList(ids []executor.GPUID) string { return executor.GPUIDs(ids) }
 
 // JSONReporter writes every event as one JSON object per line, the same
 // objects as the journal's lines.

@@ -220,10 +220,10 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 			hs = &hostSlots{byID: map[executor.GPUID]*gpu{}}
 			t.hosts = append(t.hosts, hs)
 			t.byName[h.Name] = hs
-			changes = append(changes, fmt.Sprintf("added host %s (GPUs %s)", h.Name, gpuList(asIDs(h.GPUs))))
+			changes = append(changes, fmt.Sprintf("added host %s (GPUs %s)", h.Name, executor.GPUIDs(asIDs(h.GPUs))))
 		case hs.removed:
 			hs.removed = false
-			changes = append(changes, fmt.Sprintf("host %s is back (GPUs %s)", h.Name, gpuList(asIDs(h.GPUs))))
+			changes = append(changes, fmt.Sprintf("host %s is back (GPUs %s)", h.Name, executor.GPUIDs(asIDs(h.GPUs))))
 		}
 		before := hs.ids()
 		hs.host = h
@@ -392,7 +392,7 @@ func (p placement) String() string {
 	if p.host.cluster {
 		return p.host.host.Name
 	}
-	return p.host.host.Name + ":" + gpuList(p.gpuIDs())
+	return p.host.host.Name + ":" + executor.GPUIDs(p.gpuIDs())
 }
 
 // gpuIDs are the GPUs p gives its job: none on a Slurm cluster, where

@@ -225,7 +225,7 @@ func (st *Status) WriteTable(w io.Writer, jobs []JobStatus, width int) error {
 	for _, j := range jobs {
 		where, exit, took := "-", "-", "-"
 		if j.Host != "" {
-			where = j.Host + ":" + gpuList(j.GPUs)
+			where = j.Host + ":" + executor.GPUIDs(j.GPUs)
 		}
 		if j.Exit != nil {
 			exit = fmt.Sprint(*j.Exit)

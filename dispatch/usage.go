@@ -294,5 +294,5 @@ func (h *hostSlots) listed(seen map[int]executor.GPU) string {
 		ids = append(ids, executor.GPUID(id))
 	}
 	slices.Sort(ids)
-	return "GPUs " + gpuList(ids)
+	return "GPUs " + executor.GPUIDs(ids)
 }

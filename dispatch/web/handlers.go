@@ -167,11 +167,12 @@ func (s *Server) returned(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	name := r.PathValue("path")
-	if j.ReturnDir == "" || !slices.ContainsFunc(j.Returned, func(f executor.ReturnedFile) bool { return f.Path == name }) {
+	dir := dispatch.ReturnDir(dispatch.Event{Stdout: j.Stdout})
+	if dir == "" || !slices.ContainsFunc(j.Returned, func(f executor.ReturnedFile) bool { return f.Path == name }) {
 		http.Error(w, fmt.Sprintf("job %s brought back no file %q", j.ID, name), http.StatusNotFound)
 		return
 	}
-	root, err := os.OpenRoot(j.ReturnDir)
+	root, err := os.OpenRoot(dir)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return

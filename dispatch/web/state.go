@@ -25,10 +25,10 @@ type jobInfo struct {
 	Exit    *int
 	Error   string
 	// Stdout and Stderr are the log files of its latest attempt;
-	// Returned are the files it brought back, under ReturnDir.
+	// Returned are the files it brought back, beside them
+	// (dispatch.ReturnDir).
 	Stdout, Stderr string
 	Returned       []executor.ReturnedFile
-	ReturnDir      string
 	SlurmID        string
 	// version counts its events, so a job page knows when to redraw.
 	version int
@@ -40,7 +40,7 @@ func (s *Server) apply(e dispatch.Event) {
 	if j := s.jobs[e.Job]; e.Event == dispatch.EventReturned && j != nil && len(e.Returned) > 0 {
 		// What came back, beside the attempt's logs.
 		j.version++
-		j.Returned, j.ReturnDir = e.Returned, dispatch.ReturnDir(dispatch.Event{Stdout: cmp.Or(e.Stdout, j.Stdout)})
+		j.Returned = e.Returned
 		return
 	}
 	state := e.JobState()
@@ -58,7 +58,7 @@ func (s *Server) apply(e dispatch.Event) {
 	if e.Event == dispatch.EventQueued || e.Event == dispatch.EventRetried {
 		// A new attempt: nothing of the last one holds.
 		j.Host, j.GPUs, j.Start, j.End, j.Exit, j.Error, j.SlurmID = "", nil, time.Time{}, time.Time{}, nil, "", ""
-		j.Returned, j.ReturnDir = nil, ""
+		j.Returned = nil
 	}
 	j.State, j.Pending, j.Reason = state, e.Event == dispatch.EventPending && !e.SettingUp, ""
 	if e.Event == dispatch.EventPending {

@@ -65,12 +65,19 @@ func buildTimeline(jobs map[string]*jobInfo, hosts []dispatch.HostView, now time
 		gpu  executor.GPUID
 	}
 	var order []place
+	known := map[place]bool{}
+	add := func(p place) {
+		if !known[p] {
+			known[p] = true
+			order = append(order, p)
+		}
+	}
 	for _, h := range hosts {
 		if h.Cluster {
-			order = append(order, place{h.Name, -1})
+			add(place{h.Name, -1})
 		}
 		for _, g := range h.GPUs {
-			order = append(order, place{h.Name, g.ID})
+			add(place{h.Name, g.ID})
 		}
 	}
 	lanes := map[place][][]timelineBar{}
@@ -97,9 +104,7 @@ func buildTimeline(jobs map[string]*jobInfo, hosts []dispatch.HostView, now time
 		}
 		for _, g := range gpus {
 			p := place{j.Host, g}
-			if !slices.Contains(order, p) {
-				order = append(order, p)
-			}
+			add(p)
 			// The first row free at its start: a slot.
 			i := slices.IndexFunc(laneEnd[p], func(e float64) bool { return e <= bar.X })
 			if i < 0 {
