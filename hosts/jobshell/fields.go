@@ -90,14 +90,19 @@ var ErrNUL = errors.New("contains a NUL byte")
 
 // header starts a job shell: shell.sh itself, then the fields it reads
 // once, each terminated by NUL: grace, the set-up's limit, login, then the
-// prelude p (see shell.sh).
-func header(s Supervision, p executor.Prelude) []byte {
+// prelude p (see shell.sh), then, for a copy, the state st. With share,
+// the shell hands its own state on once set up.
+func header(s Supervision, p executor.Prelude, share bool, st *State) []byte {
 	login := "slot"
-	switch s.Login {
-	case LoginPerJob:
+	switch {
+	case s.Login == LoginPerJob:
 		login = "job"
-	case LoginNone:
+	case s.Login == LoginNone:
 		login = "none"
+	case st != nil:
+		login = "copy"
+	case share:
+		login = "share"
 	}
 	interactive := ""
 	if p.Interactive {
@@ -106,7 +111,11 @@ func header(s Supervision, p executor.Prelude) []byte {
 	f := append([]string{strconv.FormatFloat(s.Grace.Seconds(), 'f', 3, 64), strconv.FormatFloat(s.SetupLimit.Seconds(), 'f', 3, 64), login,
 		interactive, p.Workdir, p.Conda, p.Venv, strings.Join(p.Modules, "\n"), p.Setup,
 		strconv.Itoa(len(p.Env))}, p.Env...)
-	return []byte(script + strings.Join(f, "\x00") + "\x00")
+	b := []byte(script + strings.Join(f, "\x00") + "\x00")
+	if login == "copy" {
+		b = append(b, encodeState(st)...)
+	}
+	return b
 }
 
 // placing is where a job's output starts in its shell's stream files, and

@@ -109,6 +109,119 @@ echo profile-read >> ~/reads
 	}
 }
 
+// runAtOnce runs script on ss n times at once, each on a shell of its
+// own (each job waits until all have started), and returns what each
+// printed.
+func runAtOnce(t *testing.T, ss *Shells, n int, script string) []string {
+	t.Helper()
+	gate := filepath.Join(t.TempDir(), "gate")
+	outs := make([]string, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			var out, stderr bytes.Buffer
+			// Each job says it started, then waits for all n.
+			job := fmt.Sprintf("echo >> %s; while [ $(wc -l < %s) -lt %d ]; do sleep 0.01; done; %s", gate, gate, n, script)
+			code, err := ss.Run(context.Background(), executor.Command{Script: job}, &out, &stderr)
+			if err == nil && (code != 0 || stderr.Len() != 0) {
+				err = fmt.Errorf("exit %d, stderr %q", code, stderr.String())
+			}
+			outs[i] = out.String()
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("%q: %v", script, err)
+		}
+	}
+	return outs
+}
+
+// A machine's slots read its login profile once: the first job shell
+// hands what it read on (its variables, functions, aliases, options,
+// traps, umask, the directory the profile left it in) and the others copy
+// it, so that their jobs see what bash -lc shows, as the reader's do. A
+// profile that changes a limit (ulimit) is read by every shell: no copy
+// could take the limit. An edit is seen by copies as by the reader.
+func TestLoginReadOnceAcrossSlots(t *testing.T) {
+	t.Parallel()
+	profile := `echo read >> ~/reads
+greet() { echo "hello from a function"; }
+exported() { echo "exported function"; }
+export -f exported
+alias ll='ls -l'
+MYVAR=plain
+declare -a LIST=(a "b c")
+declare -A MAP=([k]="v w")
+declare -i NUM=41+1
+readonly FIXED=fixed
+export CONDA_PREFIX=$HOME/env
+PATH=$HOME/env/bin:$PATH
+shopt -s extglob
+set -o pipefail
+umask 0027
+trap 'echo bye' USR1
+mkdir -p ~/proj && cd ~/proj
+`
+	script := `greet; bash -c exported; alias ll; echo "$MYVAR ${LIST[1]} ${MAP[k]} $NUM $FIXED $CONDA_PREFIX ${PATH%%:*}"; shopt -q extglob && echo extglob; [[ -o pipefail ]] && echo pipefail; umask; trap -p USR1; pwd; echo "$(declare -F | grep -c _g_) internal functions"`
+	home := homeWith(t, profile)
+	ref := exec.Command("bash", "-lc", script)
+	ref.Env = append(os.Environ(), "HOME="+home)
+	want, err := ref.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(home, "reads"))
+	for _, line := range []string{"plain b c v w 42 fixed " + home + "/env " + home + "/env/bin", "0027", "trap -- 'echo bye' SIGUSR1", home + "/proj", "0 internal functions"} {
+		if !bytes.Contains(want, []byte(line+"\n")) {
+			t.Fatalf("bash -lc printed\n%s\nwithout %q: the test's own reference is wrong", want, line)
+		}
+	}
+	reads := func() int {
+		b, _ := os.ReadFile(filepath.Join(home, "reads"))
+		return strings.Count(string(b), "\n")
+	}
+
+	ss := shellsIn(t, home, "/bin/bash", LoginPerSlot)
+	for i, got := range runAtOnce(t, ss, 4, script) {
+		if got != string(want) {
+			t.Errorf("job %d printed\n%s\nbash -lc prints\n%s", i, got, want)
+		}
+	}
+	if n := reads(); n != 1 {
+		t.Errorf("4 slots read the profile %d times, want once", n)
+	}
+	if n := len(ss.idleTags()); n != 4 {
+		t.Fatalf("%d idle shells, want 4: the jobs did not run at once", n)
+	}
+
+	// An edit: every shell finds it stale, and the profile is read once
+	// more for all of them.
+	time.Sleep(20 * time.Millisecond) // a later time, however fine the clock
+	os.WriteFile(filepath.Join(home, ".bashrc"), []byte(strings.Replace(profile, "MYVAR=plain", "MYVAR=edited", 1)), 0o644)
+	for i, got := range runAtOnce(t, ss, 4, `echo "$MYVAR"`) {
+		if got != "edited\n" {
+			t.Errorf("after the edit, job %d printed %q", i, got)
+		}
+	}
+	if n := reads(); n != 2 {
+		t.Errorf("after the edit the profile was read %d times in all, want twice", n)
+	}
+
+	// A limit the profile sets: each shell reads it.
+	limited := homeWith(t, "echo read >> ~/reads\nulimit -S -n 512\n")
+	ss = shellsIn(t, limited, "/bin/bash", LoginPerSlot)
+	for i, got := range runAtOnce(t, ss, 3, `ulimit -S -n`) {
+		if got != "512\n" {
+			t.Errorf("job %d: open files limit %q, want the profile's 512", i, got)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(limited, "reads")); strings.Count(string(b), "\n") != 3 {
+		t.Errorf("a profile that sets a limit was read %q by 3 slots, want by each", b)
+	}
+}
+
 // A job that sends TERM to its slot's shell (what "kill $$" does in a
 // fork of it) ends itself, as it would under bash -lc, and the slot's
 // shell lives on for the next job.

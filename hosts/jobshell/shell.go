@@ -29,9 +29,12 @@ type shell struct {
 	// prelude is the Key of what the shell set up: it runs only jobs with
 	// that Prelude.
 	prelude string
-	stdin   io.WriteCloser
-	out     *stream // the shell's stdout
-	errs    *stream // the shell's stderr
+	// from is the sharing of the login shell's state the shell read and
+	// handed on, or copied; nil when it read the profile for itself.
+	from  *sharing
+	stdin io.WriteCloser
+	out   *stream // the shell's stdout
+	errs  *stream // the shell's stderr
 	// pending is what to send before the next job's fields: the shell's own
 	// start, until its first job.
 	pending []byte
@@ -42,12 +45,13 @@ type shell struct {
 }
 
 // startShell starts a job shell through spawn, for the job tagged tag,
-// that sets up p.
-func startShell(ctx context.Context, start spawn.Func, tag string, s Supervision, p executor.Prelude) (*shell, error) {
+// that is to set up the Prelude whose key is prelude: its caller sets
+// what the shell is sent first (pending, a header).
+func startShell(ctx context.Context, start spawn.Func, tag string, prelude string) (*shell, error) {
 	if tag == "" {
 		tag = "x" + newMark()[:16]
 	}
-	sh := &shell{tag: tag, prelude: p.Key(), out: newStdout(), errs: &stream{}, pending: header(s, p), ended: make(chan struct{})}
+	sh := &shell{tag: tag, prelude: prelude, out: newStdout(), errs: &stream{}, ended: make(chan struct{})}
 	proc, err := start(ctx, spawn.Bootstrap(script, ProcessName, tag), sh.out, sh.errs)
 	if err != nil {
 		return nil, err
@@ -102,11 +106,14 @@ type Shells struct {
 	mu     sync.Mutex
 	idle   []*shell // the last one is the most recently used
 	closed bool
+	// shared holds, per Prelude key, the state of the login shell the
+	// machine's shells copy (share.go).
+	shared map[string]*sharing
 }
 
 // New returns the job shells of the machine that start runs bash on.
 func New(start spawn.Func, s Supervision) *Shells {
-	return &Shells{spawn: start, sup: s, code: codestore.New(start, s.KeepCode, "")}
+	return &Shells{spawn: start, sup: s, code: codestore.New(start, s.KeepCode, ""), shared: map[string]*sharing{}}
 }
 
 // WarmCode starts a store shell on the machine for the first snapshot a
@@ -159,7 +166,7 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 		sh := ss.take(c.Prelude.Key())
 		fresh := sh == nil || tries > 0
 		if fresh {
-			if sh, err = startShell(ctx, ss.spawn, c.Tag, ss.sup, c.Prelude); err != nil {
+			if sh, err = ss.start(ctx, c.Tag, c.Prelude); err != nil {
 				return -1, err
 			}
 		}
@@ -170,6 +177,10 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 			sh.close()
 		}
 		if errors.Is(err, errStale) && tries < 2 {
+			// What the shell read or copied is as stale for the others.
+			if sh.from != nil {
+				ss.forget(sh.prelude, sh.from)
+			}
 			continue
 		}
 		if fresh && ctx.Err() == nil {

@@ -4,10 +4,11 @@
 # the shell's tag.
 #
 # stdin: NUL-terminated fields — grace (seconds), the set-up's limit
-# (seconds, 0 for none), login ("slot", "job" or "none"), then the
-# prelude's: interactive ("1" or empty), workdir, conda env, venv, modules
-# (a line each), setup, the count of the host's variables and each
-# "NAME=value" — then records: "c" to cancel the running job, "q" to end the
+# (seconds, 0 for none), login ("slot", "share", "copy", "job" or "none"),
+# then the prelude's: interactive ("1" or empty), workdir, conda env, venv,
+# modules (a line each), setup, the count of the host's variables and each
+# "NAME=value" — for "copy", then the byte lengths of the four parts of a
+# state (space-separated, NUL-terminated) and the parts — then records: "c" to cancel the running job, "q" to end the
 # shell (what is kept of its last job is home), and for each job "j", the
 # length of a header in 8 decimal digits, the header (the byte lengths of
 # the job's fields, space-separated), then the fields with nothing between
@@ -32,6 +33,14 @@
 # each job it looks whether one of the profile files, or ~/.bashrc, changed
 # since it read them: then it runs nothing, answers "stale" instead of an
 # exit status, and exits, and the coordinator sends the job to a new shell.
+# Login "share" is "slot" that also hands what it read on, once set up,
+# with its "ready": when it began to read (microseconds since 1970), its
+# directory, its variables and umask, and its saved functions, aliases,
+# traps and options. A shell of login "copy" is given that state and
+# reads no profile: the machine's login profile is read once per prelude,
+# not once per slot. It is not handed on when the profile changed a limit
+# (ulimit), which no copy could take; open files and processes the
+# profile started are the reader's own.
 # Other login shells, and login "job", run "$SHELL -lc" per job. Login
 # "none" reads no profile: each job is a fork of this shell, with the
 # environment it was started with (a local machine's: the coordinator's,
@@ -205,14 +214,44 @@ _g_saved() {
   builtin set +o
   builtin shopt -p
 }
+# _g_specials are the variables a copy of a login shell's state leaves
+# out: bash's own, and where the shell is (as the interactive bash below).
+_g_specials='RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIME
+  BASH_ARGV BASH_ARGC BASH_SOURCE BASH_LINENO FUNCNAME BASH_COMMAND BASH_ARGV0
+  BASH_EXECUTION_STRING BASH_SUBSHELL BASHPID PIPESTATUS PWD OLDPWD SHLVL _ COLUMNS LINES'
 _g_unfit=
 _g_profiled=
 _g_ref=
 _g_asis=
 _g_act=
+_g_at=
+_g_cap=
 [ "$_g_login" != none ] || _g_asis=1
-if [ "$_g_login" = slot ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
+if [ "$_g_login" = copy ]; then
+  # A copy of another job shell of this machine that read the profile and
+  # prepared for the same prelude (login "share"): when it began to read
+  # the profile (microseconds since 1970), the directory it was in, its
+  # variables and umask, and what _g_saved printed, each with its byte
+  # length first. It reads no profile: the machine does that once.
+  IFS= read -r -d '' _g_n || exit 125
+  # shellcheck disable=SC2086 # the lengths are meant to be split into words
+  set -- $_g_n
+  LC_ALL=C IFS= read -r -N "$1" _g_at || exit 125
+  LC_ALL=C IFS= read -r -N "$2" _g_cwd || exit 125
+  LC_ALL=C IFS= read -r -N "$3" _g_vars || exit 125
+  LC_ALL=C IFS= read -r -N "$4" _g_state || exit 125
+  set --
   _g_profiled=1
+  builtin eval "$_g_vars" 2>/dev/null
+  _g_vars=
+  builtin cd -- "$_g_cwd" 2>/dev/null || _g_unfit="the directory $_g_cwd cannot be entered"
+elif [ "$_g_login" != job ] && [ -z "$_g_asis" ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
+  # Login "slot", or "share": then, once set up, this shell hands its state
+  # to the coordinator for copies, unless the profile changed a limit
+  # (ulimit), which no copy could take.
+  _g_profiled=1
+  _g_at=${EPOCHREALTIME//[!0-9]/}
+  [ "$_g_login" != share ] || _g_cap=$(builtin ulimit -a 2>&1)
   if [ -n "$_g_inter" ]; then
     # An interactive login bash of its own reads the profile and ~/.bashrc
     # (its "not interactive" guard passes), prepares, and hands back its
@@ -260,6 +299,10 @@ builtin unset -v RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIM
     } </dev/null >/dev/null 2>&1
     _g_prepare </dev/null >/dev/null 2>&1
   fi
+  # Shared only with the limits the shell started with.
+  [ -z "$_g_cap" ] || [ "$_g_cap" = "$(builtin ulimit -a 2>&1)" ] || _g_cap=
+fi
+if [ -n "$_g_profiled" ]; then
   \builtin shopt -u expand_aliases
   _g_ifs_set=${IFS+1} _g_ifs=${IFS-}
   # What a job's fork takes back: the functions (and which are exported),
@@ -267,18 +310,34 @@ builtin unset -v RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIM
   # a file that is removed at once: its descriptor, _g_ref, stays open for
   # its time, when the profile was read, so that nothing of the shell is
   # left in /tmp however it ends.
+  # A copy's file is as old as its state: a profile file changed since the
+  # state was read is newer.
   if _g_tmp=$(builtin command mktemp 2>/dev/null); then
-    if [ -n "$_g_inter" ]; then
+    if [ -n "$_g_inter" ] || [ "$_g_login" = copy ]; then
       builtin printf '%s' "$_g_state" >"$_g_tmp"
     else
       _g_saved >"$_g_tmp" 2>/dev/null
     fi
+    [ "$_g_login" != copy ] || builtin command touch -d "@${_g_at%??????}.${_g_at#"${_g_at%??????}"}" -- "$_g_tmp" 2>/dev/null
     exec {_g_ref}<"$_g_tmp"
     builtin command rm -f -- "$_g_tmp"
     IFS= builtin read -r -d '' -u "$_g_ref" _g_state
   fi
   if [ -z "$_g_ref" ]; then
     _g_profiled=
+  fi
+  # What a copy takes (login "share"): the variables as the profile and the
+  # prelude left them, but this script's and bash's own.
+  if [ -n "$_g_cap" ] && [ -n "$_g_ref" ] && [ -z "$_g_unfit" ]; then
+    _g_cap=$(
+      # shellcheck disable=SC2086 # the names are meant to be split into words
+      builtin unset -v $_g_specials "${!_g_@}" 2>/dev/null
+      builtin declare -p
+      builtin umask -p
+    )
+    _g_cwd=$PWD _g_capstate=$_g_state
+  else
+    _g_cap=
   fi
   # A clean shell for this script, whatever the profile named its functions
   # (a "cd" or a "read") or set.
@@ -462,7 +521,16 @@ fi
 # Set up: the shell says so once, first on its stdout, before any job's
 # output (the coordinator tells the run the job began). A shell that could
 # not be set up says nothing here and answers its first job with why.
-[ -n "$_g_unfit" ] || printf '\0ready\n'
+# A shell of login "share" hands its state on with it (see "copy"); the
+# lengths are in bytes (LC_ALL is C).
+if [ -n "$_g_unfit" ]; then
+  :
+elif [ -n "$_g_cap" ]; then
+  printf '\0ready %d %d %d %d\n%s%s%s%s' "${#_g_at}" "${#_g_cwd}" "${#_g_cap}" "${#_g_capstate}" "$_g_at" "$_g_cwd" "$_g_cap" "$_g_capstate"
+  _g_cap='' _g_capstate=''
+else
+  printf '\0ready\n'
+fi
 exec 5>&1 6>&2 2>/dev/null
 _g_tees
 # fd 3 is the watcher.

@@ -170,14 +170,14 @@ func TestJobOutlivesItsCoordinator(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cmd.Wait()
-	if _, err := stdin.Write(append(header(fast, executor.Prelude{}), body...)); err != nil {
+	if _, err := stdin.Write(append(header(fast, executor.Prelude{}, false, nil), body...)); err != nil {
 		t.Fatal(err)
 	}
 	// The shell says it is set up, then the first coordinator reads a few
 	// bytes of the job's, and goes away.
-	ready := make([]byte, len(hello))
-	if _, err := io.ReadFull(stdout, ready); err != nil || string(ready) != hello {
-		t.Fatalf("the shell's first words: %q, %v; want %q", ready, err, hello)
+	ready := make([]byte, len(hello)+1)
+	if _, err := io.ReadFull(stdout, ready); err != nil || string(ready) != hello+"\n" {
+		t.Fatalf("the shell's first words: %q, %v; want %q", ready, err, hello+"\n")
 	}
 	first := make([]byte, 12)
 	if _, err := io.ReadFull(stdout, first); err != nil {
@@ -445,7 +445,7 @@ func TestShellAsStdinEnds(t *testing.T) {
 		body := fields(executor.Command{Script: "sleep 1; echo > $DONE", Env: []string{"DONE=" + done}, Tag: tt.tag}, newMark(), placing{})
 		cmd := exec.Command("bash", "-c", spawn.Bootstrap(script, ProcessName, "sh-e"+tt.tag))
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Stdin = bytes.NewReader(append(header(fast, executor.Prelude{}), body...))
+		cmd.Stdin = bytes.NewReader(append(header(fast, executor.Prelude{}, false, nil), body...))
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -27,14 +27,27 @@ type stream struct {
 	total, passed int64
 	// ready, on a new shell's stdout, is closed once the shell said hello:
 	// it is set up. heard counts the bytes of hello that came so far; -1
-	// once it came, or did not (the shell answered without it).
-	ready chan struct{}
-	heard int
+	// once it came, or did not (the shell answered without it). A hello
+	// that hands a state on (login "share") has its lengths' line in
+	// lengths, then need more bytes, gathered in handed, then kept in
+	// st.
+	ready   chan struct{}
+	heard   int
+	lengths []byte
+	need    int
+	handed  []byte
+	st      *State
 }
 
 // hello is what a job shell writes first on its stdout, once, when it is
-// set up; a shell that cannot be set up does not (shell.sh).
-const hello = "\x00ready\n"
+// set up; a shell that cannot be set up does not (shell.sh). After it, a
+// newline, or a space, the byte lengths of a State's four parts, a
+// newline and the parts.
+const hello = "\x00ready"
+
+// maxState bounds the state a shell hands on: a login profile's
+// variables and functions are kilobytes.
+const maxState = 16 << 20
 
 // newStdout returns the stream of a new shell's stdout, which listens for
 // the shell's hello.
@@ -109,11 +122,52 @@ func (s *stream) listen(p []byte) []byte {
 		}
 		s.heard, p = s.heard+1, p[1:]
 	}
-	if s.heard == len(hello) {
-		s.heard = -1
+	for len(p) > 0 && s.heard >= len(hello) {
+		switch {
+		case s.heard == len(hello) && p[0] == '\n':
+			s.heard, p = -1, p[1:]
+		case s.heard == len(hello) && p[0] == ' ':
+			s.heard, p = s.heard+1, p[1:]
+		case s.heard == len(hello):
+			// Not a hello this shell writes: the rest is output.
+			rest := append([]byte(hello), p...)
+			s.heard = -1
+			return rest
+		case s.need == 0:
+			i := bytes.IndexByte(p, '\n')
+			if i < 0 {
+				s.lengths = append(s.lengths, p...)
+				return nil
+			}
+			s.lengths, p = append(s.lengths, p[:i]...), p[i+1:]
+			s.need = -1
+			if n, ok := stateSize(s.lengths); ok {
+				s.need = n
+			}
+			if s.need <= 0 {
+				// Lengths no shell writes: no state, the shell is set up.
+				s.heard = -1
+			}
+		default:
+			k := min(len(p), s.need-len(s.handed))
+			s.handed, p = append(s.handed, p[:k]...), p[k:]
+			if len(s.handed) == s.need {
+				s.st = parseState(s.lengths, s.handed)
+				s.heard, s.handed = -1, nil
+			}
+		}
+	}
+	if s.heard == -1 {
 		close(s.ready)
 	}
 	return p
+}
+
+// handedState is the state the shell handed on with its hello, or nil.
+func (s *stream) handedState() *State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
 }
 
 // scan passes p to the job up to the mark and returns what follows the mark

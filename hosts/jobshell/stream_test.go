@@ -3,6 +3,8 @@ package jobshell
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -117,17 +119,25 @@ func FuzzStream(f *testing.F) {
 // is, and never said ready.
 func TestStreamHello(t *testing.T) {
 	mark := newMark()
+	handed := &State{At: "1764403200123456", Dir: "/home/ada", Vars: "declare -x PATH=\"/opt/bin\"\numask 0027", Saved: "module () \n{ \n    :\n}\n#opts\nset +o errexit\n"}
+	withState := fmt.Sprintf("%s %d %d %d %d\n", hello, len(handed.At), len(handed.Dir), len(handed.Vars), len(handed.Saved)) +
+		handed.At + handed.Dir + handed.Vars + handed.Saved
 	tests := []struct {
 		name      string
 		hello     string
 		output    string
 		wantReady bool
+		wantState *State
 	}{
-		{name: "hello then output", hello: hello, output: "epoch 1\n", wantReady: true},
-		{name: "hello then nothing", hello: hello, output: "", wantReady: true},
-		{name: "output that begins like the hello", hello: hello, output: "\x00rea", wantReady: true},
+		{name: "hello then output", hello: hello + "\n", output: "epoch 1\n", wantReady: true},
+		{name: "hello then nothing", hello: hello + "\n", output: "", wantReady: true},
+		{name: "output that begins like the hello", hello: hello + "\n", output: "\x00rea", wantReady: true},
+		{name: "a state handed on, then output", hello: withState, output: "epoch 1\n", wantReady: true, wantState: handed},
+		{name: "a state handed on, then output like a hello", hello: withState, output: "\x00ready 1 1 1 1\n", wantReady: true, wantState: handed},
+		{name: "lengths no shell writes: no state", hello: hello + " 1 x\n", output: "epoch 1\n", wantReady: true},
 		{name: "no hello: an answer", hello: "", output: "", wantReady: false},
 		{name: "half a hello is output", hello: "", output: "\x00re", wantReady: false},
+		{name: "the hello's word, then other bytes, is output", hello: "", output: "\x00ready!", wantReady: false},
 	}
 	for _, tt := range tests {
 		for _, sizes := range [][]int{{1}, {2, 3}, {7}, {1 << 20}} {
@@ -156,6 +166,9 @@ func TestStreamHello(t *testing.T) {
 			if ready != tt.wantReady || got.String() != tt.output || st != " 0" || s.size() != want || s.strayed() {
 				t.Errorf("%s, chunks %v: ready %v, got %q, end %q, size %d, stray %v; want ready %v, %q, size %d",
 					tt.name, sizes, ready, got.String(), st, s.size(), s.strayed(), tt.wantReady, tt.output, want)
+			}
+			if st := s.handedState(); !reflect.DeepEqual(st, tt.wantState) {
+				t.Errorf("%s, chunks %v: state %+v, want %+v", tt.name, sizes, st, tt.wantState)
 			}
 		}
 	}

@@ -1,0 +1,166 @@
+package jobshell
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+)
+
+// State is what a job shell that read a machine's login profile and set up
+// a Prelude hands on (login "share" in shell.sh), so that the machine's
+// other shells for that Prelude copy it instead of reading the profile
+// again: on a server whose /etc/profile.d loads Lmod, a login profile
+// costs tens of milliseconds of CPU, once per slot otherwise.
+type State struct {
+	// At is when the reader began to read the profile, in microseconds
+	// since 1970: a copy finds a profile file changed since then stale.
+	At string
+	// Dir is the directory the reader was in once set up.
+	Dir string
+	// Vars is its variables (declare -p) and umask; Saved is its functions,
+	// aliases, traps and options, as a job's fork takes them back.
+	Vars, Saved string
+}
+
+// parts is the state's four parts in the order the shell reads them.
+func (st *State) parts() []string { return []string{st.At, st.Dir, st.Vars, st.Saved} }
+
+// stateSize is the sum of the four byte lengths of a hello's lengths line.
+func stateSize(line []byte) (int, bool) {
+	f := strings.Fields(string(line))
+	if len(f) != 4 {
+		return 0, false
+	}
+	total := 0
+	for _, x := range f {
+		n, err := strconv.Atoi(x)
+		if err != nil || n <= 0 || n > maxState {
+			return 0, false
+		}
+		total += n
+	}
+	return total, total <= maxState
+}
+
+// parseState cuts b, whose size stateSize found in line, into a State.
+func parseState(line, b []byte) *State {
+	var p [4]string
+	for i, x := range strings.Fields(string(line)) {
+		n, _ := strconv.Atoi(x)
+		p[i], b = string(b[:n]), b[n:]
+	}
+	return &State{At: p[0], Dir: p[1], Vars: p[2], Saved: p[3]}
+}
+
+// encodeState is st for a copy's stdin, after the prelude: the parts'
+// byte lengths, space-separated and NUL-terminated, then the parts.
+func encodeState(st *State) []byte {
+	var b bytes.Buffer
+	for i, p := range st.parts() {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(strconv.Itoa(len(p)))
+	}
+	b.WriteByte(0)
+	for _, p := range st.parts() {
+		b.WriteString(p)
+	}
+	return b.Bytes()
+}
+
+// sharing is the state of a machine's login shell for one Prelude, as its
+// first shell reads it: done is closed once that shell is set up, handed
+// the state on (st), or could not.
+type sharing struct {
+	done chan struct{}
+	st   *State
+}
+
+// reader says how a new shell for the Prelude whose key is key starts:
+// reading the profile and handing its state on (share, the first), or
+// copying what the first hands on (wait for from, then from.st; nil: the
+// first could not, and this one reads the profile too).
+func (ss *Shells) reader(key string) (from *sharing, share bool) {
+	if ss.sup.Login != LoginPerSlot {
+		return nil, false
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if s := ss.shared[key]; s != nil {
+		return s, false
+	}
+	s := &sharing{done: make(chan struct{})}
+	ss.shared[key] = s
+	return s, true
+}
+
+// handOn waits until the sharing shell sh is set up, or ends, and keeps
+// what it handed on for the Prelude whose key is key. A shell that ends
+// before it is set up (unfit, or cut off) hands nothing on: the next new
+// shell reads the profile and tries again.
+func (ss *Shells) handOn(key string, s *sharing, sh *shell) {
+	select {
+	case <-sh.out.ready:
+		s.st = sh.out.handedState()
+	case <-sh.ended:
+	}
+	if s.st == nil {
+		ss.forget(key, s)
+	}
+	close(s.done)
+}
+
+// forget drops s, the sharing of the Prelude whose key is key, when it is
+// still the one kept: its state is stale, or was never handed on.
+func (ss *Shells) forget(key string, s *sharing) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.shared[key] == s {
+		delete(ss.shared, key)
+	}
+}
+
+// start starts a new shell for the job tagged tag, to set up p: the
+// machine's first for p reads the login profile and hands its state on;
+// the others, started meanwhile or later, copy it once it is handed on,
+// and read the profile themselves when it is not.
+func (ss *Shells) start(ctx context.Context, tag string, p executor.Prelude) (*shell, error) {
+	key := p.Key()
+	from, share := ss.reader(key)
+	sh, err := startShell(ctx, ss.spawn, tag, key)
+	switch {
+	case err != nil && share:
+		ss.forget(key, from)
+		close(from.done)
+		return nil, err
+	case err != nil:
+		return nil, err
+	case share:
+		sh.pending, sh.from = header(ss.sup, p, true, nil), from
+		go ss.handOn(key, from, sh)
+	case from != nil:
+		st := copied(ctx, from)
+		if st != nil {
+			sh.from = from
+		}
+		sh.pending = header(ss.sup, p, false, st)
+	default:
+		sh.pending = header(ss.sup, p, false, nil)
+	}
+	return sh, nil
+}
+
+// copied waits for the state s hands on, and returns it; nil when it
+// hands none (the shell then reads the profile itself) or ctx ends.
+func copied(ctx context.Context, s *sharing) *State {
+	select {
+	case <-s.done:
+		return s.st
+	case <-ctx.Done():
+		return nil
+	}
+}
