@@ -507,8 +507,6 @@ _g_tees() {
   exec 1>"$_g_spool/$_g_files.po" 4>"$_g_spool/$_g_files.pe"
   builtin command rm -f -- "$_g_spool/$_g_files.po" "$_g_spool/$_g_files.pe"
 }
-# This script's functions, which a job's fork puts away.
-_g_funcs=$(compgen -A function _g_)
 _g_boot=-
 IFS= read -r _g_boot </proc/sys/kernel/random/boot_id 2>/dev/null
 # fd 5 and 6 are the coordinator's stdout and stderr; fd 1 and 4 the pipes
@@ -535,6 +533,13 @@ exec 5>&1 6>&2 2>/dev/null
 _g_tees
 # fd 3 is the watcher.
 exec 3< <(_g_watch 4>&- 5>&- 6>&-)
+# What only the set-up and the watcher use goes now, once, not in each
+# job's fork: freeing a function's or a variable's memory there costs a
+# copy of each page it touches. _g_funcs is this script's functions that
+# a job's fork still puts away.
+builtin unset -f _g_watch _g_stop _g_activate _g_prepare _g_said _g_saved
+builtin unset -v _g_henv _g_inter _g_conda _g_venv _g_mods _g_login _g_specials _g_cap _g_capstate _g_cwd _g_tmp _g_vars _g_dog _g_f
+_g_funcs=$(compgen -A function _g_)
 exec </dev/null
 while IFS= read -r -N 1 -u 3 _g_rec; do
   if [ "$_g_rec" = q ]; then
