@@ -492,6 +492,13 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		}
 		return st, c
 	}
+	if rem, ok := r.(*Remote); ok {
+		// Every use of a host looks at its GPUs first (a run, to know which
+		// are idle; hosts and a dry run, to list them), through a job shell
+		// that sets up nothing: it starts now, beside the checks below, so
+		// that the look waits for no session and no login profile.
+		rem.shells.Warm(ctx, executor.Prelude{})
+	}
 	// What the host keeps with no coordinator, and whether it would: asked
 	// at once, beside the looks below, which it does not depend on (each
 	// is a session and a bash there, and a round trip on a far network). A

@@ -71,7 +71,7 @@ func (l *Local) Fetch(ctx context.Context, from executor.Return, dst string) (ex
 func (l *Local) init() {
 	l.once.Do(func() {
 		l.shells = jobshell.New(spawn.Local, l.Supervision)
-		l.locks = newLockers(spawn.Local, l.name(), l.LockDir, l.Supervision, l.ProbeTimeout)
+		l.locks = newLockers(spawn.Local, l.name(), l.LockDir, l.Supervision, l.ProbeTimeout, l.shells)
 	})
 }
 
@@ -105,6 +105,7 @@ func (l *Local) checkLockDir(ctx context.Context) error {
 // supervised by sup: a holder whose coordinator went silent keeps its locks
 // for as long as those shells take to notice and kill their jobs. probe
 // bounds their look at nvidia-smi.
-func newLockers(start spawn.Func, where, dir string, sup jobshell.Supervision, probe time.Duration) *gpulock.Lockers {
-	return gpulock.New(start, where, cmp.Or(dir, gpulock.DefaultDir), sup.Heartbeat, sup.Grace+2*sup.Heartbeat, cmp.Or(probe, DefaultProbeTimeout), sup.Login != jobshell.LoginNone)
+func newLockers(start spawn.Func, where, dir string, sup jobshell.Supervision, probe time.Duration, shells *jobshell.Shells) *gpulock.Lockers {
+	find := gpulock.Finding{Login: sup.Login != jobshell.LoginNone, Path: shells.LoginPath}
+	return gpulock.New(start, where, cmp.Or(dir, gpulock.DefaultDir), sup.Heartbeat, sup.Grace+2*sup.Heartbeat, cmp.Or(probe, DefaultProbeTimeout), find)
 }

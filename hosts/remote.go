@@ -31,7 +31,7 @@ type Remote struct {
 func newRemote(name string, p *sshpool.Pool, sup jobshell.Supervision, lockDir string, probe time.Duration, s *silence) *Remote {
 	r := &Remote{name: name, pool: p, supervision: sup, lockDir: lockDir, silence: s}
 	r.shells = jobshell.New(r.spawn, sup)
-	r.locks = newLockers(r.spawn, name, lockDir, sup, probe)
+	r.locks = newLockers(r.spawn, name, lockDir, sup, probe, r.shells)
 	return r
 }
 

@@ -159,7 +159,7 @@ func twoUsers(t *testing.T) (me, them *Lockers) {
 	m := sshtest.NewUser(t, "gpdmallory")
 	dir := sshtest.SharedDir(t)
 	os.Chmod(dir, 0o777|os.ModeSticky)
-	them = New(asUser(m), "node", dir, heartbeat, linger, 0, true)
+	them = New(asUser(m), "node", dir, heartbeat, linger, 0, Finding{Login: true})
 	t.Cleanup(them.Close)
 	return local(t, "node", dir, linger), them
 }

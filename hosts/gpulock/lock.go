@@ -86,10 +86,10 @@ type Lockers struct {
 	// holder that hears nothing for three keeps its locks for linger, then
 	// exits.
 	heartbeat, linger time.Duration
-	// probe bounds the holder's look at nvidia-smi; login says whether
-	// it looks through a login shell.
+	// probe bounds the holder's look at nvidia-smi; find says how it
+	// finds nvidia-smi.
 	probe time.Duration
-	login bool
+	find  Finding
 
 	// mu guards the holders and their requests, and orders what is written
 	// to a holder's stdin.
@@ -129,12 +129,23 @@ type answer struct {
 // New returns the lock holders of the machine that start runs bash on,
 // named where in messages, with their lock files in dir. A holder gives the
 // machine's nvidia-smi probe to tell the GPUs' UUIDs (0: a minute), then
-// fails with an error wrapping executor.ErrProbeTimeout. With login the
-// holder finds nvidia-smi as a login shell would (a remote host's jobs
-// run in one), else on its own PATH (this machine's jobs get the
-// coordinator's environment).
-func New(start spawn.Func, where, dir string, heartbeat, linger, probe time.Duration, login bool) *Lockers {
-	return &Lockers{spawn: start, where: where, dir: dir, heartbeat: heartbeat, linger: linger, probe: cmp.Or(probe, time.Minute), login: login}
+// fails with an error wrapping executor.ErrProbeTimeout. find says how the
+// holder finds nvidia-smi.
+func New(start spawn.Func, where, dir string, heartbeat, linger, probe time.Duration, find Finding) *Lockers {
+	return &Lockers{spawn: start, where: where, dir: dir, heartbeat: heartbeat, linger: linger, probe: cmp.Or(probe, time.Minute), find: find}
+}
+
+// Finding says how a holder finds nvidia-smi: as a login shell would (a
+// remote host's jobs run in one), or on its own PATH (this machine's jobs
+// get the coordinator's environment).
+type Finding struct {
+	// Login finds nvidia-smi on the login shell's PATH.
+	Login bool
+	// Path, when set and it knows it, gives the login shell's PATH as a
+	// job shell of the machine read it: the holder then reads no login
+	// profile of its own (with Lmod in /etc/profile.d, tens of
+	// milliseconds of CPU on a run's way to its first job there).
+	Path func() (string, bool)
 }
 
 // Lock takes GPU gpu for run, through the run's holder on the machine. An
@@ -340,12 +351,18 @@ func (h *holder) answered(gpu executor.GPUID, a answer) (executor.GPULock, error
 	return nil, fmt.Errorf("%s: locking GPU %s in %s: %s", where, gpu, h.ls.dir, a.rest)
 }
 
-// nvidiaSMI says the holder how to find nvidia-smi (see lock.sh).
+// nvidiaSMI says the holder how to find nvidia-smi (see lock.sh): "login",
+// "as-is", or "path" and a NUL and the login shell's PATH.
 func (ls *Lockers) nvidiaSMI() string {
-	if ls.login {
-		return "login"
+	switch {
+	case !ls.find.Login:
+		return "as-is"
+	case ls.find.Path != nil:
+		if p, ok := ls.find.Path(); ok && !strings.ContainsRune(p, 0) {
+			return "path\x00" + p
+		}
 	}
-	return "as-is"
+	return "login"
 }
 
 // deathErr says why the holder died before answering about gpu.

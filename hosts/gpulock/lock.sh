@@ -5,7 +5,8 @@
 # stdin: NUL-terminated fields — lock dir, who (user@host of the
 # coordinator), the coordinator's pid, heartbeat timeout (seconds), linger
 # (seconds), the probe's time limit (seconds), how nvidia-smi is found
-# ("login" or "as-is") — then lines: "lock N", "release N", "exit", or an empty line as
+# ("login", "as-is", or "path" and then the login shell's PATH as a job
+# shell read it) — then lines: "lock N", "release N", "exit", or an empty line as
 # a heartbeat. GPU N's lock is named by its UUID as the login shell's
 # nvidia-smi reports it, else "index-N". N at 65536 and above is a MIG
 # instance, 65536 + 256 × GPU + its device number: its lock is its GPU's
@@ -35,6 +36,8 @@ IFS= read -r -d '' hb || exit 125
 IFS= read -r -d '' linger || exit 125
 IFS= read -r -d '' probe || exit 125
 IFS= read -r -d '' shell || exit 125
+lpath=
+if [ "$shell" = path ]; then IFS= read -r -d '' lpath || exit 125; fi
 command -v flock >/dev/null || exit 127
 lock_dir "$dir" || exit 126
 # A GPU's lock is named by its UUID: nvidia-smi is given the probe time (a
@@ -43,11 +46,15 @@ lock_dir "$dir" || exit 126
 limit=()
 if command -v timeout >/dev/null; then limit=(timeout -k 2 "$probe"); fi
 # nvidia-smi is found as the machine's jobs would find it: through the
-# login shell ("login"), or on this holder's own PATH ("as-is").
+# login shell ("login"), on the PATH a job shell's login read ("path"),
+# or on this holder's own PATH ("as-is").
 # shellcheck disable=SC2054 # the commas are nvidia-smi's
 query=(nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits)
 if [ "$shell" = login ]; then query=("${SHELL:-/bin/bash}" -lc "${query[*]}"); fi
-uuids=$("${limit[@]}" "${query[@]}" 2>/dev/null </dev/null)
+uuids=$(
+  [ -z "$lpath" ] || PATH=$lpath
+  "${limit[@]}" "${query[@]}" 2>/dev/null </dev/null
+)
 case $? in 124 | 137) exit 124 ;; esac
 # read_migs sets migs: by id, the UUID nvidia-smi -L gives a MIG instance,
 # which is what a job's CUDA_VISIBLE_DEVICES names it by (running_on). It
@@ -67,7 +74,10 @@ read_migs() {
         migs[65536 + gi * 256 + d]=${u%)}
         ;;
     esac
-  done < <("${limit[@]}" "${list[@]}" 2>/dev/null </dev/null)
+  done < <(
+    [ -z "$lpath" ] || PATH=$lpath
+    "${limit[@]}" "${list[@]}" 2>/dev/null </dev/null
+  )
 }
 fds=()      # by GPU index: the open lock directory of each GPU held
 recs=()     # by GPU index: the record saying so

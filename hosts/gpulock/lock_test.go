@@ -33,7 +33,7 @@ const (
 
 // local is this machine's lock holders, named where, locking in dir.
 func local(t *testing.T, where, dir string, linger time.Duration) *Lockers {
-	ls := New(spawn.Local, where, dir, heartbeat, linger, 0, true)
+	ls := New(spawn.Local, where, dir, heartbeat, linger, 0, Finding{Login: true})
 	t.Cleanup(ls.Close)
 	return ls
 }
@@ -111,6 +111,52 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 	b.Release()
 }
 
+// A holder finds nvidia-smi where a job would: through a login shell, or,
+// given the PATH a job shell's login read, on that PATH with no login
+// profile read of its own.
+func TestLockFindsNvidiaSMI(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	smi := "#!/bin/sh\necho '0, GPU-5eed, NVIDIA H100, 81920, 25'\n"
+	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(smi), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	// The login profile puts the fake nvidia-smi on PATH, and says it ran.
+	profile := "echo read >> ~/reads\nPATH=" + shellescape.Quote(bin) + ":$PATH\n"
+	if err := os.WriteFile(filepath.Join(home, ".bash_profile"), []byte(profile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inHome := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, "HOME="+shellescape.Quote(home)+"; "+line, stdout, stderr)
+	}
+	tests := []struct {
+		name      string
+		find      Finding
+		wantKey   string
+		wantReads int
+	}{
+		{"its own PATH", Finding{}, "index-0", 0},
+		{"a login shell", Finding{Login: true}, "GPU-5eed", 1},
+		{"a login shell, no PATH known yet", Finding{Login: true, Path: func() (string, bool) { return "", false }}, "GPU-5eed", 1},
+		{"the PATH a job shell read", Finding{Login: true, Path: func() (string, bool) { return bin + ":" + os.Getenv("PATH"), true }}, "GPU-5eed", 0},
+	}
+	for _, tt := range tests {
+		os.Remove(filepath.Join(home, "reads"))
+		ls := New(inHome, "node", t.TempDir(), heartbeat, linger, 0, tt.find)
+		l, err := ls.Lock(context.Background(), 0, "runP")
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		reads, _ := os.ReadFile(filepath.Join(home, "reads"))
+		if l.Key() != tt.wantKey || strings.Count(string(reads), "\n") != tt.wantReads {
+			t.Errorf("%s: key %q, profile read %d times; want %q, %d", tt.name, l.Key(), strings.Count(string(reads), "\n"), tt.wantKey, tt.wantReads)
+		}
+		l.Release()
+		ls.Close()
+	}
+}
+
 // A job outlives its coordinator, and so does its GPU's lock: a holder
 // that stopped hearing its coordinator keeps the lock of a GPU on which a
 // job of its run still runs (as its job shell's record says), past the
@@ -155,7 +201,7 @@ func TestLockKeptWhileItsJobRuns(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(spool, "sh-"+tt.run+".job"), []byte(rec), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			l := New(withSMI, "local", t.TempDir(), heartbeat, linger, 0, false)
+			l := New(withSMI, "local", t.TempDir(), heartbeat, linger, 0, Finding{})
 			t.Cleanup(l.Close)
 			ctx := context.Background()
 			held := map[executor.GPUID]executor.GPULock{}
@@ -286,7 +332,7 @@ func TestLockTakenOverBySameRun(t *testing.T) {
 	const long = 20 * time.Second
 	dir := t.TempDir()
 	c := cutter{make(chan struct{})}
-	ls := New(c.spawn, "node", dir, heartbeat, long, 0, true)
+	ls := New(c.spawn, "node", dir, heartbeat, long, 0, Finding{Login: true})
 	ctx := context.Background()
 	var old []executor.GPULock
 	for gpu := range 2 {
@@ -350,7 +396,7 @@ func TestLockGivenUpBeforeTheAnswer(t *testing.T) {
 	got := filepath.Join(t.TempDir(), "stdin")
 	// A holder that never answers and writes down what it is told.
 	mute := `while IFS= read -r line; do printf '%s\n' "$line" >>` + shellescape.Quote(got) + `; [ "$line" = exit ] && exit; done`
-	ls := New(spawnInstead(mute), "node", t.TempDir(), heartbeat, linger, 0, true)
+	ls := New(spawnInstead(mute), "node", t.TempDir(), heartbeat, linger, 0, Finding{Login: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if _, err := ls.Lock(ctx, 2, "runA"); !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), "node: locking GPU 2: ") {
@@ -385,7 +431,7 @@ func TestLockWithoutFlock(t *testing.T) {
 	noFlock := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
 		return spawn.Local(ctx, "PATH="+shellescape.Quote(bin)+"; "+line, stdout, stderr)
 	}
-	ls := New(noFlock, "node", t.TempDir(), heartbeat, linger, 0, true)
+	ls := New(noFlock, "node", t.TempDir(), heartbeat, linger, 0, Finding{Login: true})
 	for gpu := range 2 {
 		if _, err := ls.Lock(context.Background(), executor.GPUID(gpu), "runA"); !errors.Is(err, executor.ErrNoLocks) || !strings.HasPrefix(err.Error(), "node: ") {
 			t.Errorf("GPU %d: %v, want executor.ErrNoLocks naming the host", gpu, err)

@@ -3,6 +3,7 @@ package jobshell
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -195,6 +196,11 @@ mkdir -p ~/proj && cd ~/proj
 	if n := len(ss.idleTags()); n != 4 {
 		t.Fatalf("%d idle shells, want 4: the jobs did not run at once", n)
 	}
+	// What looks for nvidia-smi as a job would (a GPU lock holder) is
+	// given the PATH the profile set.
+	if path, ok := ss.LoginPath(); !ok || !strings.HasPrefix(path, home+"/env/bin:") {
+		t.Errorf("the login PATH handed on: %q, %v; want the profile's, %s first", path, ok, home+"/env/bin")
+	}
 
 	// An edit: every shell finds it stale, and the profile is read once
 	// more for all of them.
@@ -219,6 +225,42 @@ mkdir -p ~/proj && cd ~/proj
 	}
 	if b, _ := os.ReadFile(filepath.Join(limited, "reads")); strings.Count(string(b), "\n") != 3 {
 		t.Errorf("a profile that sets a limit was read %q by 3 slots, want by each", b)
+	}
+}
+
+// A warmed shell reads the profile before any command comes, and the
+// first command with its prelude runs in it; one whose profile ends it
+// makes that command's machine unfit, as a shell started for the command
+// would, whether it ended before the command came or after.
+func TestWarm(t *testing.T) {
+	t.Parallel()
+	home := homeWith(t, "echo read >> ~/reads\nMYVAR=warm\n")
+	ss := shellsIn(t, home, "/bin/bash", LoginPerSlot)
+	ss.Warm(context.Background(), executor.Prelude{})
+	deadline := time.Now().Add(10 * time.Second)
+	for len(ss.idleTags()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	warmed := ss.idleTags()
+	if got := runJob(t, ss, `echo "$MYVAR"`); got != "warm\n" {
+		t.Errorf("a job printed %q, want the profile's variable", got)
+	}
+	if after := ss.idleTags(); len(warmed) != 1 || len(after) != 1 || after[0] != warmed[0] {
+		t.Errorf("idle shells %v after the warming, %v after the job: want the job in the warmed one", warmed, after)
+	}
+	if b, _ := os.ReadFile(filepath.Join(home, "reads")); string(b) != "read\n" {
+		t.Errorf("the profile was read %q, want once", b)
+	}
+
+	for _, wait := range []time.Duration{0, 300 * time.Millisecond} {
+		ss := shellsIn(t, homeWith(t, "sleep 0.1; exit 4\n"), "/bin/bash", LoginPerSlot)
+		ss.Warm(context.Background(), executor.Prelude{})
+		time.Sleep(wait)
+		_, err := ss.Run(context.Background(), executor.Command{Script: "true"}, io.Discard, io.Discard)
+		var unfit *executor.UnfitError
+		if !errors.As(err, &unfit) || !strings.Contains(unfit.Why, "the login profile ended gpudispatch's job shell as it was read (exit status 4)") {
+			t.Errorf("a command %v after warming a shell whose profile exits: %v, want the machine unfit for it", wait, err)
+		}
 	}
 }
 

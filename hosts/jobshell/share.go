@@ -23,21 +23,30 @@ type State struct {
 	// Vars is its variables (declare -p) and umask; Saved is its functions,
 	// aliases, traps and options, as a job's fork takes them back.
 	Vars, Saved string
+	// Path is its PATH, for what looks for a command as a job would (a
+	// GPU lock holder's nvidia-smi). A copy is not sent it: it is in Vars.
+	Path string
 }
 
-// parts is the state's four parts in the order the shell reads them.
+// parts is the state's parts a copy reads, in its order.
 func (st *State) parts() []string { return []string{st.At, st.Dir, st.Vars, st.Saved} }
 
-// stateSize is the sum of the four byte lengths of a hello's lengths line.
+// stateParts is how many parts a hello's state has: a copy's four, then
+// Path.
+const stateParts = 5
+
+// stateSize is the sum of the byte lengths of a hello's lengths line.
 func stateSize(line []byte) (int, bool) {
 	f := strings.Fields(string(line))
-	if len(f) != 4 {
+	if len(f) != stateParts {
 		return 0, false
 	}
 	total := 0
-	for _, x := range f {
+	for i, x := range f {
+		// A copy reads each of its parts with read -N, which must be given
+		// at least a byte; a PATH may be empty.
 		n, err := strconv.Atoi(x)
-		if err != nil || n <= 0 || n > maxState {
+		if err != nil || n < 0 || n == 0 && i < stateParts-1 || n > maxState {
 			return 0, false
 		}
 		total += n
@@ -47,12 +56,12 @@ func stateSize(line []byte) (int, bool) {
 
 // parseState cuts b, whose size stateSize found in line, into a State.
 func parseState(line, b []byte) *State {
-	var p [4]string
+	var p [stateParts]string
 	for i, x := range strings.Fields(string(line)) {
 		n, _ := strconv.Atoi(x)
 		p[i], b = string(b[:n]), b[n:]
 	}
-	return &State{At: p[0], Dir: p[1], Vars: p[2], Saved: p[3]}
+	return &State{At: p[0], Dir: p[1], Vars: p[2], Saved: p[3], Path: p[4]}
 }
 
 // encodeState is st for a copy's stdin, after the prelude: the parts'
@@ -152,6 +161,27 @@ func (ss *Shells) start(ctx context.Context, tag string, p executor.Prelude) (*s
 		sh.pending = header(ss.sup, p, false, nil)
 	}
 	return sh, nil
+}
+
+// LoginPath is the PATH the machine's login shell sets, as the first of
+// its shells that set up nothing read it, once that shell handed its state
+// on.
+func (ss *Shells) LoginPath() (string, bool) {
+	ss.mu.Lock()
+	s := ss.shared[executor.Prelude{}.Key()]
+	ss.mu.Unlock()
+	if s == nil {
+		return "", false
+	}
+	select {
+	case <-s.done:
+	default:
+		return "", false
+	}
+	if s.st == nil || s.st.Path == "" {
+		return "", false
+	}
+	return s.st.Path, true
 }
 
 // copied waits for the state s hands on, and returns it; nil when it

@@ -31,7 +31,9 @@ type shell struct {
 	prelude string
 	// from is the sharing of the login shell's state the shell read and
 	// handed on, or copied; nil when it read the profile for itself.
-	from  *sharing
+	from *sharing
+	// used is set once the shell was given a job.
+	used  bool
 	stdin io.WriteCloser
 	out   *stream // the shell's stdout
 	errs  *stream // the shell's stderr
@@ -120,6 +122,24 @@ func New(start spawn.Func, s Supervision) *Shells {
 // job brings (see codestore.Store.Warm).
 func (ss *Shells) WarmCode() { ss.code.Warm() }
 
+// Warm starts a shell that sets up p, in the background, and keeps it idle
+// for the first command with p: that command then waits for no session
+// and no login profile read. A caller about to run such a command warms
+// one while it does other work on the machine (a run opening a host warms
+// the shell of its first look at the GPUs). ctx bounds the start.
+func (ss *Shells) Warm(ctx context.Context, p executor.Prelude) {
+	go func() {
+		sh, err := ss.start(ctx, "", p)
+		if err != nil {
+			return
+		}
+		// Before it is idle: a job's fields follow it.
+		sh.stdin.Write(sh.pending)
+		sh.pending = nil
+		ss.put(sh)
+	}()
+}
+
 // Run runs c in an idle shell of the machine, or in a new one, and returns
 // its exit status (see shell.run). An error of type *LostError means the
 // shell ended before the job did: the job may run on (see Follow).
@@ -164,12 +184,15 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 	// job goes to a new shell, which reads the profile as it is now.
 	for tries := 0; ; tries++ {
 		sh := ss.take(c.Prelude.Key())
-		fresh := sh == nil || tries > 0
-		if fresh {
+		if sh == nil || tries > 0 {
 			if sh, err = ss.start(ctx, c.Tag, c.Prelude); err != nil {
 				return -1, err
 			}
 		}
+		// A shell's first job (it may have been warmed) may find it ended
+		// by its set-up.
+		fresh := !sh.used
+		sh.used = true
 		code, reuse, err := sh.run(ctx, mark, fields(c, mark, sh.placing()), began, stdout, stderr)
 		if reuse {
 			ss.put(sh)

@@ -35,8 +35,8 @@
 # exit status, and exits, and the coordinator sends the job to a new shell.
 # Login "share" is "slot" that also hands what it read on, once set up,
 # with its "ready": when it began to read (microseconds since 1970), its
-# directory, its variables and umask, and its saved functions, aliases,
-# traps and options. A shell of login "copy" is given that state and
+# directory, its variables and umask, its saved functions, aliases,
+# traps and options, and its PATH. A shell of login "copy" is given that state and
 # reads no profile: the machine's login profile is read once per prelude,
 # not once per slot. It is not handed on when the profile changed a limit
 # (ulimit), which no copy could take; open files and processes the
@@ -335,7 +335,7 @@ if [ -n "$_g_profiled" ]; then
       builtin declare -p
       builtin umask -p
     )
-    _g_cwd=$PWD _g_capstate=$_g_state
+    _g_cwd=$PWD _g_capstate=$_g_state _g_path=$PATH
   else
     _g_cap=
   fi
@@ -524,8 +524,8 @@ fi
 if [ -n "$_g_unfit" ]; then
   :
 elif [ -n "$_g_cap" ]; then
-  printf '\0ready %d %d %d %d\n%s%s%s%s' "${#_g_at}" "${#_g_cwd}" "${#_g_cap}" "${#_g_capstate}" "$_g_at" "$_g_cwd" "$_g_cap" "$_g_capstate"
-  _g_cap='' _g_capstate=''
+  printf '\0ready %d %d %d %d %d\n%s%s%s%s%s' "${#_g_at}" "${#_g_cwd}" "${#_g_cap}" "${#_g_capstate}" "${#_g_path}" \
+    "$_g_at" "$_g_cwd" "$_g_cap" "$_g_capstate" "$_g_path"
 else
   printf '\0ready\n'
 fi
@@ -538,7 +538,7 @@ exec 3< <(_g_watch 4>&- 5>&- 6>&-)
 # copy of each page it touches. _g_funcs is this script's functions that
 # a job's fork still puts away.
 builtin unset -f _g_watch _g_stop _g_activate _g_prepare _g_said _g_saved
-builtin unset -v _g_henv _g_inter _g_conda _g_venv _g_mods _g_login _g_specials _g_cap _g_capstate _g_cwd _g_tmp _g_vars _g_dog _g_f
+builtin unset -v _g_henv _g_inter _g_conda _g_venv _g_mods _g_login _g_specials _g_cap _g_capstate _g_path _g_cwd _g_tmp _g_vars _g_dog _g_f
 _g_funcs=$(compgen -A function _g_)
 exec </dev/null
 while IFS= read -r -N 1 -u 3 _g_rec; do
