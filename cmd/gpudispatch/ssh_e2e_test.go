@@ -754,10 +754,11 @@ func TestSSHBinaryOutput(t *testing.T) {
 	}
 }
 
-// On a remote host the login profile is read once per slot, or per job
-// with login: per_job (and once more by the GPU lock holder, which finds
-// nvidia-smi through it, and per_job by the run's look at what others use
-// on the GPUs), and its variables reach the jobs.
+// On a remote host the login profile is read once for all its slots (the
+// GPU lock holder, which finds nvidia-smi on its PATH, is given that PATH),
+// or per job with login: per_job (and once more by the lock holder, and
+// by the run's look at what others use on the GPUs), and its variables
+// reach the jobs.
 func TestSSHLoginPerSlotOrJob(t *testing.T) {
 	t.Parallel()
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
@@ -768,7 +769,7 @@ func TestSSHLoginPerSlotOrJob(t *testing.T) {
 	for _, tt := range []struct {
 		login string
 		reads int
-	}{{"per_slot", 1 + 1}, {"per_job", 3 + 2}} {
+	}{{"per_slot", 1}, {"per_job", 3 + 2}} {
 		os.Remove(filepath.Join(h.Home, "reads"))
 		inv := filepath.Join(l.Dir, tt.login+".yaml")
 		os.WriteFile(inv, []byte(fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    gpus: [0]\n    login: %s\n", l.SSHConfig, tt.login)), 0o644)
