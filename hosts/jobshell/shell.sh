@@ -199,8 +199,9 @@ _g_said() {
   builtin echo "${last:-(it said nothing)}"
 }
 # _g_saved prints what a job's fork takes back of a login shell: its
-# functions (and which are exported) but this script's, aliases and traps,
-# then a line "#opts" and its options.
+# functions (and which are exported) but this script's, a line
+# "#gpudispatch-aliases", its aliases and traps, then a line "#opts" and
+# its options.
 _g_saved() {
   local f o
   while IFS=' ' builtin read -r _ o f; do
@@ -208,6 +209,7 @@ _g_saved() {
     builtin declare -f "$f"
     case $o in -f | "") ;; *) builtin echo "builtin declare $o $f" ;; esac
   done <<<"$(builtin declare -F)"
+  builtin echo "#gpudispatch-aliases"
   builtin alias -p
   builtin trap -p
   builtin echo "#opts"
@@ -349,9 +351,10 @@ if [ -n "$_g_profiled" ]; then
   builtin trap '_g_forward' TERM
   builtin set +e +u +f +C +o pipefail +o errtrace +o functrace
   IFS=$' \t\n'
-  # A fork inherits this shell's options: it takes back only those the
-  # profile set otherwise (a hundred lines fewer to evaluate per job). A
-  # bash of a job's own (one that names $$) takes back all of them.
+  # A job's fork takes back only the options the profile set otherwise
+  # than the starter has them (a hundred lines fewer to evaluate per job;
+  # see _g_scode). A bash of a job's own (one that names $$) takes back
+  # all of them.
   _g_opts=
   case $_g_state in
     *$'\n#opts\n'*)
@@ -359,13 +362,15 @@ if [ -n "$_g_profiled" ]; then
       _g_state=${_g_state%%$'\n#opts\n'*}$'\n'
       ;;
   esac
-  declare -A _g_have=()
-  while IFS= builtin read -r _g_f; do _g_have[$_g_f]=1; done <<<"$(builtin set +o; builtin shopt -p)"
-  _g_differ=
-  while IFS= builtin read -r _g_f; do
-    [ -z "$_g_f" ] || [ -n "${_g_have[$_g_f]+1}" ] || _g_differ+=$_g_f$'\n'
-  done <<<"$_g_opts"
-  unset -v _g_have
+  # The functions are defined once, in the starter; the aliases and traps
+  # in each job.
+  _g_fstate=
+  case $_g_state in
+    *'#gpudispatch-aliases'$'\n'*)
+      _g_fstate=${_g_state%%'#gpudispatch-aliases'$'\n'*}
+      _g_state=${_g_state#*'#gpudispatch-aliases'$'\n'}
+      ;;
+  esac
 elif [ -n "$_g_asis" ]; then
   _g_prepare </dev/null >/dev/null 2>&1
 else
@@ -427,17 +432,20 @@ _g_reap() {
   done
   kill "$_g_timer" 2>/dev/null
 }
-# _g_stop reaps the running jobs: the shell's children that lead a group;
-# _g_found says whether there was one. It fails once the shell is gone; a
+# _g_stop reaps the running jobs: the group leaders among the shell's
+# children and theirs (the starter's); _g_found says whether there was one. It fails once the shell is gone; a
 # zombie is gone (a slow init may reap it late).
 _g_stop() {
   _g_found=
   # shellcheck disable=SC2046 # the pids are meant to be split into words
   set -- $(ps -A -o pid= -o ppid= -o pgid= -o stat= 2>/dev/null | awk -v s="$$" '
     $4 ~ /^Z/ { next }
+    { up_of[$1] = $2; group[$1] = $3 }
     $1 == s { up = 1 }
-    $2 == s && $1 == $3 { print $1 }
-    END { if (!up) print "gone" }')
+    END {
+      if (!up) { print "gone"; exit }
+      for (p in up_of) if (p == group[p] && (up_of[p] == s || up_of[up_of[p]] == s)) print p
+    }')
   for _g_pid; do
     [ "$_g_pid" != gone ] || return 1
     _g_found=1
@@ -507,6 +515,76 @@ _g_tees() {
   exec 1>"$_g_spool/$_g_files.po" 4>"$_g_spool/$_g_files.pe"
   builtin command rm -f -- "$_g_spool/$_g_files.po" "$_g_spool/$_g_files.pe"
 }
+# _g_scode is the starter's code: a bash of its own (a coprocess, so that
+# in a job's fork $$ is the starter's, which sends a TERM it gets on to
+# the job) that forks the jobs. It is sent first its set-up (init): the
+# variables of this shell but this script's, the profile's functions, and
+# what else the profile set (_g_sstate) and its options (_g_sopts); it
+# keeps six variables of its own, so that a job's fork has little to put
+# away and nothing to define (freeing and defining cost a copy of each
+# page they touch there). Then, sent a job's code (8 digits of length,
+# then the code, on its stdin), it forks it in a process group of its own,
+# and says on its stdout its pid, then its exit status, 8 digits each. Its
+# own commands are builtins: the profile's functions are defined in it.
+# The jobs' stdout is $_g_jo, their stderr fd 4, as they are when it
+# starts: new stream files start a new starter.
+# shellcheck disable=SC2016 # expanded by the starter
+_g_scode='exec {_g_in}<&0 </dev/null {_g_bk}>&1 1>&"$1" 2>/dev/null
+builtin eval "exec $1>&-"
+IFS= builtin read -r -N 8 -u "$_g_in" _g_n && IFS= builtin read -r -N "$((10#$_g_n))" -u "$_g_in" _g_rc || builtin exit 125
+builtin eval "$_g_rc"
+builtin set --
+declare -A _g_have=()
+while IFS= builtin read -r _g_n; do _g_have[$_g_n]=1; done <<<"$(builtin set +o; builtin shopt -p)"
+while IFS= builtin read -r _g_n; do
+  builtin [ -z "$_g_n" ] || builtin [ -n "${_g_have[$_g_n]+1}" ] || _g_sstate+=$_g_n$'"'"'\n'"'"'
+done <<<"$_g_sopts"
+builtin unset -v _g_have _g_sopts _g_n _g_rc
+builtin trap '"'"'builtin [ -z "${_g_pid-}" ] || builtin kill -TERM -- -"$_g_pid" 2>/dev/null'"'"' TERM
+while IFS= builtin read -r -N 8 -u "$_g_in" _g_n && IFS= builtin read -r -N "$((10#$_g_n))" -u "$_g_in" _g_rc; do
+  builtin set -m
+  (builtin eval "$_g_rc") 2>&4 4>&- {_g_in}<&- {_g_bk}>&- &
+  _g_pid=$!
+  builtin set +m
+  builtin printf "%08d" "$_g_pid" >&"$_g_bk"
+  while :; do
+    builtin wait "$_g_pid"
+    _g_rc=$?
+    if builtin [ "$_g_rc" -le 128 ] || ! builtin kill -0 "$_g_pid" 2>/dev/null; then break; fi
+  done
+  _g_pid=
+  builtin printf "%08d" "$_g_rc" >&"$_g_bk"
+done'
+# _g_spawn starts a starter (see _g_scode) and sends it its set-up:
+# _g_to is its stdin, _g_bk its stdout (bash closes them in this shell's
+# other children). It is a bash of its own, with no BASH_ENV to read
+# (Lmod's profile sets one): the set-up gives it back.
+_g_spawn() {
+  exec {_g_jo}>&1
+  coproc _g_sp { BASH_ENV='' builtin exec "${BASH:-bash}" --noprofile --norc -c "$_g_scode" gpudispatch-job "$_g_jo" "$_g_tag" 3<&- 5>&- 6>&- {_g_ref}<&-; }
+  exec {_g_jo}>&-
+  _g_bk=${_g_sp[0]} _g_to=${_g_sp[1]}
+  local init
+  printf -v init '%s\nbuiltin eval %q 2>/dev/null\n_g_sstate=%q _g_sopts=%q\n' \
+    "$(
+      # shellcheck disable=SC2086 # the names are meant to be split into words
+      builtin unset -v $_g_specials "${!_g_@}" BASHOPTS SHELLOPTS BASH_VERSINFO EUID PPID UID 2>/dev/null
+      builtin declare -p
+    )" "$_g_fstate" "$_g_state" "$_g_opts"
+  printf '%08d%s' "${#init}" "$init" >&"$_g_to"
+}
+# _g_dollar is the code of a job's own bash, for a job that names $$: $1
+# the variables, $2 what else the profile set, $3 the job's code, then its
+# environment.
+# shellcheck disable=SC2016 # expanded by that bash
+_g_dollar='builtin eval "$1" 2>/dev/null
+builtin eval "$2" 2>/dev/null
+_g_s=$3
+builtin shift 3
+for _g_kv; do builtin export "$_g_kv"; done
+builtin unset -v _g_kv
+builtin set --
+builtin eval "builtin unset -v _g_s; $_g_s"'
 _g_boot=-
 IFS= read -r _g_boot </proc/sys/kernel/random/boot_id 2>/dev/null
 # fd 5 and 6 are the coordinator's stdout and stderr; fd 1 and 4 the pipes
@@ -538,9 +616,10 @@ exec 3< <(_g_watch 4>&- 5>&- 6>&-)
 # copy of each page it touches. _g_funcs is this script's functions that
 # a job's fork still puts away.
 builtin unset -f _g_watch _g_stop _g_activate _g_prepare _g_said _g_saved
-builtin unset -v _g_henv _g_inter _g_conda _g_venv _g_mods _g_login _g_specials _g_cap _g_capstate _g_path _g_cwd _g_tmp _g_vars _g_dog _g_f
+builtin unset -v _g_henv _g_inter _g_conda _g_venv _g_mods _g_login _g_cap _g_capstate _g_path _g_cwd _g_tmp _g_vars _g_dog _g_f
 _g_funcs=$(compgen -A function _g_)
 exec </dev/null
+_g_spawn
 while IFS= read -r -N 1 -u 3 _g_rec; do
   if [ "$_g_rec" = q ]; then
     # The coordinator has everything: nothing is kept.
@@ -572,11 +651,14 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
   done
   _g_body=
   if [ -n "$_g_rotate" ]; then
-    # Everything of the earlier jobs is home: new files.
+    # Everything of the earlier jobs is home: new files, and a starter
+    # that has them.
+    exec {_g_to}>&- {_g_bk}<&-
     set -- "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err"
     _g_gen=$((_g_gen + 1))
     _g_tees
     builtin command rm -f -- "$@"
+    _g_spawn
   fi
   # Whether a profile file changed since this shell read it, unrolled: a
   # loop costs more than the looks.
@@ -624,55 +706,54 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
 } || exit \$?
 "
   fi
-  # Job control gives the job a process group of its own.
-  set -m
-  (
-    # No job control in the job, as in bash -c: what it starts in the
-    # background stays in its group.
-    set +m
-    if [ -n "$_g_lc_set" ]; then LC_ALL=$_g_lc_all; else unset -v LC_ALL; fi
-    # shellcheck disable=SC2163 # each entry is NAME=value
-    for _g_kv in "${_g_env[@]}"; do export "$_g_kv"; done
-    if [ -n "$_g_wd" ]; then
-      builtin cd -- "$_g_wd" || { echo "gpudispatch: cannot enter workdir $_g_wd" >&2; exit 126; }
-    fi
-    [ -n "$_g_profiled" ] || [ -n "$_g_asis" ] || exec "${SHELL:-/bin/bash}" -lc "$_g_pre$_g_script"
-    # The login shell's fork: what the profile set, the job's own
-    # BASHPID-seeded RANDOM and SECONDS from 0, then the job as bash -lc
-    # would run it: $0 bash (bash 5), no positional parameters, none of
-    # this script's names.
-    if [ -n "$_g_ifs_set" ]; then IFS=$_g_ifs; else unset -v IFS; fi
+  # The job's code, for the starter's fork: no job control in the job, as
+  # in bash -c (what it starts in the background stays in its group), its
+  # locale, environment and workdir, then, where the login shell is read
+  # once, the job as bash -lc would run it: what the profile set (its
+  # aliases, traps and options: its functions are the starter's), $0 bash,
+  # no positional parameters, none of this script's names, its own
+  # BASHPID-seeded RANDOM and SECONDS from 0. A job that names $$ gets a
+  # bash of its own, so that $$ is its own (to kill itself, or to name its
+  # files): it takes up the profile's variables from the fork, the rest
+  # from what was saved, then the job's environment again.
+  _g_code=$'builtin set +m\n'
+  if [ -n "$_g_lc_set" ]; then printf -v _g_kv 'LC_ALL=%q\n' "$_g_lc_all"; else _g_kv=$'builtin unset -v LC_ALL\n'; fi
+  _g_code+=$_g_kv
+  if [ "${#_g_env[@]}" != 0 ]; then
+    printf -v _g_kv 'builtin export %q\n' "${_g_env[@]}"
+    _g_code+=$_g_kv
+  fi
+  if [ -n "$_g_wd" ]; then
+    printf -v _g_kv 'builtin cd -- %q || { builtin echo %q >&2; builtin exit 126; }\n' "$_g_wd" "gpudispatch: cannot enter workdir $_g_wd"
+    _g_code+=$_g_kv
+  fi
+  if [ -z "$_g_profiled$_g_asis" ]; then
+    # shellcheck disable=SC2016 # expanded by the job
+    printf -v _g_kv 'builtin exec "${SHELL:-/bin/bash}" -lc %q\n' "$_g_pre$_g_script"
+  else
+    if [ -n "$_g_ifs_set" ]; then printf -v _g_kv 'IFS=%q\n' "$_g_ifs"; else _g_kv=$'builtin unset -v IFS\n'; fi
+    _g_code+=$_g_kv
     # shellcheck disable=SC2016 # the job line's own text
     case $_g_script in
       *'$$'* | *'${$}'*)
-        # A job that names $$ gets a bash of its own, so that $$ is its own
-        # (to kill itself, or to name its files): it takes up the profile's
-        # variables from here, the rest from what was saved, then the job's
-        # environment again.
-        _g_vars=$(
-          builtin unset -v RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIME \
-            BASH_ARGV BASH_ARGC BASH_SOURCE BASH_LINENO FUNCNAME BASH_COMMAND BASH_ARGV0 \
-            BASH_EXECUTION_STRING BASH_SUBSHELL BASHPID PIPESTATUS PWD OLDPWD SHLVL _ "${!_g_@}" 2>/dev/null
-          builtin declare -p
-        )
-        # shellcheck disable=SC2016 # expanded by the job's bash
-        exec "${SHELL:-/bin/bash}" --noprofile --norc -c 'builtin eval "$1" 2>/dev/null
-builtin eval "$2" 2>/dev/null
-_g_s=$3
-builtin shift 3
-for _g_kv; do builtin export "$_g_kv"; done
-builtin unset -v _g_kv
-builtin set --
-builtin eval "builtin unset -v _g_s; $_g_s"' bash "$_g_vars" "$_g_state$_g_opts" "$_g_pre$_g_here" "${_g_env[@]}"
+        printf -v _g_kv '_g_vars=$(builtin unset -v %s "${!_g_@}" 2>/dev/null; builtin declare -p)\nbuiltin exec "${SHELL:-/bin/bash}" --noprofile --norc -c %q bash "$_g_vars" %q %q' \
+          "${_g_specials//$'\n'/ }" "$_g_dollar" "$_g_fstate$_g_state$_g_opts" "$_g_pre$_g_here"
+        _g_code+=$_g_kv
+        _g_kv=
+        [ "${#_g_env[@]}" = 0 ] || printf -v _g_kv ' %q' "${_g_env[@]}"
+        ;;
+      *)
+        # shellcheck disable=SC2016 # expanded by the job
+        printf -v _g_kv 'RANDOM=$BASHPID${EPOCHREALTIME//[!0-9]/} SECONDS=0 BASH_ARGV0=bash\nbuiltin set -- "$_g_sstate"\nbuiltin unset -v ${!_g_*}\nbuiltin eval "$1" 2>/dev/null\nbuiltin set --\n%s' \
+          "$_g_pre$_g_here"
         ;;
     esac
-    RANDOM=$BASHPID${EPOCHREALTIME//[!0-9]/} SECONDS=0 BASH_ARGV0=bash
-    set -- "$_g_state$_g_differ"
-    builtin eval "builtin unset -f ${_g_funcs//$'\n'/ }; builtin unset -v ${!_g_*}; builtin eval \"\$1\" 2>/dev/null; builtin set --
-$_g_pre$_g_here"
-  ) 2>&4 4>&- 3<&- 5>&- 6>&- {_g_ref}<&- &
-  _g_pid=$!
-  set +m
+  fi
+  _g_code+=$_g_kv
+  printf '%08d%s' "${#_g_code}" "$_g_code" >&"$_g_to" || exit 125
+  _g_code=
+  IFS= read -r -N 8 -u "$_g_bk" _g_pid || exit 125
+  _g_pid=$((10#$_g_pid))
   _g_now=${EPOCHSECONDS:-}
   [ -n "$_g_now" ] || printf -v _g_now '%(%s)T' -1
   # Written in place: ext4 flushes a file that was truncated and written
@@ -698,13 +779,12 @@ $_g_pre$_g_here"
     ) </dev/null >/dev/null 4>&- 3<&- 5>&- 6>&- {_g_ref}<&- &
     _g_limiter=$!
   fi
-  # The wait and the reaping, with no function call (see above): a TERM
-  # forwarded meanwhile does not end the wait.
-  while :; do
-    wait "$_g_pid"
-    _g_rc=$?
-    if [ "$_g_rc" -le 128 ] || ! kill -0 "$_g_pid"; then break; fi
-  done
+  # The job's end, from the starter, and the reaping, with no function
+  # call (see above). A TERM this shell gets meanwhile goes on to the job
+  # once the read returns (bash runs traps between commands); a job's
+  # kill $$ is the starter's.
+  IFS= read -r -N 8 -u "$_g_bk" _g_rc || exit 125
+  _g_rc=$((10#$_g_rc))
   [ -z "$_g_limiter" ] || kill "$_g_limiter"
   ! kill -0 -- -"$_g_pid" || _g_reap
   _g_pid= # a TERM between jobs has no job to go to
