@@ -4,16 +4,28 @@
 // SSH session and no sshd fork: only a fork and its own shell.
 //
 // Where the login shell is bash (and Supervision.Login is LoginPerSlot), a
-// job shell reads the login profile once, at its start, and each job is a
-// fork of it that takes back what the profile set (functions, aliases,
-// options, traps: saved once, through a temporary file removed at once, so
-// that nothing is left in /tmp however the shell ends; variables stay in the
-// shell), then the job's environment: what bash -lc would see, for the cost
-// of a fork. A fork's $$ is the job shell's, so a job line that names $$
-// gets a bash of its own, with its own $$; a TERM to the job shell goes to
-// its job. A shell whose profile files changed answers its next job "stale"
-// without running it, and Run sends the job to a new shell. Other login
-// shells run "$SHELL -lc" per job.
+// machine's login profile is read once per Prelude, not once per slot: the
+// first job shell for a Prelude reads it and sets up, then hands its state
+// on with its hello (share.go: its variables and umask, its functions,
+// aliases, options and traps, its directory, its PATH), and the machine's
+// other shells for that Prelude copy it instead of reading the profile (a
+// profile that changes a limit is read by each). What a shell keeps of the
+// profile goes through a temporary file removed at once, so that nothing
+// is left in /tmp however the shell ends. Each job is a fork that takes
+// back what the profile set, then the job's environment: what bash -lc
+// would see, for the cost of a fork. The forks are made by the job shell's
+// starter, a small bash of its own beside it that defined the profile's
+// functions once, so that a fork has little to put away and nothing to
+// define. A fork's $$ is the starter's, so a job line that names $$ gets a
+// bash of its own, with its own $$; a TERM to the starter or to the job
+// shell goes to its job. A shell whose profile files changed (since the
+// state it read or copied was read) answers its next job "stale" without
+// running it, and Run sends the job to a new shell, which reads the
+// profile again. Other login shells run "$SHELL -lc" per job. Warm starts
+// a shell before any command needs it (a host's first look at its GPUs
+// then waits for no session and no profile read), and LoginPath gives the
+// login shell's PATH to what looks for a command as a job would (a GPU
+// lock holder's nvidia-smi).
 //
 // A job shell is set up once for the jobs it runs (executor.Prelude):
 // after the profile it enters the workdir, loads the modules, activates the
