@@ -9,9 +9,7 @@
 // on with its hello (share.go: its variables and umask, its functions,
 // aliases, options and traps, its directory, its PATH), and the machine's
 // other shells for that Prelude copy it instead of reading the profile (a
-// profile that changes a limit is read by each). What a shell keeps of the
-// profile goes through a temporary file removed at once, so that nothing
-// is left in /tmp however the shell ends. Each job is a fork that takes
+// profile that changes a limit is read by each). Each job is a fork that takes
 // back what the profile set, then the job's environment: what bash -lc
 // would see, for the cost of a fork. The forks are made by the job shell's
 // starter, a small bash of its own beside it that defined the profile's

@@ -309,22 +309,20 @@ if [ -n "$_g_profiled" ]; then
   _g_ifs_set=${IFS+1} _g_ifs=${IFS-}
   # What a job's fork takes back: the functions (and which are exported),
   # aliases, options and traps the profile set, in _g_state. They go through
-  # a file that is removed at once: its descriptor, _g_ref, stays open for
-  # its time, when the profile was read, so that nothing of the shell is
-  # left in /tmp however it ends.
+  # a file in the shell's own directory (which goes with it): its
+  # descriptor, _g_ref, stays open for its time, when the profile was read.
   # A copy's file is as old as its state: a profile file changed since the
   # state was read is newer.
-  if _g_tmp=$(builtin command mktemp 2>/dev/null); then
-    if [ -n "$_g_inter" ] || [ "$_g_login" = copy ]; then
-      builtin printf '%s' "$_g_state" >"$_g_tmp"
-    else
-      _g_saved >"$_g_tmp" 2>/dev/null
-    fi
+  _g_tmp=$_g_flag.d/ref
+  if [ -n "$_g_inter" ] || [ "$_g_login" = copy ]; then
+    builtin printf '%s' "$_g_state" 2>/dev/null >"$_g_tmp"
+  else
+    _g_saved 2>/dev/null >"$_g_tmp"
+  fi && {
     [ "$_g_login" != copy ] || builtin command touch -d "@${_g_at%??????}.${_g_at#"${_g_at%??????}"}" -- "$_g_tmp" 2>/dev/null
     exec {_g_ref}<"$_g_tmp"
-    builtin command rm -f -- "$_g_tmp"
     IFS= builtin read -r -d '' -u "$_g_ref" _g_state
-  fi
+  }
   if [ -z "$_g_ref" ]; then
     _g_profiled=
   fi
@@ -401,7 +399,7 @@ else
     fi
   fi
 fi
-builtin command rm -f -- "$_g_flag.env"
+[ ! -e "$_g_flag.env" ] || builtin command rm -f -- "$_g_flag.env"
 [ -z "$_g_asis" ] || builtin trap '_g_forward' TERM
 # Set after the profile's traps were saved: a job's fork does not run it.
 builtin trap 'builtin command rm -rf -- "$_g_flag.d"' EXIT
@@ -611,13 +609,6 @@ exec 5>&1 6>&2 2>/dev/null
 _g_tees
 # fd 3 is the watcher.
 exec 3< <(_g_watch 4>&- 5>&- 6>&-)
-# What only the set-up and the watcher use goes now, once, not in each
-# job's fork: freeing a function's or a variable's memory there costs a
-# copy of each page it touches. _g_funcs is this script's functions that
-# a job's fork still puts away.
-builtin unset -f _g_watch _g_stop _g_activate _g_prepare _g_said _g_saved
-builtin unset -v _g_henv _g_inter _g_conda _g_venv _g_mods _g_login _g_cap _g_capstate _g_path _g_cwd _g_tmp _g_vars _g_dog _g_f
-_g_funcs=$(compgen -A function _g_)
 exec </dev/null
 _g_spawn
 while IFS= read -r -N 1 -u 3 _g_rec; do
