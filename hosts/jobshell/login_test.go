@@ -52,6 +52,21 @@ func runJob(t *testing.T, ss *Shells, script string, env ...string) string {
 	return out.String()
 }
 
+// profileSets is a login profile's lines that set up what a job must see
+// as bash -lc shows it: a function, an exported one, an alias, variables
+// plain, array and exported, a PATH, options.
+const profileSets = `greet() { echo "hello from a function"; }
+exported() { echo "exported function"; }
+export -f exported
+alias ll='ls -l'
+MYVAR=plain
+declare -a LIST=(a "b c")
+export CONDA_PREFIX=$HOME/env
+PATH=$HOME/env/bin:$PATH
+shopt -s extglob
+set -o pipefail
+`
+
 // A job of a slot's shell sees what bash -lc would: the functions,
 // aliases, variables, options, exported functions and PATH its profile
 // sets up (conda activation is that), with $0 and the positional
@@ -63,17 +78,7 @@ func TestLoginOncePerSlot(t *testing.T) {
 	t.Parallel()
 	home := homeWith(t, `echo profile talks on stdout
 echo profile talks on stderr >&2
-greet() { echo "hello from a function"; }
-exported() { echo "exported function"; }
-export -f exported
-alias ll='ls -l'
-MYVAR=plain
-declare -a LIST=(a "b c")
-export CONDA_PREFIX=$HOME/env
-PATH=$HOME/env/bin:$PATH
-export CUDA_VISIBLE_DEVICES=7
-shopt -s extglob
-set -o pipefail
+`+profileSets+`export CUDA_VISIBLE_DEVICES=7
 echo profile-read >> ~/reads
 `)
 	ss := shellsIn(t, home, "/bin/bash", LoginPerSlot)
@@ -148,19 +153,9 @@ func runAtOnce(t *testing.T, ss *Shells, n int, script string) []string {
 func TestLoginReadOnceAcrossSlots(t *testing.T) {
 	t.Parallel()
 	profile := `echo read >> ~/reads
-greet() { echo "hello from a function"; }
-exported() { echo "exported function"; }
-export -f exported
-alias ll='ls -l'
-MYVAR=plain
-declare -a LIST=(a "b c")
-declare -A MAP=([k]="v w")
+` + profileSets + `declare -A MAP=([k]="v w")
 declare -i NUM=41+1
 readonly FIXED=fixed
-export CONDA_PREFIX=$HOME/env
-PATH=$HOME/env/bin:$PATH
-shopt -s extglob
-set -o pipefail
 umask 0027
 trap 'echo bye' USR1
 mkdir -p ~/proj && cd ~/proj
