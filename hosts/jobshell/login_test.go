@@ -388,9 +388,39 @@ func BenchmarkLogin(b *testing.B) {
 	}
 }
 
+// Past rotateAt bytes of output a shell starts new stream files for its
+// next job, and a new starter that has them: the jobs after run as before,
+// forks and jobs of their own bash alike, with the profile's functions, and
+// the earlier files are gone.
+func TestStreamFilesRotate(t *testing.T) {
+	t.Parallel()
+	home := homeWith(t, "greet() { echo hello; }\n")
+	ss := shellsIn(t, home, "/bin/bash", LoginPerSlot)
+	runJob(t, ss, fmt.Sprintf("head -c %d /dev/zero", rotateAt+1))
+	spool := filepath.Join(home, ".gpudispatch", "jobs")
+	for i, job := range []string{"greet; echo two", "greet; echo three $(($$ > 0))", "greet; echo four"} {
+		want := []string{"hello\ntwo\n", "hello\nthree 1\n", "hello\nfour\n"}[i]
+		if got := runJob(t, ss, job); got != want {
+			t.Errorf("job %q after the rotation printed %q, want %q", job, got, want)
+		}
+	}
+	if n := len(ss.idleTags()); n != 1 {
+		t.Errorf("%d idle shells, want the one", n)
+	}
+	outs, _ := filepath.Glob(filepath.Join(spool, "*.out"))
+	if len(outs) != 1 || !strings.HasSuffix(outs[0], "-1.out") {
+		t.Fatalf("stream files %v, want only the second generation's", outs)
+	}
+	// The jobs after the rotation wrote into the new files.
+	if b, _ := os.ReadFile(outs[0]); !strings.HasPrefix(string(b), "hello\ntwo\n") || !strings.Contains(string(b), "hello\nfour\n") {
+		t.Errorf("the new stream file holds %q, want the later jobs' output", b)
+	}
+}
+
 // Nothing of a job shell stays in TMPDIR, even while it runs (so not after
-// a kill either): the profile's state goes through a file removed at once,
-// and its time, which tells a profile edited since, through the open file.
+// a kill either): the profile's state goes through a file in the shell's
+// own directory in the spool, and its time, which tells a profile edited
+// since, through the open file.
 func TestLoginLeavesNothingInTmp(t *testing.T) {
 	t.Parallel()
 	home := homeWith(t, "hello() { echo hello from the profile; }\n")

@@ -109,8 +109,9 @@ func (ss *Shells) reader(key string) (from *sharing, share bool) {
 
 // handOn waits until the sharing shell sh is set up, or ends, and keeps
 // what it handed on for the Prelude whose key is key. A shell that ends
-// before it is set up (unfit, or cut off) hands nothing on: the next new
-// shell reads the profile and tries again.
+// before it is set up (unfit, or cut off), or whose profile changed a
+// limit, hands nothing on: the next new shell reads the profile and tries
+// again.
 func (ss *Shells) handOn(key string, s *sharing, sh *shell) {
 	select {
 	case <-sh.out.ready:

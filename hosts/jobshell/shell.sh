@@ -8,7 +8,8 @@
 # then the prelude's: interactive ("1" or empty), workdir, conda env, venv,
 # modules (a line each), setup, the count of the host's variables and each
 # "NAME=value" — for "copy", then the byte lengths of the four parts of a
-# state (space-separated, NUL-terminated) and the parts — then records: "c" to cancel the running job, "q" to end the
+# state (space-separated, NUL-terminated) and the parts — then records:
+# "c" to cancel the running job, "q" to end the
 # shell (what is kept of its last job is home), and for each job "j", the
 # length of a header in 8 decimal digits, the header (the byte lengths of
 # the job's fields, space-separated), then the fields with nothing between
@@ -22,28 +23,30 @@
 # Login shells: where the login shell is bash and login is "slot", this shell
 # is itself the login shell: it reads the profile once (/etc/profile, then
 # the first of ~/.bash_profile, ~/.bash_login, ~/.profile), with no input
-# and its output thrown away, and each job is a fork of it. The profile's
-# variables stay in this shell as they are; its functions, aliases, options
-# and traps are saved aside (through a file removed at once) and put away, so that this script
-# runs in a clean shell, and each job's fork takes them back,
-# after its own environment (so a profile cannot override
-# CUDA_VISIBLE_DEVICES). A fork costs no bash start: the job's $$ is this
-# shell's, as in any subshell; its BASHPID, RANDOM and SECONDS are its own.
-# A TERM to this shell (a job's "kill $$") goes to the running job. Before
-# each job it looks whether one of the profile files, or ~/.bashrc, changed
-# since it read them: then it runs nothing, answers "stale" instead of an
+# and its output thrown away, and each job is a fork (made by the starter,
+# a bash of its own beside this one: see _g_scode). The profile's variables
+# stay in this shell as they are, and the starter is given them; its
+# functions, aliases, options and traps are saved aside (through a file in
+# this shell's directory) and put away, so that this script runs in a
+# clean shell: the starter defines the functions once, and each job's fork
+# takes the rest back, after its own environment (so a profile cannot
+# override CUDA_VISIBLE_DEVICES). A fork costs no bash start: the job's $$
+# is the starter's, as in any subshell; its BASHPID, RANDOM and SECONDS
+# are its own. A TERM to the starter (a job's "kill $$") goes to the
+# running job. Before each job this shell looks whether one of the profile
+# files, or ~/.bashrc, changed since it read them: then it runs nothing, answers "stale" instead of an
 # exit status, and exits, and the coordinator sends the job to a new shell.
 # Login "share" is "slot" that also hands what it read on, once set up,
 # with its "ready": when it began to read (microseconds since 1970), its
 # directory, its variables and umask, its saved functions, aliases,
-# traps and options, and its PATH. A shell of login "copy" is given that state and
-# reads no profile: the machine's login profile is read once per prelude,
-# not once per slot. It is not handed on when the profile changed a limit
-# (ulimit), which no copy could take; open files and processes the
+# traps and options, and its PATH. A shell of login "copy" is given that
+# state and reads no profile: the machine's login profile is read once per
+# prelude, not once per slot. It is not handed on when the profile changed
+# a limit (ulimit), which no copy could take; open files and processes the
 # profile started are the reader's own.
 # Other login shells, and login "job", run "$SHELL -lc" per job. Login
-# "none" reads no profile: each job is a fork of this shell, with the
-# environment it was started with (a local machine's: the coordinator's,
+# "none" reads no profile: each job is a fork of the starter, with the
+# environment this shell was started with (a local machine's: the coordinator's,
 # as xargs would run it). This shell's own names start with _g_, and a job
 # sees none of them.
 #
@@ -246,7 +249,7 @@ if [ "$_g_login" = copy ]; then
   _g_profiled=1
   builtin eval "$_g_vars" 2>/dev/null
   _g_vars=
-  builtin cd -- "$_g_cwd" 2>/dev/null || _g_unfit="the directory $_g_cwd cannot be entered"
+  builtin cd -- "$_g_cwd" 2>/dev/null || _g_unfit="the directory $_g_cwd, where the login profile left its first job shell, cannot be entered"
 elif [ "$_g_login" != job ] && [ -z "$_g_asis" ] && [ "${SHELL:-/bin/bash}" != "${SHELL%bash}" ]; then
   # Login "slot", or "share": then, once set up, this shell hands its state
   # to the coordinator for copies, unless the profile changed a limit
@@ -431,7 +434,8 @@ _g_reap() {
   kill "$_g_timer" 2>/dev/null
 }
 # _g_stop reaps the running jobs: the group leaders among the shell's
-# children and theirs (the starter's); _g_found says whether there was one. It fails once the shell is gone; a
+# children and theirs (the starter's); _g_found says whether there was
+# one. It fails once the shell is gone; a
 # zombie is gone (a slow init may reap it late).
 _g_stop() {
   _g_found=
@@ -771,9 +775,10 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
     _g_limiter=$!
   fi
   # The job's end, from the starter, and the reaping, with no function
-  # call (see above). A TERM this shell gets meanwhile goes on to the job
-  # once the read returns (bash runs traps between commands); a job's
-  # kill $$ is the starter's.
+  # call (see above). A TERM this shell gets meanwhile waits for the read
+  # (bash runs traps between commands), by when the job has ended; a
+  # job's kill $$ and kill $PPID reach the starter, which sends them on at
+  # once.
   IFS= read -r -N 8 -u "$_g_bk" _g_rc || exit 125
   _g_rc=$((10#$_g_rc))
   [ -z "$_g_limiter" ] || kill "$_g_limiter"
