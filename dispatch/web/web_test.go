@@ -133,11 +133,13 @@ func TestPageShowsTheRun(t *testing.T) {
 	s.submit("hold\nhold")
 	s.waitPage(b, "/", "2 running · 0 waiting")
 	s.submit("exit 3\n[priority=3] print waited")
-	page := s.waitPage(b, "/", "Fake A100")
+	// The GPU's name is on the page from its first load; its sample comes
+	// with the sampler's first look.
+	page := s.waitPage(b, "/", "1024/81920 MiB, 37%")
 	for _, want := range []string{
 		"<h3>node1", "job 1", "job 2", "<code>hold</code>", // both slots' jobs
 		"priority 3", "waits for a free slot; first in line", // the queue, in order, with why
-		"1024/81920 MiB, 37%",                        // the sample
+		"Fake A100", "1024/81920 MiB, 37%", // the GPU and its sample
 		`action="` + s.srv.base + `/add"`,            // a standing queue takes jobs, under the page's path
 		`href="` + s.srv.base + `/static/style.css"`, // so do its files
 	} {
