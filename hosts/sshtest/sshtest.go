@@ -196,19 +196,18 @@ func (h *Host) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa
 // Start starts (or restarts) the host's sshd and waits until it answers.
 func (h *Host) Start() {
 	h.t.Helper()
-	log, err := os.OpenFile(filepath.Join(h.Dir, "sshd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	must(h.t, err)
-	// -D: stay in the foreground, a child of the test; -e: log to stderr.
-	h.cmd = exec.Command(SSHD, "-D", "-e", "-f", h.config)
-	h.cmd.Stdout, h.cmd.Stderr = log, log
-	// Its own process group, so Stop can take the sessions' processes too.
-	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	must(h.t, h.cmd.Start())
-	log.Close()
-	cmd := h.cmd
-	h.t.Cleanup(func() { stop(cmd) })
+	reaped := h.spawn()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		// An sshd that could not bind its port exits: one of the last
+		// sshd's connection processes (which leave its group) may still
+		// hold it, for as long as it takes to die.
+		var ws syscall.WaitStatus
+		if pid, _ := syscall.Wait4(h.cmd.Process.Pid, &ws, syscall.WNOHANG, nil); pid == h.cmd.Process.Pid {
+			reaped()
+			time.Sleep(100 * time.Millisecond)
+			reaped = h.spawn()
+		}
 		c, err := net.DialTimeout("tcp", h.Addr(), time.Second)
 		if err == nil {
 			c.SetReadDeadline(time.Now().Add(2 * time.Second))
@@ -226,6 +225,29 @@ func (h *Host) Start() {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// spawn starts the host's sshd, stopped at the test's end unless reaped
+// is called first (its pid may be another process's by then).
+func (h *Host) spawn() (reaped func()) {
+	h.t.Helper()
+	log, err := os.OpenFile(filepath.Join(h.Dir, "sshd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	must(h.t, err)
+	// -D: stay in the foreground, a child of the test; -e: log to stderr.
+	h.cmd = exec.Command(SSHD, "-D", "-e", "-f", h.config)
+	h.cmd.Stdout, h.cmd.Stderr = log, log
+	// Its own process group, so Stop can take the sessions' processes too.
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	must(h.t, h.cmd.Start())
+	log.Close()
+	cmd := h.cmd
+	gone := false
+	h.t.Cleanup(func() {
+		if !gone {
+			stop(cmd)
+		}
+	})
+	return func() { gone = true }
 }
 
 // checkOwnKey fails the test when the server on the host's port is not its
