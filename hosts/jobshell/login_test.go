@@ -259,6 +259,38 @@ func TestWarm(t *testing.T) {
 	}
 }
 
+// A profile that never finishes is read once for all the slots that wait
+// for it: once the first shell's set-up outlasts its limit, the others'
+// jobs find the machine unfit for the same reason, rather than each
+// reading the profile and waiting as long again.
+func TestLoginHungProfileReadOnce(t *testing.T) {
+	t.Parallel()
+	home := homeWith(t, "echo read >> ~/reads\nsleep 30\n")
+	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, "export HOME="+shellescape.Quote(home)+" SHELL=/bin/bash; "+line, stdout, stderr)
+	}
+	sup := fast
+	sup.Login, sup.SetupLimit = LoginPerSlot, time.Second
+	ss := New(start, sup)
+	t.Cleanup(ss.Close)
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := ss.Run(context.Background(), executor.Command{Script: "true"}, io.Discard, io.Discard)
+			errs <- err
+		}()
+	}
+	for range 3 {
+		var unfit *executor.UnfitError
+		if err := <-errs; !errors.As(err, &unfit) || !strings.Contains(unfit.Why, "did not finish within 1s (--setup-timeout)") {
+			t.Errorf("a job on a machine whose profile hangs: %v, want it unfit for its set-up's limit", err)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(home, "reads")); strings.Count(string(b), "\n") != 1 {
+		t.Errorf("the hung profile was read %q, want once", b)
+	}
+}
+
 // A job that sends TERM to its slot's shell (what "kill $$" does in a
 // fork of it) ends itself, as it would under bash -lc, and the slot's
 // shell lives on for the next job.
@@ -411,8 +443,15 @@ func TestStreamFilesRotate(t *testing.T) {
 	if len(outs) != 1 || !strings.HasSuffix(outs[0], "-1.out") {
 		t.Fatalf("stream files %v, want only the second generation's", outs)
 	}
-	// The jobs after the rotation wrote into the new files.
-	if b, _ := os.ReadFile(outs[0]); !strings.HasPrefix(string(b), "hello\ntwo\n") || !strings.Contains(string(b), "hello\nfour\n") {
+	// The jobs after the rotation wrote into the new files (the tee may
+	// pass a job's bytes on before it has written them there).
+	var b []byte
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if b, _ = os.ReadFile(outs[0]); strings.Contains(string(b), "hello\nfour\n") {
+			break
+		}
+	}
+	if !strings.HasPrefix(string(b), "hello\ntwo\n") || !strings.Contains(string(b), "hello\nfour\n") {
 		t.Errorf("the new stream file holds %q, want the later jobs' output", b)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
 // State is what a job shell that read a machine's login profile and set up
@@ -83,10 +84,13 @@ func encodeState(st *State) []byte {
 
 // sharing is the state of a machine's login shell for one Prelude, as its
 // first shell reads it: done is closed once that shell is set up, handed
-// the state on (st), or could not.
+// the state on (st), or could not. why is set when its set-up outlasted
+// its limit: the shells that waited for it are unfit as it was, rather
+// than each waiting that long again.
 type sharing struct {
 	done chan struct{}
 	st   *State
+	why  string
 }
 
 // reader says how a new shell for the Prelude whose key is key starts:
@@ -117,6 +121,9 @@ func (ss *Shells) handOn(key string, s *sharing, sh *shell) {
 	case <-sh.out.ready:
 		s.st = sh.out.handedState()
 	case <-sh.ended:
+		if spawn.Signal(sh.err) == "USR2" {
+			s.why, _ = ss.setUpEnded(&LostError{Err: sh.err})
+		}
 	}
 	if s.st == nil {
 		ss.forget(key, s)
@@ -153,7 +160,11 @@ func (ss *Shells) start(ctx context.Context, tag string, p executor.Prelude) (*s
 		sh.pending, sh.from = header(ss.sup, p, true, nil), from
 		go ss.handOn(key, from, sh)
 	case from != nil:
-		st := copied(ctx, from)
+		st, why := copied(ctx, from)
+		if why != "" {
+			sh.close()
+			return nil, &executor.UnfitError{Why: why}
+		}
 		if st != nil {
 			sh.from = from
 		}
@@ -186,12 +197,13 @@ func (ss *Shells) LoginPath() (string, bool) {
 }
 
 // copied waits for the state s hands on, and returns it; nil when it
-// hands none (the shell then reads the profile itself) or ctx ends.
-func copied(ctx context.Context, s *sharing) *State {
+// hands none (the shell then reads the profile itself) or ctx ends. why
+// says the first shell's set-up outlasted its limit.
+func copied(ctx context.Context, s *sharing) (st *State, why string) {
 	select {
 	case <-s.done:
-		return s.st
+		return s.st, s.why
 	case <-ctx.Done():
-		return nil
+		return nil, ""
 	}
 }

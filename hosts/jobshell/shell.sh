@@ -220,10 +220,10 @@ _g_saved() {
   builtin shopt -p
 }
 # _g_specials are the variables a copy of a login shell's state leaves
-# out: bash's own, and where the shell is (as the interactive bash below).
-_g_specials='RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIME
+# out: bash's own, and where the shell is. An array: a profile may set IFS.
+_g_specials=(RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIME
   BASH_ARGV BASH_ARGC BASH_SOURCE BASH_LINENO FUNCNAME BASH_COMMAND BASH_ARGV0
-  BASH_EXECUTION_STRING BASH_SUBSHELL BASHPID PIPESTATUS PWD OLDPWD SHLVL _ COLUMNS LINES'
+  BASH_EXECUTION_STRING BASH_SUBSHELL BASHPID PIPESTATUS PWD OLDPWD SHLVL _ COLUMNS LINES)
 _g_unfit=
 _g_profiled=
 _g_ref=
@@ -269,7 +269,8 @@ elif [ "$_g_login" != job ] && [ -z "$_g_asis" ] && [ "${SHELL:-/bin/bash}" != "
       IFS= read -r -d '' _g_state
     } < <("${SHELL:-/bin/bash}" -l -i -c "$(builtin declare -f _g_activate _g_prepare _g_said _g_saved)"'
 _g_wd=$1 _g_conda=$2 _g_venv=$3 _g_mods=$4 _g_setup=$5 _g_flag=$6
-builtin shift 6
+IFS=" " builtin read -r -a _g_specials <<<"$7"
+builtin shift 7
 _g_henv=("$@")
 builtin set --
 builtin set +m +H
@@ -277,11 +278,9 @@ builtin set +o history
 _g_prepare
 builtin printf "%s\0" "$_g_unfit" >&9
 builtin unset -f _g_activate _g_prepare _g_said
-builtin unset -v RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIME \
-  BASH_ARGV BASH_ARGC BASH_SOURCE BASH_LINENO FUNCNAME BASH_COMMAND BASH_ARGV0 \
-  BASH_EXECUTION_STRING BASH_SUBSHELL BASHPID PIPESTATUS PWD OLDPWD SHLVL _ COLUMNS LINES "${!_g_@}"
+builtin unset -v "${_g_specials[@]}" "${!_g_@}"
 { builtin declare -p; builtin printf "\0"; _g_saved; builtin printf "\0"; } >&9' \
-      bash "$_g_wd" "$_g_conda" "$_g_venv" "$_g_mods" "$_g_setup" "$_g_flag" "${_g_henv[@]}" 9>&1 </dev/null >/dev/null 2>&1)
+      bash "$_g_wd" "$_g_conda" "$_g_venv" "$_g_mods" "$_g_setup" "$_g_flag" "${_g_specials[*]}" "${_g_henv[@]}" 9>&1 </dev/null >/dev/null 2>&1)
     if [ -z "${_g_vars+1}" ] || [ -z "${_g_state+1}" ]; then
       _g_unfit="shell: interactive: an interactive login bash did not start here (a ~/.bashrc that exits?)"
     fi
@@ -333,8 +332,7 @@ if [ -n "$_g_profiled" ]; then
   # prelude left them, but this script's and bash's own.
   if [ -n "$_g_cap" ] && [ -n "$_g_ref" ] && [ -z "$_g_unfit" ]; then
     _g_cap=$(
-      # shellcheck disable=SC2086 # the names are meant to be split into words
-      builtin unset -v $_g_specials "${!_g_@}" 2>/dev/null
+      builtin unset -v "${_g_specials[@]}" "${!_g_@}" 2>/dev/null
       builtin declare -p
       builtin umask -p
     )
@@ -569,8 +567,7 @@ _g_spawn() {
   local init
   printf -v init '%s\nbuiltin eval %q 2>/dev/null\n_g_sstate=%q _g_sopts=%q\n' \
     "$(
-      # shellcheck disable=SC2086 # the names are meant to be split into words
-      builtin unset -v $_g_specials "${!_g_@}" BASHOPTS SHELLOPTS BASH_VERSINFO EUID PPID UID 2>/dev/null
+      builtin unset -v "${_g_specials[@]}" "${!_g_@}" BASHOPTS SHELLOPTS BASH_VERSINFO EUID PPID UID 2>/dev/null
       builtin declare -p
     )" "$_g_fstate" "$_g_state" "$_g_opts"
   printf '%08d%s' "${#init}" "$init" >&"$_g_to"
@@ -732,7 +729,7 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
     case $_g_script in
       *'$$'* | *'${$}'*)
         printf -v _g_kv '_g_vars=$(builtin unset -v %s "${!_g_@}" 2>/dev/null; builtin declare -p)\nbuiltin exec "${SHELL:-/bin/bash}" --noprofile --norc -c %q bash "$_g_vars" %q %q' \
-          "${_g_specials//$'\n'/ }" "$_g_dollar" "$_g_fstate$_g_state$_g_opts" "$_g_pre$_g_here"
+          "${_g_specials[*]}" "$_g_dollar" "$_g_fstate$_g_state$_g_opts" "$_g_pre$_g_here"
         _g_code+=$_g_kv
         _g_kv=
         [ "${#_g_env[@]}" = 0 ] || printf -v _g_kv ' %q' "${_g_env[@]}"
