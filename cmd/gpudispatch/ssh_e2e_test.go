@@ -489,19 +489,36 @@ func logindLab(t *testing.T, busctl, loginctl string) *sshtest.Lab {
 	return sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1, Env: []string{"PATH=" + fakes + ":/usr/local/bin:/usr/bin:/bin"}})
 }
 
-// A host whose logind does not answer (busctl hangs, as on a server whose
-// D-Bus is stuck) is not waited for beyond --probe-timeout: asking whether
-// it would kill jobs left with no coordinator holds no job back, and the
-// run says it could not tell.
+// A host whose logind does not answer (busctl or loginctl hangs, as on a
+// server whose D-Bus is stuck) is not waited for beyond --probe-timeout:
+// asking whether it would kill jobs left with no coordinator holds no job
+// back, and the run says it could not tell. A logind that kills no one is
+// not asked about linger.
 func TestSSHStuckLogind(t *testing.T) {
 	t.Parallel()
-	l := logindLab(t, "exec sleep 300", "echo no")
-	out := runWithin(t, labCmd(t, l, "true\n", "-i", l.Inventory(""), "-o", "logs", "--probe-timeout", "1s"), time.Minute, "the host's logind")
-	if n := count(journal(t, filepath.Join(l.Dir, "logs")), "started"); n != 1 {
-		t.Errorf("%d jobs started, want 1", n)
-	}
-	if want := "gpudispatch: warning: node1: its logind did not answer within 1s"; !strings.Contains(out, want) {
-		t.Errorf("the run does not say %q:\n%s", want, out)
+	for _, tc := range []struct {
+		name, busctl, loginctl string
+		silent                 bool
+	}{
+		{"busctl hangs", "exec sleep 300", "echo no", true},
+		{"loginctl hangs", "echo 'b true'", "exec sleep 300", true},
+		{"no kill, loginctl unasked", "echo 'b false'", "exec sleep 300", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			l := logindLab(t, tc.busctl, tc.loginctl)
+			out := runWithin(t, labCmd(t, l, "true\n", "-i", l.Inventory(""), "-o", "logs", "--probe-timeout", "1s"), time.Minute, "the host's logind")
+			if n := count(journal(t, filepath.Join(l.Dir, "logs")), "started"); n != 1 {
+				t.Errorf("%d jobs started, want 1", n)
+			}
+			want := "gpudispatch: warning: node1: its logind did not answer within 1s"
+			if strings.Contains(out, want) != tc.silent {
+				t.Errorf("the run says %q: %v, want %v:\n%s", want, !tc.silent, tc.silent, out)
+			}
+			if strings.Contains(out, "KillUserProcesses") {
+				t.Errorf("the run warns of KillUserProcesses:\n%s", out)
+			}
+		})
 	}
 }
 

@@ -18,11 +18,14 @@ if command -v busctl >/dev/null && command -v loginctl >/dev/null; then
   case $? in
   124 | 137) echo '!logind-silent' ;;
   *)
-    linger=$("${limit[@]}" loginctl show-user "$(id -un)" --property=Linger --value 2>/dev/null </dev/null)
-    case $? in
-    124 | 137) echo '!logind-silent' ;;
-    *) if [ "$kill" = "b true" ] && [ "$linger" != yes ]; then echo '!kill-at-logout'; fi ;;
-    esac
+    # Linger matters only where logind kills: most hosts are asked once.
+    if [ "$kill" = "b true" ]; then
+      linger=$("${limit[@]}" loginctl show-user "$(id -un)" --property=Linger --value 2>/dev/null </dev/null)
+      case $? in
+      124 | 137) echo '!logind-silent' ;;
+      *) if [ "$linger" != yes ]; then echo '!kill-at-logout'; fi ;;
+      esac
+    fi
     ;;
   esac
 fi
