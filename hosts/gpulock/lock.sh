@@ -196,7 +196,9 @@ release() {
     unset 'fds[$1]' 'recs[$1]'
   fi
 }
-trap 'for g in "${!fds[@]}"; do release "$g"; done; [ ${#watchers[@]} -eq 0 ] || kill "${watchers[@]}" 2>/dev/null' EXIT
+# On the way out, every record goes at once (one process), then the locks
+# with the holder.
+trap '[ ${#recs[@]} -eq 0 ] || rmdir -- "${recs[@]}" 2>/dev/null; [ ${#watchers[@]} -eq 0 ] || kill "${watchers[@]}" 2>/dev/null' EXIT
 trap 'exit 143' TERM
 while IFS= read -r -t "$hb" line; do
   case $line in
