@@ -16,8 +16,8 @@
 // functions once, so that a fork has little to put away and nothing to
 // define. A fork's $$ is the starter's, so a job line that names $$ gets a
 // bash of its own, with its own $$; a TERM to the starter or to the job
-// shell goes to its job. A shell whose profile files changed (since the
-// state it read or copied was read) answers its next job "stale" without
+// shell goes to its job. A shell whose profile files changed since the
+// state it read or copied began to be read answers its next job "stale" without
 // running it, and Run sends the job to a new shell, which reads the
 // profile again. Other login shells run "$SHELL -lc" per job. Warm starts
 // a shell before any command needs it (a host's first look at its GPUs

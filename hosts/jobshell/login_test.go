@@ -191,6 +191,12 @@ mkdir -p ~/proj && cd ~/proj
 	if n := len(ss.idleTags()); n != 4 {
 		t.Fatalf("%d idle shells, want 4: the jobs did not run at once", n)
 	}
+	// The copies take the reader's reference file (when it began to read
+	// the profile): they make none of their own.
+	refs, _ := filepath.Glob(filepath.Join(home, ".gpudispatch", "jobs", "*.d", "ref"))
+	if len(refs) != 1 {
+		t.Errorf("4 shells of one reader made %d reference files, want the reader's only: %v", len(refs), refs)
+	}
 	// What looks for nvidia-smi as a job would (a GPU lock holder) is
 	// given the PATH the profile set.
 	if path, ok := ss.LoginPath(); !ok || !strings.HasPrefix(path, home+"/env/bin:") {

@@ -27,10 +27,13 @@ type State struct {
 	// Path is its PATH, for what looks for a command as a job would (a
 	// GPU lock holder's nvidia-smi). A copy is not sent it: it is in Vars.
 	Path string
+	// Reader is the reader's tag: a copy takes its reference file (as old
+	// as At) while it is there, rather than make one of its own.
+	Reader string
 }
 
 // parts is the state's parts a copy reads, in its order.
-func (st *State) parts() []string { return []string{st.At, st.Dir, st.Vars, st.Saved} }
+func (st *State) parts() []string { return []string{st.At, st.Dir, st.Vars, st.Saved, st.Reader} }
 
 // stateParts is how many parts a hello's state has: a copy's four, then
 // Path.
@@ -119,7 +122,9 @@ func (ss *Shells) reader(key string) (from *sharing, share bool) {
 func (ss *Shells) handOn(key string, s *sharing, sh *shell) {
 	select {
 	case <-sh.out.ready:
-		s.st = sh.out.handedState()
+		if s.st = sh.out.handedState(); s.st != nil {
+			s.st.Reader = sh.tag
+		}
 	case <-sh.ended:
 		if spawn.Signal(sh.err) == "USR2" {
 			s.why, _ = ss.setUpEnded(&LostError{Err: sh.err})

@@ -7,7 +7,7 @@
 # (seconds, 0 for none), login ("slot", "share", "copy", "job" or "none"),
 # then the prelude's: interactive ("1" or empty), workdir, conda env, venv,
 # modules (a line each), setup, the count of the host's variables and each
-# "NAME=value" — for "copy", then the byte lengths of the four parts of a
+# "NAME=value" — for "copy", then the byte lengths of the five parts of a
 # state (space-separated, NUL-terminated) and the parts — then records:
 # "c" to cancel the running job, "q" to end the
 # shell (what is kept of its last job is home), and for each job "j", the
@@ -34,7 +34,8 @@
 # is the starter's, as in any subshell; its BASHPID, RANDOM and SECONDS
 # are its own. A TERM to the starter (a job's "kill $$") goes to the
 # running job. Before each job this shell looks whether one of the profile
-# files, or ~/.bashrc, changed since it read them: then it runs nothing, answers "stale" instead of an
+# files, or ~/.bashrc, changed since it began to read them (a copy: since
+# its reader did): then it runs nothing, answers "stale" instead of an
 # exit status, and exits, and the coordinator sends the job to a new shell.
 # Login "share" is "slot" that also hands what it read on, once set up,
 # with its "ready": when it began to read (microseconds since 1970), its
@@ -236,8 +237,8 @@ if [ "$_g_login" = copy ]; then
   # A copy of another job shell of this machine that read the profile and
   # prepared for the same prelude (login "share"): when it began to read
   # the profile (microseconds since 1970), the directory it was in, its
-  # variables and umask, and what _g_saved printed, each with its byte
-  # length first. It reads no profile: the machine does that once.
+  # variables and umask, what _g_saved printed, and its tag, each with
+  # its byte length first. It reads no profile: the machine does that once.
   IFS= read -r -d '' _g_n || exit 125
   # shellcheck disable=SC2086 # the lengths are meant to be split into words
   set -- $_g_n
@@ -245,6 +246,7 @@ if [ "$_g_login" = copy ]; then
   LC_ALL=C IFS= read -r -N "$2" _g_cwd || exit 125
   LC_ALL=C IFS= read -r -N "$3" _g_vars || exit 125
   LC_ALL=C IFS= read -r -N "$4" _g_state || exit 125
+  LC_ALL=C IFS= read -r -N "$5" _g_from || exit 125
   set --
   _g_profiled=1
   builtin eval "$_g_vars" 2>/dev/null
@@ -313,18 +315,22 @@ if [ -n "$_g_profiled" ]; then
   # aliases, options and traps the profile set, in _g_state. They go through
   # a file in the shell's own directory (which goes with it): its
   # descriptor, _g_ref, stays open for its time, when the profile was read.
-  # A copy's file is as old as its state: a profile file changed since the
-  # state was read is newer.
+  # The file is as old as when the reader began to read the profile: a
+  # profile file changed since is newer. A copy takes its
+  # reader's file while it is there (it holds the state, and is as old):
+  # no process of its own; else it makes one.
   _g_tmp=$_g_flag.d/ref
-  if [ -n "$_g_inter" ] || [ "$_g_login" = copy ]; then
+  if [ "$_g_login" = copy ] && [ -O "$_g_spool/$_g_from.d/ref" ] && { exec {_g_ref}<"$_g_spool/$_g_from.d/ref"; } 2>/dev/null; then
+    :
+  elif if [ -n "$_g_inter" ] || [ "$_g_login" = copy ]; then
     builtin printf '%s' "$_g_state" 2>/dev/null >"$_g_tmp"
   else
     _g_saved 2>/dev/null >"$_g_tmp"
-  fi && {
-    [ "$_g_login" != copy ] || builtin command touch -d "@${_g_at%??????}.${_g_at#"${_g_at%??????}"}" -- "$_g_tmp" 2>/dev/null
+  fi; then
+    [ -z "$_g_at" ] || builtin command touch -d "@${_g_at%??????}.${_g_at#"${_g_at%??????}"}" -- "$_g_tmp" 2>/dev/null
     exec {_g_ref}<"$_g_tmp"
     IFS= builtin read -r -d '' -u "$_g_ref" _g_state
-  }
+  fi
   if [ -z "$_g_ref" ]; then
     _g_profiled=
   fi
@@ -404,6 +410,12 @@ fi
 [ -z "$_g_asis" ] || builtin trap '_g_forward' TERM
 # Set after the profile's traps were saved: a job's fork does not run it.
 builtin trap 'builtin command rm -rf -- "$_g_flag.d"' EXIT
+# _g_bye ends the shell, removing the files named and its directory: one
+# process, in its place.
+_g_bye() {
+  builtin trap - EXIT
+  exec rm -rf -- "$@" "$_g_flag.d"
+}
 # A job's fork closes _g_ref: one is open whatever the login.
 [ -n "$_g_ref" ] || exec {_g_ref}</dev/null
 # read -N counts characters of the locale; in C, bytes. Jobs get back the
@@ -478,8 +490,9 @@ _g_watch() {
         done
         ;;
       q)
+        # The coordinator ends the shell: nothing runs.
         printf q
-        break
+        exit 0
         ;;
     esac
   done
@@ -500,20 +513,20 @@ _g_forward() {
   [ -z "${_g_pid-}" ] || kill -TERM -- -"$_g_pid" 2>/dev/null
 }
 _g_gen=0
-# _g_tees starts the tees of stream files number _g_gen. A tee ignores
+# _g_tees starts the tees of stream files number _g_gen, through pipes
+# in the shell's directory (which go with it). A tee ignores
 # SIGPIPE: with its coordinator gone it goes on writing its file. They are
 # not this shell's children (a subshell starts them and is gone), nor
 # process substitutions: bash does work for each of those at every fork.
 _g_tees() {
   _g_files=$_g_tag-$_g_gen
-  builtin command mkfifo -m 0600 -- "$_g_spool/$_g_files.po" "$_g_spool/$_g_files.pe" || exit 125
+  builtin command mkfifo -m 0600 -- "$_g_flag.d/$_g_gen.po" "$_g_flag.d/$_g_gen.pe" || exit 125
   (
     trap '' PIPE
-    exec tee -a -- "$_g_spool/$_g_files.out" <"$_g_spool/$_g_files.po" >&5 &
-    exec tee -a -- "$_g_spool/$_g_files.err" <"$_g_spool/$_g_files.pe" >&6 &
+    exec tee -a -- "$_g_spool/$_g_files.out" <"$_g_flag.d/$_g_gen.po" >&5 &
+    exec tee -a -- "$_g_spool/$_g_files.err" <"$_g_flag.d/$_g_gen.pe" >&6 &
   ) 3<&- 4>&- {_g_ref}<&-
-  exec 1>"$_g_spool/$_g_files.po" 4>"$_g_spool/$_g_files.pe"
-  builtin command rm -f -- "$_g_spool/$_g_files.po" "$_g_spool/$_g_files.pe"
+  exec 1>"$_g_flag.d/$_g_gen.po" 4>"$_g_flag.d/$_g_gen.pe"
 }
 # _g_scode is the starter's code: a bash of its own (a coprocess, so that
 # in a job's fork $$ is the starter's, which sends a TERM it gets on to
@@ -615,8 +628,7 @@ _g_spawn
 while IFS= read -r -N 1 -u 3 _g_rec; do
   if [ "$_g_rec" = q ]; then
     # The coordinator has everything: nothing is kept.
-    builtin command rm -f -- "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job" "$_g_flag.why"
-    exit 0
+    _g_bye "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job" "$_g_flag.why"
   fi
   IFS= read -r -N 8 -u 3 _g_n && IFS= read -r -N "$((10#$_g_n))" -u 3 _g_hdr || exit 125
   # shellcheck disable=SC2086 # the lengths are meant to be split into words
@@ -658,15 +670,13 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
     [ ~/.bash_login -nt "/dev/fd/$_g_ref" ] || [ ~/.profile -nt "/dev/fd/$_g_ref" ] || [ ~/.bashrc -nt "/dev/fd/$_g_ref" ]; }; then
     printf '\0%s' "$_g_mark" >&4
     printf '\0%s stale\n' "$_g_mark"
-    builtin command rm -f -- "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"
-    exit 0
+    _g_bye "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"
   fi
   if [ -n "$_g_unfit" ]; then
     # The shell could not be set up: no job runs in it.
     printf '\0%s' "$_g_mark" >&4
     printf '\0%s unfit %s\n' "$_g_mark" "${_g_unfit//$'\n'/ }"
-    builtin command rm -f -- "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"
-    exit 0
+    _g_bye "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"
   fi
   if [ -e "$_g_flag.why" ]; then
     # Cancelled before it started: it does not run.
@@ -794,4 +804,4 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
 done
 # stdin ended with no "q": the files stay for a coordinator that takes up
 # the last job, unless one already did (it removed the job's record).
-[ -s "$_g_flag.job" ] || builtin command rm -f -- "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"
+[ -s "$_g_flag.job" ] || _g_bye "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"
