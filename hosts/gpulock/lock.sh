@@ -82,6 +82,10 @@ read_migs() {
 fds=()      # by GPU index: the open lock directory of each GPU held
 recs=()     # by GPU index: the record saying so
 watchers=() # by GPU index: the pid of the watch_free of a GPU found locked
+made=()     # the records of the locks taken since the last flush
+gone=()     # the records of the locks let go since then
+shut=()     # the open lock directories of those
+said=()     # the answers to say then
 # take locks GPU $1 and says how it went.
 take() {
   local g=$1 fd own
@@ -123,7 +127,7 @@ take() {
   fi
   forget_dead "$key"
   recs[g]=$pdir/gpudispatch-held-$key~$$~$run~$who~$cpid
-  mkdir -m 0755 -- "${recs[g]}" 2>/dev/null
+  made+=("${recs[g]}")
   fds[g]=$fd
   # The memory used on the GPU as this holder started, before any job of
   # its run was there: others' work.
@@ -135,7 +139,7 @@ take() {
     fi
   done <<<"$uuids"
   case $used in '' | *[!0-9]*) used=- ;; esac
-  printf 'locked %s %s %s\n' "$g" "$key" "$used"
+  said+=("locked $g $key $used")
 }
 # watch_free GPU KEY says "free GPU" once the holders' records of KEY that
 # it saw are gone (each holder removes its own as it lets go; one that died
@@ -147,7 +151,7 @@ watch_free() {
   local g=$1 key=$2
   [ -z "${watchers[g]-}" ] || kill "${watchers[g]}" 2>/dev/null
   (
-    for fd in "${fds[@]}"; do exec {fd}<&-; done
+    for fd in "${fds[@]}" "${shut[@]}"; do exec {fd}<&-; done
     shopt -s nullglob
     held=("$pdir/gpudispatch-held-$key~"*)
     [ ${#held[@]} -gt 0 ] || exit 0
@@ -186,35 +190,54 @@ forget_dead() {
     ps -o args= -p "$hpid" 2>/dev/null | grep -q -e " $holder $hrun\$" || rmdir -- "$rec" 2>/dev/null
   done
 }
-# release lets go of GPU $1.
+# release lets go of GPU $1 at the next flush.
 release() {
-  local fd
   if [ -n "${fds[$1]-}" ]; then
-    fd=${fds[$1]}
-    rmdir -- "${recs[$1]}" 2>/dev/null
-    exec {fd}<&-
+    gone+=("${recs[$1]}")
+    shut+=("${fds[$1]}")
     unset 'fds[$1]' 'recs[$1]'
   fi
 }
+# flush makes the records of the locks taken since the last flush, then
+# removes those of the locks let go and lets go of them, one process each,
+# then says what it was asked to say: requests that come together are
+# answered together. A lock is held before its record is made, and its
+# record removed before it is let go.
+flush() {
+  local fd
+  [ ${#made[@]} -eq 0 ] || mkdir -m 0755 -- "${made[@]}" 2>/dev/null
+  [ ${#gone[@]} -eq 0 ] || rmdir -- "${gone[@]}" 2>/dev/null
+  for fd in "${shut[@]}"; do exec {fd}<&-; done
+  [ ${#said[@]} -eq 0 ] || printf '%s\n' "${said[@]}"
+  made=() said=() gone=() shut=()
+}
 # On the way out, every record goes at once (one process), then the locks
 # with the holder.
-trap '[ ${#recs[@]} -eq 0 ] || rmdir -- "${recs[@]}" 2>/dev/null; [ ${#watchers[@]} -eq 0 ] || kill "${watchers[@]}" 2>/dev/null' EXIT
+trap 'set -- "${recs[@]}" "${gone[@]}"; [ $# -eq 0 ] || rmdir -- "$@" 2>/dev/null; [ ${#watchers[@]} -eq 0 ] || kill "${watchers[@]}" 2>/dev/null' EXIT
 trap 'exit 143' TERM
 while IFS= read -r -t "$hb" line; do
   case $line in
     "lock "*) take "${line#lock }" ;;
     "release "*)
       release "${line#release }"
-      printf 'released %s\n' "${line#release }"
+      said+=("released ${line#release }")
       ;;
-    exit) exit 0 ;;
+    exit)
+      flush
+      exit 0
+      ;;
   esac
+  read -r -t 0 || flush
 done
+# Silence, or the end of stdin (which read -t 0 takes for input): what
+# is left is done, and said to no one.
+said=()
+flush
 # nap sleeps $1 seconds in a child that holds no lock, so that a
 # takeover's kill of this shell frees them at once.
 nap() {
   (
-    for fd in "${fds[@]}"; do exec {fd}<&-; done
+    for fd in "${fds[@]}" "${shut[@]}"; do exec {fd}<&-; done
     exec sleep "$1"
   ) </dev/null >/dev/null 2>&1 &
   wait $!
@@ -250,5 +273,6 @@ while [ ${#fds[@]} -gt 0 ]; do
   for g in "${!fds[@]}"; do
     running_on "$g" || release "$g"
   done
+  flush
   [ ${#fds[@]} -eq 0 ] || nap 2
 done

@@ -266,7 +266,8 @@ func holderPID(t *testing.T, dir, key string) int {
 }
 
 // A run's locks on a machine, asked for at once, are held by one process,
-// which exits as soon as it holds nothing, not after the linger.
+// which exits as soon as it holds nothing, not after the linger, and
+// leaves no record.
 func TestLockHolderPerRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -297,8 +298,14 @@ func TestLockHolderPerRun(t *testing.T) {
 	if !sshtest.Running(pid) {
 		t.Fatal("the holder exited while it still held GPU 3")
 	}
+	if recs, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-held-*")); len(recs) != 1 {
+		t.Errorf("records after 3 of 4 locks were let go: %q, want GPU 3's", recs)
+	}
 	locks[3].Release()
 	sshtest.WaitGone(t, []int{pid}, 5*time.Second)
+	if recs, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-held-*")); len(recs) != 0 {
+		t.Errorf("records left by a holder that let go of everything: %q", recs)
+	}
 }
 
 // cutter wraps this machine's spawner: cut makes every process it started
