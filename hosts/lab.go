@@ -422,7 +422,9 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	case h.Login == inventory.LoginPerJob:
 		sup.Login = jobshell.LoginPerJob
 	}
-	var r machine = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name, ProbeTimeout: o.ProbeTimeout}
+	// A GPU lock holder takes the GPUs the run just looked at.
+	seen := func() ([]executor.GPU, bool) { return l.probes.seen(h.Name) }
+	var r machine = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name, ProbeTimeout: o.ProbeTimeout, seen: seen}
 	// release lets go of the host's pool when the host is left out.
 	release := func() {}
 	var login spawn.Func = spawn.Local
@@ -455,7 +457,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		release = func() { l.pools.Release(t) }
 		quiet := &silence{lostAfter: cmp.Or(o.LostAfter, DefaultLostAfter), tick: cmp.Or(o.Keepalive, DefaultKeepalive),
 			othersAnswer: func() bool { return l.othersAnswer(h.Name) }}
-		rem := newRemote(h.Name, p, sup, o.LockDir, o.ProbeTimeout, quiet)
+		rem := newRemote(h.Name, p, sup, o.LockDir, o.ProbeTimeout, quiet, seen)
 		r, login, waitUp = rem, rem.spawn, p.WaitUp
 		if st.ServerVersion = version; err != nil {
 			st.Err = err

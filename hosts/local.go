@@ -29,6 +29,10 @@ type Local struct {
 	// DefaultProbeTimeout).
 	ProbeTimeout time.Duration
 
+	// seen gives the GPUs a look just found here, for its lock holders
+	// (nil: they ask nvidia-smi).
+	seen func() ([]executor.GPU, bool)
+
 	once   sync.Once
 	shells *jobshell.Shells
 	locks  *gpulock.Lockers
@@ -71,7 +75,7 @@ func (l *Local) Fetch(ctx context.Context, from executor.Return, dst string) (ex
 func (l *Local) init() {
 	l.once.Do(func() {
 		l.shells = jobshell.New(spawn.Local, l.Supervision)
-		l.locks = newLockers(spawn.Local, l.name(), l.LockDir, l.Supervision, l.ProbeTimeout, l.shells)
+		l.locks = newLockers(spawn.Local, l.name(), l.LockDir, l.Supervision, l.ProbeTimeout, l.shells, l.seen)
 	})
 }
 
@@ -104,8 +108,9 @@ func (l *Local) checkLockDir(ctx context.Context) error {
 // newLockers are the GPU lock holders of a machine whose job shells are
 // supervised by sup: a holder whose coordinator went silent keeps its locks
 // for as long as those shells take to notice and kill their jobs. probe
-// bounds their look at nvidia-smi.
-func newLockers(start spawn.Func, where, dir string, sup jobshell.Supervision, probe time.Duration, shells *jobshell.Shells) *gpulock.Lockers {
-	find := gpulock.Finding{Login: sup.Login != jobshell.LoginNone, Path: shells.LoginPath}
+// bounds their look at nvidia-smi; seen, when set, gives the GPUs a look
+// just found there, which a new holder then takes rather than ask.
+func newLockers(start spawn.Func, where, dir string, sup jobshell.Supervision, probe time.Duration, shells *jobshell.Shells, seen func() ([]executor.GPU, bool)) *gpulock.Lockers {
+	find := gpulock.Finding{Login: sup.Login != jobshell.LoginNone, Path: shells.LoginPath, Seen: seen}
 	return gpulock.New(start, where, cmp.Or(dir, gpulock.DefaultDir), sup.Heartbeat, sup.Grace+2*sup.Heartbeat, cmp.Or(probe, DefaultProbeTimeout), find)
 }

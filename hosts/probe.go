@@ -103,6 +103,32 @@ type probes struct {
 	mu sync.Mutex
 	// cur is, per host, the latest look there.
 	cur map[string]*look
+	// last is, per host, the GPUs the latest look that answered found,
+	// and when that look started.
+	last map[string]seenGPUs
+}
+
+// seenGPUs is what a look at a host's GPUs found, and when it started.
+type seenGPUs struct {
+	gpus []executor.GPU
+	at   time.Time
+}
+
+// freshFor is how long what a look found stands for what a GPU lock
+// holder starting on the host would find itself: the run locks the GPUs
+// it just looked at.
+const freshFor = 5 * time.Second
+
+// seen returns the GPUs the latest look at host found, when it started
+// less than freshFor ago.
+func (p *probes) seen(host string) ([]executor.GPU, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.last[host]
+	if !ok || time.Since(s.at) > freshFor {
+		return nil, false
+	}
+	return slices.Clone(s.gpus), true
 }
 
 // look is one look at a host: what it asks, when it started and its limit,
@@ -119,7 +145,17 @@ type look struct {
 // gpus asks nvidia-smi on host (r) for its GPUs within limit.
 func (p *probes) gpus(ctx context.Context, host string, r Runner, limit time.Duration) ([]executor.GPU, error) {
 	v, err := p.run(ctx, host, "nvidia-smi", limit, func(ctx context.Context) (any, error) {
-		return ProbeGPUs(ctx, r)
+		at := time.Now()
+		gpus, err := ProbeGPUs(ctx, r)
+		if err == nil {
+			p.mu.Lock()
+			if p.last == nil {
+				p.last = map[string]seenGPUs{}
+			}
+			p.last[host] = seenGPUs{gpus: slices.Clone(gpus), at: at}
+			p.mu.Unlock()
+		}
+		return gpus, err
 	})
 	gpus, _ := v.([]executor.GPU)
 	return slices.Clone(gpus), err // joined looks share the answer

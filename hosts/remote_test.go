@@ -233,6 +233,46 @@ func TestRemoteLockGPU(t *testing.T) {
 	c.Release()
 }
 
+// A run locks the GPUs it just looked at: the holder takes what the look
+// found (UUIDs, memory used) and asks nvidia-smi nothing; a holder
+// started long after the last look asks it.
+func TestRemoteLockTakesTheLook(t *testing.T) {
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
+	h := l.Hosts[0]
+	h.SetGPUs(sshtest.FakeGPU(0, h.UUID(0), 0) + sshtest.FakeGPU(1, h.UUID(1), 1234))
+	lab := openLab(t, l)
+	ctx := context.Background()
+	if _, err := lab.ProbeGPUs(ctx, "node1"); err != nil {
+		t.Fatal(err)
+	}
+	// What nvidia-smi would say now: the holder does not ask.
+	h.SetGPUs(sshtest.FakeGPU(0, h.UUID(0), 0) + sshtest.FakeGPU(1, h.UUID(1), 999))
+	calls := filepath.Join(h.Home, "nvidia-smi.calls")
+	os.Remove(calls)
+	a, err := lab.Runner("node1").LockGPU(ctx, 1, "runA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(calls); a.Key() != h.UUID(1) || a.UsedMB() != 1234 || len(b) != 0 {
+		t.Errorf("key %q, %d MiB used, nvidia-smi asked %q; want %q, the look's 1234 MiB, nothing asked", a.Key(), a.UsedMB(), b, h.UUID(1))
+	}
+	a.Release()
+	// Past freshFor, the look is old: the next holder asks.
+	lab.probes.mu.Lock()
+	s := lab.probes.last["node1"]
+	s.at = s.at.Add(-2 * freshFor)
+	lab.probes.last["node1"] = s
+	lab.probes.mu.Unlock()
+	b, err := lab.Runner("node1").LockGPU(ctx, 1, "runA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.UsedMB() != 999 {
+		t.Errorf("a holder started after the look went old: %d MiB used, want nvidia-smi's 999", b.UsedMB())
+	}
+	b.Release()
+}
+
 // waitPid waits for a job to write its pid to pidFile, and returns it.
 func waitPid(t *testing.T, pidFile string) int {
 	t.Helper()

@@ -4,12 +4,14 @@
 // A machine's Lockers start one lock holder (lock.sh) per run, over an SSH
 // session or locally (package spawn), when the run asks for its first GPU
 // there. The holder finds the GPUs' UUIDs in the driver's /proc files
-// (the same whether or not nvidia-smi answers), else through the login
-// shell's nvidia-smi once, and when told "lock N" takes an exclusive flock
+// (the same whether or not nvidia-smi answers), else in what the run's
+// look at the GPUs found a moment before (Finding.Seen), else through the
+// login shell's nvidia-smi once, and when told "lock N" takes an exclusive flock
 // on its user's lock directory of the GPU (named by its UUID, else
-// index-N) in the lock dir, answering on its stdout; "release N" lets go at once. One holder
-// per machine, not per GPU, costs the machine one session, one bash and one
-// nvidia-smi, and a flock(1) per GPU.
+// index-N) in the lock dir, answering on its stdout; "release N" lets go at once.
+// Requests that come together are answered together: their records are
+// made, or removed, by one mkdir or rmdir. One holder per machine, not per
+// GPU, costs the machine one session and one bash, and a flock(1) per GPU.
 //
 // Other users of the machine may be hostile. lockfs.sh says how the lock
 // dir is laid out so that none of them can redirect a write, have a file of

@@ -146,6 +146,11 @@ type Finding struct {
 	// profile of its own (with Lmod in /etc/profile.d, tens of
 	// milliseconds of CPU on a run's way to its first job there).
 	Path func() (string, bool)
+	// Seen, when set and it has them, gives the machine's GPUs as the
+	// coordinator's look at them found them a moment ago: the holder then
+	// asks nvidia-smi nothing as it starts (on a GPU server, tens of
+	// milliseconds of CPU and a wait on the run's way to its first job).
+	Seen func() ([]executor.GPU, bool)
 }
 
 // Lock takes GPU gpu for run, through the run's holder on the machine. An
@@ -215,7 +220,7 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 		strconv.FormatFloat(3*ls.heartbeat.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(ls.linger.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(ls.probe.Seconds(), 'f', 3, 64),
-		ls.nvidiaSMI(),
+		ls.nvidiaSMI(), ls.seen(),
 	}, "\x00")+"\x00")
 	go func() {
 		err := p.Wait()
@@ -363,6 +368,27 @@ func (ls *Lockers) nvidiaSMI() string {
 		}
 	}
 	return "login"
+}
+
+// seen is the GPUs as Finding.Seen gives them, in nvidia-smi's lines
+// (index, uuid, name, memory.total, memory.used), or "" to ask nvidia-smi:
+// when it gives none, or a GPU that nvidia-smi could not fully read.
+func (ls *Lockers) seen() string {
+	if ls.find.Seen == nil {
+		return ""
+	}
+	gpus, ok := ls.find.Seen()
+	if !ok {
+		return ""
+	}
+	var b strings.Builder
+	for _, g := range gpus {
+		if g.Error != "" || g.UUID == "" || strings.ContainsAny(g.UUID+g.Name, ",\n\x00") {
+			return ""
+		}
+		fmt.Fprintf(&b, "%d, %s, %s, %d, %d\n", g.Index, g.UUID, g.Name, g.MemoryTotalMB, g.MemoryUsedMB)
+	}
+	return b.String()
 }
 
 // deathErr says why the holder died before answering about gpu.

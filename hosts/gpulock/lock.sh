@@ -6,7 +6,9 @@
 # coordinator), the coordinator's pid, heartbeat timeout (seconds), linger
 # (seconds), the probe's time limit (seconds), how nvidia-smi is found
 # ("login", "as-is", or "path" and then the login shell's PATH as a job
-# shell read it) — then lines: "lock N", "release N", "exit", or an empty line as
+# shell read it), the GPUs as the coordinator just saw them (nvidia-smi's
+# "index, uuid, name, memory.total, memory.used" lines, or empty: then
+# nvidia-smi is asked) — then lines: "lock N", "release N", "exit", or an empty line as
 # a heartbeat. GPU N's lock is named by its UUID as the login shell's
 # nvidia-smi reports it, else "index-N". N at 65536 and above is a MIG
 # instance, 65536 + 256 × GPU + its device number: its lock is its GPU's
@@ -38,6 +40,7 @@ IFS= read -r -d '' probe || exit 125
 IFS= read -r -d '' shell || exit 125
 lpath=
 if [ "$shell" = path ]; then IFS= read -r -d '' lpath || exit 125; fi
+IFS= read -r -d '' seen || exit 125
 command -v flock >/dev/null || exit 127
 lock_dir "$dir" || exit 126
 # A GPU's lock is named by its UUID: nvidia-smi is given the probe time (a
@@ -51,11 +54,15 @@ if command -v timeout >/dev/null; then limit=(timeout -k 2 "$probe"); fi
 # shellcheck disable=SC2054 # the commas are nvidia-smi's
 query=(nvidia-smi --query-gpu=index,uuid,name,memory.total,memory.used --format=csv,noheader,nounits)
 if [ "$shell" = login ]; then query=("${SHELL:-/bin/bash}" -lc "${query[*]}"); fi
-uuids=$(
-  [ -z "$lpath" ] || PATH=$lpath
-  "${limit[@]}" "${query[@]}" 2>/dev/null </dev/null
-)
-case $? in 124 | 137) exit 124 ;; esac
+if [ -n "$seen" ]; then
+  uuids=$seen
+else
+  uuids=$(
+    [ -z "$lpath" ] || PATH=$lpath
+    "${limit[@]}" "${query[@]}" 2>/dev/null </dev/null
+  )
+  case $? in 124 | 137) exit 124 ;; esac
+fi
 # read_migs sets migs: by id, the UUID nvidia-smi -L gives a MIG instance,
 # which is what a job's CUDA_VISIBLE_DEVICES names it by (running_on). It
 # is asked only once the coordinator went silent, and only once: nvidia-smi

@@ -113,11 +113,13 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 
 // A holder finds nvidia-smi where a job would: through a login shell, or,
 // given the PATH a job shell's login read, on that PATH with no login
-// profile read of its own.
+// profile read of its own. Given the GPUs its coordinator just looked at
+// (all of them read whole), it asks nvidia-smi nothing: their UUIDs name
+// the locks, their memory used is what others use.
 func TestLockFindsNvidiaSMI(t *testing.T) {
 	t.Parallel()
 	bin := t.TempDir()
-	smi := "#!/bin/sh\necho '0, GPU-5eed, NVIDIA H100, 81920, 25'\n"
+	smi := "#!/bin/sh\necho ran >> \"$HOME/smi\"\necho '0, GPU-5eed, NVIDIA H100, 81920, 25'\n"
 	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(smi), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -130,27 +132,41 @@ func TestLockFindsNvidiaSMI(t *testing.T) {
 	inHome := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
 		return spawn.Local(ctx, "HOME="+shellescape.Quote(home)+"; "+line, stdout, stderr)
 	}
+	path := func() (string, bool) { return bin + ":" + os.Getenv("PATH"), true }
+	seen := func(g executor.GPU) func() ([]executor.GPU, bool) {
+		return func() ([]executor.GPU, bool) { return []executor.GPU{g}, true }
+	}
+	h100 := executor.GPU{Index: 0, UUID: "GPU-c0ffee", Name: "NVIDIA H100", MemoryTotalMB: 81920, MemoryUsedMB: 7}
+	lost := executor.GPU{Index: 0, Error: "GPU requires reset"}
 	tests := []struct {
 		name      string
 		find      Finding
 		wantKey   string
+		wantUsed  int
 		wantReads int
+		wantSMI   int
 	}{
-		{"its own PATH", Finding{}, "index-0", 0},
-		{"a login shell", Finding{Login: true}, "GPU-5eed", 1},
-		{"a login shell, no PATH known yet", Finding{Login: true, Path: func() (string, bool) { return "", false }}, "GPU-5eed", 1},
-		{"the PATH a job shell read", Finding{Login: true, Path: func() (string, bool) { return bin + ":" + os.Getenv("PATH"), true }}, "GPU-5eed", 0},
+		{"its own PATH", Finding{}, "index-0", -1, 0, 0},
+		{"a login shell", Finding{Login: true}, "GPU-5eed", 25, 1, 1},
+		{"a login shell, no PATH known yet", Finding{Login: true, Path: func() (string, bool) { return "", false }}, "GPU-5eed", 25, 1, 1},
+		{"the PATH a job shell read", Finding{Login: true, Path: path}, "GPU-5eed", 25, 0, 1},
+		{"the GPUs the coordinator just saw", Finding{Login: true, Path: path, Seen: seen(h100)}, "GPU-c0ffee", 7, 0, 0},
+		{"none seen lately", Finding{Login: true, Path: path, Seen: func() ([]executor.GPU, bool) { return nil, false }}, "GPU-5eed", 25, 0, 1},
+		{"a GPU seen that nvidia-smi could not read", Finding{Login: true, Path: path, Seen: seen(lost)}, "GPU-5eed", 25, 0, 1},
 	}
 	for _, tt := range tests {
 		os.Remove(filepath.Join(home, "reads"))
+		os.Remove(filepath.Join(home, "smi"))
 		ls := New(inHome, "node", t.TempDir(), heartbeat, linger, 0, tt.find)
 		l, err := ls.Lock(context.Background(), 0, "runP")
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
 		reads, _ := os.ReadFile(filepath.Join(home, "reads"))
-		if l.Key() != tt.wantKey || strings.Count(string(reads), "\n") != tt.wantReads {
-			t.Errorf("%s: key %q, profile read %d times; want %q, %d", tt.name, l.Key(), strings.Count(string(reads), "\n"), tt.wantKey, tt.wantReads)
+		smiRuns, _ := os.ReadFile(filepath.Join(home, "smi"))
+		if l.Key() != tt.wantKey || l.UsedMB() != tt.wantUsed || strings.Count(string(reads), "\n") != tt.wantReads || strings.Count(string(smiRuns), "\n") != tt.wantSMI {
+			t.Errorf("%s: key %q, %d MiB used, profile read %d times, nvidia-smi run %d times; want %q, %d, %d, %d", tt.name,
+				l.Key(), l.UsedMB(), strings.Count(string(reads), "\n"), strings.Count(string(smiRuns), "\n"), tt.wantKey, tt.wantUsed, tt.wantReads, tt.wantSMI)
 		}
 		l.Release()
 		ls.Close()
