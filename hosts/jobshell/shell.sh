@@ -208,11 +208,12 @@ _g_said() {
 # its options.
 _g_saved() {
   local f o
+  builtin declare -F >"$_g_flag.d/fns"
   while IFS=' ' builtin read -r _ o f; do
     case $f in _g_*) continue ;; esac
     builtin declare -f "$f"
     case $o in -f | "") ;; *) builtin echo "builtin declare $o $f" ;; esac
-  done <<<"$(builtin declare -F)"
+  done <"$_g_flag.d/fns"
   builtin echo "#gpudispatch-aliases"
   builtin alias -p
   builtin trap -p
@@ -347,10 +348,11 @@ if [ -n "$_g_profiled" ]; then
     _g_cap=
   fi
   # A clean shell for this script, whatever the profile named its functions
-  # (a "cd" or a "read") or set.
+  # (a "cd" or a "read") or set. Their names go through a file: no fork.
+  builtin declare -F >"$_g_flag.d/fns"
   while IFS=' ' builtin read -r _ _ _g_f; do
     case $_g_f in _g_*) ;; *) builtin unset -f "$_g_f" ;; esac
-  done <<<"$(builtin declare -F)"
+  done <"$_g_flag.d/fns"
   builtin unalias -a
   builtin trap - ERR DEBUG RETURN
   builtin trap '_g_forward' TERM
@@ -532,7 +534,8 @@ _g_tees() {
 # in a job's fork $$ is the starter's, which sends a TERM it gets on to
 # the job) that forks the jobs. It is sent first its set-up (init): the
 # variables of this shell but this script's, the profile's functions, and
-# what else the profile set (_g_sstate) and its options (_g_sopts); it
+# what else the profile set (_g_sstate) and its options (_g_sopts), and a
+# file of the shell's directory to note its own options in (no fork); it
 # keeps six variables of its own, so that a job's fork has little to put
 # away and nothing to define (freeing and defining cost a copy of each
 # page they touch there). Then, sent a job's code (8 digits of length,
@@ -548,11 +551,12 @@ IFS= builtin read -r -N 8 -u "$_g_in" _g_n && IFS= builtin read -r -N "$((10#$_g
 builtin eval "$_g_rc"
 builtin set --
 declare -A _g_have=()
-while IFS= builtin read -r _g_n; do _g_have[$_g_n]=1; done <<<"$(builtin set +o; builtin shopt -p)"
+{ builtin set +o; builtin shopt -p; } >"$_g_sfile"
+while IFS= builtin read -r _g_n; do _g_have[$_g_n]=1; done <"$_g_sfile"
 while IFS= builtin read -r _g_n; do
   builtin [ -z "$_g_n" ] || builtin [ -n "${_g_have[$_g_n]+1}" ] || _g_sstate+=$_g_n$'"'"'\n'"'"'
 done <<<"$_g_sopts"
-builtin unset -v _g_have _g_sopts _g_n _g_rc
+builtin unset -v _g_have _g_sopts _g_sfile _g_n _g_rc
 builtin trap '"'"'builtin [ -z "${_g_pid-}" ] || builtin kill -TERM -- -"$_g_pid" 2>/dev/null'"'"' TERM
 while IFS= builtin read -r -N 8 -u "$_g_in" _g_n && IFS= builtin read -r -N "$((10#$_g_n))" -u "$_g_in" _g_rc; do
   builtin set -m
@@ -578,11 +582,11 @@ _g_spawn() {
   exec {_g_jo}>&-
   _g_bk=${_g_sp[0]} _g_to=${_g_sp[1]}
   local init
-  printf -v init '%s\nbuiltin eval %q 2>/dev/null\n_g_sstate=%q _g_sopts=%q\n' \
+  printf -v init '%s\nbuiltin eval %q 2>/dev/null\n_g_sstate=%q _g_sopts=%q _g_sfile=%q\n' \
     "$(
       builtin unset -v "${_g_specials[@]}" "${!_g_@}" BASHOPTS SHELLOPTS BASH_VERSINFO EUID PPID UID 2>/dev/null
       builtin declare -p
-    )" "$_g_fstate" "$_g_state" "$_g_opts"
+    )" "$_g_fstate" "$_g_state" "$_g_opts" "$_g_flag.d/opts"
   printf '%08d%s' "${#init}" "$init" >&"$_g_to"
 }
 # _g_dollar is the code of a job's own bash, for a job that names $$: $1
