@@ -32,8 +32,35 @@ type State struct {
 	Reader string
 }
 
-// parts is the state's parts a copy reads, in its order.
-func (st *State) parts() []string { return []string{st.At, st.Dir, st.Vars, st.Saved, st.Reader} }
+// parts is the state's parts a copy reads, in its order: Saved as the
+// reader splits it (splitSaved).
+func (st *State) parts() []string {
+	funcs, rest, opts := splitSaved(st.Saved)
+	return []string{st.At, st.Dir, st.Vars, funcs, rest, opts, st.Reader}
+}
+
+// Markers in what a shell saves of its profile's set-up (_g_saved in
+// shell.sh): functions, the aliases marker, aliases and traps, the options
+// marker, options.
+const (
+	aliasesMark = "#gpudispatch-aliases\n"
+	optsMark    = "\n#opts\n"
+)
+
+// splitSaved cuts a State's Saved as shell.sh cuts it for a job's fork:
+// the functions (the starter's), the aliases and traps (each job's), the
+// options. Bash takes a millisecond or two to cut a few kilobytes with
+// its patterns: a copy is given the parts.
+func splitSaved(s string) (funcs, rest, opts string) {
+	rest = s
+	if before, after, ok := strings.Cut(rest, optsMark); ok {
+		rest, opts = before+"\n", after
+	}
+	if before, after, ok := strings.Cut(rest, aliasesMark); ok {
+		funcs, rest = before, after
+	}
+	return funcs, rest, opts
+}
 
 // stateParts is how many parts a hello's state has: a copy's four, then
 // Path.
@@ -47,8 +74,8 @@ func stateSize(line []byte) (int, bool) {
 	}
 	total := 0
 	for i, x := range f {
-		// A copy reads each of its parts with read -N, which must be given
-		// at least a byte; a PATH may be empty.
+		// A copy reads the reader's parts with read -N, and must be given
+		// at least a byte of each; a PATH may be empty.
 		n, err := strconv.Atoi(x)
 		if err != nil || n < 0 || n == 0 && i < stateParts-1 || n > maxState {
 			return 0, false

@@ -7,7 +7,7 @@
 # (seconds, 0 for none), login ("slot", "share", "copy", "job" or "none"),
 # then the prelude's: interactive ("1" or empty), workdir, conda env, venv,
 # modules (a line each), setup, the count of the host's variables and each
-# "NAME=value" — for "copy", then the byte lengths of the five parts of a
+# "NAME=value" — for "copy", then the byte lengths of the seven parts of a
 # state (space-separated, NUL-terminated) and the parts — then records:
 # "c" to cancel the running job, "q" to end the
 # shell (what is kept of its last job is home), and for each job "j", the
@@ -127,6 +127,8 @@ if [ ! -O "$_g_flag.d" ] || [ -L "$_g_flag.d" ]; then
   echo "gpudispatch: cannot make the directory $_g_flag.d" >&2
   exit 126
 fi
+# The options a bash has as it starts, as the starter will (see _g_odiff).
+{ builtin set +o; builtin shopt -p; } >"$_g_flag.d/opts" 2>/dev/null
 # The set-up (the profile, then the workdir, modules, conda env, venv and
 # setup) has $_g_limit seconds (0: no limit). A watchdog that reads a pipe
 # only this shell writes to ends a shell still in it then with SIGUSR2,
@@ -227,6 +229,7 @@ _g_specials=(RANDOM SRANDOM SECONDS LINENO HISTCMD EPOCHSECONDS EPOCHREALTIME
   BASH_ARGV BASH_ARGC BASH_SOURCE BASH_LINENO FUNCNAME BASH_COMMAND BASH_ARGV0
   BASH_EXECUTION_STRING BASH_SUBSHELL BASHPID PIPESTATUS PWD OLDPWD SHLVL _ COLUMNS LINES)
 _g_unfit=
+_g_odiff=
 _g_profiled=
 _g_ref=
 _g_asis=
@@ -238,16 +241,21 @@ if [ "$_g_login" = copy ]; then
   # A copy of another job shell of this machine that read the profile and
   # prepared for the same prelude (login "share"): when it began to read
   # the profile (microseconds since 1970), the directory it was in, its
-  # variables and umask, what _g_saved printed, and its tag, each with
-  # its byte length first. It reads no profile: the machine does that once.
+  # variables and umask, what _g_saved printed in three (its functions,
+  # the rest, its options: as the reader splits it below, which costs
+  # bash a millisecond or two), and its tag, each with its byte length
+  # first. It reads no profile: the machine does that once.
   IFS= read -r -d '' _g_n || exit 125
   # shellcheck disable=SC2086 # the lengths are meant to be split into words
   set -- $_g_n
   LC_ALL=C IFS= read -r -N "$1" _g_at || exit 125
   LC_ALL=C IFS= read -r -N "$2" _g_cwd || exit 125
   LC_ALL=C IFS= read -r -N "$3" _g_vars || exit 125
-  LC_ALL=C IFS= read -r -N "$4" _g_state || exit 125
-  LC_ALL=C IFS= read -r -N "$5" _g_from || exit 125
+  _g_fstate='' _g_state='' _g_opts=''
+  [ "$4" = 0 ] || LC_ALL=C IFS= read -r -N "$4" _g_fstate || exit 125
+  [ "$5" = 0 ] || LC_ALL=C IFS= read -r -N "$5" _g_state || exit 125
+  [ "$6" = 0 ] || LC_ALL=C IFS= read -r -N "$6" _g_opts || exit 125
+  LC_ALL=C IFS= read -r -N "$7" _g_from || exit 125
   set --
   _g_profiled=1
   builtin eval "$_g_vars" 2>/dev/null
@@ -317,13 +325,18 @@ if [ -n "$_g_profiled" ]; then
   # a file in the shell's own directory (which goes with it): its
   # descriptor, _g_ref, stays open for its time, when the profile was read.
   # The file is as old as when the reader began to read the profile: a
-  # profile file changed since is newer. A copy takes its
-  # reader's file while it is there (it holds the state, and is as old):
-  # no process of its own; else it makes one.
+  # profile file changed since is newer. A copy, which has its state
+  # already, takes its reader's file while it is there (as old): no
+  # process of its own; else it makes an empty one.
   _g_tmp=$_g_flag.d/ref
-  if [ "$_g_login" = copy ] && [ -O "$_g_spool/$_g_from.d/ref" ] && { exec {_g_ref}<"$_g_spool/$_g_from.d/ref"; } 2>/dev/null; then
-    :
-  elif if [ -n "$_g_inter" ] || [ "$_g_login" = copy ]; then
+  if [ "$_g_login" = copy ]; then
+    if [ -O "$_g_spool/$_g_from.d/ref" ] && { exec {_g_ref}<"$_g_spool/$_g_from.d/ref"; } 2>/dev/null; then
+      :
+    elif : 2>/dev/null >"$_g_tmp"; then
+      builtin command touch -d "@${_g_at%??????}.${_g_at#"${_g_at%??????}"}" -- "$_g_tmp" 2>/dev/null
+      exec {_g_ref}<"$_g_tmp"
+    fi
+  elif if [ -n "$_g_inter" ]; then
     builtin printf '%s' "$_g_state" 2>/dev/null >"$_g_tmp"
   else
     _g_saved 2>/dev/null >"$_g_tmp"
@@ -361,23 +374,35 @@ if [ -n "$_g_profiled" ]; then
   # A job's fork takes back only the options the profile set otherwise
   # than the starter has them (a hundred lines fewer to evaluate per job;
   # see _g_scode). A bash of a job's own (one that names $$) takes back
-  # all of them.
-  _g_opts=
-  case $_g_state in
-    *$'\n#opts\n'*)
-      _g_opts=${_g_state#*$'\n#opts\n'}
-      _g_state=${_g_state%%$'\n#opts\n'*}$'\n'
-      ;;
-  esac
-  # The functions are defined once, in the starter; the aliases and traps
-  # in each job.
-  _g_fstate=
-  case $_g_state in
-    *'#gpudispatch-aliases'$'\n'*)
-      _g_fstate=${_g_state%%'#gpudispatch-aliases'$'\n'*}
-      _g_state=${_g_state#*'#gpudispatch-aliases'$'\n'}
-      ;;
-  esac
+  # all of them. The functions are defined once, in the starter; the
+  # aliases and traps in each job. A copy was given them apart (splitSaved
+  # in share.go does as this does).
+  if [ "$_g_login" != copy ]; then
+    _g_opts=
+    case $_g_state in
+      *$'\n#opts\n'*)
+        _g_opts=${_g_state#*$'\n#opts\n'}
+        _g_state=${_g_state%%$'\n#opts\n'*}$'\n'
+        ;;
+    esac
+    _g_fstate=
+    case $_g_state in
+      *'#gpudispatch-aliases'$'\n'*)
+        _g_fstate=${_g_state%%'#gpudispatch-aliases'$'\n'*}
+        _g_state=${_g_state#*'#gpudispatch-aliases'$'\n'}
+        ;;
+    esac
+  fi
+  # _g_odiff is the options the profile set otherwise than a bash has
+  # them as it starts, for the starter: a hundred lines fewer to evaluate
+  # per job. The lists go through a file (no fork, no byte-by-byte read).
+  declare -A _g_have=()
+  while IFS= read -r _g_n; do _g_have[$_g_n]=1; done <"$_g_flag.d/opts"
+  printf '%s\n' "$_g_opts" >"$_g_flag.d/opts"
+  while IFS= read -r _g_n; do
+    [ -z "$_g_n" ] || [ -n "${_g_have[$_g_n]+1}" ] || _g_odiff+=$_g_n$'\n'
+  done <"$_g_flag.d/opts"
+  unset -v _g_have
 elif [ -n "$_g_asis" ]; then
   _g_prepare </dev/null >/dev/null 2>&1
 else
@@ -534,9 +559,9 @@ _g_tees() {
 # in a job's fork $$ is the starter's, which sends a TERM it gets on to
 # the job) that forks the jobs. It is sent first its set-up (init): the
 # variables of this shell but this script's, the profile's functions, and
-# what else the profile set (_g_sstate) and its options (_g_sopts), and a
-# file of the shell's directory to note its own options in (no fork); it
-# keeps six variables of its own, so that a job's fork has little to put
+# what else the profile set, with the options it set otherwise than the
+# starter has them (_g_sstate, see _g_odiff); it keeps six variables of
+# its own, so that a job's fork has little to put
 # away and nothing to define (freeing and defining cost a copy of each
 # page they touch there). Then, sent a job's code (8 digits of length,
 # then the code, on its stdin), it forks it in a process group of its own,
@@ -550,13 +575,7 @@ builtin eval "exec $1>&-"
 IFS= builtin read -r -N 8 -u "$_g_in" _g_n && IFS= builtin read -r -N "$((10#$_g_n))" -u "$_g_in" _g_rc || builtin exit 125
 builtin eval "$_g_rc"
 builtin set --
-declare -A _g_have=()
-{ builtin set +o; builtin shopt -p; } >"$_g_sfile"
-while IFS= builtin read -r _g_n; do _g_have[$_g_n]=1; done <"$_g_sfile"
-while IFS= builtin read -r _g_n; do
-  builtin [ -z "$_g_n" ] || builtin [ -n "${_g_have[$_g_n]+1}" ] || _g_sstate+=$_g_n$'"'"'\n'"'"'
-done <<<"$_g_sopts"
-builtin unset -v _g_have _g_sopts _g_sfile _g_n _g_rc
+builtin unset -v _g_n _g_rc
 builtin trap '"'"'builtin [ -z "${_g_pid-}" ] || builtin kill -TERM -- -"$_g_pid" 2>/dev/null'"'"' TERM
 while IFS= builtin read -r -N 8 -u "$_g_in" _g_n && IFS= builtin read -r -N "$((10#$_g_n))" -u "$_g_in" _g_rc; do
   builtin set -m
@@ -582,11 +601,11 @@ _g_spawn() {
   exec {_g_jo}>&-
   _g_bk=${_g_sp[0]} _g_to=${_g_sp[1]}
   local init
-  printf -v init '%s\nbuiltin eval %q 2>/dev/null\n_g_sstate=%q _g_sopts=%q _g_sfile=%q\n' \
+  printf -v init '%s\nbuiltin eval %q 2>/dev/null\n_g_sstate=%q\n' \
     "$(
       builtin unset -v "${_g_specials[@]}" "${!_g_@}" BASHOPTS SHELLOPTS BASH_VERSINFO EUID PPID UID 2>/dev/null
       builtin declare -p
-    )" "$_g_fstate" "$_g_state" "$_g_opts" "$_g_flag.d/opts"
+    )" "$_g_fstate" "$_g_state$_g_odiff"
   printf '%08d%s' "${#init}" "$init" >&"$_g_to"
 }
 # _g_dollar is the code of a job's own bash, for a job that names $$: $1
