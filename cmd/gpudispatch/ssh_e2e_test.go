@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -461,10 +462,12 @@ func TestSSHCancelOfCutOffHostIsCarriedOutByTheNextRun(t *testing.T) {
 
 // A host whose systemd kills a user's processes at logout, for a user with
 // no linger, would kill the jobs left with no coordinator: the run and
-// hosts say so, naming loginctl enable-linger.
+// hosts say so, naming loginctl enable-linger. logind is asked once per
+// boot (its answer is kept in the spool); linger is logind's file for the
+// user, looked at every time.
 func TestSSHWarnsOfKillUserProcesses(t *testing.T) {
 	t.Parallel()
-	l := logindLab(t, "echo 'b true'", "echo no")
+	l, linger := logindLab(t, "echo 'b true'")
 	want := "node1: systemd there kills your processes when your last session ends (KillUserProcesses=yes) and you have no linger"
 	r := labRun(t, l, "true\n", "-i", l.Inventory(""), "-o", "logs")
 	if r.code != 0 || !strings.Contains(r.stderr, "gpudispatch: warning: "+want) || !strings.Contains(r.stderr, "loginctl enable-linger") {
@@ -474,39 +477,66 @@ func TestSSHWarnsOfKillUserProcesses(t *testing.T) {
 	if !strings.Contains(h.stdout, want) {
 		t.Errorf("hosts does not warn:\n%s", h.stdout)
 	}
-}
-
-// logindLab starts a lab of one host whose busctl and loginctl are shell
-// scripts: what systemd-logind answers there.
-func logindLab(t *testing.T, busctl, loginctl string) *sshtest.Lab {
-	t.Helper()
-	fakes := t.TempDir()
-	for name, script := range map[string]string{"busctl": busctl, "loginctl": loginctl} {
-		if err := os.WriteFile(filepath.Join(fakes, name), []byte("#!/bin/sh\n"+script+"\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if asked, _ := os.ReadFile(filepath.Join(l.Hosts[0].Home, "busctl.calls")); strings.Count(string(asked), "\n") != 1 {
+		t.Errorf("logind was asked %d times in two runs, want once", strings.Count(string(asked), "\n"))
 	}
-	return sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1, Env: []string{"PATH=" + fakes + ":/usr/local/bin:/usr/bin:/bin"}})
+	// loginctl enable-linger makes logind's file for the user.
+	if err := os.WriteFile(filepath.Join(linger, me(t)), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if h := labRun(t, l, "", "hosts", "-i", l.Inventory("")); strings.Contains(h.stdout, "KillUserProcesses") {
+		t.Errorf("hosts warns of KillUserProcesses for a user with linger:\n%s", h.stdout)
+	}
 }
 
-// A host whose logind does not answer (busctl or loginctl hangs, as on a
-// server whose D-Bus is stuck) is not waited for beyond --probe-timeout:
-// asking whether it would kill jobs left with no coordinator holds no job
-// back, and the run says it could not tell. A logind that kills no one is
-// not asked about linger.
+// me is the name of the user the tests run as, which they log in as too.
+func me(t *testing.T) string {
+	t.Helper()
+	u, err := user.Current()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Username
+}
+
+// logindLab starts a lab of one host whose busctl is a shell script (what
+// systemd-logind answers there, each call noted in ~/busctl.calls), and
+// returns it with the directory of logind's linger files there.
+func logindLab(t *testing.T, busctl string) (*sshtest.Lab, string) {
+	t.Helper()
+	fakes, linger := t.TempDir(), t.TempDir()
+	script := "#!/bin/sh\necho asked >> \"$HOME/busctl.calls\"\n" + busctl + "\n"
+	if err := os.WriteFile(filepath.Join(fakes, "busctl"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1, Env: []string{"PATH=" + fakes + ":/usr/local/bin:/usr/bin:/bin", "GPUDISPATCH_LINGER_DIR=" + linger}})
+	return l, linger
+}
+
+// A host whose logind does not answer (busctl hangs, as on a server whose
+// D-Bus is stuck) is not waited for beyond --probe-timeout: asking whether
+// it would kill jobs left with no coordinator holds no job back, and the
+// run says it could not tell. A logind that kills no one, or a user with
+// linger, gets no warning.
 func TestSSHStuckLogind(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name, busctl, loginctl string
-		silent                 bool
+		name, busctl string
+		linger       bool
+		silent       bool
 	}{
-		{"busctl hangs", "exec sleep 300", "echo no", true},
-		{"loginctl hangs", "echo 'b true'", "exec sleep 300", true},
-		{"no kill, loginctl unasked", "echo 'b false'", "exec sleep 300", false},
+		{"busctl hangs", "exec sleep 300", false, true},
+		{"no kill", "echo 'b false'", false, false},
+		{"kill, but linger", "echo 'b true'", true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			l := logindLab(t, tc.busctl, tc.loginctl)
+			l, linger := logindLab(t, tc.busctl)
+			if tc.linger {
+				if err := os.WriteFile(filepath.Join(linger, me(t)), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 			out := runWithin(t, labCmd(t, l, "true\n", "-i", l.Inventory(""), "-o", "logs", "--probe-timeout", "1s"), time.Minute, "the host's logind")
 			if n := count(journal(t, filepath.Join(l.Dir, "logs")), "started"); n != 1 {
 				t.Errorf("%d jobs started, want 1", n)

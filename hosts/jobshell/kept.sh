@@ -10,26 +10,40 @@
 # has no linger: jobs left with no coordinator would die then; or the line
 # "!logind-silent" when logind did not answer within $1 seconds (a stuck
 # logind or D-Bus holds no host's opening beyond that; where timeout(1) is
-# missing, the ask is not bounded).
-limit=()
-if command -v timeout >/dev/null; then limit=(timeout -k 1 "${1:-20}"); fi
-if command -v busctl >/dev/null && command -v loginctl >/dev/null; then
-  kill=$("${limit[@]}" busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager KillUserProcesses 2>/dev/null </dev/null)
-  case $? in
-  124 | 137) echo '!logind-silent' ;;
-  *)
-    # Linger matters only where logind kills: most hosts are asked once.
-    if [ "$kill" = "b true" ]; then
-      linger=$("${limit[@]}" loginctl show-user "$(id -un)" --property=Linger --value 2>/dev/null </dev/null)
-      case $? in
-      124 | 137) echo '!logind-silent' ;;
-      *) if [ "$linger" != yes ]; then echo '!kill-at-logout'; fi ;;
-      esac
-    fi
-    ;;
+# missing, the ask is not bounded). logind's answer is kept in the spool
+# for the boot, until one of its configuration files changes; linger is
+# the file logind keeps for it ($GPUDISPATCH_LINGER_DIR in tests).
+spool=$HOME/.gpudispatch/jobs
+if command -v busctl >/dev/null; then
+  asked=$spool/.logind
+  boot=
+  IFS= read -r boot </proc/sys/kernel/random/boot_id 2>/dev/null
+  kill=
+  if [ -n "$boot" ] && [ -f "$asked" ] && IFS=' ' read -r was cached <"$asked" && [ "$was" = "$boot" ]; then
+    kill=$cached
+    shopt -s nullglob
+    for f in /etc/systemd/logind.conf /{etc,run,usr/local/lib,usr/lib}/systemd/logind.conf.d{,/*.conf}; do
+      if [ "$f" -nt "$asked" ]; then
+        kill=
+        break
+      fi
+    done
+    shopt -u nullglob
+  fi
+  if [ -z "$kill" ]; then
+    limit=()
+    if command -v timeout >/dev/null; then limit=(timeout -k 1 "${1:-20}"); fi
+    kill=$("${limit[@]}" busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager KillUserProcesses 2>/dev/null </dev/null)
+    case $? in
+      124 | 137) kill=silent ;;
+      *) if [ -n "$boot" ] && [ -n "$kill" ] && [ -d "$spool" ]; then printf '%s %s\n' "$boot" "$kill" >"$asked"; fi ;;
+    esac
+  fi
+  case $kill in
+    silent) echo '!logind-silent' ;;
+    "b true") [ -e "${GPUDISPATCH_LINGER_DIR:-/var/lib/systemd/linger}/${USER:-$(id -un)}" ] || echo '!kill-at-logout' ;;
   esac
 fi
-spool=$HOME/.gpudispatch/jobs
 for rec in "$spool"/*.job; do
   [ -s "$rec" ] || continue
   {
