@@ -10,8 +10,9 @@
 # has no linger: jobs left with no coordinator would die then; or the line
 # "!logind-silent" when logind did not answer within $1 seconds (a stuck
 # logind or D-Bus holds no host's opening beyond that; where timeout(1) is
-# missing, the ask is not bounded). logind's answer is kept in the spool
-# for the boot, until one of its configuration files changes; linger is
+# missing, the ask is not bounded). logind's answer (or that there is no
+# system bus to ask) is kept in the spool for the boot, until one of its
+# configuration files changes; linger is
 # the file logind keeps for it ($GPUDISPATCH_LINGER_DIR in tests).
 spool=$HOME/.gpudispatch/jobs
 if command -v busctl >/dev/null; then
@@ -36,7 +37,14 @@ if command -v busctl >/dev/null; then
     kill=$("${limit[@]}" busctl get-property org.freedesktop.login1 /org/freedesktop/login1 org.freedesktop.login1.Manager KillUserProcesses 2>/dev/null </dev/null)
     case $? in
       124 | 137) kill=silent ;;
-      *) if [ -n "$boot" ] && [ -n "$kill" ] && [ -d "$spool" ]; then printf '%s %s\n' "$boot" "$kill" >"$asked"; fi ;;
+      *)
+        # No answer at all (no system bus here) is kept too, as "-".
+        kill=${kill:--}
+        if [ -n "$boot" ] && [ ! -d "$spool" ]; then
+          mkdir -p -- "${spool%/*}" && mkdir -m 0700 -- "$spool"
+        fi 2>/dev/null
+        if [ -n "$boot" ] && [ -O "$spool" ] && [ ! -L "$spool" ]; then printf '%s %s\n' "$boot" "$kill" >"$asked"; fi
+        ;;
     esac
   fi
   case $kill in
