@@ -243,7 +243,9 @@ func TestE2ELiveViewScreens(t *testing.T) {
 			cmd := exec.Command(binary, "--gpus", "0,1,2,3,4,5,6,7", "-o", "logs")
 			cmd.Dir = dir
 			cmd.Env = append(os.Environ(), "HOME="+dir, lockEnv(dir))
-			cmd.Stdin = strings.NewReader(strings.Repeat("sleep 2; echo train.py --model resnet50 --data /scratch/imagenet --lr 0.001 --seed 3\n", 12))
+			// Jobs long enough for the draining to last past a slow
+			// machine's look at the screen.
+			cmd.Stdin = strings.NewReader(strings.Repeat("sleep 5; echo train.py --model resnet50 --data /scratch/imagenet --lr 0.001 --seed 3\n", 12))
 			scr, copied := onPTY(t, cmd, size.cols, size.rows, false)
 			t.Cleanup(func() { cmd.Process.Kill() })
 			running := waitOn(t, scr, "eight jobs running", func(s string) bool { return strings.Contains(s, "8 running") })

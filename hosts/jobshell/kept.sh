@@ -11,12 +11,12 @@
 # "!logind-silent" when logind did not answer within $1 seconds (a stuck
 # logind or D-Bus holds no host's opening beyond that; where timeout(1) is
 # missing, the ask is not bounded). logind's answer (or that there is no
-# system bus to ask) is kept in the spool for the boot, until one of its
-# configuration files changes; linger is
+# system bus to ask) is kept for the boot, until one of its
+# configuration files changes (~/.gpudispatch/logind); linger is
 # the file logind keeps for it ($GPUDISPATCH_LINGER_DIR in tests).
 spool=$HOME/.gpudispatch/jobs
 if command -v busctl >/dev/null; then
-  asked=$spool/.logind
+  asked=${spool%/*}/logind
   boot=
   IFS= read -r boot </proc/sys/kernel/random/boot_id 2>/dev/null
   kill=
@@ -40,10 +40,8 @@ if command -v busctl >/dev/null; then
       *)
         # No answer at all (no system bus here) is kept too, as "-".
         kill=${kill:--}
-        if [ -n "$boot" ] && [ ! -d "$spool" ]; then
-          mkdir -p -- "${spool%/*}" && mkdir -m 0700 -- "$spool"
-        fi 2>/dev/null
-        if [ -n "$boot" ] && [ -O "$spool" ] && [ ! -L "$spool" ]; then printf '%s %s\n' "$boot" "$kill" >"$asked"; fi
+        if [ -n "$boot" ] && [ ! -d "${spool%/*}" ]; then mkdir -p -- "${spool%/*}" 2>/dev/null; fi
+        if [ -n "$boot" ] && [ -O "${spool%/*}" ] && [ ! -L "${spool%/*}" ]; then printf '%s %s\n' "$boot" "$kill" >"$asked"; fi
         ;;
     esac
   fi
