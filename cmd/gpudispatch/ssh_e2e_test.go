@@ -339,25 +339,34 @@ func TestSSHCoordinatorKilledJobsRunOnAndAreReadopted(t *testing.T) {
 // its log had, to the job's own end. Every line (one every 100 ms) is in
 // the log once, in order; the job ran once and finished once.
 //
-//   - paused: the coordinator stopped for two minutes (a laptop's lid
-//     closed: SIGSTOP), the job outlasting the pause;
-//   - cut: the host's sshd killed for 90 s, every connection with it,
-//     while the host and the job live on (its network went away).
+//   - paused: the coordinator stopped (a laptop's lid closed: SIGSTOP),
+//     the job outlasting the pause;
+//   - cut: the host's sshd killed, every connection with it, while the
+//     host and the job live on (its network went away).
+//
+// Where CI asks for it (GPUDISPATCH_FULL_FAULTS), at full length with the
+// default keepalive: a pause of two minutes, a cut of 90 s. Otherwise 20 s
+// and 15 s, with --keepalive 2s: as far past the keepalives, in a sixth of
+// the time.
 func TestSSHJobOutlivesItsCoordinatorAndNetwork(t *testing.T) {
 	t.Parallel()
+	pause, cut, flags := 20*time.Second, 15*time.Second, []string{"--keepalive", "2s"}
+	if os.Getenv("GPUDISPATCH_FULL_FAULTS") != "" {
+		pause, cut, flags = 120*time.Second, 90*time.Second, nil
+	}
 	for _, tc := range []struct {
 		name  string
-		lines int // about 100 ms each
+		lines int // about 100 ms each: the job outlasts the fault by 10 s
 		fault func(l *sshtest.Lab, coordinator *os.Process)
 	}{
-		{"paused", 1300, func(_ *sshtest.Lab, p *os.Process) {
+		{"paused", int((pause + 10*time.Second) / (100 * time.Millisecond)), func(_ *sshtest.Lab, p *os.Process) {
 			p.Signal(syscall.SIGSTOP)
-			time.Sleep(120 * time.Second)
+			time.Sleep(pause)
 			p.Signal(syscall.SIGCONT)
 		}},
-		{"cut", 1000, func(l *sshtest.Lab, _ *os.Process) {
+		{"cut", int((cut + 10*time.Second) / (100 * time.Millisecond)), func(l *sshtest.Lab, _ *os.Process) {
 			l.Hosts[0].Cut()
-			time.Sleep(90 * time.Second)
+			time.Sleep(cut)
 			l.Hosts[0].Start()
 		}},
 	} {
@@ -368,7 +377,7 @@ func TestSSHJobOutlivesItsCoordinatorAndNetwork(t *testing.T) {
 			effects := filepath.Join(l.Dir, "effects")
 			logJournalOnFailure(t, logDir)
 			job := fmt.Sprintf("echo ran >> %s; for i in $(seq 1 %d); do echo line $i; sleep 0.1; done\n", effects, tc.lines)
-			cmd := labCmd(t, l, job, "-i", l.Inventory(""), "-o", "logs")
+			cmd := labCmd(t, l, job, append([]string{"-i", l.Inventory(""), "-o", "logs"}, flags...)...)
 			var errOut bytes.Buffer
 			cmd.Stderr = &errOut
 			if err := cmd.Start(); err != nil {
@@ -802,10 +811,9 @@ func TestSSHBinaryOutput(t *testing.T) {
 }
 
 // On a remote host the login profile is read once for all its slots (the
-// GPU lock holder, which finds nvidia-smi on its PATH, is given that PATH),
-// or per job with login: per_job (and once more by the lock holder, and
-// by the run's look at what others use on the GPUs), and its variables
-// reach the jobs.
+// GPU lock holder, which takes the GPUs the run just looked at, reads
+// none), or per job with login: per_job (and once more by the run's look
+// at what others use on the GPUs), and its variables reach the jobs.
 func TestSSHLoginPerSlotOrJob(t *testing.T) {
 	t.Parallel()
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
@@ -816,7 +824,7 @@ func TestSSHLoginPerSlotOrJob(t *testing.T) {
 	for _, tt := range []struct {
 		login string
 		reads int
-	}{{"per_slot", 1}, {"per_job", 3 + 2}} {
+	}{{"per_slot", 1}, {"per_job", 3 + 1}} {
 		os.Remove(filepath.Join(h.Home, "reads"))
 		inv := filepath.Join(l.Dir, tt.login+".yaml")
 		os.WriteFile(inv, []byte(fmt.Sprintf("ssh_config: %s\nhosts:\n  - name: node1\n    gpus: [0]\n    login: %s\n", l.SSHConfig, tt.login)), 0o644)
