@@ -410,9 +410,9 @@ func (l *Lab) step(h, addr, doing string) {
 }
 
 // open readies one host: a runner for it, its GPUs, or why not.
-func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Host) (HostState, Runner) {
+func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Host) (st HostState, opened Runner) {
 	o := l.opts
-	st := HostState{Host: h, Addr: "local"}
+	st = HostState{Host: h, Addr: "local"}
 	sup := jobshell.Supervision{Heartbeat: o.Keepalive, Grace: o.Grace, SetupLimit: o.SetupTimeout, KeepCode: o.KeepCode}
 	switch {
 	case h.Local:
@@ -425,8 +425,13 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	// A GPU lock holder takes the GPUs the run just looked at.
 	seen := func() ([]executor.GPU, bool) { return l.probes.seen(h.Name) }
 	var r machine = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name, ProbeTimeout: o.ProbeTimeout, seen: seen}
-	// release lets go of the host's pool when the host is left out.
+	// A host left out (no Runner) lets go of its pool.
 	release := func() {}
+	defer func() {
+		if opened == nil {
+			release()
+		}
+	}()
 	var login spawn.Func = spawn.Local
 	waitUp := func(context.Context) error { return nil }
 	l.step(h.Name, st.Addr, "starting")
@@ -468,7 +473,6 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			// wait for it.
 			if sshpool.Refused(err) || sshpool.NoSuchHost(err) || h.AutoGPUs {
 				st.mends = !sshpool.Refused(err) && !sshpool.NoSuchHost(err)
-				release()
 				return st, nil
 			}
 			st.Retrying = true
@@ -489,7 +493,6 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 				st.Retrying = true
 				return st, c
 			}
-			release()
 			return st, nil
 		}
 		return st, c
@@ -520,7 +523,6 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	l.step(h.Name, st.Addr, "checking its GPU lock dir")
 	if err := r.checkLockDir(ctx); err != nil {
 		st.Err = err
-		release()
 		return st, nil
 	}
 	if rem, ok := r.(*Remote); ok && h.Sync != "" && o.WarmCode {
@@ -546,7 +548,6 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 				// A driver that fails or hangs may mend; no nvidia-smi at
 				// all, or no GPU, will not.
 				st.mends = st.GPUErr != nil && !errors.Is(st.GPUErr, ErrNoNvidiaSMI)
-				release()
 				return st, nil
 			}
 			st.Host.GPUs = nil
@@ -560,7 +561,6 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 			}
 			if len(st.Host.GPUs) == 0 {
 				st.Err = fmt.Errorf("gpus: auto: nvidia-smi cannot reach any of its GPUs: %s", st.GPUs[0].Error)
-				release()
 				return st, nil
 			}
 			st.Host.AutoGPUs = false
