@@ -31,7 +31,10 @@ func hint(stderrPath, host string, local bool) string {
 	if st, err := f.Stat(); err == nil && st.Size() > hintTail {
 		f.Seek(st.Size()-hintTail, io.SeekStart)
 	}
-	b, _ := io.ReadAll(io.LimitReader(f, hintTail))
+	b, err := io.ReadAll(io.LimitReader(f, hintTail))
+	if err != nil {
+		return "" // no hint for a log that cannot be read
+	}
 	m := notFound.FindSubmatch(b)
 	if m == nil {
 		return ""

@@ -380,33 +380,48 @@ func talk(sh *shell, s *executor.Code, log string, keep time.Duration, sent *Sen
 	if err := in.Flush(); err != nil {
 		return "", fmt.Errorf("%w: %v", errGone, err)
 	}
-	word, _ := out.ReadString('\n')
-	for {
+	// next reads the shell's next line, or says it ended before.
+	next := func() (string, error) {
+		line, err := out.ReadString('\n')
+		if err != nil {
+			return "", fmt.Errorf("the store's shell ended before it answered whole: %w", err)
+		}
+		return strings.TrimSuffix(line, "\n"), nil
+	}
+	// Its warnings, then its word: a shell that ended before its word
+	// (one that was warm) may be asked again.
+	word, err := next()
+	for err == nil {
 		warning, ok := strings.CutPrefix(word, "warn ")
 		if !ok {
 			break
 		}
-		sent.Warnings = append(sent.Warnings, strings.TrimSuffix(warning, "\n"))
-		word, _ = out.ReadString('\n')
+		sent.Warnings = append(sent.Warnings, warning)
+		word, err = next()
 	}
-	store, _ := out.ReadString('\n')
-	store = strings.TrimSuffix(store, "\n")
+	if err != nil {
+		return "", errGone
+	}
+	store, err := next()
+	if err != nil {
+		return "", err
+	}
 	dir := store + "/work/" + log + "/" + s.ID
 	switch word {
-	case "have\n":
+	case "have":
 		return dir, nil
-	case "need\n":
-	case "":
-		return "", errGone
+	case "need":
 	default:
 		return "", fmt.Errorf("the store's shell answered %q", word)
 	}
-	tmp, _ := out.ReadString('\n')
-	base, err := out.ReadString('\n')
+	tmp, err := next()
 	if err != nil {
-		return "", errors.New("the store's shell ended before it answered")
+		return "", err
 	}
-	tmp, base = strings.TrimSuffix(tmp, "\n"), strings.TrimSuffix(base, "\n")
+	base, err := next()
+	if err != nil {
+		return "", err
+	}
 	// The tar stream's names are the store's (tar runs there): short
 	// names travel in one header.
 	tmp, ok := strings.CutPrefix(tmp, store+"/")
@@ -521,9 +536,12 @@ func talk(sh *shell, s *executor.Code, log string, keep time.Duration, sent *Sen
 	if err := end(); err != nil {
 		return "", err
 	}
-	answer, _ := out.ReadString('\n')
-	if answer != "built\n" {
-		return "", errors.New("the tree was not built")
+	answer, err := next()
+	if err != nil {
+		return "", err
+	}
+	if answer != "built" {
+		return "", fmt.Errorf("the tree was not built: the store's shell answered %q", answer)
 	}
 	return dir, nil
 }
