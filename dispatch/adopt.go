@@ -113,8 +113,7 @@ func (r *run) adopt(q *queued, e Event) bool {
 	}
 	logs, outOff, errOff, err := appendLogs(e.Stdout, e.Stderr, r.fileMode)
 	if err != nil {
-		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Job: q.job.ID(),
-			Error: fmt.Sprintf("cannot follow attempt %d, which may still run on %s: %v; it is run again", e.Attempt, e.Host, err)})
+		r.record(r.warning("", q.job.ID(), fmt.Sprintf("cannot follow attempt %d, which may still run on %s: %v; it is run again", e.Attempt, e.Host, err)))
 		return false
 	}
 	p.mem = p.host.memOf(q.job)

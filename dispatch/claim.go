@@ -339,6 +339,6 @@ func (r *run) unlockAll() {
 // hostWarning is an event about something wrong with h that does not stop
 // its jobs.
 func (r *run) hostWarning(h *hostSlots, err error) Event {
-	e := Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: h.host.Name, Error: err.Error()}
+	e := r.warning(h.host.Name, "", err.Error())
 	return e
 }

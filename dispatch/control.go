@@ -452,8 +452,7 @@ func (r *run) specOf(j *Job) *JobSpec {
 	if len(j.CallerEnv) > 0 {
 		name, err := keepEnv(r.opts.LogDir, j.CallerEnv)
 		if err != nil {
-			r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Job: j.ID(),
-				Error: err.Error() + "; serve --resume runs the job with the server's environment"})
+			r.record(r.warning("", j.ID(), err.Error()+"; serve --resume runs the job with the server's environment"))
 		}
 		spec.EnvFile = name
 	}

@@ -67,8 +67,7 @@ func (r *run) putUp(f fence) {
 func (r *run) putUpEarlier() {
 	for _, e := range r.unstopped {
 		if h := r.sched.table.byName[e.Host]; h == nil || h.removed {
-			r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: e.Host,
-				Error: fmt.Sprintf("attempt %d of job %s (run %s) may still run there, and the host is not in this run's inventory to stop it", e.Attempt, e.Job, e.Run)})
+			r.record(r.warning(e.Host, "", fmt.Sprintf("attempt %d of job %s (run %s) may still run there, and the host is not in this run's inventory to stop it", e.Attempt, e.Job, e.Run)))
 			continue
 		}
 		r.putUp(fence{ended: e})
@@ -127,7 +126,6 @@ func (r *run) fencesUp() bool {
 func (r *run) leaveFences() {
 	for _, f := range r.fenced {
 		e := f.ended
-		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: e.Host,
-			Error: fmt.Sprintf("attempt %d of job %s may still run there: gpudispatch could not reach the host to stop it; the next run on this log dir (--resume or not) stops it once the host answers", e.Attempt, e.Job)})
+		r.record(r.warning(e.Host, "", fmt.Sprintf("attempt %d of job %s may still run there: gpudispatch could not reach the host to stop it; the next run on this log dir (--resume or not) stops it once the host answers", e.Attempt, e.Job)))
 	}
 }

@@ -79,8 +79,7 @@ func (r *run) jobHook(e Event) {
 	}
 	r.hooks.add(cmp.Or(r.opts.Hooks.Jobs, DefaultHookJobs), func() {
 		if err := r.runHook(r.opts.Hooks.JobEnd, env); err != nil {
-			r.hooks.keep(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Job: e.Job,
-				Error: fmt.Sprintf("the job-end hook for job %s %v", e.Job, err)})
+			r.hooks.keep(r.warning("", e.Job, fmt.Sprintf("the job-end hook for job %s %v", e.Job, err)))
 		}
 	})
 }
@@ -125,7 +124,7 @@ func (r *run) runEndHook() {
 		env = append(env, "GPUDISPATCH_"+strings.ToUpper(hookState(o))+"="+strconv.Itoa(r.summary.Counts[o]))
 	}
 	if err := r.runHook(r.opts.Hooks.RunEnd, env); err != nil {
-		r.hooks.keep(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "the run-end hook " + err.Error()})
+		r.hooks.keep(r.warning("", "", "the run-end hook "+err.Error()))
 	}
 }
 

@@ -327,10 +327,10 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 		}
 	}
 	for _, d := range r.damaged {
-		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "--resume: " + d + "; the line was skipped"})
+		r.record(r.warning("", "", "--resume: "+d+"; the line was skipped"))
 	}
 	if r.unfinished > 0 {
-		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: Count(r.unfinished, "job") + " of an earlier run in this log dir did not finish: serve --resume queues them again"})
+		r.record(r.warning("", "", Count(r.unfinished, "job")+" of an earlier run in this log dir did not finish: serve --resume queues them again"))
 	}
 	for _, h := range r.sched.table.hosts {
 		if err := opts.Down[h.host.Name]; err != nil {
@@ -377,8 +377,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 		r.killJobs(executor.ErrDetached)
 		// The lock holders keep the locks of the GPUs whose jobs run on
 		// (hosts/gpulock) once they stop hearing this run.
-		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id,
-			Error: "detached: " + Count(r.inFlight, "running job") + " left running where they run; --resume (or serve --resume) on this log dir re-adopts them"})
+		r.record(r.warning("", "", "detached: "+Count(r.inFlight, "running job")+" left running where they run; --resume (or serve --resume) on this log dir re-adopts them"))
 		return r.summary, nil
 	}
 	r.awaitFences()
@@ -902,8 +901,7 @@ func (r *run) finish(res result) {
 		r.release(p)
 		q.attempts--
 		res.logs.remove()
-		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: p.host.host.Name, Job: j.ID(),
-			Error: res.err.Error() + fmt.Sprintf("; it takes at most %s of this run until one of them ends", Count(p.host.gpus[0].cap, "job"))})
+		r.record(r.warning(p.host.host.Name, j.ID(), res.err.Error()+fmt.Sprintf("; it takes at most %s of this run until one of them ends", Count(p.host.gpus[0].cap, "job"))))
 		r.notStarted(q)
 		r.sched.add(q)
 		return
@@ -1101,7 +1099,7 @@ func (r *run) failWaiting(why func(*Job) string) {
 // anywhere (pinned to a dropped host or GPU) fail, saying why.
 func (r *run) reload(u Update) {
 	if u.Err != nil {
-		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: "inventory edit ignored, the run goes on as it was: " + u.Err.Error()})
+		r.record(r.warning("", "", "inventory edit ignored, the run goes on as it was: "+u.Err.Error()))
 		return
 	}
 	if r.opts.Snapshots == nil {
@@ -1128,10 +1126,10 @@ func (r *run) reload(u Update) {
 		if slices.Contains(u.Opened, name) {
 			what = "left out: "
 		}
-		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: name, Error: what + why.Error()})
+		r.record(r.warning(name, "", what+why.Error()))
 	}
 	for _, w := range u.Warnings {
-		r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Error: w})
+		r.record(r.warning("", "", w))
 	}
 	for name, why := range u.Down {
 		if h := r.sched.table.byName[name]; h != nil {
@@ -1210,6 +1208,11 @@ func (r *run) conclude(e Event) {
 	}
 	r.tellWaiters(e)
 	r.depsEnded(e)
+}
+
+// warning is the run's warning event about host (or "") and job (or "").
+func (r *run) warning(host, job, what string) Event {
+	return Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: host, Job: job, Error: what}
 }
 
 // record writes e to the journal, then tells the reporters. A journal that

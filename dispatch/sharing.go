@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
@@ -21,6 +20,7 @@ func (r *run) sharing(h *hostSlots, g *gpu, usedMB int) {
 		return
 	}
 	g.sharedSaid = true
-	r.record(Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: h.host.Name, GPUs: []executor.GPUID{g.id},
-		Error: fmt.Sprintf("GPU %s is used by others too (%s): this run's jobs there share it; --skip-busy keeps jobs off GPUs that others use", g.id, why)})
+	e := r.warning(h.host.Name, "", fmt.Sprintf("GPU %s is used by others too (%s): this run's jobs there share it; --skip-busy keeps jobs off GPUs that others use", g.id, why))
+	e.GPUs = []executor.GPUID{g.id}
+	r.record(e)
 }

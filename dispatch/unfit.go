@@ -70,7 +70,7 @@ func (r *run) setUnfit(h *hostSlots, q *queued, err error) {
 		if q.job.Conda != "" && q.job.Conda != h.host.Conda {
 			what = fmt.Sprintf("cannot set up jobs with conda=%s, which go to other hosts: ", q.job.Conda)
 		}
-		e := Event{Time: time.Now(), Event: EventWarning, Run: r.id, Host: h.host.Name, Job: q.job.ID(), Error: what + why}
+		e := r.warning(h.host.Name, q.job.ID(), what+why)
 		r.record(e)
 	}
 	now := time.Now()
