@@ -258,6 +258,13 @@ func TestE2ELiveViewScreens(t *testing.T) {
 			if slots != 8 {
 				t.Errorf("the view accounts for %d of 8 slots:\n%s", slots, running)
 			}
+			// Every job started, as the journal says (the view counts a
+			// job whose shell is still being set up as running).
+			for deadline := time.Now().Add(20 * time.Second); count(journal(t, filepath.Join(dir, "logs")), "started") < 8; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("8 jobs did not start within 20 s")
+				}
+			}
 			cmd.Process.Signal(syscall.SIGINT)
 			draining := waitOn(t, scr, "the draining message", func(s string) bool { return strings.Contains(s, "draining") })
 			clean(t, "draining", draining)
