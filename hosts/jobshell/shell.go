@@ -282,18 +282,33 @@ func (ss *Shells) put(sh *shell) {
 	}
 }
 
+// closeWait is how long Close waits for the idle shells it ended to be
+// gone: a shell removes its files as it goes, and the coordinator's end
+// should not leave that under way (a test's temporary home, removed
+// next, was found not empty).
+const closeWait = 2 * time.Second
+
 // Close ends the idle shells and those that become idle from now on, and
-// waits a while for the content store's work on the machine (see
-// codestore.Store.Close).
+// waits a while for them to be gone and for the content store's work on
+// the machine (see codestore.Store.Close).
 func (ss *Shells) Close() {
 	ss.mu.Lock()
 	ss.closed = true
-	for _, sh := range ss.idle {
+	ended := ss.idle
+	for _, sh := range ended {
 		sh.close()
 	}
 	ss.idle = nil
 	ss.mu.Unlock()
 	ss.code.Close()
+	deadline := time.After(closeWait)
+	for _, sh := range ended {
+		select {
+		case <-sh.ended:
+		case <-deadline:
+			return
+		}
+	}
 }
 
 // newMark returns a fresh end mark: hex, so no newline, and unguessable, so
