@@ -6,6 +6,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 	"io"
@@ -24,6 +25,15 @@ var binary string
 func TestMain(m *testing.M) {
 	if code, ok := hostileRole(); ok {
 		os.Exit(code)
+	}
+	// These tests mostly wait: for sshd, for a job's sleep, for a fault to
+	// pass. Six at a time take half the time GOMAXPROCS' two do on a
+	// 2-core machine; -parallel on the command line wins.
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		flag.Set("test.parallel", "6")
 	}
 	dir, err := os.MkdirTemp("", "gpudispatch-e2e")
 	if err != nil {
