@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/viper"
 
+	"github.com/gpudispatch/gpudispatch/cmd/gpudispatch/internal/labfeed"
 	"github.com/gpudispatch/gpudispatch/dispatch"
 	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 	"github.com/gpudispatch/gpudispatch/hosts"
@@ -101,7 +102,7 @@ func runHosts(ctx context.Context, s streams, o hostsOptions) error {
 		return usageError("%v", err)
 	}
 	defer lab.Close()
-	states := settleAll(s, lab, inv, settled)
+	states := labfeed.Settle(lab, inv, settled, progress(s), terminalWidth(s.err))
 	if o.check {
 		// A host that syncs code is looked at in the snapshot, as its jobs
 		// would run.

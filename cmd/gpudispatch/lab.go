@@ -2,18 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
-	"github.com/gpudispatch/gpudispatch/dispatch"
+	"github.com/gpudispatch/gpudispatch/cmd/gpudispatch/internal/labfeed"
 	"github.com/gpudispatch/gpudispatch/hosts"
 	"github.com/gpudispatch/gpudispatch/hosts/codestore"
 	"github.com/gpudispatch/gpudispatch/hosts/gpulock"
@@ -120,178 +119,15 @@ func keepHosts(inv *inventory.Inventory, names []string) error {
 	return nil
 }
 
-// reloadInterval is how often the inventory file is looked at during a run:
-// an edit takes effect within about three of these (the promise: within 2 s).
-const reloadInterval = 400 * time.Millisecond
-
-// labUpdates sends a run what changes in its lab, one change at a time,
-// each with the hosts as the lab has them then (so that none undoes an
-// earlier one): hosts that finish being opened, and edits of the
-// inventory file.
-type labUpdates struct {
-	lab *hosts.Lab
-	o   labOptions
-	// sync is --sync, which an edit does not undo; code takes the
-	// snapshots of the directories an edit names for sync.
-	sync string
-	code *snapshots
-	mu   sync.Mutex
-	ch   chan dispatch.Update
-}
-
-func (u *labUpdates) send(ctx context.Context, upd dispatch.Update) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if upd.Err == nil {
-		upd.Inventory, _ = u.lab.Usable()
-	}
-	select {
-	case u.ch <- upd:
-	case <-ctx.Done():
-	}
-}
-
-// opened sends each host of settled as it is settled, until ctx ends.
-func (u *labUpdates) opened(ctx context.Context, settled <-chan hosts.HostState) {
-	for {
-		select {
-		case st, ok := <-settled:
-			if !ok {
-				return
-			}
-			upd := dispatch.Update{Opened: []string{st.Host.Name}, Warnings: st.Warnings}
-			upd.Down, upd.LeftOut = absent([]hosts.HostState{st})
-			u.send(ctx, upd)
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// watch sends each edit of the inventory file, with the hosts it adds
-// opened, until ctx ends.
-func (u *labUpdates) watch(ctx context.Context, inv *inventory.Inventory) {
-	inventory.Watch(ctx, inv.File, inv.Digest, reloadInterval, func(inv *inventory.Inventory, err error) {
-		var upd dispatch.Update
-		if err == nil {
-			err = keepHosts(inv, u.o.hosts)
-		}
-		if err == nil {
-			syncTo(inv, u.sync)
-			upd.Snapshots, err = u.code.forHosts(ctx, inv)
-		}
-		if err == nil {
-			var added []hosts.HostState
-			if added, err = u.lab.Update(ctx, inv); err == nil {
-				upd.Down, upd.LeftOut = absent(added)
-			}
-		}
-		upd.Err = err
-		u.send(ctx, upd)
-	})
-}
-
-// absent is hosts.Absent with each reason naming the host's address.
-func absent(states []hosts.HostState) (down, leftOut map[string]error) {
-	down, leftOut = hosts.Absent(states)
-	for _, st := range states {
-		for _, m := range []map[string]error{down, leftOut} {
-			if why := m[st.Host.Name]; why != nil {
-				m[st.Host.Name] = fmt.Errorf("%s: %w", st.Addr, why)
-			}
-		}
-	}
-	return down, leftOut
-}
-
-// settleAll waits for every host of settled, in inv's order; on a terminal
-// it keeps a line on s.err saying which hosts it still waits for, and what
-// for, and clears it at the end.
-func settleAll(s streams, lab *hosts.Lab, inv *inventory.Inventory, settled <-chan hosts.HostState) []hosts.HostState {
-	all := make(chan []hosts.HostState, 1)
-	go func() { all <- hosts.Collect(inv.Hosts, settled) }()
-	var tick <-chan time.Time
-	if isTerminal(s.err) {
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		tick = t.C
-	}
-	shown := false
-	for {
-		select {
-		case states := <-all:
-			if shown {
-				fmt.Fprint(s.err, "\r\033[K")
-			}
-			return states
-		case <-tick:
-			pending := lab.Pending()
-			if len(pending) == 0 {
-				continue // all answered: the states are on their way
-			}
-			fmt.Fprintf(s.err, "\r\033[K%s", dispatch.Clip(waitingLine(len(inv.Hosts)-len(pending), len(inv.Hosts), pending), terminalWidth(s.err)))
-			shown = true
-		}
-	}
-}
-
-// waitingLine says how many of total hosts answered, and what the first
-// of those still opening are doing.
-func waitingLine(answered, total int, pending []hosts.Opening) string {
-	var waits []string
-	for _, p := range pending[:min(len(pending), 3)] {
-		waits = append(waits, fmt.Sprintf("%s (%s, %s)", p.Name, p.Doing, dispatch.RoundDuration(time.Since(p.Since))))
-	}
-	if len(pending) > 3 {
-		waits = append(waits, fmt.Sprintf("%d more", len(pending)-3))
-	}
-	return fmt.Sprintf("gpudispatch: %d/%d hosts answered; waiting for %s", answered, total, strings.Join(waits, ", "))
-}
-
-// startHosts opens every host in the background, its code store ready to
-// ship to, and waits for the first one that is up; a dry run ships
-// nothing and waits for every host. It warns of those that cannot be
-// used. The hosts not settled yet come on the channel returned. When no
-// host can be used, the run cannot start.
+// startHosts opens the lab for a run (labfeed.Start), warns of the hosts
+// that cannot be used, and says why none can.
 func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory, dryRun bool) (*hosts.Lab, []hosts.HostState, <-chan hosts.HostState, error) {
-	opts := hostOptions(o)
-	opts.WarmCode, opts.Rejoin = !dryRun, !dryRun
-	lab, settled, err := hosts.Start(ctx, inv, opts)
+	lab, states, settled, warnings, err := labfeed.Start(ctx, inv, labfeed.Options{
+		Hosts: hostOptions(o), DryRun: dryRun, Progress: progress(s), Width: terminalWidth(s.err),
+		Implicit: o.inventory == "" && o.gpus == nil,
+	})
 	if err != nil {
 		return nil, nil, nil, usageError("%v", err)
-	}
-	var states []hosts.HostState
-	if dryRun {
-		states = settleAll(s, lab, inv, settled)
-	} else {
-		states = firstUp(lab, settled)
-	}
-	var down, warnings []string
-	up := false
-	for _, st := range states {
-		warnings = append(warnings, st.Warnings...)
-		if st.Err == nil {
-			up = true
-			continue
-		}
-		d := fmt.Sprintf("%s (%s): %v", st.Host.Name, st.Addr, st.Err)
-		down = append(down, d)
-		if st.Retrying {
-			warnings = append(warnings, d+"; retrying in the background, jobs pinned to it wait for it")
-		} else {
-			warnings = append(warnings, "leaving out "+d)
-		}
-	}
-	if !up {
-		for _, p := range lab.Pending() {
-			// gpus: auto hosts down or sick, tried again in the background.
-			down = append(down, fmt.Sprintf("%s (%s): %s", p.Name, p.Addr, p.Doing))
-		}
-		lab.Close()
-		if len(states) == 1 && errors.Is(states[0].Err, hosts.ErrNoNvidiaSMI) && o.inventory == "" && o.gpus == nil {
-			return nil, nil, nil, usageError("no inventory and no nvidia-smi here: say which GPUs to use with --gpus 0,1 or describe your hosts with --inventory lab.yaml")
-		}
-		return nil, nil, nil, usageError("no host can be used:\n  %s", strings.Join(down, "\n  "))
 	}
 	for _, w := range warnings {
 		fmt.Fprintf(s.err, "gpudispatch: warning: %s\n", w)
@@ -299,43 +135,13 @@ func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inv
 	return lab, states, settled, nil
 }
 
-// firstUp returns the states of the hosts settled until one is up, or
-// until every host was tried once and none is (the rest being `gpus: auto`
-// hosts down or sick, opened again in the background).
-func firstUp(lab *hosts.Lab, settled <-chan hosts.HostState) []hosts.HostState {
-	var states []hosts.HostState
-	// got takes one state off settled, and reports whether the wait is over.
-	got := func(st hosts.HostState, ok bool) bool {
-		if ok {
-			states = append(states, st)
-		}
-		return !ok || st.Err == nil
+// progress is where a line that says what is waited for goes: s.err on a
+// terminal, else nowhere (nil).
+func progress(s streams) io.Writer {
+	if isTerminal(s.err) {
+		return s.err
 	}
-	tried := lab.Tried()
-	for {
-		select {
-		case st, ok := <-settled:
-			if got(st, ok) {
-				return states
-			}
-		case <-tried:
-			tried = nil
-			// Those settled as the last was tried are on their way.
-			for drained := false; !drained; {
-				select {
-				case st, ok := <-settled:
-					if got(st, ok) {
-						return states
-					}
-				default:
-					drained = true
-				}
-			}
-			if len(lab.Pending()) > 0 {
-				return states // none up: each one left is down or sick
-			}
-		}
-	}
+	return nil
 }
 
 func hostOptions(o labOptions) hosts.Options {

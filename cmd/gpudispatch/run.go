@@ -22,11 +22,13 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 
+	"github.com/gpudispatch/gpudispatch/cmd/gpudispatch/internal/labfeed"
 	"github.com/gpudispatch/gpudispatch/dispatch"
 	"github.com/gpudispatch/gpudispatch/dispatch/control"
 	"github.com/gpudispatch/gpudispatch/dispatch/live"
 	"github.com/gpudispatch/gpudispatch/dispatch/snapshot"
 	"github.com/gpudispatch/gpudispatch/dispatch/web"
+	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
 // runOptions are run's flags after viper merged GPUDISPATCH_* into them.
@@ -392,7 +394,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	opts.Hooks.JobEnd = cmp.Or(opts.Hooks.JobEnd, inv.Hooks.JobEnd)
 	opts.Hooks.RunEnd = cmp.Or(opts.Hooks.RunEnd, inv.Hooks.RunEnd)
 	opts.Inventory, opts.Opening = lab.Usable()
-	opts.Down, opts.LeftOut = absent(states)
+	opts.Down, opts.LeftOut = labfeed.Absent(states)
 	if o.dryRun {
 		summary, err := dispatch.Plan(opts, inputs, s.out)
 		if err != nil {
@@ -417,13 +419,21 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	if code.w != nil {
 		code.w = messages // a reload's snapshots are said above the live view
 	}
-	updates := &labUpdates{lab: lab, o: o.labOptions, sync: o.sync, code: code, ch: make(chan dispatch.Update)}
-	opts.Updates = updates.ch
+	// An edit of the inventory keeps --hosts and --sync, and takes the
+	// snapshots of what it newly syncs.
+	feed := labfeed.NewFeed(lab, func(ctx context.Context, inv *inventory.Inventory) (map[string]*snapshot.Snapshot, error) {
+		if err := keepHosts(inv, o.hosts); err != nil {
+			return nil, err
+		}
+		syncTo(inv, o.sync)
+		return code.forHosts(ctx, inv)
+	})
+	opts.Updates = feed.Updates()
 	watchCtx, stopWatching := context.WithCancel(ctx)
 	var watching sync.WaitGroup
-	watching.Go(func() { updates.opened(watchCtx, settled) })
+	watching.Go(func() { feed.Opened(watchCtx, settled) })
 	if inv.File != "" {
-		watching.Go(func() { updates.watch(watchCtx, inv) })
+		watching.Go(func() { feed.Watch(watchCtx, inv) })
 	}
 	// Before the lab closes: a reload may be opening a host.
 	defer func() { stopWatching(); watching.Wait() }()
