@@ -190,8 +190,12 @@ func TestSSHCutOffHostShownAtOnce(t *testing.T) {
 	logJournalOnFailure(t, logDir)
 	cmd := labCmd(t, l, "", "-i", l.Inventory(""), "-o", "logs", "--keepalive", "500ms", "--connect-timeout", "1s")
 	stdin, errOut := startCmd(t, cmd)
-	io.WriteString(stdin, "@node1 sleep 2; echo done\n")
+	// The job says it runs: its shell is up (not an sshd child still on
+	// its way to bash, which the freeze would stop too).
+	began := filepath.Join(l.Dir, "began")
+	io.WriteString(stdin, "@node1 touch "+began+"; sleep 2; echo done\n")
 	waitJournal(t, logDir, func(ev []map[string]any) bool { return len(running(ev, "node1")) == 1 })
+	waitForFile(t, began, func(string) bool { return true })
 	l.Hosts[0].Freeze()
 	thawed := false
 	defer func() {
