@@ -20,6 +20,9 @@ var notFound = regexp.MustCompile(`(?m): (conda|mamba|module|python3?|pip3?): co
 // hintTail is how much of the end of a job's stderr is looked at.
 const hintTail = 8 << 10
 
+// exitNotFound is bash's exit status for a command it did not find.
+const exitNotFound = 127
+
 // hint says what to set when the job that wrote stderrPath on host (local:
 // this machine) exited 127 for want of conda, module or python, or "".
 func hint(stderrPath, host string, local bool) string {

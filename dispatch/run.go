@@ -960,7 +960,7 @@ func (r *run) finish(res result) {
 		e.Error = res.err.Error()
 	}
 	e.ByUser = errors.Is(res.err, errCancelAsked)
-	if kind == EventFailed && res.code == 127 && e.Stderr != "" {
+	if kind == EventFailed && res.code == exitNotFound && e.Stderr != "" {
 		e.Hint = hint(e.Stderr, e.Host, p.host.host.Local)
 	}
 	if unstopped {

@@ -13,6 +13,7 @@ import (
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/gpulock"
 	"github.com/gpudispatch/gpudispatch/hosts/nvidiasmi"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
 // ErrNoNvidiaSMI means the host has no nvidia-smi on the login shell's PATH.
@@ -26,7 +27,7 @@ func ProbeGPUs(ctx context.Context, r Runner) ([]executor.GPU, error) {
 	switch {
 	case err != nil:
 		return nil, err
-	case code == 127:
+	case code == spawn.ExitNotFound:
 		return nil, ErrNoNvidiaSMI
 	}
 	// nvidia-smi's exit status says little: rows may come with an error

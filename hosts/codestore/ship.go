@@ -29,7 +29,7 @@ var storeScript string
 var pruneScript string
 
 // storeCode is what a shipping runs on the machine.
-var storeCode = pruneScript + storeScript
+var storeCode = spawn.Exits + pruneScript + storeScript
 
 // cleanScript prunes the store with no time kept, and counts.
 const cleanScript = `
@@ -316,7 +316,7 @@ func (sh *shell) close() {
 // warm shell if there is one (and a new one if that one is gone). It
 // returns once the machine's shell says the tree is there: what the shell
 // does after that is Close's.
-// raced says the machine's base changed meanwhile (exit status 3).
+// raced says the machine's base changed meanwhile (spawn.ExitGone).
 func (st *Store) ship(ctx context.Context, s *executor.Code, log string) (dir string, sent Sent, raced bool, err error) {
 	st.mu.Lock()
 	if warming := st.warming; warming != nil {
@@ -364,7 +364,7 @@ func (st *Store) ship(ctx context.Context, s *executor.Code, log string) (dir st
 	if last := spawn.LastLine(sh.errs.String()); last != "" {
 		err = errors.New(strings.TrimPrefix(last, "gpudispatch: "))
 	}
-	return "", sent, code == 3, fmt.Errorf("cannot put the code (snapshot %s of %s) there: %w", s.ID, s.Dir, err)
+	return "", sent, code == spawn.ExitGone, fmt.Errorf("cannot put the code (snapshot %s of %s) there: %w", s.ID, s.Dir, err)
 }
 
 // errGone is talk's error when the shell could not be asked or ended

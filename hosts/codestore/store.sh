@@ -75,9 +75,10 @@ if [ ! -d "$store/base" ]; then
   new_store=1
 fi
 IFS=' ' read -r id key keep log || exit 1
-case $id$key$log in '' | *[!0-9a-f]*) exit 2 ;; esac
-case $keep in '' | *[!0-9]*) exit 2 ;; esac
-[ -n "$log" ] || exit 2
+# shellcheck disable=SC2154 # the exit statuses' names: spawn/exits.sh, sent first
+case $id$key$log in '' | *[!0-9a-f]*) exit "$_g_x_usage" ;; esac
+case $keep in '' | *[!0-9]*) exit "$_g_x_usage" ;; esac
+[ -n "$log" ] || exit "$_g_x_usage"
 snap=$store/snaps/$id
 b=$store/base/$key
 wt=$store/work/$log/$id
@@ -416,7 +417,7 @@ printf 'need\n%s\n%s\n%s\n' "$store" "$tmp" "$base"
 block() {
   local n
   IFS= read -r n || exit 1
-  case $n in '' | *[!0-9]*) exit 2 ;; esac
+  case $n in '' | *[!0-9]*) exit "$_g_x_usage" ;; esac
   printf -v "$1" ''
   [ "$n" = 0 ] || IFS= read -r -N "$n" "$1" || exit 1
 }
@@ -425,7 +426,7 @@ block gone
 block changed
 block names
 # shellcheck disable=SC2154 # set by block
-case $names in *[!0-9a-fx$'\n']*) exit 2 ;; esac
+case $names in *[!0-9a-fx$'\n']*) exit "$_g_x_usage" ;; esac
 # all_new: the store has none of them (see first_tree).
 all_new=''
 if [ -n "$new_store" ]; then
@@ -470,7 +471,7 @@ claim() {
   fi
   if [ "$now" != "$use" ] || ! { mkdir -p -- "$tmp" && mv -T -- "$b" "$tmp/tree" 2>/dev/null; }; then
     echo "gpudispatch: another build of this directory changed its last tree meanwhile" >&2
-    return 3
+    return "$_g_x_gone"
   fi
 }
 in=$tmp into=(tree)

@@ -32,14 +32,14 @@ var lockfsScript string
 //go:embed lock.sh
 var lockScript string
 
-var lockCode = lockfsScript + lockScript
+var lockCode = spawn.Exits + lockfsScript + lockScript
 
 // checkCode checks a lock dir; see check.sh.
 //
 //go:embed check.sh
 var checkScript string
 
-var checkCode = lockfsScript + checkScript
+var checkCode = spawn.Exits + lockfsScript + checkScript
 
 // DefaultDir is where GPU locks live on every machine: /tmp, root's and
 // sticky everywhere, is the one directory that every user of a host can
@@ -396,14 +396,14 @@ func (h *holder) deathErr(gpu executor.GPUID) error {
 	where := h.ls.where
 	code, ok := spawn.ExitStatus(h.err)
 	switch {
-	case ok && code == 127:
+	case ok && code == spawn.ExitNotFound:
 		return fmt.Errorf("%s: flock(1) not found (install util-linux): %w", where, executor.ErrNoLocks)
 	case !ok:
 		// The connection went away before the lock was taken.
 		return fmt.Errorf("%s: locking GPU %s: %w: %v", where, gpu, executor.ErrHostDown, h.err)
-	case code == 126:
+	case code == spawn.ExitUnsafe:
 		return fmt.Errorf("%s: %w: %s", where, ErrUnsafeLockDir, strings.TrimPrefix(strings.TrimSpace(h.errs.String()), "gpudispatch: "))
-	case code == 124:
+	case code == spawn.ExitTimedOut:
 		return fmt.Errorf("%s: locking GPU %s: nvidia-smi did not answer within %s (a GPU fallen off the bus? a driver in a bad state? a login profile that never finishes? --probe-timeout): %w", where, gpu, h.ls.probe, executor.ErrProbeTimeout)
 	}
 	return fmt.Errorf("%s: locking GPU %s in %s: exit status %d: %s", where, gpu, h.ls.dir, code, strings.TrimSpace(h.errs.String()))
@@ -490,7 +490,7 @@ func CheckDir(ctx context.Context, start spawn.Func, dir string) error {
 	switch {
 	case !exited:
 		return fmt.Errorf("checking lock dir %s: %w", dir, executor.ErrHostDown)
-	case code == 126:
+	case code == spawn.ExitUnsafe:
 		return fmt.Errorf("%w: %s", ErrUnsafeLockDir, strings.TrimPrefix(strings.TrimSpace(errs.String()), "gpudispatch: "))
 	case code != 0:
 		return fmt.Errorf("checking lock dir %s: exit status %d: %s", dir, code, strings.TrimSpace(errs.String()))

@@ -18,8 +18,9 @@
 # GPU N as the holder started, "-" if unknown), "busy N KEY WHY" (and later
 # "free N" once that lock looks free) when another
 # run holds the lock (WHY names it), "failed N WHY" when something else is
-# in its place, or "released N". Exit 127 when flock(1) is missing, 126 when the lock dir is
-# not safe (stderr says why). Told "exit", the holder lets go of everything
+# in its place, or "released N". Exit $_g_x_notfound when flock(1) is
+# missing, $_g_x_unsafe when the lock dir is not safe (stderr says why).
+# (spawn/exits.sh names the statuses.) Told "exit", the holder lets go of everything
 # at once. One whose coordinator went silent (stdin ended or no heartbeat
 # for the timeout) keeps its locks for the linger time; then it keeps the
 # lock of each GPU on which a job of the run still runs (jobs outlive their
@@ -31,20 +32,20 @@
 # shellcheck disable=SC2154 # key, pdir, why and lfd are set by lockfs.sh
 holder=$0
 run=$1
-IFS= read -r -d '' dir || exit 125
-IFS= read -r -d '' who || exit 125
-IFS= read -r -d '' cpid || exit 125
-IFS= read -r -d '' hb || exit 125
-IFS= read -r -d '' linger || exit 125
-IFS= read -r -d '' probe || exit 125
-IFS= read -r -d '' shell || exit 125
+IFS= read -r -d '' dir || exit "$_g_x_unread"
+IFS= read -r -d '' who || exit "$_g_x_unread"
+IFS= read -r -d '' cpid || exit "$_g_x_unread"
+IFS= read -r -d '' hb || exit "$_g_x_unread"
+IFS= read -r -d '' linger || exit "$_g_x_unread"
+IFS= read -r -d '' probe || exit "$_g_x_unread"
+IFS= read -r -d '' shell || exit "$_g_x_unread"
 lpath=
-if [ "$shell" = path ]; then IFS= read -r -d '' lpath || exit 125; fi
-IFS= read -r -d '' seen || exit 125
-command -v flock >/dev/null || exit 127
-lock_dir "$dir" || exit 126
+if [ "$shell" = path ]; then IFS= read -r -d '' lpath || exit "$_g_x_unread"; fi
+IFS= read -r -d '' seen || exit "$_g_x_unread"
+command -v flock >/dev/null || exit "$_g_x_notfound"
+lock_dir "$dir" || exit "$_g_x_unsafe"
 # A GPU's lock is named by its UUID: nvidia-smi is given the probe time (a
-# hung one, a GPU fallen off the bus, fails the holder with 124; where
+# hung one, a GPU fallen off the bus, fails the holder with $_g_x_timedout; where
 # timeout(1) is missing, it is not bounded).
 limit=()
 if command -v timeout >/dev/null; then limit=(timeout -k 2 "$probe"); fi
@@ -61,7 +62,7 @@ else
     [ -z "$lpath" ] || PATH=$lpath
     "${limit[@]}" "${query[@]}" 2>/dev/null </dev/null
   )
-  case $? in 124 | 137) exit 124 ;; esac
+  case $? in 124 | 137) exit "$_g_x_timedout" ;; esac
 fi
 # read_migs sets migs: by id, the UUID nvidia-smi -L gives a MIG instance,
 # which is what a job's CUDA_VISIBLE_DEVICES names it by (running_on). It

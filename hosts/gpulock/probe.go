@@ -8,6 +8,7 @@ import (
 	"al.essio.dev/pkg/shellescape"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
 // probeScript looks at GPU locks without taking them; see probe.sh. It is
@@ -24,7 +25,7 @@ func ProbeScript(dir string, gpus []executor.GPU) string {
 	for _, g := range gpus {
 		args = append(args, strconv.Itoa(g.Index))
 	}
-	return "exec bash -c " + shellescape.Quote(lockfsScript+probeScript) + " gpudispatch-lockprobe " + strings.Join(args, " ")
+	return "exec bash -c " + shellescape.Quote(spawn.Exits+lockfsScript+probeScript) + " gpudispatch-lockprobe " + strings.Join(args, " ")
 }
 
 // ReadProbe fills in LockedBy of gpus from what ProbeScript printed.

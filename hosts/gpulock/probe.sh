@@ -9,7 +9,7 @@ d=$1
 holder=$2
 shift 2
 [ -d "$d" ] || exit 0
-lock_dir "$d" || exit 126
+lock_dir "$d" || exit "$_g_x_unsafe"
 uuids=$(nvidia-smi --query-gpu=index,uuid --format=csv,noheader 2>/dev/null)
 for i in "$@"; do
   lock_key "$i" "$uuids"

@@ -13,12 +13,13 @@ import (
 	"al.essio.dev/pkg/shellescape"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
 // script is run by bash on the target machine: shell.sh, after the
 // activation of a job's env (activate.sh).
-var script = activation + shellCode
+var script = spawn.Exits + activation + shellCode
 
 //go:embed shell.sh
 var shellCode string
@@ -27,7 +28,7 @@ var shellCode string
 var activation string
 
 // Activation is shell code that activates p's env (its modules, conda env
-// and venv) where it runs, or exits with status 126 after saying why on
+// and venv) where it runs, or exits with status spawn.ExitUnsafe after saying why on
 // stderr, for a shell that runs one job (a batch job's); "" when p asks
 // for none.
 func Activation(p executor.Prelude) string {
@@ -35,7 +36,7 @@ func Activation(p executor.Prelude) string {
 		return ""
 	}
 	return activation + "_g_activate " + shellescape.Quote(p.Conda) + " " + shellescape.Quote(p.Venv) + " " +
-		shellescape.Quote(strings.Join(p.Modules, "\n")) + " || exit 126\nunset -f _g_activate\n"
+		shellescape.Quote(strings.Join(p.Modules, "\n")) + " || exit " + strconv.Itoa(spawn.ExitUnsafe) + "\nunset -f _g_activate\n"
 }
 
 // ProcessName is a job shell's $0: with the shell's tag after it, ps shows

@@ -22,12 +22,16 @@ import (
 //go:embed follow.sh
 var followScript string
 
+// followCode is what a follower runs: followScript after the exit
+// statuses' names.
+var followCode = spawn.Exits + followScript
+
 // FollowerName is a follower's $0.
 const FollowerName = "gpudispatch-follow"
 
 // errNotKept is follow.sh's exit status when the machine keeps nothing of
 // the job.
-const errNotKept = 3
+const errNotKept = spawn.ExitGone
 
 // Follow takes up the job tagged tag that a job shell started on the
 // machine that start runs bash on, and whose shell this coordinator lost
@@ -45,13 +49,13 @@ func Follow(ctx context.Context, start spawn.Func, tag string, outOff, errOff in
 	}
 	out, errs := newHeaded(stdout, true), newHeaded(stderr, false)
 	g := strconv.FormatFloat(grace.Seconds(), 'f', 3, 64)
-	p, err := start(ctx, spawn.Bootstrap(followScript, FollowerName, tag,
+	p, err := start(ctx, spawn.Bootstrap(followCode, FollowerName, tag,
 		strconv.FormatInt(outOff, 10), strconv.FormatInt(errOff, 10), g), out, errs)
 	if err != nil {
 		return -1, time.Time{}, err
 	}
 	stdin := &serialized{w: p.Stdin}
-	go stdin.Write([]byte(followScript))
+	go stdin.Write([]byte(followCode))
 	ended := make(chan error, 1)
 	go func() { ended <- p.Wait() }()
 	var tail string
@@ -168,11 +172,11 @@ func Stop(ctx context.Context, start spawn.Func, tag string, grace time.Duration
 		return fmt.Errorf("stop: bad tag %q", tag)
 	}
 	g := strconv.FormatFloat(grace.Seconds(), 'f', 3, 64)
-	p, err := start(ctx, spawn.Bootstrap(followScript, FollowerName, tag, "0", "0", g, "kill"), io.Discard, io.Discard)
+	p, err := start(ctx, spawn.Bootstrap(followCode, FollowerName, tag, "0", "0", g, "kill"), io.Discard, io.Discard)
 	if err != nil {
 		return err
 	}
-	p.Stdin.Write([]byte(followScript))
+	p.Stdin.Write([]byte(followCode))
 	p.Stdin.Close()
 	err = p.Wait()
 	if code, ok := spawn.ExitStatus(err); ok && (code == 0 || code == errNotKept) {

@@ -36,7 +36,8 @@ find_job() {
   done
   return 1
 }
-find_job || exit 3
+# shellcheck disable=SC2154 # the exit statuses' names: spawn/exits.sh, sent first
+find_job || exit "$_g_x_gone"
 {
   now=-
   IFS= read -r now </proc/sys/kernel/random/boot_id 2>/dev/null

@@ -84,19 +84,20 @@
 # The bootstrap's copy of this code (spawn.Bootstrap) is not the profile's.
 unset -v w
 _g_tag=$1
-IFS= read -r -d '' _g_grace || exit 125
-IFS= read -r -d '' _g_limit || exit 125
-IFS= read -r -d '' _g_login || exit 125
-IFS= read -r -d '' _g_inter || exit 125
-IFS= read -r -d '' _g_wd || exit 125
-IFS= read -r -d '' _g_conda || exit 125
-IFS= read -r -d '' _g_venv || exit 125
-IFS= read -r -d '' _g_mods || exit 125
-IFS= read -r -d '' _g_setup || exit 125
-IFS= read -r -d '' _g_n || exit 125
+# shellcheck disable=SC2154 # the exit statuses' names: spawn/exits.sh, sent first
+IFS= read -r -d '' _g_grace || exit "$_g_x_unread"
+IFS= read -r -d '' _g_limit || exit "$_g_x_unread"
+IFS= read -r -d '' _g_login || exit "$_g_x_unread"
+IFS= read -r -d '' _g_inter || exit "$_g_x_unread"
+IFS= read -r -d '' _g_wd || exit "$_g_x_unread"
+IFS= read -r -d '' _g_conda || exit "$_g_x_unread"
+IFS= read -r -d '' _g_venv || exit "$_g_x_unread"
+IFS= read -r -d '' _g_mods || exit "$_g_x_unread"
+IFS= read -r -d '' _g_setup || exit "$_g_x_unread"
+IFS= read -r -d '' _g_n || exit "$_g_x_unread"
 _g_henv=()
 while [ "$_g_n" -gt 0 ]; do
-  IFS= read -r -d '' _g_kv || exit 125
+  IFS= read -r -d '' _g_kv || exit "$_g_x_unread"
   _g_henv+=("$_g_kv")
   _g_n=$((_g_n - 1))
 done
@@ -113,7 +114,8 @@ if [ ! -d "$_g_spool" ]; then
 fi
 if [ ! -O "$_g_spool" ] || [ -L "$_g_spool" ]; then
   echo "gpudispatch: $_g_spool is not a directory of yours" >&2
-  exit 126
+  # shellcheck disable=SC2154 # the exit statuses' names: spawn/exits.sh, sent first
+  exit "$_g_x_unsafe"
 fi
 _g_flag=$_g_spool/$_g_tag
 # A job's lines are sourced from "bash", a file in a directory of this
@@ -125,7 +127,7 @@ _g_flag=$_g_spool/$_g_tag
 builtin command mkdir -m 0700 -- "$_g_flag.d" 2>/dev/null
 if [ ! -O "$_g_flag.d" ] || [ -L "$_g_flag.d" ]; then
   echo "gpudispatch: cannot make the directory $_g_flag.d" >&2
-  exit 126
+  exit "$_g_x_unsafe"
 fi
 # The options a bash has as it starts, as the starter will (see _g_odiff).
 { builtin set +o; builtin shopt -p; } >"$_g_flag.d/opts" 2>/dev/null
@@ -245,17 +247,17 @@ if [ "$_g_login" = copy ]; then
   # the rest, its options: as the reader splits it below, which costs
   # bash a millisecond or two), and its tag, each with its byte length
   # first. It reads no profile: the machine does that once.
-  IFS= read -r -d '' _g_n || exit 125
+  IFS= read -r -d '' _g_n || exit "$_g_x_unread"
   # shellcheck disable=SC2086 # the lengths are meant to be split into words
   set -- $_g_n
-  LC_ALL=C IFS= read -r -N "$1" _g_at || exit 125
-  LC_ALL=C IFS= read -r -N "$2" _g_cwd || exit 125
-  LC_ALL=C IFS= read -r -N "$3" _g_vars || exit 125
+  LC_ALL=C IFS= read -r -N "$1" _g_at || exit "$_g_x_unread"
+  LC_ALL=C IFS= read -r -N "$2" _g_cwd || exit "$_g_x_unread"
+  LC_ALL=C IFS= read -r -N "$3" _g_vars || exit "$_g_x_unread"
   _g_fstate='' _g_state='' _g_opts=''
-  [ "$4" = 0 ] || LC_ALL=C IFS= read -r -N "$4" _g_fstate || exit 125
-  [ "$5" = 0 ] || LC_ALL=C IFS= read -r -N "$5" _g_state || exit 125
-  [ "$6" = 0 ] || LC_ALL=C IFS= read -r -N "$6" _g_opts || exit 125
-  LC_ALL=C IFS= read -r -N "$7" _g_from || exit 125
+  [ "$4" = 0 ] || LC_ALL=C IFS= read -r -N "$4" _g_fstate || exit "$_g_x_unread"
+  [ "$5" = 0 ] || LC_ALL=C IFS= read -r -N "$5" _g_state || exit "$_g_x_unread"
+  [ "$6" = 0 ] || LC_ALL=C IFS= read -r -N "$6" _g_opts || exit "$_g_x_unread"
+  LC_ALL=C IFS= read -r -N "$7" _g_from || exit "$_g_x_unread"
   set --
   _g_profiled=1
   builtin eval "$_g_vars" 2>/dev/null
@@ -409,8 +411,8 @@ else
   # A login shell per job: the env is activated in each, and tried once
   # here, as a job would do it.
   if [ -n "$_g_conda$_g_venv$_g_mods" ]; then
-    printf -v _g_act '%s\n_g_activate %q %q %q || builtin exit 126\nbuiltin unset -f _g_activate\n' \
-      "$(builtin declare -f _g_activate)" "$_g_conda" "$_g_venv" "$_g_mods"
+    printf -v _g_act '%s\n_g_activate %q %q %q || builtin exit %d\nbuiltin unset -f _g_activate\n' \
+      "$(builtin declare -f _g_activate)" "$_g_conda" "$_g_venv" "$_g_mods" "$_g_x_unsafe"
   fi
   if [ -n "$_g_inter" ]; then
     _g_unfit="shell: interactive needs bash as the login shell (here: ${SHELL:-?})"
@@ -420,7 +422,7 @@ else
     # shellcheck disable=SC2163 # each entry is NAME=value
     (
       for _g_kv in "${_g_henv[@]}"; do builtin export "$_g_kv"; done
-      [ -z "$_g_wd" ] || builtin cd -- "$_g_wd" || exit 126
+      [ -z "$_g_wd" ] || builtin cd -- "$_g_wd" || exit "$_g_x_unsafe"
       exec "${SHELL:-/bin/bash}" -lc "$_g_act$_g_setup"
     ) </dev/null >/dev/null 2>"$_g_flag.env"
     _g_rc=$?
@@ -547,7 +549,7 @@ _g_gen=0
 # process substitutions: bash does work for each of those at every fork.
 _g_tees() {
   _g_files=$_g_tag-$_g_gen
-  builtin command mkfifo -m 0600 -- "$_g_flag.d/$_g_gen.po" "$_g_flag.d/$_g_gen.pe" || exit 125
+  builtin command mkfifo -m 0600 -- "$_g_flag.d/$_g_gen.po" "$_g_flag.d/$_g_gen.pe" || exit "$_g_x_unread"
   (
     trap '' PIPE
     exec tee -a -- "$_g_spool/$_g_files.out" <"$_g_flag.d/$_g_gen.po" >&5 &
@@ -572,7 +574,7 @@ _g_tees() {
 # shellcheck disable=SC2016 # expanded by the starter
 _g_scode='exec {_g_in}<&0 </dev/null {_g_bk}>&1 1>&"$1" 2>/dev/null
 builtin eval "exec $1>&-"
-IFS= builtin read -r -N 8 -u "$_g_in" _g_n && IFS= builtin read -r -N "$((10#$_g_n))" -u "$_g_in" _g_rc || builtin exit 125
+IFS= builtin read -r -N 8 -u "$_g_in" _g_n && IFS= builtin read -r -N "$((10#$_g_n))" -u "$_g_in" _g_rc || builtin exit '"$_g_x_unread"'
 builtin eval "$_g_rc"
 builtin set --
 builtin unset -v _g_n _g_rc
@@ -653,10 +655,10 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
     # The coordinator has everything: nothing is kept.
     _g_bye "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job" "$_g_flag.why"
   fi
-  IFS= read -r -N 8 -u 3 _g_n && IFS= read -r -N "$((10#$_g_n))" -u 3 _g_hdr || exit 125
+  IFS= read -r -N 8 -u 3 _g_n && IFS= read -r -N "$((10#$_g_n))" -u 3 _g_hdr || exit "$_g_x_unread"
   # shellcheck disable=SC2086 # the lengths are meant to be split into words
   set -- $_g_hdr
-  IFS= read -r -N "$1" -u 3 _g_body || exit 125
+  IFS= read -r -N "$1" -u 3 _g_body || exit "$_g_x_unread"
   shift
   # No loop and no function call here but for the variables: once it has
   # had a child, bash blocks and unblocks signals at each turn of a loop.
@@ -714,7 +716,7 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
     # The job's lines, after a first line's worth that goes back to the
     # directory the job is in and takes back the profile's sourcepath.
     # shellcheck disable=SC2016 # expanded by the job
-    _g_n='builtin cd -- "$OLDPWD" || builtin exit 126; builtin unset -v OLDPWD; '
+    _g_n='builtin cd -- "$OLDPWD" || builtin exit '"$_g_x_unsafe"'; builtin unset -v OLDPWD; '
     case $_g_opts in *'shopt -u sourcepath'*) ;; *) _g_n+='builtin shopt -s sourcepath; ' ;; esac
     _g_n+=$_g_script$'\n'
     _g_pad=$((_g_srclen - ${#_g_n}))
@@ -723,7 +725,7 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
       _g_pad=0
     fi
     [ "$_g_pad" -gt 0 ] || _g_pad=0
-    printf '%s%*s' "$_g_n" "$_g_pad" '' 1<>"$_g_flag.d/bash" || exit 125
+    printf '%s%*s' "$_g_n" "$_g_pad" '' 1<>"$_g_flag.d/bash" || exit "$_g_x_unread"
     _g_srclen=$((${#_g_n} + _g_pad))
   fi
   if [ -n "$_g_setup" ]; then
@@ -749,7 +751,7 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
     _g_code+=$_g_kv
   fi
   if [ -n "$_g_wd" ]; then
-    printf -v _g_kv 'builtin cd -- %q || { builtin echo %q >&2; builtin exit 126; }\n' "$_g_wd" "gpudispatch: cannot enter workdir $_g_wd"
+    printf -v _g_kv 'builtin cd -- %q || { builtin echo %q >&2; builtin exit %d; }\n' "$_g_wd" "gpudispatch: cannot enter workdir $_g_wd" "$_g_x_unsafe"
     _g_code+=$_g_kv
   fi
   if [ -z "$_g_profiled$_g_asis" ]; then
@@ -775,9 +777,9 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
     esac
   fi
   _g_code+=$_g_kv
-  printf '%08d%s' "${#_g_code}" "$_g_code" >&"$_g_to" || exit 125
+  printf '%08d%s' "${#_g_code}" "$_g_code" >&"$_g_to" || exit "$_g_x_unread"
   _g_code=
-  IFS= read -r -N 8 -u "$_g_bk" _g_pid || exit 125
+  IFS= read -r -N 8 -u "$_g_bk" _g_pid || exit "$_g_x_unread"
   _g_pid=$((10#$_g_pid))
   _g_now=${EPOCHSECONDS:-}
   [ -n "$_g_now" ] || printf -v _g_now '%(%s)T' -1
@@ -809,7 +811,7 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
   # (bash runs traps between commands), by when the job has ended; a
   # job's kill $$ and kill $PPID reach the starter, which sends them on at
   # once.
-  IFS= read -r -N 8 -u "$_g_bk" _g_rc || exit 125
+  IFS= read -r -N 8 -u "$_g_bk" _g_rc || exit "$_g_x_unread"
   _g_rc=$((10#$_g_rc))
   [ -z "$_g_limiter" ] || kill "$_g_limiter"
   ! kill -0 -- -"$_g_pid" || _g_reap

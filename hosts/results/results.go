@@ -26,7 +26,10 @@ import (
 )
 
 //go:embed results.sh
-var script string
+var resultsScript string
+
+// script is what a fetch runs: results.sh after the exit statuses' names.
+var script = spawn.Exits + resultsScript
 
 // ProcessName is the sending shell's $0, for ps.
 const ProcessName = "gpudispatch-return"
@@ -110,7 +113,7 @@ func Fetch(ctx context.Context, start spawn.Func, from executor.Return, dst stri
 		return got, fmt.Errorf("the host neither sent nor took a byte for %v while the job's results came back (a disk that hangs?): given up; --resume fetches them again", w.limit)
 	case !said:
 		return got, fmt.Errorf("%w: the connection was lost while the job's results came back", executor.ErrHostDown)
-	case code == 3:
+	case code == spawn.ExitGone:
 		return got, errors.New(strings.TrimPrefix(spawn.LastLine(errs.String()), "gpudispatch: "))
 	case err == nil && werr != nil:
 		// Said in the shell's words, not as an exit status.

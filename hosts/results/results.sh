@@ -20,7 +20,8 @@
 set -u
 IFS= read -r where || exit 1
 IFS= read -r n || exit 1
-case $n in '' | *[!0-9]*) exit 2 ;; esac
+# shellcheck disable=SC2154 # the exit statuses' names: spawn/exits.sh, sent first
+case $n in '' | *[!0-9]*) exit "$_g_x_usage" ;; esac
 pats=()
 for ((i = 0; i < n; i++)); do
   IFS= read -r p || exit 1
@@ -29,23 +30,24 @@ done
 case $where in
 tree\ *)
   t=${where#tree }
-  case ${t/ /} in '' | *[!0-9a-f]*) exit 2 ;; esac
-  case $t in " "* | *" ") exit 2 ;; esac
+  case ${t/ /} in '' | *[!0-9a-f]*) exit "$_g_x_usage" ;; esac
+  case $t in " "* | *" ") exit "$_g_x_usage" ;; esac
   dir=$HOME/.gpudispatch/code/work/${t/ //}
   ;;
 snap\ *)
   dir=$HOME/.gpudispatch/code/snaps/${where#snap }
-  case ${where#snap } in '' | *[!0-9a-f]*) exit 2 ;; esac
+  case ${where#snap } in '' | *[!0-9a-f]*) exit "$_g_x_usage" ;; esac
   ;;
 dir\ | dir\ \~) dir=$HOME ;;
 dir\ \~/*) dir=$HOME/${where#dir \~/} ;;
 dir\ /*) dir=${where#dir } ;;
 dir\ *) dir=$HOME/${where#dir } ;;
-*) exit 2 ;;
+*) exit "$_g_x_usage" ;;
 esac
 if ! cd -- "$dir" 2>/dev/null; then
   echo "gpudispatch: the job's workdir $dir is not there any more" >&2
-  exit 3
+  # shellcheck disable=SC2154 # the exit statuses' names: spawn/exits.sh, sent first
+  exit "$_g_x_gone"
 fi
 shopt -s nullglob globstar
 top=$(pwd -P)
@@ -60,7 +62,7 @@ walks() {
     walked[$d]=no
     if cd -P -- "$d" 2>/dev/null; then
       real=$PWD
-      cd -- "$top" || exit 3
+      cd -- "$top" || exit "$_g_x_gone"
       [ "$real" != "$top/${d#./}" ] || walked[$d]=yes
     fi
   fi
@@ -111,7 +113,7 @@ printf 'end\0'
 ats=()
 for i in "${!files[@]}"; do
   IFS= read -r at || exit 1
-  case $at in - | 0) ;; '' | *[!0-9]*) exit 2 ;; esac
+  case $at in - | 0) ;; '' | *[!0-9]*) exit "$_g_x_usage" ;; esac
   ats+=("$at")
 done
 whole=()

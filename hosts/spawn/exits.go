@@ -1,0 +1,34 @@
+package spawn
+
+import _ "embed"
+
+// Exit statuses of the scripts gpudispatch runs on a machine, as the
+// coordinator reads them. Exits gives the scripts the same numbers by
+// name ($_g_x_usage, ...); a test checks that the two agree, and that no
+// script spells one as a bare number.
+const (
+	// ExitUsage: what the coordinator sent is not what the script takes.
+	ExitUsage = 2
+	// ExitGone: what the script was to work on is not there, or changed
+	// under it (a job no longer kept, a workdir gone, a base another
+	// build replaced meanwhile).
+	ExitGone = 3
+	// ExitTimedOut: what it waited for did not answer in time (the
+	// status timeout(1) itself exits with).
+	ExitTimedOut = 124
+	// ExitUnread: it could not read what the coordinator sent.
+	ExitUnread = 125
+	// ExitUnsafe: it could not make, or would not use, its files (a
+	// directory not its user's, a lock dir others could redirect, an
+	// environment it cannot activate).
+	ExitUnsafe = 126
+	// ExitNotFound: a command it needs is not installed (bash's own
+	// status for a command not found).
+	ExitNotFound = 127
+)
+
+// Exits is the scripts' side of the exit statuses: shell assignments,
+// sent before each script.
+//
+//go:embed exits.sh
+var Exits string

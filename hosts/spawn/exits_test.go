@@ -1,0 +1,63 @@
+package spawn
+
+import (
+	"bufio"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The scripts' names for the exit statuses are the coordinator's numbers.
+func TestExitsAgree(t *testing.T) {
+	t.Parallel()
+	want := map[string]int{
+		"usage": ExitUsage, "gone": ExitGone, "timedout": ExitTimedOut,
+		"unread": ExitUnread, "unsafe": ExitUnsafe, "notfound": ExitNotFound,
+	}
+	got := map[string]int{}
+	line := regexp.MustCompile(`^_g_x_([a-z]+)=([0-9]+)\b`)
+	sc := bufio.NewScanner(strings.NewReader(Exits))
+	for sc.Scan() {
+		if m := line.FindStringSubmatch(sc.Text()); m != nil {
+			got[m[1]], _ = strconv.Atoi(m[2])
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("exits.sh names %v, exits.go %v", got, want)
+	}
+	for name, n := range want {
+		if got[name] != n {
+			t.Errorf("_g_x_%s is %d in exits.sh, %d in exits.go", name, got[name], n)
+		}
+	}
+}
+
+// No script on a machine spells one of those statuses as a bare number.
+func TestNoBareExitStatus(t *testing.T) {
+	t.Parallel()
+	bare := regexp.MustCompile(`\b(exit|return) (2|3|12[4-7])\b`)
+	n := 0
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".sh") || filepath.Base(path) == "exits.sh" {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		n++
+		for i, l := range strings.Split(string(b), "\n") {
+			if code, _, _ := strings.Cut(l, "#"); bare.MatchString(code) {
+				t.Errorf("%s:%d: %s: name the status ($_g_x_...)", path, i+1, strings.TrimSpace(l))
+			}
+		}
+		return nil
+	})
+	if err != nil || n < 10 {
+		t.Fatalf("looked at %d scripts under hosts/: %v", n, err)
+	}
+}
