@@ -181,6 +181,9 @@ func (ss *Shells) start(ctx context.Context, tag string, p executor.Prelude) (*s
 	key := p.Key()
 	from, share := ss.reader(key)
 	sh, err := startShell(ctx, ss.spawn, tag, key)
+	if err == nil {
+		ss.track(sh)
+	}
 	switch {
 	case err != nil && share:
 		ss.forget(key, from)

@@ -32,11 +32,14 @@ type shell struct {
 	// from is the sharing of the login shell's state the shell read and
 	// handed on, or copied; nil when it read the profile for itself.
 	from *sharing
-	// used is set once the shell was given a job.
-	used  bool
-	stdin io.WriteCloser
-	out   *stream // the shell's stdout
-	errs  *stream // the shell's stderr
+	// used is set once the shell was given a job; tagged while it runs a
+	// job (a command with a tag, which may outlive the coordinator), not
+	// a look of the coordinator's own. Shells.mu guards tagged.
+	used   bool
+	tagged bool
+	stdin  io.WriteCloser
+	out    *stream // the shell's stdout
+	errs   *stream // the shell's stderr
 	// pending is what to send before the next job's fields: the shell's own
 	// start, until its first job.
 	pending []byte
@@ -108,6 +111,8 @@ type Shells struct {
 	mu     sync.Mutex
 	idle   []*shell // the last one is the most recently used
 	closed bool
+	// live is every shell started and not yet gone.
+	live map[*shell]bool
 	// shared holds, per Prelude key, the state of the login shell the
 	// machine's shells copy (share.go).
 	shared map[string]*sharing
@@ -115,7 +120,7 @@ type Shells struct {
 
 // New returns the job shells of the machine that start runs bash on.
 func New(start spawn.Func, s Supervision) *Shells {
-	return &Shells{spawn: start, sup: s, code: codestore.New(start, s.KeepCode, ""), shared: map[string]*sharing{}}
+	return &Shells{spawn: start, sup: s, code: codestore.New(start, s.KeepCode, ""), shared: map[string]*sharing{}, live: map[*shell]bool{}}
 }
 
 // WarmCode starts a store shell on the machine for the first snapshot a
@@ -193,7 +198,13 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 		// by its set-up.
 		fresh := !sh.used
 		sh.used = true
+		ss.mu.Lock()
+		sh.tagged = c.Tag != ""
+		ss.mu.Unlock()
 		code, reuse, err := sh.run(ctx, mark, fields(c, mark, sh.placing()), began, stdout, stderr)
+		ss.mu.Lock()
+		sh.tagged = false
+		ss.mu.Unlock()
 		if reuse {
 			ss.put(sh)
 		} else {
@@ -221,8 +232,9 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 // its limit was ended by the shell's watchdog, with SIGUSR2. A shell that
 // exited by itself (an exit status, not a lost connection or a signal)
 // was ended by its profile, which exits, fails under set -e, or starts
-// another shell in its place (exec zsh); exit status 125 and 126 are the
-// shell's own (it cannot read the coordinator, or make its files).
+// another shell in its place (exec zsh); spawn.ExitUnread and
+// spawn.ExitUnsafe are the shell's own (it cannot read the coordinator, or
+// make its files).
 func (ss *Shells) setUpEnded(err error) (string, bool) {
 	var lost *LostError
 	if !errors.As(err, &lost) {
@@ -233,7 +245,7 @@ func (ss *Shells) setUpEnded(err error) (string, bool) {
 		return fmt.Sprintf("its job shell's set-up (the login profile, then the workdir, modules, conda env, venv and setup) did not finish within %s (--setup-timeout): a profile or ~/.bashrc that waits (for input, on a dead NFS mount) or a slow env; the set-up's process group was killed there (a process it started in a session of its own, with setsid or a daemon's double fork, was not, and may still run)", ss.sup.SetupLimit), true
 	}
 	code, ok := spawn.ExitStatus(lost.Err)
-	if ss.sup.Login != LoginPerSlot || !ok || code < 0 || code == 125 || code == 126 || sig != "" {
+	if ss.sup.Login != LoginPerSlot || !ok || code < 0 || code == spawn.ExitUnread || code == spawn.ExitUnsafe || sig != "" {
 		return "", false
 	}
 	return fmt.Sprintf("the login profile ended gpudispatch's job shell as it was read (exit status %d): a profile that exits, fails under set -e, or starts another shell (exec zsh) does this; do that only in an interactive shell (case $- in *i*), or give this host login: per_job", code), true
@@ -282,21 +294,26 @@ func (ss *Shells) put(sh *shell) {
 	}
 }
 
-// closeWait is how long Close waits for the idle shells it ended to be
-// gone: a shell removes its files as it goes, and the coordinator's end
-// should not leave that under way (a test's temporary home, removed
-// next, was found not empty).
+// closeWait is how long Close waits for the shells it ended to be gone: a
+// shell makes and removes its files as it starts and ends, and the
+// coordinator's end should not leave that under way (a test's temporary
+// home, removed next, was found not empty).
 const closeWait = 2 * time.Second
 
-// Close ends the idle shells and those that become idle from now on, and
-// waits a while for them to be gone and for the content store's work on
-// the machine (see codestore.Store.Close).
+// Close ends the idle shells, those that run no job (a look of the
+// coordinator's, or one still starting), and those that become idle from
+// now on, and waits a while for them to be gone and for the content
+// store's work on the machine (see codestore.Store.Close). A shell that
+// runs a job is left to it: the job may outlive the coordinator.
 func (ss *Shells) Close() {
 	ss.mu.Lock()
 	ss.closed = true
-	ended := ss.idle
-	for _, sh := range ended {
-		sh.close()
+	var ended []*shell
+	for sh := range ss.live {
+		if !sh.tagged {
+			sh.close()
+			ended = append(ended, sh)
+		}
 	}
 	ss.idle = nil
 	ss.mu.Unlock()
@@ -309,6 +326,19 @@ func (ss *Shells) Close() {
 			return
 		}
 	}
+}
+
+// track keeps sh among the live shells until it is gone.
+func (ss *Shells) track(sh *shell) {
+	ss.mu.Lock()
+	ss.live[sh] = true
+	ss.mu.Unlock()
+	go func() {
+		<-sh.ended
+		ss.mu.Lock()
+		delete(ss.live, sh)
+		ss.mu.Unlock()
+	}()
 }
 
 // newMark returns a fresh end mark: hex, so no newline, and unguessable, so
