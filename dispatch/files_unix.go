@@ -162,6 +162,10 @@ func lockFile(f *os.File) error {
 	return err
 }
 
+// unlockFile lets go of f's lock, whoever else holds a copy of f's
+// descriptor (a child forked a moment ago, on its way to exec).
+func unlockFile(f *os.File) { syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }
+
 // privateGroup reports whether gid is this user's private group (as
 // Debian's OpenSSH judges one for StrictModes): the user's primary group,
 // named after the user, with no other member in /etc/group. Distributions

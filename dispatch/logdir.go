@@ -72,8 +72,14 @@ func claimLogDir(dir string) (*logDirClaim, error) {
 	return &logDirClaim{f: f, mode: mode}, nil
 }
 
-// release lets the log dir go.
-func (c *logDirClaim) release() { c.f.Close() }
+// release lets the log dir go: at once, even while a process forked a
+// moment ago still holds a copy of the claim's descriptor (closing ours
+// alone would not; a test's next run on the log dir once found it in
+// use by the run before).
+func (c *logDirClaim) release() {
+	unlockFile(c.f)
+	c.f.Close()
+}
 
 // treeKey names the log dir whose journal is at path among those whose
 // jobs run in a snapshot's tree on a host (executor.Prelude.Tree): hex

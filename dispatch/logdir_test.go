@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,30 @@ import (
 
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
+
+// A released claim frees the log dir at once, even while another process
+// holds a copy of its descriptor (a child forked a moment before, not yet
+// at its exec).
+func TestLogDirClaimReleasedWhileCopied(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c, err := claimLogDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := exec.Command("sleep", "30")
+	child.ExtraFiles = []*os.File{c.f}
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { child.Process.Kill(); child.Wait() }()
+	c.release()
+	again, err := claimLogDir(dir)
+	if err != nil {
+		t.Fatalf("claimed again after release: %v", err)
+	}
+	again.release()
+}
 
 // A log dir has one live coordinator: a second run on it fails at the
 // start, naming the first, and changes nothing; once the first has ended,

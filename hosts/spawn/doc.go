@@ -6,8 +6,10 @@
 // characters, so that nothing job-specific is ever quoted: the script and
 // everything it reads come on the process's stdin.
 //
-// The scripts' exit statuses that mean something to the coordinator are
-// named once on each side: the constants of exits.go for Go, exits.sh
-// (Exits, sent before each script) for the scripts, which a test checks
-// agree; no script spells one as a bare number.
+// What the scripts and the coordinator must agree on is said once on each
+// side: for the scripts in prelude.sh (Prelude, sent before each script),
+// for Go in exits.go (the exit statuses that mean something) and
+// layout.go (where gpudispatch keeps its files on a machine); a test
+// checks that the two agree, and that no script spells a status as a bare
+// number.
 package spawn

@@ -3,7 +3,7 @@ package spawn
 import _ "embed"
 
 // Exit statuses of the scripts gpudispatch runs on a machine, as the
-// coordinator reads them. Exits gives the scripts the same numbers by
+// coordinator reads them. Prelude gives the scripts the same numbers by
 // name ($_g_x_usage, ...); a test checks that the two agree, and that no
 // script spells one as a bare number.
 const (
@@ -27,8 +27,9 @@ const (
 	ExitNotFound = 127
 )
 
-// Exits is the scripts' side of the exit statuses: shell assignments,
-// sent before each script.
+// Prelude is what every script is sent first: the scripts' side of the
+// exit statuses and of the layout (Spool, CodeStore), as shell
+// assignments.
 //
-//go:embed exits.sh
-var Exits string
+//go:embed prelude.sh
+var Prelude string
