@@ -6,8 +6,9 @@
 # is a directory of this user's, not a link.
 open_store() {
   IFS= read -r store || exit 1
+  # shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
   case $store in
-  '') store=$HOME/.gpudispatch/code ;;
+  '') store=$_g_d_code ;;
   \~/*) store=$HOME/${store#\~/} ;;
   /*) ;;
   *) store=$HOME/$store ;;

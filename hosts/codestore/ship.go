@@ -29,7 +29,7 @@ var storeScript string
 var pruneScript string
 
 // storeCode is what a shipping runs on the machine.
-var storeCode = spawn.Exits + pruneScript + storeScript
+var storeCode = spawn.Prelude + pruneScript + storeScript
 
 // cleanScript prunes the store with no time kept, and counts.
 const cleanScript = `
@@ -51,7 +51,7 @@ echo "removed $(($1 - $4)) snapshots, $(($2 - $5)) working trees and $(($3 - $6)
 // machine start runs bash on every snapshot and content no process runs
 // in, and says how many snapshots and files went (hosts --clean).
 func Clean(ctx context.Context, start spawn.Func, dir string) (string, error) {
-	code := pruneScript + cleanScript
+	code := spawn.Prelude + pruneScript + cleanScript
 	var out, errs bytes.Buffer
 	proc, err := start(ctx, spawn.Bootstrap(code, ProcessName), &out, &errs)
 	if err != nil {
@@ -118,9 +118,9 @@ func New(start spawn.Func, keep time.Duration, dir string) *Store {
 // an earlier gpudispatch ran.
 func (st *Store) Tree(log, id string) string {
 	if log == "" {
-		return cmp.Or(st.dir, "~/.gpudispatch/code") + "/snaps/" + id
+		return cmp.Or(st.dir, spawn.CodeStore) + "/snaps/" + id
 	}
-	return cmp.Or(st.dir, "~/.gpudispatch/code") + "/work/" + log + "/" + id
+	return cmp.Or(st.dir, spawn.CodeStore) + "/work/" + log + "/" + id
 }
 
 // CheckLog is the log key of commands that run in a snapshot's tree

@@ -75,7 +75,7 @@ if [ ! -d "$store/base" ]; then
   new_store=1
 fi
 IFS=' ' read -r id key keep log || exit 1
-# shellcheck disable=SC2154 # the exit statuses' names: spawn/exits.sh, sent first
+# shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
 case $id$key$log in '' | *[!0-9a-f]*) exit "$_g_x_usage" ;; esac
 case $keep in '' | *[!0-9]*) exit "$_g_x_usage" ;; esac
 [ -n "$log" ] || exit "$_g_x_usage"

@@ -32,14 +32,14 @@ var lockfsScript string
 //go:embed lock.sh
 var lockScript string
 
-var lockCode = spawn.Exits + lockfsScript + lockScript
+var lockCode = spawn.Prelude + lockfsScript + lockScript
 
 // checkCode checks a lock dir; see check.sh.
 //
 //go:embed check.sh
 var checkScript string
 
-var checkCode = spawn.Exits + lockfsScript + checkScript
+var checkCode = spawn.Prelude + lockfsScript + checkScript
 
 // DefaultDir is where GPU locks live on every machine: /tmp, root's and
 // sticky everywhere, is the one directory that every user of a host can

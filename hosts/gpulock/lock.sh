@@ -20,7 +20,7 @@
 # run holds the lock (WHY names it), "failed N WHY" when something else is
 # in its place, or "released N". Exit $_g_x_notfound when flock(1) is
 # missing, $_g_x_unsafe when the lock dir is not safe (stderr says why).
-# (spawn/exits.sh names the statuses.) Told "exit", the holder lets go of everything
+# (spawn/prelude.sh names the statuses.) Told "exit", the holder lets go of everything
 # at once. One whose coordinator went silent (stdin ended or no heartbeat
 # for the timeout) keeps its locks for the linger time; then it keeps the
 # lock of each GPU on which a job of the run still runs (jobs outlive their
@@ -257,7 +257,7 @@ nap() {
 # alive.
 running_on() {
   local rec jtag jpid gpus want=${migs[$1]:-$1}
-  for rec in "$HOME"/.gpudispatch/jobs/*.job; do
+  for rec in "$_g_d_spool"/*.job; do
     [ -s "$rec" ] || continue
     IFS=' ' read -r jtag _ _ _ _ _ jpid _ _ gpus _ <"$rec" || continue
     case $jtag in "$run"-*) ;; *) continue ;; esac

@@ -25,7 +25,7 @@ func ProbeScript(dir string, gpus []executor.GPU) string {
 	for _, g := range gpus {
 		args = append(args, strconv.Itoa(g.Index))
 	}
-	return "exec bash -c " + shellescape.Quote(spawn.Exits+lockfsScript+probeScript) + " gpudispatch-lockprobe " + strings.Join(args, " ")
+	return "exec bash -c " + shellescape.Quote(spawn.Prelude+lockfsScript+probeScript) + " gpudispatch-lockprobe " + strings.Join(args, " ")
 }
 
 // ReadProbe fills in LockedBy of gpus from what ProbeScript printed.

@@ -19,7 +19,7 @@ import (
 
 // script is run by bash on the target machine: shell.sh, after the
 // activation of a job's env (activate.sh).
-var script = spawn.Exits + activation + shellCode
+var script = spawn.Prelude + activation + shellCode
 
 //go:embed shell.sh
 var shellCode string

@@ -24,7 +24,7 @@ var followScript string
 
 // followCode is what a follower runs: followScript after the exit
 // statuses' names.
-var followCode = spawn.Exits + followScript
+var followCode = spawn.Prelude + followScript
 
 // FollowerName is a follower's $0.
 const FollowerName = "gpudispatch-follow"
@@ -190,6 +190,9 @@ func Stop(ctx context.Context, start spawn.Func, tag string, grace time.Duration
 //go:embed kept.sh
 var keptScript string
 
+// keptCode is what a lister runs: keptScript after the prelude.
+var keptCode = spawn.Prelude + keptScript
+
 // Kept is a job that a machine's job shells keep with no coordinator: it
 // runs on, or it ended and its output waits for a coordinator (a run with
 // --resume on its log dir).
@@ -222,11 +225,11 @@ type KeptReport struct {
 func ListKept(ctx context.Context, start spawn.Func, limit time.Duration) (KeptReport, error) {
 	var out, errs strings.Builder
 	secs := strconv.FormatFloat(max(limit, time.Second).Seconds(), 'f', 3, 64)
-	p, err := start(ctx, spawn.Bootstrap(keptScript, "gpudispatch-kept", secs), &out, &errs)
+	p, err := start(ctx, spawn.Bootstrap(keptCode, "gpudispatch-kept", secs), &out, &errs)
 	if err != nil {
 		return KeptReport{}, err
 	}
-	p.Stdin.Write([]byte(keptScript))
+	p.Stdin.Write([]byte(keptCode))
 	p.Stdin.Close()
 	if err := p.Wait(); err != nil {
 		return KeptReport{}, fmt.Errorf("listing the jobs kept there: %w: %s", err, strings.TrimSpace(errs.String()))

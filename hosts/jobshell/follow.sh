@@ -19,7 +19,8 @@
 #
 # With $5 "kill", it stops the job (as "c" does) and waits until its group
 # is gone, with no output: a job its coordinator gave up for lost.
-spool=$HOME/.gpudispatch/jobs
+# shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
+spool=$_g_d_spool
 tag=$1 out=$2 err=$3 grace=$4 mode=$5
 # find_job sets rec (and the fields) to the record of the job: its shell
 # writes it as the job starts, so a job that its coordinator had just sent
@@ -36,7 +37,7 @@ find_job() {
   done
   return 1
 }
-# shellcheck disable=SC2154 # the exit statuses' names: spawn/exits.sh, sent first
+# shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
 find_job || exit "$_g_x_gone"
 {
   now=-

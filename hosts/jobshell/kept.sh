@@ -14,7 +14,8 @@
 # system bus to ask) is kept for the boot, until one of its
 # configuration files changes (~/.gpudispatch/logind); linger is
 # the file logind keeps for it ($GPUDISPATCH_LINGER_DIR in tests).
-spool=$HOME/.gpudispatch/jobs
+# shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
+spool=$_g_d_spool
 if command -v busctl >/dev/null; then
   asked=${spool%/*}/logind
   boot=

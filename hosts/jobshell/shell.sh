@@ -84,7 +84,7 @@
 # The bootstrap's copy of this code (spawn.Bootstrap) is not the profile's.
 unset -v w
 _g_tag=$1
-# shellcheck disable=SC2154 # the exit statuses' names: spawn/exits.sh, sent first
+# shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
 IFS= read -r -d '' _g_grace || exit "$_g_x_unread"
 IFS= read -r -d '' _g_limit || exit "$_g_x_unread"
 IFS= read -r -d '' _g_login || exit "$_g_x_unread"
@@ -108,13 +108,14 @@ case $_g_wd in
 esac
 # The spool: the stream files and records of the user's jobs, the user's
 # alone.
-_g_spool=$HOME/.gpudispatch/jobs
+# shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
+_g_spool=$_g_d_spool
 if [ ! -d "$_g_spool" ]; then
   builtin command mkdir -p -- "${_g_spool%/*}" && builtin command mkdir -m 0700 -- "$_g_spool"
 fi
 if [ ! -O "$_g_spool" ] || [ -L "$_g_spool" ]; then
   echo "gpudispatch: $_g_spool is not a directory of yours" >&2
-  # shellcheck disable=SC2154 # the exit statuses' names: spawn/exits.sh, sent first
+  # shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
   exit "$_g_x_unsafe"
 fi
 _g_flag=$_g_spool/$_g_tag

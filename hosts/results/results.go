@@ -29,7 +29,7 @@ import (
 var resultsScript string
 
 // script is what a fetch runs: results.sh after the exit statuses' names.
-var script = spawn.Exits + resultsScript
+var script = spawn.Prelude + resultsScript
 
 // ProcessName is the sending shell's $0, for ps.
 const ProcessName = "gpudispatch-return"

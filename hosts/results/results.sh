@@ -20,7 +20,7 @@
 set -u
 IFS= read -r where || exit 1
 IFS= read -r n || exit 1
-# shellcheck disable=SC2154 # the exit statuses' names: spawn/exits.sh, sent first
+# shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
 case $n in '' | *[!0-9]*) exit "$_g_x_usage" ;; esac
 pats=()
 for ((i = 0; i < n; i++)); do
@@ -32,10 +32,11 @@ tree\ *)
   t=${where#tree }
   case ${t/ /} in '' | *[!0-9a-f]*) exit "$_g_x_usage" ;; esac
   case $t in " "* | *" ") exit "$_g_x_usage" ;; esac
-  dir=$HOME/.gpudispatch/code/work/${t/ //}
+  # shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
+  dir=$_g_d_code/work/${t/ //}
   ;;
 snap\ *)
-  dir=$HOME/.gpudispatch/code/snaps/${where#snap }
+  dir=$_g_d_code/snaps/${where#snap }
   case ${where#snap } in '' | *[!0-9a-f]*) exit "$_g_x_usage" ;; esac
   ;;
 dir\ | dir\ \~) dir=$HOME ;;
@@ -46,7 +47,7 @@ dir\ *) dir=$HOME/${where#dir } ;;
 esac
 if ! cd -- "$dir" 2>/dev/null; then
   echo "gpudispatch: the job's workdir $dir is not there any more" >&2
-  # shellcheck disable=SC2154 # the exit statuses' names: spawn/exits.sh, sent first
+  # shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
   exit "$_g_x_gone"
 fi
 shopt -s nullglob globstar
