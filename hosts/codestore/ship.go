@@ -384,7 +384,7 @@ func talk(sh *shell, s *executor.Code, log string, keep time.Duration, sent *Sen
 	next := func() (string, error) {
 		line, err := out.ReadString('\n')
 		if err != nil {
-			return "", fmt.Errorf("the store's shell ended before it answered whole: %w", err)
+			return "", errors.New("the store's shell ended before it answered whole")
 		}
 		return strings.TrimSuffix(line, "\n"), nil
 	}

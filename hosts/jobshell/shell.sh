@@ -520,8 +520,12 @@ _g_watch() {
         done
         ;;
       q)
-        # The coordinator ends the shell: nothing runs.
+        # The coordinator ends the shell. Only a command of its own (a
+        # look, untagged) may run then (the coordinator ends a shell that
+        # runs a job only once the job has ended): one look stops it.
         printf q
+        exec >/dev/null
+        [ -n "$tagged" ] || [ -z "$hl" ] || _g_stop
         exit 0
         ;;
     esac
