@@ -215,13 +215,7 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 	}
 	h.p = p
 	// A failed write ends the holder; its death says why.
-	io.WriteString(p.Stdin, lockCode+strings.Join([]string{
-		ls.dir, coordinator(), strconv.Itoa(os.Getpid()),
-		strconv.FormatFloat(3*ls.heartbeat.Seconds(), 'f', 3, 64),
-		strconv.FormatFloat(ls.linger.Seconds(), 'f', 3, 64),
-		strconv.FormatFloat(ls.probe.Seconds(), 'f', 3, 64),
-		ls.nvidiaSMI(), ls.seen(),
-	}, "\x00")+"\x00")
+	io.WriteString(p.Stdin, lockCode+ls.input(coordinator(), os.Getpid()))
 	go func() {
 		err := p.Wait()
 		ls.mu.Lock()
@@ -368,6 +362,18 @@ func (ls *Lockers) nvidiaSMI() string {
 		}
 	}
 	return "login"
+}
+
+// input is what a holder is sent after its code (see lock.sh), for the
+// coordinator who (user@host) of pid.
+func (ls *Lockers) input(who string, pid int) string {
+	return strings.Join([]string{
+		ls.dir, who, strconv.Itoa(pid),
+		strconv.FormatFloat(3*ls.heartbeat.Seconds(), 'f', 3, 64),
+		strconv.FormatFloat(ls.linger.Seconds(), 'f', 3, 64),
+		strconv.FormatFloat(ls.probe.Seconds(), 'f', 3, 64),
+		ls.nvidiaSMI(), ls.seen(),
+	}, "\x00") + "\x00"
 }
 
 // seen is the GPUs as Finding.Seen gives them, in nvidia-smi's lines
