@@ -143,7 +143,8 @@ func TestSSHProfileEndsTheShell(t *testing.T) {
 	if err := os.WriteFile(inv, []byte(y), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := labRun(t, l, strings.Repeat("echo $FAKE_HOST\n", 4), "-i", inv, "-o", "logs")
+	// Jobs of 0.3 s: node2 cannot have run them all before node1's first.
+	r := labRun(t, l, strings.Repeat("sleep 0.3; echo $FAKE_HOST\n", 4), "-i", inv, "-o", "logs")
 	why := "the login profile ended gpudispatch's job shell as it was read (exit status 0)"
 	if r.code != 0 || !strings.Contains(r.stderr, "node1: cannot set up its jobs, which go to other hosts: "+why) {
 		t.Fatalf("exit %d, want 0 and node1 named with %q:\n%s", r.code, why, r.stderr)
