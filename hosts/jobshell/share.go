@@ -182,7 +182,7 @@ func (ss *Shells) start(ctx context.Context, tag string, p executor.Prelude) (*s
 	from, share := ss.reader(key)
 	sh, err := startShell(ctx, ss.spawn, tag, key)
 	if err == nil {
-		ss.track(sh)
+		ss.track(sh, tag != "")
 	}
 	switch {
 	case err != nil && share:

@@ -188,8 +188,12 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 	// A shell whose profile changed runs nothing and answers errStale: the
 	// job goes to a new shell, which reads the profile as it is now.
 	for tries := 0; ; tries++ {
-		sh := ss.take(c.Prelude.Key())
-		if sh == nil || tries > 0 {
+		// A retry is for a new shell: an idle one may be as stale.
+		var sh *shell
+		if tries == 0 {
+			sh = ss.take(c.Prelude.Key(), c.Tag != "")
+		}
+		if sh == nil {
 			if sh, err = ss.start(ctx, c.Tag, c.Prelude); err != nil {
 				return -1, err
 			}
@@ -198,9 +202,6 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 		// by its set-up.
 		fresh := !sh.used
 		sh.used = true
-		ss.mu.Lock()
-		sh.tagged = c.Tag != ""
-		ss.mu.Unlock()
 		code, reuse, err := sh.run(ctx, mark, fields(c, mark, sh.placing()), began, stdout, stderr)
 		ss.mu.Lock()
 		sh.tagged = false
@@ -255,9 +256,9 @@ func (ss *Shells) setUpEnded(err error) (string, bool) {
 // since it read it: the job did not run.
 var errStale = errors.New("the job shell's login profile changed: the job did not run")
 
-// take returns an idle shell fit for a job whose Prelude has the key
-// prelude, or nil.
-func (ss *Shells) take(prelude string) *shell {
+// take returns an idle shell fit for a command whose Prelude has the key
+// prelude, or nil; tagged says the command is a job (see Close).
+func (ss *Shells) take(prelude string, tagged bool) *shell {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	for i := len(ss.idle) - 1; i >= 0; i-- {
@@ -268,6 +269,7 @@ func (ss *Shells) take(prelude string) *shell {
 		}
 		ss.idle = slices.Delete(ss.idle, i, i+1)
 		if fit {
+			sh.tagged = tagged
 			return sh
 		}
 		sh.close()
@@ -328,9 +330,11 @@ func (ss *Shells) Close() {
 	}
 }
 
-// track keeps sh among the live shells until it is gone.
-func (ss *Shells) track(sh *shell) {
+// track keeps sh among the live shells until it is gone; tagged says it
+// was started for a job.
+func (ss *Shells) track(sh *shell, tagged bool) {
 	ss.mu.Lock()
+	sh.tagged = tagged
 	ss.live[sh] = true
 	ss.mu.Unlock()
 	go func() {

@@ -6,9 +6,11 @@ import _ "embed"
 // coordinator reads them. Prelude gives the scripts the same numbers by
 // name ($_g_x_usage, ...); a test checks that the two agree, and that no
 // script spells one as a bare number.
+//
+// Prelude also names the status a script ends with when what the
+// coordinator sent is not what it takes ($_g_x_usage): the coordinator
+// reads it as any failure, and has no name for it.
 const (
-	// ExitUsage: what the coordinator sent is not what the script takes.
-	ExitUsage = 2
 	// ExitGone: what the script was to work on is not there, or changed
 	// under it (a job no longer kept, a workdir gone, a base another
 	// build replaced meanwhile).

