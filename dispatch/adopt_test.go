@@ -68,7 +68,7 @@ func TestResumeAdoptsOpenAttempt(t *testing.T) {
 	var story []string
 	for _, e := range events[2:] {
 		if e.Job == "1" {
-			story = append(story, e.Event)
+			story = append(story, string(e.Event))
 			if e.Event == EventStarted && (!strings.HasPrefix(e.Message, "re-adopted") || e.Tag != "old-1-1" || !e.Start.Equal(start)) {
 				t.Errorf("adopted start: %+v", e)
 			}

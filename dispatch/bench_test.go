@@ -210,7 +210,7 @@ func BenchmarkResumeJournal(b *testing.B) {
 	now := time.Now()
 	for i := range 100_000 {
 		text := fmt.Sprintf("python train.py --seed %d", i)
-		for _, kind := range []string{EventQueued, EventStarted, EventFinished} {
+		for _, kind := range []EventKind{EventQueued, EventStarted, EventFinished} {
 			e := Event{Time: now, Event: kind, Run: "r", Job: fmt.Sprint(i + 1), Seq: i + 1, Source: fmt.Sprintf("jobs.txt:%d", i+1),
 				Text: text, Occurrence: 1, Command: text, Host: "node1", GPUs: []executor.GPUID{executor.GPUID(i % 8)}, Attempt: 1,
 				Stdout: fmt.Sprintf("logs/%d.out", i+1), Stderr: fmt.Sprintf("logs/%d.err", i+1)}

@@ -112,7 +112,7 @@ func TestCluster(t *testing.T) {
 		if e.Job == "" {
 			continue
 		}
-		story[e.Command] = append(story[e.Command], e.Event)
+		story[e.Command] = append(story[e.Command], string(e.Event))
 		if e.Event == EventStarted && e.SlurmJobID != "42" {
 			t.Errorf("started without Slurm's job id: %+v", e)
 		}

@@ -336,7 +336,7 @@ func (r *run) submit(b Batch) (Submitted, error) {
 func (r *run) cancelJob(q *queued) (string, error) {
 	switch {
 	case q.ended != nil:
-		return "", fmt.Errorf("job %s has ended (%s)", q.job.ID(), StateWord(q.ended.Event))
+		return "", fmt.Errorf("job %s has ended (%s)", q.job.ID(), StateWord(q.ended.Event.State()))
 	case r.sched.remove(q):
 		r.cancelledBeforeStart(q)
 		return "cancelled (it was waiting)", nil
@@ -365,8 +365,8 @@ func (r *run) retryJob(q *queued) (string, error) {
 	switch {
 	case q.ended == nil:
 		return "", fmt.Errorf("job %s has not ended: nothing to retry", q.job.ID())
-	case !Retryable(q.ended.Event):
-		return "", fmt.Errorf("job %s %s: only a job that failed, timed out, was lost or was cancelled is retried", q.job.ID(), StateWord(q.ended.Event))
+	case !Retryable(q.ended.Event.State()):
+		return "", fmt.Errorf("job %s %s: only a job that failed, timed out, was lost or was cancelled is retried", q.job.ID(), StateWord(q.ended.Event.State()))
 	case r.stopping:
 		return "", errors.New("the run is stopping: it starts no job")
 	}

@@ -191,7 +191,7 @@ func TestServeResume(t *testing.T) {
 	s.stop(t, true)
 
 	s = serve(t, lab("a:0"), dir, true)
-	if j := s.stateOf(t, dir, "2"); j.State == EventCancelled {
+	if j := s.stateOf(t, dir, "2"); j.State == EventCancelled.State() {
 		t.Fatalf("job 2 after --resume: %+v", j)
 	}
 	got := s.submit(t, Batch{Text: "[name=gone] exit 0\nexit 0\n"})

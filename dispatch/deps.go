@@ -213,7 +213,7 @@ func depCancelled(e Event) bool {
 }
 
 // depOutcome says how a job that did not succeed ended.
-func depOutcome(kind string) string {
+func depOutcome(kind EventKind) string {
 	switch kind {
 	case EventTimeout:
 		return "timed out"

@@ -7,57 +7,61 @@ import (
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
+// EventKind is what an Event says happened, as the journal writes it
+// (its "event" field).
+type EventKind string
+
 // Kinds of event, as written in the journal.
 const (
-	EventQueued  = "queued"
-	EventStarted = "started"
+	EventQueued  EventKind = "queued"
+	EventStarted EventKind = "started"
 	// EventPending says that a job was handed to its host and has not
 	// begun yet: the shell it runs in is being set up there (SettingUp;
 	// the job holds its slot), or a batch system (a Slurm cluster) holds
 	// it until it starts there, Message being the batch system's reason
 	// each time it changes. EventStarted follows once it begins.
-	EventPending   = "pending"
-	EventFinished  = "finished" // exit status 0
-	EventFailed    = "failed"   // non-zero exit, or could not start
-	EventTimeout   = "timeout"
-	EventLost      = "lost" // the host stopped answering mid-job
-	EventRetried   = "retried"
-	EventCancelled = "cancelled"
-	EventRejected  = "rejected"
+	EventPending   EventKind = "pending"
+	EventFinished  EventKind = "finished" // exit status 0
+	EventFailed    EventKind = "failed"   // non-zero exit, or could not start
+	EventTimeout   EventKind = "timeout"
+	EventLost      EventKind = "lost" // the host stopped answering mid-job
+	EventRetried   EventKind = "retried"
+	EventCancelled EventKind = "cancelled"
+	EventRejected  EventKind = "rejected"
 	// EventStopped says that an attempt ended Unstopped was stopped where
 	// it ran, or found ended there (Tag names it).
-	EventStopped = "stopped"
+	EventStopped EventKind = "stopped"
 	// Host events name a host and no job.
-	EventHostDown = "host_down" // cannot be reached; Error says why
-	EventHostUp   = "host_up"   // reachable again; Message "opened": up at last after the run started, with its GPUs
+	EventHostDown EventKind = "host_down" // cannot be reached; Error says why
+	EventHostUp   EventKind = "host_up"   // reachable again; Message "opened": up at last after the run started, with its GPUs
 	// EventBusy names the GPU a job found busy (locked by another run, or
 	// with other people's work under SkipBusy) and the job, which waits.
-	EventBusy = "gpu_busy"
+	EventBusy EventKind = "gpu_busy"
 	// EventWarning says what is wrong (Error) with a host (Host) or with
 	// the run, without stopping its jobs: an inventory edit that does not
 	// load, a host without flock.
-	EventWarning = "warning"
+	EventWarning EventKind = "warning"
 	// EventReloaded says how an edit of the inventory changed the run
 	// (Message).
-	EventReloaded = "inventory"
+	EventReloaded EventKind = "inventory"
 	// EventPriority says that a waiting job's priority was changed (Spec
 	// has the new one).
-	EventPriority = "priority"
+	EventPriority EventKind = "priority"
 	// EventReturned says what came back of the files an attempt names for
 	// return (Returned, Missing; Message: links not followed, files that
 	// changed as they came), or why they could not be fetched (Error);
 	// Stdout names the attempt.
-	EventReturned = "returned"
+	EventReturned EventKind = "returned"
 	// EventRun is a run's first line in the journal: Resume says whether
 	// it goes on with the runs before it (--resume, serve) or starts
 	// afresh, which is where status's latest run begins.
-	EventRun = "run"
+	EventRun EventKind = "run"
 )
 
 // Event is one line of journal.jsonl and of --json output.
 type Event struct {
 	Time  time.Time `json:"time"`
-	Event string    `json:"event"`
+	Event EventKind `json:"event"`
 	// Run identifies the gpudispatch invocation (its start time), so a
 	// journal appended to by --resume still tells runs apart.
 	Run string `json:"run"`

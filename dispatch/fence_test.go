@@ -41,7 +41,7 @@ func TestUnreachedCancelIsCarriedOutLater(t *testing.T) {
 	if !c.Unstopped || c.Tag == "" || !c.ByUser {
 		t.Errorf("cancelled event %+v: want by the user, unstopped, with its tag", c)
 	}
-	if got := kinds(events, "1"); !slices.Equal(got, []string{EventQueued, EventPending, EventStarted, EventCancelled, EventStopped}) {
+	if got := kinds(events, "1"); !slices.Equal(got, []EventKind{EventQueued, EventPending, EventStarted, EventCancelled, EventStopped}) {
 		t.Errorf("job 1: %v", got)
 	}
 	if !slices.Equal(s.f.reaps, []string{c.Tag}) {

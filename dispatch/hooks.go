@@ -55,11 +55,11 @@ type hookRunner struct {
 
 // hookState is how a job's outcome is named to a hook: succeeded, failed,
 // timeout, lost, cancelled, rejected.
-func hookState(outcome string) string {
+func hookState(outcome EventKind) string {
 	if outcome == EventFinished {
 		return "succeeded"
 	}
-	return outcome
+	return string(outcome)
 }
 
 // jobHook runs the job-end hook for e, a job's outcome.

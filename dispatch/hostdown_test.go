@@ -47,11 +47,11 @@ func TestHostDownTimeout(t *testing.T) {
 		}
 	}
 	events := readJournal(t, dir)
-	if got, want := kinds(events, "1"), []string{EventQueued, EventPending, EventStarted, EventLost, EventRetried, EventFailed}; !slices.Equal(got, want) {
+	if got, want := kinds(events, "1"), []EventKind{EventQueued, EventPending, EventStarted, EventLost, EventRetried, EventFailed}; !slices.Equal(got, want) {
 		t.Errorf("job 1: %v, want %v", got, want)
 	}
 	// Its lost attempt may run on there: the run says so as it ends.
-	if got := kinds(events, ""); !slices.Equal(got, []string{EventHostDown, EventWarning}) {
+	if got := kinds(events, ""); !slices.Equal(got, []EventKind{EventHostDown, EventWarning}) {
 		t.Errorf("host events: %v, want one host_down, then a warning", got)
 	} else if w := events[len(events)-1]; !strings.Contains(w.Error, "attempt 1 of job 1 may still run there") || !strings.Contains(w.Error, "--resume") {
 		t.Errorf("warning %q does not say what is left on b and what stops it", w.Error)
@@ -80,7 +80,7 @@ func TestHostComesBack(t *testing.T) {
 	if s.Counts[EventFinished] != 14 || !s.Succeeded() {
 		t.Fatalf("summary %+v", s)
 	}
-	if got := kinds(readJournal(t, dir), ""); !slices.Equal(got, []string{EventHostDown, EventHostUp}) {
+	if got := kinds(readJournal(t, dir), ""); !slices.Equal(got, []EventKind{EventHostDown, EventHostUp}) {
 		t.Errorf("host events: %v", got)
 	}
 }
@@ -181,7 +181,7 @@ func TestDownWhenLocking(t *testing.T) {
 	}
 }
 
-func countKind(events []Event, kind string) int {
+func countKind(events []Event, kind EventKind) int {
 	n := 0
 	for _, e := range events {
 		if e.Event == kind {

@@ -33,7 +33,7 @@ func TestOpeningHostsStallNothing(t *testing.T) {
 	}
 	events := readJournal(t, dir)
 	for _, job := range []string{"1", "2", "3", "4"} {
-		if got := kinds(events, job); !slices.Equal(got, []string{EventQueued}) {
+		if got := kinds(events, job); !slices.Equal(got, []EventKind{EventQueued}) {
 			t.Errorf("job %s before its host is opened: %v, want only queued", job, got)
 		}
 	}

@@ -179,16 +179,16 @@ func (j JSONReporter) Report(e Event) {
 // Write prints the summary: counts by outcome, then the jobs that did not
 // succeed with where to look.
 func (s *Summary) Write(w io.Writer) {
-	kinds := make([]string, 0, len(s.Counts))
+	kinds := make([]EventKind, 0, len(s.Counts))
 	total := 0
 	for k, n := range s.Counts {
 		kinds = append(kinds, k)
 		total += n
 	}
-	sort.Slice(kinds, func(a, b int) bool { return outcomeOrder(kinds[a]) < outcomeOrder(kinds[b]) })
+	sort.Slice(kinds, func(a, b int) bool { return outcomeOrder(kinds[a].State()) < outcomeOrder(kinds[b].State()) })
 	parts := make([]string, 0, len(kinds)+1)
 	for _, k := range kinds {
-		parts = append(parts, fmt.Sprintf("%d %s", s.Counts[k], StateWord(k)))
+		parts = append(parts, fmt.Sprintf("%d %s", s.Counts[k], StateWord(k.State())))
 	}
 	if s.Skipped > 0 {
 		parts = append(parts, fmt.Sprintf("%d skipped (succeeded before)", s.Skipped))
@@ -203,7 +203,7 @@ func (s *Summary) Write(w io.Writer) {
 		case e.Event == EventCancelled && e.Host == "" && !depCancelled(e):
 			continue // listed by count; they never ran
 		case e.Stderr != "":
-			how := StateWord(e.Event)
+			how := StateWord(e.Event.State())
 			if e.Exit != nil && e.Event == EventFailed {
 				how += fmt.Sprintf(" with exit status %d", *e.Exit)
 			}
@@ -215,7 +215,7 @@ func (s *Summary) Write(w io.Writer) {
 				fmt.Fprintf(w, "    %s\n", e.Hint)
 			}
 		default:
-			fmt.Fprintf(w, "  job %s %s (%s): %s\n", e.Job, StateWord(e.Event), e.Source, e.Error)
+			fmt.Fprintf(w, "  job %s %s (%s): %s\n", e.Job, StateWord(e.Event.State()), e.Source, e.Error)
 		}
 	}
 	for _, msg := range s.InputErrors {

@@ -67,7 +67,7 @@ func TestRetryFailed(t *testing.T) {
 				if tt.after != "" && e.Job == "next" && e.Event == EventStarted && !depEnded {
 					t.Errorf("next started before %s's last attempt finished", tt.after)
 				}
-				story[e.Job] = append(story[e.Job], e.Event)
+				story[e.Job] = append(story[e.Job], string(e.Event))
 				if e.Event == EventRetried && tt.why != "" && e.Message != tt.why {
 					t.Errorf("retried: %q, want %q", e.Message, tt.why)
 				}

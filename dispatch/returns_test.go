@@ -88,7 +88,7 @@ func TestReturns(t *testing.T) {
 }
 
 // last is the last event of kind in events, or nil.
-func last(events []Event, kind string) *Event {
+func last(events []Event, kind EventKind) *Event {
 	for i := len(events) - 1; i >= 0; i-- {
 		if events[i].Event == kind {
 			return &events[i]

@@ -569,16 +569,17 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 }
 
 // skipped is the verdict on a job that succeeded in an earlier run, and
-// adopted on one whose attempt an earlier run left running.
+// adopted on one whose attempt an earlier run left running: verdicts that
+// are no event of the journal.
 const (
-	skipped = "skipped"
-	adopted = "adopted"
+	skipped EventKind = "skipped"
+	adopted EventKind = "adopted"
 )
 
 // verdict says what becomes of a job as it arrives: EventQueued;
 // EventRejected or EventFailed and why; skipped (Resume); or "" when its
 // input could not be read (then the summary says so).
-func (r *run) verdict(p parsed) (j *Job, kind string, why error) {
+func (r *run) verdict(p parsed) (j *Job, kind EventKind, why error) {
 	var le *LineError
 	j = p.job
 	if errors.As(p.err, &le) {
@@ -633,7 +634,7 @@ func (r *run) admissible(j *Job) (final bool, err error) {
 
 // admit queues a parsed job, or records why it was rejected or skipped;
 // it returns the verdict.
-func (r *run) admit(p parsed) (j *Job, kind string, why error) {
+func (r *run) admit(p parsed) (j *Job, kind EventKind, why error) {
 	j, kind, why = r.verdict(p)
 	switch kind {
 	case EventRejected, EventFailed:
@@ -1168,7 +1169,7 @@ func (r *run) reload(u Update) {
 }
 
 // hostEvent is an event about h rather than about a job.
-func (r *run) hostEvent(kind string, h *hostSlots) Event {
+func (r *run) hostEvent(kind EventKind, h *hostSlots) Event {
 	e := Event{Time: time.Now(), Event: kind, Run: r.id, Host: h.host.Name}
 	if kind == EventHostDown {
 		e.Error = h.why
@@ -1177,7 +1178,7 @@ func (r *run) hostEvent(kind string, h *hostSlots) Event {
 }
 
 // event starts an event about j.
-func (r *run) event(kind string, j *Job, attempt int) Event {
+func (r *run) event(kind EventKind, j *Job, attempt int) Event {
 	e := Event{
 		Time: time.Now(), Event: kind, Run: r.id,
 		Job: j.ID(), Seq: j.Seq, Source: j.Where(),
@@ -1230,7 +1231,7 @@ func (r *run) record(e Event) {
 // Summary is how a run ended.
 type Summary struct {
 	// Counts holds the number of jobs by final event kind.
-	Counts map[string]int
+	Counts map[EventKind]int
 	// Skipped counts jobs --resume found finished already.
 	Skipped int
 	// Unsuccessful lists the final events of the jobs that did not finish,
@@ -1244,7 +1245,7 @@ type Summary struct {
 	Interrupted bool
 }
 
-func newSummary() *Summary { return &Summary{Counts: map[string]int{}} }
+func newSummary() *Summary { return &Summary{Counts: map[EventKind]int{}} }
 
 // reopen takes back e, the final event of a job that is retried.
 func (s *Summary) reopen(e Event) {

@@ -16,8 +16,8 @@ import (
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
-func kinds(events []Event, job string) []string {
-	var out []string
+func kinds(events []Event, job string) []EventKind {
+	var out []EventKind
 	for _, e := range events {
 		if e.Job == job && e.Event != EventRun {
 			out = append(out, e.Event)
@@ -31,7 +31,7 @@ func TestJournalRecordsEveryStep(t *testing.T) {
 	dir := t.TempDir()
 	_, s := runJobs(t, lab("a:0"), "exit 0\nexit 3\n@nowhere exit 0\n[name=named] exit 0\n", func(o *Options) { o.LogDir = dir })
 	events := readJournal(t, dir)
-	for job, want := range map[string][]string{
+	for job, want := range map[string][]EventKind{
 		"1":     {EventQueued, EventPending, EventStarted, EventFinished},
 		"2":     {EventQueued, EventPending, EventStarted, EventFailed},
 		"3":     {EventRejected},
@@ -150,7 +150,7 @@ func TestLostJobsAreRetriedThenGiveUp(t *testing.T) {
 	events := readJournal(t, dir)
 	// Each lost attempt is stopped on its host once it answers (at once
 	// here), in its own time: the retry may start elsewhere before.
-	story := func(job string) (got []string, stopped int) {
+	story := func(job string) (got []EventKind, stopped int) {
 		for _, k := range kinds(events, job) {
 			if k == EventStopped {
 				stopped++
@@ -160,10 +160,10 @@ func TestLostJobsAreRetriedThenGiveUp(t *testing.T) {
 		}
 		return got, stopped
 	}
-	if got, stopped := story("1"); !slices.Equal(got, []string{EventQueued, EventPending, EventStarted, EventLost, EventRetried, EventPending, EventStarted, EventFinished}) || stopped != 1 {
+	if got, stopped := story("1"); !slices.Equal(got, []EventKind{EventQueued, EventPending, EventStarted, EventLost, EventRetried, EventPending, EventStarted, EventFinished}) || stopped != 1 {
 		t.Errorf("job 1: %v and %d stopped, want 1 lost and stopped, then finished", got, stopped)
 	}
-	want := []string{EventQueued, EventPending, EventStarted, EventLost, EventRetried, EventPending, EventStarted, EventLost, EventRetried, EventPending, EventStarted, EventLost}
+	want := []EventKind{EventQueued, EventPending, EventStarted, EventLost, EventRetried, EventPending, EventStarted, EventLost, EventRetried, EventPending, EventStarted, EventLost}
 	if got, stopped := story("2"); !slices.Equal(got, want) || stopped != 3 {
 		t.Errorf("job 2: %v and %d stopped, want %v and 3 stopped", got, stopped, want)
 	}
@@ -176,7 +176,7 @@ func TestTimeout(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	_, s := runJobs(t, lab("a:0,1"), "[timeout=50ms] hang\nsleep 1ms\n", func(o *Options) { o.LogDir = dir; o.Timeout = time.Hour })
-	if got := kinds(readJournal(t, dir), "1"); !slices.Equal(got, []string{EventQueued, EventPending, EventStarted, EventTimeout}) {
+	if got := kinds(readJournal(t, dir), "1"); !slices.Equal(got, []EventKind{EventQueued, EventPending, EventStarted, EventTimeout}) {
 		t.Errorf("job 1: %v", got)
 	}
 	if s.Counts[EventTimeout] != 1 || s.Succeeded() {
@@ -235,7 +235,7 @@ func TestStreamingAndDrain(t *testing.T) {
 	if s.Counts[EventFinished] != 1 || s.Counts[EventCancelled] != 1 || !s.Interrupted {
 		t.Errorf("summary %+v", s)
 	}
-	if got := kinds(readJournal(t, dir), "2"); !slices.Equal(got, []string{EventQueued, EventCancelled}) {
+	if got := kinds(readJournal(t, dir), "2"); !slices.Equal(got, []EventKind{EventQueued, EventCancelled}) {
 		t.Errorf("job 2: %v", got)
 	}
 }
@@ -288,7 +288,7 @@ func TestLogFileUncreatable(t *testing.T) {
 	if e := s.Unsuccessful[0]; !strings.Contains(e.Error, "file name too long") || e.Job != long {
 		t.Errorf("failure does not say why: %+v", e)
 	}
-	if got := kinds(readJournal(t, dir), long); !slices.Equal(got, []string{EventQueued, EventFailed}) {
+	if got := kinds(readJournal(t, dir), long); !slices.Equal(got, []EventKind{EventQueued, EventFailed}) {
 		t.Errorf("journal: %v", got)
 	}
 }

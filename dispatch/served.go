@@ -98,7 +98,7 @@ func (r *run) loadServed() error {
 			last := rec.last
 			q.ended = &last
 		}
-		if !Ended(state) || state == EventCancelled && !rec.last.ByUser {
+		if !Ended(state) || state == EventCancelled.State() && !rec.last.ByUser {
 			switch {
 			case !r.opts.Resume:
 				r.unfinished++

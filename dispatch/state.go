@@ -6,23 +6,29 @@ import (
 	"time"
 )
 
-// Job states: the outcomes (the kinds of event that end a job's story),
-// plus these two for jobs whose story has not ended.
+// JobState is where a job's story is: StateWaiting, StateRunning, or the
+// outcome that ended it (an outcome's kind of event, as State gives it).
+type JobState string
+
+// The states of a job whose story has not ended.
 const (
-	StateWaiting = "waiting" // queued, queued again after a lost host, or pending in a Slurm cluster
-	StateRunning = "running"
+	StateWaiting JobState = "waiting" // queued, queued again after a lost host, or pending in a Slurm cluster
+	StateRunning JobState = "running"
 )
 
 // Outcomes are the kinds of event that end a job's story, in the order in
 // which summaries list them. A lost job's story goes on when it is retried.
-var Outcomes = []string{EventFinished, EventFailed, EventTimeout, EventLost, EventCancelled, EventRejected}
+var Outcomes = []EventKind{EventFinished, EventFailed, EventTimeout, EventLost, EventCancelled, EventRejected}
+
+// State is the state of a job whose story an event of kind k ended.
+func (k EventKind) State() JobState { return JobState(k) }
 
 // JobState is the state e puts its job in: StateWaiting, StateRunning or an
 // outcome; "" for an event that does not move a job (host events, a busy
 // GPU, warnings). This is the one place that says how the event stream
 // becomes job states: the summary, status, the live view and the web page
 // all read it.
-func (e Event) JobState() string {
+func (e Event) JobState() JobState {
 	switch {
 	case e.Job == "":
 		return ""
@@ -32,37 +38,37 @@ func (e Event) JobState() string {
 		// A job whose shell is being set up holds its slot.
 		return StateRunning
 	case slices.Contains(Outcomes, e.Event):
-		return e.Event
+		return e.Event.State()
 	}
 	return ""
 }
 
 // Ended reports whether state is an outcome: the job's story has ended,
 // well or not.
-func Ended(state string) bool { return state != StateWaiting && state != StateRunning && state != "" }
+func Ended(state JobState) bool { return state != StateWaiting && state != StateRunning && state != "" }
 
 // Retryable reports whether a job in state may be queued again on request
 // (retry): it ended without success, and was not rejected.
-func Retryable(state string) bool {
-	return Ended(state) && state != EventFinished && state != EventRejected
+func Retryable(state JobState) bool {
+	return Ended(state) && state != EventFinished.State() && state != EventRejected.State()
 }
 
 // StateWord is how people are told a state: "succeeded", "timed out",
 // else the state itself.
-func StateWord(state string) string {
+func StateWord(state JobState) string {
 	switch state {
-	case EventFinished:
+	case EventFinished.State():
 		return "succeeded"
-	case EventTimeout:
+	case EventTimeout.State():
 		return "timed out"
 	}
-	return state
+	return string(state)
 }
 
 // outcomeOrder is where state comes in Outcomes (after all of them when it
 // is not one).
-func outcomeOrder(state string) int {
-	if i := slices.Index(Outcomes, state); i >= 0 {
+func outcomeOrder(state JobState) int {
+	if i := slices.Index(Outcomes, EventKind(state)); i >= 0 {
 		return i
 	}
 	return len(Outcomes)
@@ -71,8 +77,8 @@ func outcomeOrder(state string) int {
 // Tally counts a run's jobs by state as their events arrive. Its zero value
 // is ready.
 type Tally struct {
-	state  map[string]string // by job id
-	counts map[string]int
+	state  map[string]JobState // by job id
+	counts map[JobState]int
 	// started is when each running job began (its Start, else its
 	// event's time); took and tookN sum the run times of the jobs done,
 	// for the ETA.
@@ -88,7 +94,7 @@ func (t *Tally) Apply(e Event) {
 		return
 	}
 	if t.state == nil {
-		t.state, t.counts, t.started = map[string]string{}, map[string]int{}, map[string]time.Time{}
+		t.state, t.counts, t.started = map[string]JobState{}, map[JobState]int{}, map[string]time.Time{}
 	}
 	if old, ok := t.state[e.Job]; ok {
 		t.counts[old]--
@@ -105,14 +111,14 @@ func (t *Tally) Apply(e Event) {
 	default:
 		delete(t.started, e.Job)
 	}
-	if (s == EventFinished || s == EventFailed || s == EventTimeout) && e.Start != nil && e.End != nil && e.End.After(*e.Start) {
+	if (s == EventFinished.State() || s == EventFailed.State() || s == EventTimeout.State()) && e.Start != nil && e.End != nil && e.End.After(*e.Start) {
 		t.took += e.End.Sub(*e.Start)
 		t.tookN++
 	}
 }
 
 // Count is how many jobs are in state.
-func (t *Tally) Count(state string) int { return t.counts[state] }
+func (t *Tally) Count(state JobState) int { return t.counts[state] }
 
 // Jobs is how many jobs the events named.
 func (t *Tally) Jobs() int { return len(t.state) }
@@ -121,7 +127,7 @@ func (t *Tally) Jobs() int { return len(t.state) }
 // out. A job cancelled, rejected or given up as lost is not done: it ran
 // to no end of its own.
 func (t *Tally) Done() int {
-	return t.counts[EventFinished] + t.counts[EventFailed] + t.counts[EventTimeout]
+	return t.counts[EventFinished.State()] + t.counts[EventFailed.State()] + t.counts[EventTimeout.State()]
 }
 
 // Left is how many jobs are still to run or running.

@@ -10,10 +10,10 @@ import (
 // Every kind of event puts its job in one state, or none.
 func TestJobState(t *testing.T) {
 	t.Parallel()
-	want := map[string]string{
+	want := map[EventKind]JobState{
 		EventQueued: StateWaiting, EventRetried: StateWaiting, EventStarted: StateRunning,
-		EventFinished: EventFinished, EventFailed: EventFailed, EventTimeout: EventTimeout,
-		EventLost: EventLost, EventCancelled: EventCancelled, EventRejected: EventRejected,
+		EventFinished: "finished", EventFailed: "failed", EventTimeout: "timeout",
+		EventLost: "lost", EventCancelled: "cancelled", EventRejected: "rejected",
 		EventBusy: "", EventWarning: "", EventReloaded: "", EventHostDown: "", EventHostUp: "",
 	}
 	for kind, state := range want {
@@ -35,7 +35,8 @@ func TestTally(t *testing.T) {
 	t.Parallel()
 	var tl Tally
 	steps := []struct {
-		kind, job                    string
+		kind                         EventKind
+		job                          string
 		waiting, running, done, lost int
 	}{
 		{EventQueued, "1", 1, 0, 0, 0},
@@ -51,7 +52,7 @@ func TestTally(t *testing.T) {
 	}
 	for i, st := range steps {
 		tl.Apply(Event{Event: st.kind, Job: st.job})
-		got := []int{tl.Count(StateWaiting), tl.Count(StateRunning), tl.Done(), tl.Count(EventLost)}
+		got := []int{tl.Count(StateWaiting), tl.Count(StateRunning), tl.Done(), tl.Count(EventLost.State())}
 		if want := []int{st.waiting, st.running, st.done, st.lost}; !slices.Equal(got, want) {
 			t.Fatalf("after step %d (%s %s): waiting, running, done, lost = %v, want %v", i, st.kind, st.job, got, want)
 		}

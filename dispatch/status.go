@@ -18,7 +18,7 @@ import (
 // JobStatus is where one job stands according to a journal.
 type JobStatus struct {
 	Job     string           `json:"job"`
-	State   string           `json:"state"` // StateWaiting, StateRunning or a final event kind
+	State   JobState         `json:"state"`
 	Source  string           `json:"source,omitempty"`
 	Command string           `json:"command"`
 	Host    string           `json:"host,omitempty"`
@@ -54,7 +54,7 @@ type JobStatus struct {
 }
 
 // Succeeded reports whether the job finished with exit status 0.
-func (s JobStatus) Succeeded() bool { return s.State == EventFinished }
+func (s JobStatus) Succeeded() bool { return s.State == EventFinished.State() }
 
 // Status is what a journal says about every job it names, in the order
 // they first appear. A job is the same across runs (--resume) when its id,
@@ -208,8 +208,8 @@ func (st *Status) Latest() (latest *Status, earlier int) {
 }
 
 // Counts holds the number of jobs in each state.
-func (st *Status) Counts() map[string]int {
-	c := map[string]int{}
+func (st *Status) Counts() map[JobState]int {
+	c := map[JobState]int{}
 	for _, j := range st.Jobs {
 		c[j.State]++
 	}
@@ -319,7 +319,10 @@ func fitCommands(rows [][]string, width int) {
 // Totals is one line: "12 jobs: 9 succeeded, 1 failed, 2 running".
 func (st *Status) Totals() string {
 	c := st.Counts()
-	order := append([]string{EventFinished, StateRunning, StateWaiting}, Outcomes[1:]...)
+	order := []JobState{EventFinished.State(), StateRunning, StateWaiting}
+	for _, k := range Outcomes[1:] {
+		order = append(order, k.State())
+	}
 	var parts []string
 	for _, k := range order {
 		if c[k] > 0 {
@@ -337,7 +340,7 @@ func (st *Status) Totals() string {
 func (st *Status) WriteJSON(w io.Writer, jobs []JobStatus) error {
 	enc := json.NewEncoder(w)
 	for _, j := range jobs {
-		j.State = StateWord(j.State)
+		j.State = JobState(StateWord(j.State)) // the table's word, for people's scripts
 		if err := enc.Encode(j); err != nil {
 			return err
 		}
@@ -347,7 +350,7 @@ func (st *Status) WriteJSON(w io.Writer, jobs []JobStatus) error {
 
 // Unsuccessful reports whether the job's story ended without success.
 func (s JobStatus) Unsuccessful() bool {
-	return Ended(s.State) && s.State != EventFinished
+	return Ended(s.State) && s.State != EventFinished.State()
 }
 
 // Unsuccessful lists the jobs whose story ended without success.

@@ -15,7 +15,7 @@ func TestStatus(t *testing.T) {
 	t0 := time.Date(2026, 11, 21, 10, 0, 0, 0, time.UTC)
 	at := func(s int) *time.Time { tm := t0.Add(time.Duration(s) * time.Second); return &tm }
 	code := func(c int) *int { return &c }
-	ev := func(run, kind, job, text string, attempt int) Event {
+	ev := func(run string, kind EventKind, job, text string, attempt int) Event {
 		return Event{Run: run, Event: kind, Job: job, Text: text, Occurrence: 1, Command: text, Attempt: attempt}
 	}
 	started := func(e Event, s int) Event {
@@ -111,7 +111,7 @@ func TestStatus(t *testing.T) {
 			}
 			var got []string
 			for _, j := range st.Jobs {
-				got = append(got, strings.Join([]string{j.Job, j.State, string(rune('0' + j.Attempts))}, ":"))
+				got = append(got, strings.Join([]string{j.Job, string(j.State), string(rune('0' + j.Attempts))}, ":"))
 			}
 			if strings.Join(got, " ") != strings.Join(tc.want, " ") {
 				t.Errorf("jobs %v, want %v", got, tc.want)
@@ -122,7 +122,7 @@ func TestStatus(t *testing.T) {
 			latest, earlier := st.Latest()
 			got = nil
 			for _, j := range latest.Jobs {
-				got = append(got, strings.Join([]string{j.Job, j.State, string(rune('0' + j.Attempts))}, ":"))
+				got = append(got, strings.Join([]string{j.Job, string(j.State), string(rune('0' + j.Attempts))}, ":"))
 			}
 			want := tc.latest
 			if want == nil {

@@ -285,7 +285,11 @@ func (m *model) progress() string {
 	}
 	var parts []string
 	parts = append(parts, fmt.Sprintf("%d/%d done", done, total))
-	for _, s := range append(dispatch.Outcomes[1:], dispatch.StateRunning, dispatch.StateWaiting) {
+	var states []dispatch.JobState
+	for _, k := range dispatch.Outcomes[1:] {
+		states = append(states, k.State())
+	}
+	for _, s := range append(states, dispatch.StateRunning, dispatch.StateWaiting) {
 		if n := m.jobs.Count(s); n > 0 {
 			part := fmt.Sprintf("%d %s", n, dispatch.StateWord(s))
 			if h := len(m.after); s == dispatch.StateWaiting && h > 0 {

@@ -18,21 +18,32 @@ import (
 // (?state=failed&name=train_*); the page's script applies it to each
 // update, and the bulk actions act on what it shows.
 type filter struct {
-	State, Name string
+	State dispatch.JobState
+	Name  string
 }
 
-// filterStates are the states a filter may name, with their words.
-var filterStates = [][2]string{
+// unsuccessful is the filter's state of every job that ended without
+// success.
+const unsuccessful dispatch.JobState = "unsuccessful"
+
+// filterState is a state a filter may name, and its words.
+type filterState struct {
+	state dispatch.JobState
+	words string
+}
+
+// filterStates are the states a filter may name.
+var filterStates = []filterState{
 	{"", "any state"}, {dispatch.StateWaiting, "waiting"}, {dispatch.StateRunning, "running"},
-	{dispatch.EventFinished, "succeeded"}, {"unsuccessful", "not succeeded"}, {dispatch.EventFailed, "failed"},
-	{dispatch.EventTimeout, "timed out"}, {dispatch.EventLost, "lost"}, {dispatch.EventCancelled, "cancelled"},
+	{dispatch.EventFinished.State(), "succeeded"}, {unsuccessful, "not succeeded"}, {dispatch.EventFailed.State(), "failed"},
+	{dispatch.EventTimeout.State(), "timed out"}, {dispatch.EventLost.State(), "lost"}, {dispatch.EventCancelled.State(), "cancelled"},
 }
 
 // filterOf reads a filter from the values of a request: an unknown state
 // or a bad glob is none.
 func filterOf(v url.Values) filter {
-	f := filter{State: v.Get("state"), Name: strings.TrimSpace(v.Get("name"))}
-	if !slices.ContainsFunc(filterStates, func(s [2]string) bool { return s[0] == f.State }) {
+	f := filter{State: dispatch.JobState(v.Get("state")), Name: strings.TrimSpace(v.Get("name"))}
+	if !slices.ContainsFunc(filterStates, func(s filterState) bool { return s.state == f.State }) {
 		f.State = ""
 	}
 	if _, err := path.Match(f.Name, ""); err != nil {
@@ -45,11 +56,11 @@ func filterOf(v url.Values) filter {
 func (f filter) shows(j *jobInfo) bool { return f.showsJob(j.ID, j.State) }
 
 // showsJob reports whether the job id, in state, is shown.
-func (f filter) showsJob(id, state string) bool {
+func (f filter) showsJob(id string, state dispatch.JobState) bool {
 	switch {
-	case f.State == "unsuccessful" && (!dispatch.Ended(state) || state == dispatch.EventFinished):
+	case f.State == unsuccessful && (!dispatch.Ended(state) || state == dispatch.EventFinished.State()):
 		return false
-	case f.State != "" && f.State != "unsuccessful" && f.State != state:
+	case f.State != "" && f.State != unsuccessful && f.State != state:
 		return false
 	}
 	ok, _ := path.Match(f.Name, id)
@@ -60,7 +71,7 @@ func (f filter) showsJob(id, state string) bool {
 func (f filter) Query() string {
 	v := url.Values{}
 	if f.State != "" {
-		v.Set("state", f.State)
+		v.Set("state", string(f.State))
 	}
 	if f.Name != "" {
 		v.Set("name", f.Name)
@@ -75,7 +86,7 @@ func (f filter) Query() string {
 func (f filter) Choices() []stateChoice {
 	out := make([]stateChoice, len(filterStates))
 	for i, s := range filterStates {
-		out[i] = stateChoice{Value: s[0], Word: s[1], Selected: s[0] == f.State}
+		out[i] = stateChoice{Value: string(s.state), Word: s.words, Selected: s.state == f.State}
 	}
 	return out
 }

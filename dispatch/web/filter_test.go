@@ -15,20 +15,21 @@ import (
 func TestFilter(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		query     string
-		id, state string
-		want      bool
+		query string
+		id    string
+		state dispatch.JobState
+		want  bool
 	}{
-		{"", "7", dispatch.EventFailed, true},
-		{"state=failed", "7", dispatch.EventFailed, true},
-		{"state=failed", "7", dispatch.EventFinished, false},
-		{"state=unsuccessful", "7", dispatch.EventTimeout, true},
-		{"state=unsuccessful", "7", dispatch.EventFinished, false},
+		{"", "7", dispatch.EventFailed.State(), true},
+		{"state=failed", "7", dispatch.EventFailed.State(), true},
+		{"state=failed", "7", dispatch.EventFinished.State(), false},
+		{"state=unsuccessful", "7", dispatch.EventTimeout.State(), true},
+		{"state=unsuccessful", "7", dispatch.EventFinished.State(), false},
 		{"state=unsuccessful", "7", dispatch.StateWaiting, false},
 		{"name=train_*", "train_3", dispatch.StateWaiting, true},
 		{"name=train_*", "eval_3", dispatch.StateWaiting, false},
-		{"state=failed&name=train_*", "train_3", dispatch.EventFailed, true},
-		{"state=nosuch&name=[", "x", dispatch.EventFailed, true},
+		{"state=failed&name=train_*", "train_3", dispatch.EventFailed.State(), true},
+		{"state=nosuch&name=[", "x", dispatch.EventFailed.State(), true},
 	}
 	for _, tt := range tests {
 		v, _ := url.ParseQuery(tt.query)

@@ -149,8 +149,8 @@ func (s *Server) progress(now time.Time) progress {
 		Running: t.Count(dispatch.StateRunning), Waiting: t.Count(dispatch.StateWaiting),
 	}
 	for _, o := range dispatch.Outcomes {
-		if n := t.Count(o); n > 0 {
-			p.Outcomes = append(p.Outcomes, outcome{dispatch.StateWord(o), n, o == dispatch.EventFinished})
+		if n := t.Count(o.State()); n > 0 {
+			p.Outcomes = append(p.Outcomes, outcome{dispatch.StateWord(o.State()), n, o == dispatch.EventFinished})
 		}
 	}
 	if rate, eta := t.Pace(s.first, now); rate > 0 {

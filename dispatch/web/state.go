@@ -14,7 +14,7 @@ type jobInfo struct {
 	ID, Command, Source string
 	// State is dispatch's job state (waiting, running, or an outcome);
 	// Pending says that a Slurm cluster holds it, for Reason.
-	State   string
+	State   dispatch.JobState
 	Pending bool
 	Reason  string
 	Host    string

@@ -138,13 +138,13 @@ func buildTimeline(jobs map[string]*jobInfo, hosts []dispatch.HostView, now time
 }
 
 // barClass is the colour of a bar of a job in state.
-func barClass(state string) string {
+func barClass(state dispatch.JobState) string {
 	switch state {
 	case dispatch.StateRunning:
 		return "run"
-	case dispatch.EventFinished:
+	case dispatch.EventFinished.State():
 		return "ok"
-	case dispatch.EventCancelled:
+	case dispatch.EventCancelled.State():
 		return "off"
 	}
 	return "bad"

@@ -20,12 +20,12 @@ func TestTimeline(t *testing.T) {
 	t0 := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	jobs := map[string]*jobInfo{
-		"1": {ID: "1", State: dispatch.EventFinished, Host: "n1", GPUs: []executor.GPUID{0}, Start: at(0), End: at(10), Command: "a"},
-		"2": {ID: "2", State: dispatch.EventFailed, Host: "n1", GPUs: []executor.GPUID{0}, Start: at(5), End: at(8), Command: "b"},
+		"1": {ID: "1", State: dispatch.EventFinished.State(), Host: "n1", GPUs: []executor.GPUID{0}, Start: at(0), End: at(10), Command: "a"},
+		"2": {ID: "2", State: dispatch.EventFailed.State(), Host: "n1", GPUs: []executor.GPUID{0}, Start: at(5), End: at(8), Command: "b"},
 		"3": {ID: "3", State: dispatch.StateRunning, Host: "n2", GPUs: []executor.GPUID{1}, Start: at(20), Command: "c"},
-		"4": {ID: "4", State: dispatch.EventFinished, Host: "n1", GPUs: []executor.GPUID{0}, Start: at(12), End: at(14), Command: "d"},
+		"4": {ID: "4", State: dispatch.EventFinished.State(), Host: "n1", GPUs: []executor.GPUID{0}, Start: at(12), End: at(14), Command: "d"},
 		"5": {ID: "5", State: dispatch.StateWaiting, Command: "e"},
-		"6": {ID: "6", State: dispatch.EventCancelled, Host: "hpc", Start: at(1), End: at(2), Command: "f"},
+		"6": {ID: "6", State: dispatch.EventCancelled.State(), Host: "hpc", Start: at(1), End: at(2), Command: "f"},
 	}
 	hosts := []dispatch.HostView{
 		{Name: "n2", GPUs: []dispatch.GPUView{{ID: 0}, {ID: 1}}},
