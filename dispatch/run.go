@@ -883,66 +883,83 @@ func (r *run) tag(j *Job, attempt int) string {
 	return fmt.Sprintf("%s-%d-%d", r.id, j.Seq, attempt)
 }
 
+// finish acts on the end of an attempt, as outcomeOf reads it: the host
+// taken out of use, the job waiting again with no attempt used, its end
+// recorded (and its slots let go unless its processes may hold them), then
+// a retry, its files brought back, or the end of its story.
 func (r *run) finish(res result) {
-	q, j, p := res.a.q, res.a.q.job, res.a.p
+	o := outcomeOf(res.code, res.err)
+	q, p := res.a.q, res.a.p
 	q.kill = nil
-	lost := errors.Is(res.err, executor.ErrConnectionLost)
-	unreached := errors.Is(res.err, executor.ErrCancelUnreached)
-	limited := errors.Is(res.err, executor.ErrLimit)
-	notStarted := errors.Is(res.err, executor.ErrHostDown) || limited
-	if lost || unreached || errors.Is(res.err, executor.ErrHostDown) {
+	if o.hostDown {
 		r.hostDown(p.host, res.err)
 	}
 	if p.host.cluster {
-		r.sched.table.limit(p.host, limited)
+		r.sched.table.limit(p.host, o.limited)
 	}
-	if limited {
+	switch {
+	case o.limited:
 		// Nothing ran and the host is fine: the job waits for a slot there
 		// or elsewhere, without using an attempt.
-		r.release(p)
-		q.attempts--
-		res.logs.remove()
-		r.record(r.warning(p.host.host.Name, j.ID(), res.err.Error()+fmt.Sprintf("; it takes at most %s of this run until one of them ends", Count(p.host.gpus[0].cap, "job"))))
+		r.takeBack(q, p, res.logs)
+		r.record(r.warning(p.host.host.Name, q.job.ID(), res.err.Error()+fmt.Sprintf("; it takes at most %s of this run until one of them ends", Count(p.host.gpus[0].cap, "job"))))
 		r.notStarted(q)
 		r.sched.add(q)
 		return
-	}
-	if errors.Is(res.err, executor.ErrUnfit) {
+	case o.unfit:
 		// Nothing ran: the host could not set up the job's environment.
-		r.release(p)
-		q.attempts--
-		res.logs.remove()
+		r.takeBack(q, p, res.logs)
 		if r.stopping {
-			r.final(r.event(EventCancelled, j, q.attempts))
+			r.final(r.event(EventCancelled, q.job, q.attempts))
 			return
 		}
 		r.setUnfit(p.host, q, res.err)
 		return
 	}
-	jobLost := errors.Is(res.err, executor.ErrJobLost)
-	// Its processes may still hold the GPUs: the slots stay taken until
-	// the host confirms they are gone.
-	unstopped := lost || unreached
-	if !unstopped {
+	if !o.unstopped {
 		r.release(p)
 	}
-	kind := EventFinished
+	e := r.ended(o, res)
+	returns := returnsOf(q.job, p.host.host.Return)
 	switch {
-	case res.err == nil && res.code == 0:
-	case res.err == nil:
-		kind = EventFailed
-	case errors.Is(res.err, errJobTimeout), errors.Is(res.err, executor.ErrTimeLimit):
-		kind = EventTimeout
-	case errors.Is(res.err, context.Canceled):
-		kind = EventCancelled
-	case lost || notStarted || jobLost:
-		kind = EventLost
+	case r.retryFailure(q, e, o.notStarted || o.unstopped):
+	case o.kind == EventLost && q.attempts <= r.opts.Retries && !r.stopping:
+		r.record(e)
+		r.record(r.event(EventRetried, q.job, q.attempts))
+		r.sched.add(q)
+		// Its host may have been down past --host-down-timeout while the
+		// job was presumed running there: with nowhere else to go, it
+		// fails now rather than wait for a timer already gone off.
+		r.failWaiting(func(j *Job) string { return r.sched.table.unrunnable(j, r.opts.HostDownTimeout) })
+	case len(returns) > 0 && e.Start != nil && !o.notStarted && !o.unstopped && o.kind != EventLost:
+		// Its files come back before its end is told (summary, hooks,
+		// waiters): a hook finds them there.
+		e.Return, e.Snapshot, e.Tree = returns, q.launched.Snapshot, q.launched.Tree
+		r.record(e)
+		r.fetchReturns(e, jobWorkdir(p.host.host), func() { r.conclude(e) })
 	default:
-		kind = EventFailed
+		r.final(e)
 	}
-	e := r.event(kind, j, q.attempts)
+}
+
+// takeBack undoes an attempt that never ran: its slots are free again, it
+// does not count, and its empty logs go.
+func (r *run) takeBack(q *queued, p placement, logs logFiles) {
+	r.release(p)
+	q.attempts--
+	logs.remove()
+}
+
+// ended is the event that ends the attempt of res, as o reads it: where it
+// ran and its logs (unless it never started), when it ran, its exit
+// status, and a hint for a command not found. An attempt that may run on
+// gets a fence (its host stops it once it answers); one that never
+// started does not count, and its logs go.
+func (r *run) ended(o outcome, res result) Event {
+	q, p := res.a.q, res.a.p
+	e := r.event(o.kind, q.job, q.attempts)
 	e.Host, e.GPUs = p.host.host.Name, p.gpuIDs()
-	if res.logs.out != nil && !notStarted {
+	if res.logs.out != nil && !o.notStarted {
 		e.Stdout, e.Stderr = res.logs.out.Name(), res.logs.err.Name()
 		e.Start, e.End = &res.start, &res.end
 		if !q.endedAt.IsZero() {
@@ -954,48 +971,27 @@ func (r *run) finish(res result) {
 		e.Start, e.SlurmJobID = q.ran, q.slurmID
 	}
 	q.pending = false
-	if res.code >= 0 && kind != EventLost {
+	if res.code >= 0 && o.kind != EventLost {
 		e.Exit = &res.code
 	}
 	if res.err != nil {
 		e.Error = res.err.Error()
 	}
-	e.ByUser = errors.Is(res.err, errCancelAsked)
-	if kind == EventFailed && res.code == exitNotFound && e.Stderr != "" {
+	e.ByUser = o.byUser
+	if o.kind == EventFailed && res.code == exitNotFound && e.Stderr != "" {
 		e.Hint = hint(e.Stderr, e.Host, p.host.host.Local)
 	}
-	if unstopped {
+	if o.unstopped {
 		e.Unstopped, e.Tag = true, q.tag
 		r.putUp(fence{ended: e, p: p, held: true})
 	}
-	if notStarted {
+	if o.notStarted {
 		// Nothing ran: the attempt does not count and its empty logs go.
 		q.attempts--
 		res.logs.remove()
 		e.Error += " (the job did not start)"
 	}
-	if r.retryFailure(q, e, notStarted || unstopped) {
-		return
-	}
-	if kind == EventLost && q.attempts <= r.opts.Retries && !r.stopping {
-		r.record(e)
-		r.record(r.event(EventRetried, j, q.attempts))
-		r.sched.add(q)
-		// Its host may have been down past --host-down-timeout while the
-		// job was presumed running there: with nowhere else to go, it
-		// fails now rather than wait for a timer already gone off.
-		r.failWaiting(func(j *Job) string { return r.sched.table.unrunnable(j, r.opts.HostDownTimeout) })
-		return
-	}
-	if paths := returnsOf(j, p.host.host.Return); len(paths) > 0 && e.Start != nil && !notStarted && !unstopped && kind != EventLost {
-		// Its files come back before its end is told (summary, hooks,
-		// waiters): a hook finds them there.
-		e.Return, e.Snapshot, e.Tree = paths, q.launched.Snapshot, q.launched.Tree
-		r.record(e)
-		r.fetchReturns(e, jobWorkdir(p.host.host), func() { r.conclude(e) })
-		return
-	}
-	r.final(e)
+	return e
 }
 
 // retryFailure queues q again when its attempt, which ended with e, failed
