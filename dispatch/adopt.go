@@ -26,6 +26,28 @@ import (
 // attempt. An attempt of which its host keeps nothing (the host was
 // started again) is lost, and its job queued again.
 
+// history is what the log dir's journal says of its earlier runs, read as
+// the run begins (prepare), and what becomes of it. done are the jobs that
+// succeeded then (Resume: skipped); open are the attempts started then
+// with no outcome journaled, by job, until the job arrives and its attempt
+// is followed (adopt) or it runs again: no attempt is both followed and
+// run. adoptions are the running jobs an earlier server left (serve
+// --resume), followed as the run starts; adoptLater those on hosts still
+// being opened, followed once they are. failures counts, by job, the
+// attempts that failed or timed out then (they use up its retries=);
+// damaged are the journal lines --resume skipped, for warnings. numbers
+// numbers the jobs read from the inputs after the earlier runs' (nil for a
+// served run, whose jobs are numbered as they are submitted).
+type history struct {
+	done       map[jobKey]bool
+	open       map[jobKey]Event
+	adoptions  []adoption
+	adoptLater []adoption
+	failures   map[jobKey]int
+	damaged    []string
+	numbers    *numbers
+}
+
 // openAttempts reads the journal at path for Resume: the jobs that
 // finished with exit status 0, the latest attempt of each job that started
 // (or was handed to a batch system) with no outcome after it, the attempts
@@ -139,9 +161,9 @@ func (r *run) adopt(q *queued, e Event) bool {
 		q.pending, q.ran = true, nil
 	}
 	r.record(ev)
-	jctx, kill := context.WithCancelCause(r.jobsCtx)
+	jctx, kill := context.WithCancelCause(r.attempts.ctx)
 	q.kill = kill
-	r.inFlight++
+	r.attempts.inFlight++
 	a := assignment{q: q, p: p}
 	go func() {
 		defer kill(nil)
@@ -150,7 +172,7 @@ func (r *run) adopt(q *queued, e Event) bool {
 		if cerr := logs.close(); err == nil && cerr != nil {
 			err = cerr
 		}
-		r.results <- result{a: a, code: code, err: err, start: start, end: end, logs: logs}
+		r.attempts.results <- result{a: a, code: code, err: err, start: start, end: end, logs: logs}
 	}()
 	return true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
@@ -12,6 +13,25 @@ import (
 
 // DefaultRecheck is Options.Recheck's default.
 const DefaultRecheck = 10 * time.Second
+
+// locking keeps the run's GPU claims and locks. A claim settles off the
+// loop and comes back on claims; a GPU set aside (busy, or locked by
+// another run) is tried again when its recheck comes (for the latest time
+// it was set aside only), and a host set aside for an environment it could
+// not set up, when unfitOver says so. A lock whose holder went away comes
+// on lockLost, and the GPU is locked again by its next job. idle are the
+// GPUs left without a job of this run since the last turn of the loop:
+// their locks are let go of at its end unless a job took the GPU again
+// meanwhile; releasing counts the locks being let go of, which the run
+// waits for as it ends.
+type locking struct {
+	claims    chan claimResult
+	rechecks  chan recheck
+	unfitOver chan unfitExpiry
+	lockLost  chan lostLock
+	idle      []*gpu
+	releasing sync.WaitGroup
+}
 
 // claim is what must be settled on a job's GPUs before it starts: the
 // locks this run does not hold yet, and (SkipBusy) whether other people's
@@ -58,7 +78,7 @@ func (r *run) needs(a assignment) claim {
 			// A loss the loop has not heard of yet still counts.
 			select {
 			case <-g.lock.Lost():
-				r.lockGone(lostLock{g, g.lock})
+				r.onLockLost(lostLock{g, g.lock})
 			default:
 			}
 		}
@@ -77,9 +97,9 @@ func (r *run) needs(a assignment) claim {
 	return c
 }
 
-// launch starts a, or first settles its claim in the background; it reports
-// false when a went back to the queue at once because a claim on one of its
-// GPUs is already under way.
+// launch starts a, or first settles its claim in the background (an
+// attempt in flight either way); it reports false when a went back to the
+// queue at once because a claim on one of its GPUs is already under way.
 func (r *run) launch(ctx context.Context, a assignment) bool {
 	for _, g := range a.p.gpus {
 		if g.claiming {
@@ -88,6 +108,7 @@ func (r *run) launch(ctx context.Context, a assignment) bool {
 			return false
 		}
 	}
+	r.attempts.inFlight++
 	c := r.needs(a)
 	if len(c.lock) == 0 && len(c.check) == 0 {
 		r.start(ctx, a)
@@ -97,7 +118,7 @@ func (r *run) launch(ctx context.Context, a assignment) bool {
 		r.sched.table.setBlocked(g, func() { g.claiming = true })
 	}
 	a.q.claiming = true
-	go func() { r.claims <- r.settle(ctx, c) }()
+	go func() { r.locking.claims <- r.settle(ctx, c) }()
 	return true
 }
 
@@ -168,10 +189,10 @@ func unreachable(err error) bool {
 	return errors.Is(err, executor.ErrHostDown) || errors.Is(err, executor.ErrConnectionLost)
 }
 
-// claimed starts the job of a settled claim, or puts it back in the queue
-// (without using an attempt) when a GPU was busy or the host went away; it
-// reports whether the job started.
-func (r *run) claimed(ctx context.Context, res claimResult) bool {
+// onClaim starts the job of a settled claim, or puts it back in the queue
+// (without using an attempt, and no longer in flight) when a GPU was busy
+// or the host went away.
+func (r *run) onClaim(ctx context.Context, res claimResult) {
 	a := res.a
 	h := a.p.host
 	for _, g := range a.p.gpus {
@@ -186,7 +207,7 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 		select {
 		case <-l.Lost():
 			// Lost as soon as taken: take it again.
-			r.lockGone(lostLock{g, l})
+			r.onLockLost(lostLock{g, l})
 			relock = true
 		default:
 		}
@@ -200,11 +221,13 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 		r.record(r.hostWarning(h, fmt.Errorf("cannot tell whether its GPUs are busy, so --skip-busy does not apply there: %w", res.noProbe)))
 	}
 	if a.q.cancelAsked {
+		r.attempts.inFlight--
 		r.release(a.p)
 		r.cancelledBeforeStart(a.q)
-		return false
+		return
 	}
 	if res.err != nil || len(res.busy) > 0 || relock || r.stopping {
+		r.attempts.inFlight--
 		r.release(a.p)
 		if unreachable(res.err) {
 			r.hostDown(h, res.err)
@@ -218,13 +241,12 @@ func (r *run) claimed(ctx context.Context, res claimResult) bool {
 			r.setBusy(g, res.busy[g], res.holders[g], res.freed[g], a.q)
 		}
 		r.sched.add(a.q)
-		return false
+		return
 	}
 	for _, g := range a.p.gpus {
 		g.reported, g.vetted = "", true
 	}
 	r.start(ctx, a)
-	return true
 }
 
 // setBusy sets g aside for Options.Recheck, or until freed (when not nil)
@@ -252,7 +274,7 @@ func (r *run) setBusy(g *gpu, why, holder string, freed <-chan struct{}, q *queu
 			return
 		}
 		select {
-		case r.rechecks <- recheck{g, epoch}:
+		case r.locking.rechecks <- recheck{g, epoch}:
 		case <-r.bg.Done():
 		}
 	}()
@@ -264,7 +286,7 @@ type recheck struct {
 	epoch int
 }
 
-func (r *run) rechecked(rc recheck) {
+func (r *run) onRecheck(rc recheck) {
 	if g := rc.g; g.busyEpoch == rc.epoch {
 		r.sched.table.setBlocked(g, func() { g.busy = "" })
 	}
@@ -283,14 +305,14 @@ func (r *run) watchLock(g *gpu, l executor.GPULock) {
 		return
 	}
 	select {
-	case r.lockLost <- lostLock{g, l}:
+	case r.locking.lockLost <- lostLock{g, l}:
 	case <-r.bg.Done():
 	}
 }
 
-// lockGone forgets a lock that was lost: the next job on its GPU locks it
+// onLockLost forgets a lock that was lost: the next job on its GPU locks it
 // again.
-func (r *run) lockGone(ll lostLock) {
+func (r *run) onLockLost(ll lostLock) {
 	if ll.g.lock == ll.l {
 		ll.g.lock, ll.g.unlocked = nil, ll.l.Lost()
 	}
@@ -305,21 +327,21 @@ func (r *run) release(p placement) {
 			g.vetted = false // the next job there is checked again
 		}
 		if g.jobs() == 0 && g.lock != nil {
-			r.idle = append(r.idle, g)
+			r.locking.idle = append(r.locking.idle, g)
 		}
 	}
 }
 
 // unlockIdle lets go of the locks of GPUs on which no job of this run is.
 func (r *run) unlockIdle() {
-	for _, g := range r.idle {
+	for _, g := range r.locking.idle {
 		if g.jobs() == 0 && g.lock != nil && !g.claiming {
 			l := g.lock
 			g.lock, g.unlocked = nil, l.Lost()
-			r.releasing.Go(l.Release)
+			r.locking.releasing.Go(l.Release)
 		}
 	}
-	r.idle = r.idle[:0]
+	r.locking.idle = r.locking.idle[:0]
 }
 
 // unlockAll lets go of every lock and returns once they are all free,
@@ -329,16 +351,15 @@ func (r *run) unlockAll() {
 		for _, g := range h.gpus {
 			if l := g.lock; l != nil {
 				g.lock = nil
-				r.releasing.Go(l.Release)
+				r.locking.releasing.Go(l.Release)
 			}
 		}
 	}
-	r.releasing.Wait()
+	r.locking.releasing.Wait()
 }
 
 // hostWarning is an event about something wrong with h that does not stop
 // its jobs.
 func (r *run) hostWarning(h *hostSlots, err error) Event {
-	e := r.warning(h.host.Name, "", err.Error())
-	return e
+	return r.warning(h.host.Name, "", err.Error())
 }

@@ -132,7 +132,7 @@ func (c *Control) each(ctx context.Context, ids []string, f func(*run, *queued) 
 	err := c.do(ctx, func(r *run) {
 		for i, id := range ids {
 			out[i].ID = id
-			q := r.jobs[id]
+			q := r.serving.jobs[id]
 			if q == nil {
 				out[i].Err = fmt.Sprintf("no job %q in this run", id)
 				continue
@@ -203,7 +203,7 @@ func (c *Control) Stop(ctx context.Context, now bool) error {
 	return c.do(ctx, func(r *run) {
 		r.stop()
 		if now {
-			r.killJobs(errStopNow)
+			r.attempts.kill(errStopNow)
 		}
 	})
 }
@@ -236,6 +236,25 @@ func (c StopCause) Error() string { return string(c) }
 // Is makes a StopCause a context.Canceled.
 func (c StopCause) Is(target error) bool { return target == context.Canceled }
 
+// serving keeps what Control steers: jobs are the run's jobs by id (every
+// job queued, held or run, and its end once its story ended: q.ended);
+// waiters are the Wait calls not answered yet, each answered once every
+// job it names ended. A served run numbers the jobs submitted after those
+// of its journal (seq), and names them as a job file would (seen, names: a
+// name used twice is refused); requeue are the jobs an earlier server
+// left unfinished (serve --resume), queued again as it starts, and
+// unfinished counts those it does not queue again (no --resume), for a
+// warning.
+type serving struct {
+	jobs       map[string]*queued
+	waiters    []*waiter
+	seq        int
+	seen       map[string]int
+	names      map[string]string
+	requeue    []*queued
+	unfinished int
+}
+
 // waiter is a Wait call: the ids whose story has not ended, and the final
 // events of those that have.
 type waiter struct {
@@ -246,7 +265,7 @@ type waiter struct {
 
 func (r *run) addWaiter(w *waiter, ids []string) error {
 	for _, id := range ids {
-		q := r.jobs[id]
+		q := r.serving.jobs[id]
 		switch {
 		case q == nil:
 			return fmt.Errorf("no job %q in this run", id)
@@ -260,14 +279,14 @@ func (r *run) addWaiter(w *waiter, ids []string) error {
 		close(w.ended)
 		return nil
 	}
-	r.waiters = append(r.waiters, w)
+	r.serving.waiters = append(r.serving.waiters, w)
 	return nil
 }
 
 // tellWaiters tells the waiters that e ended its job's story.
 func (r *run) tellWaiters(e Event) {
-	kept := r.waiters[:0]
-	for _, w := range r.waiters {
+	kept := r.serving.waiters[:0]
+	for _, w := range r.serving.waiters {
 		if w.pending[e.Job] {
 			delete(w.pending, e.Job)
 			w.events = append(w.events, e)
@@ -278,8 +297,8 @@ func (r *run) tellWaiters(e Event) {
 		}
 		kept = append(kept, w)
 	}
-	clear(r.waiters[len(kept):])
-	r.waiters = kept
+	clear(r.serving.waiters[len(kept):])
+	r.serving.waiters = kept
 }
 
 // submit parses and admits a batch (the loop's side of Control.Submit).
@@ -305,7 +324,7 @@ func (r *run) submit(b Batch) (Submitted, error) {
 			return out, err
 		}
 	}
-	p := newParser(strings.NewReader(b.Text), source, &r.seq, r.seen, r.names)
+	p := newParser(strings.NewReader(b.Text), source, &r.serving.seq, r.serving.seen, r.serving.names)
 	p.defaults = b.Defaults
 	p.defaults.Kind = b.Kind.or(r.opts.Kind)
 	// Local jobs start from the coordinator's environment: only what the
@@ -410,7 +429,7 @@ func (r *run) stop() {
 	r.summary.Interrupted = true
 	// A job a Slurm cluster still holds has not started: it is cancelled
 	// like a waiting job.
-	for _, q := range r.jobs {
+	for _, q := range r.serving.jobs {
 		if q.pending && q.kill != nil {
 			q.kill(errStopPending)
 		}
@@ -429,10 +448,10 @@ func (r *run) waits() map[string]waitInfo {
 	for i, q := range r.sched.waiting {
 		out[q.job.ID()] = waitInfo{q.job.Priority, r.sched.table.whyWaiting(q.job, i)}
 	}
-	for _, q := range r.held {
+	for _, q := range r.deps.held {
 		out[q.job.ID()] = waitInfo{q.job.Priority, heldWhy(q)}
 	}
-	for id, q := range r.jobs {
+	for id, q := range r.serving.jobs {
 		if q.claiming {
 			out[id] = waitInfo{q.job.Priority, "starting: taking its GPUs' locks"}
 		}

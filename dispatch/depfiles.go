@@ -40,7 +40,7 @@ func (r *run) depFiles(j *Job) map[string]string {
 	dirs := map[string]string{}
 	for id := range need {
 		dir := ""
-		if q := r.jobs[id]; q != nil && q.ended != nil && q.ended.Stdout != "" {
+		if q := r.serving.jobs[id]; q != nil && q.ended != nil && q.ended.Stdout != "" {
 			dir = ReturnDir(*q.ended)
 		} else {
 			dir = newestAttemptDir(r.opts.LogDir, id)

@@ -21,6 +21,17 @@ import (
 // with that reason ("dependency train_3 failed"), and so, in turn, are its
 // own dependents.
 
+// deps keeps the jobs that wait for others. held are they, apart from the
+// queue (a held job is in the queue only once it is let go: never both);
+// dependents are they by the id of each job they still wait for; earlier
+// are the ids of the jobs that succeeded in an earlier run (Resume), which
+// count as done.
+type deps struct {
+	held       []*queued
+	dependents map[string][]*queued
+	earlier    map[string]bool
+}
+
 // depWait is what a held job still waits for: by id, whether that job must
 // succeed.
 type depWait struct {
@@ -52,7 +63,7 @@ func (r *run) resolveDeps(j *Job) (map[string]bool, error) {
 				switch {
 				case id == j.ID():
 					return fmt.Errorf("%s=%s: a job cannot wait for itself", key, id)
-				case r.jobs[id] == nil && !r.earlier[id]:
+				case r.serving.jobs[id] == nil && !r.deps.earlier[id]:
 					return fmt.Errorf("%s=%s: no job %s before this one (a job waits for jobs queued before it)", key, id, id)
 				}
 				found = []string{id}
@@ -77,10 +88,10 @@ func (r *run) resolveDeps(j *Job) (map[string]bool, error) {
 // number, named or not. Else id as it is.
 func (r *run) byNumber(id string) string {
 	n, err := strconv.Atoi(id)
-	if err != nil || r.jobs[id] != nil || r.earlier[id] {
+	if err != nil || r.serving.jobs[id] != nil || r.deps.earlier[id] {
 		return id
 	}
-	for known, q := range r.jobs {
+	for known, q := range r.serving.jobs {
 		if q.job.Seq == n {
 			return known
 		}
@@ -90,11 +101,11 @@ func (r *run) byNumber(id string) string {
 
 // knownIDs are the ids of the jobs the run knows, in no order.
 func (r *run) knownIDs() []string {
-	ids := make([]string, 0, len(r.jobs)+len(r.earlier))
-	for id := range r.jobs {
+	ids := make([]string, 0, len(r.serving.jobs)+len(r.deps.earlier))
+	for id := range r.serving.jobs {
 		ids = append(ids, id)
 	}
-	for id := range r.earlier {
+	for id := range r.deps.earlier {
 		ids = append(ids, id)
 	}
 	return ids
@@ -117,7 +128,7 @@ func (r *run) enqueue(q *queued, message string) error {
 	w := &depWait{left: map[string]bool{}}
 	var failed *Event
 	for id, success := range need {
-		dep := r.jobs[id]
+		dep := r.serving.jobs[id]
 		switch {
 		case dep == nil || dep.ended != nil && dep.ended.Event == EventFinished:
 			// Succeeded, here or in an earlier run.
@@ -127,7 +138,7 @@ func (r *run) enqueue(q *queued, message string) error {
 			}
 		default:
 			w.left[id] = success
-			r.dependents[id] = append(r.dependents[id], q)
+			r.deps.dependents[id] = append(r.deps.dependents[id], q)
 		}
 	}
 	e := r.event(EventQueued, j, q.attempts)
@@ -144,7 +155,7 @@ func (r *run) enqueue(q *queued, message string) error {
 		r.sched.add(q)
 	default:
 		q.deps = w
-		r.held = append(r.held, q)
+		r.deps.held = append(r.deps.held, q)
 	}
 	return nil
 }
@@ -163,8 +174,8 @@ func waitingFor(w *depWait) []string {
 // longer waits joins the queue, and each that needed it to succeed when it
 // did not is cancelled.
 func (r *run) depsEnded(e Event) {
-	waiting := r.dependents[e.Job]
-	delete(r.dependents, e.Job)
+	waiting := r.deps.dependents[e.Job]
+	delete(r.deps.dependents, e.Job)
 	for _, q := range waiting {
 		w := q.deps
 		if w == nil || q.ended != nil {
@@ -192,8 +203,8 @@ func (r *run) depsEnded(e Event) {
 // unhold takes q out of the held jobs.
 func (r *run) unhold(q *queued) {
 	q.deps = nil
-	if i := slices.Index(r.held, q); i >= 0 {
-		r.held = slices.Delete(r.held, i, i+1)
+	if i := slices.Index(r.deps.held, q); i >= 0 {
+		r.deps.held = slices.Delete(r.deps.held, i, i+1)
 	}
 }
 
@@ -234,11 +245,11 @@ func heldWhy(q *queued) string {
 
 // dropHeld takes every held job out, for a run that stops.
 func (r *run) dropHeld() []*queued {
-	held := r.held
+	held := r.deps.held
 	for _, q := range held {
 		q.deps = nil
 	}
-	r.held = nil
-	clear(r.dependents)
+	r.deps.held = nil
+	clear(r.deps.dependents)
 	return held
 }

@@ -9,6 +9,25 @@
 // Executor and hand a result back on a channel; the reader goroutine only
 // parses input and hands jobs over. Nothing else shares memory.
 //
+// The run's state (run.go) is in parts, each a type that owns its fields
+// and the channel on which goroutines bring it news, and says what it keeps
+// true: attempts (the attempts in flight, their results and progress),
+// history (what the log dir's earlier runs left: adopt.go), health (hosts
+// going down and coming back: health.go), fencing (attempts to stop once
+// their hosts answer: fence.go), locking (GPU claims and locks: claim.go),
+// serving (the jobs Control steers: control.go), returns (files brought
+// back: returns.go), deps (jobs that wait for others: deps.go) and
+// memWatch (hosts' GPU memory and use: memory.go, usage.go). The loop
+// takes one piece of news at a time and hands it to its handler, named
+// for what it handles (onResult, onHostUp, onClaim, onUpdate, ...), then
+// gives the scheduler its turn. The end of an attempt is read once into an
+// outcome (outcome.go: the event kind, whether the host goes down, whether
+// anything ran, whether its processes may hold the GPUs) before onResult
+// acts on it. A new feature adds a part, or a field to the part it
+// belongs to, with a channel and a handler of its own: fair share between
+// runs belongs beside locking (it decides who takes a GPU as one frees),
+// jobs over several hosts beside attempts (one attempt, several hosts).
+//
 // # Invariants
 //
 //   - A slot runs at most one job; a GPU runs at most as many jobs as it has

@@ -33,6 +33,17 @@ type fence struct {
 	held bool
 }
 
+// fencing keeps the attempts to stop where they ran once their hosts
+// answer. fenced are those put up, by tag, until the host's Reap answers
+// on reaped (each is put up once, and holds its slots, if it held, until
+// then); unstopped are those earlier runs of the log dir left, put up as
+// the run starts.
+type fencing struct {
+	reaped    chan fence
+	fenced    map[string]fence
+	unstopped fences
+}
+
 // fences tracks, while a journal is read, the attempts still to be stopped.
 type fences map[string]Event
 
@@ -48,15 +59,15 @@ func (f fences) see(e Event) {
 }
 
 // putUp fences the attempt that e ended: it is reaped on a goroutine of
-// its own, and the loop hears of it on r.reaped.
+// its own, and the loop hears of it on r.fencing.reaped.
 func (r *run) putUp(f fence) {
-	r.fenced[f.ended.Tag] = f
+	r.fencing.fenced[f.ended.Tag] = f
 	go func() {
 		if r.opts.Executor.Reap(r.bg, f.ended.Host, f.ended.Tag) != nil {
 			return
 		}
 		select {
-		case r.reaped <- f:
+		case r.fencing.reaped <- f:
 		case <-r.bg.Done():
 		}
 	}()
@@ -65,7 +76,7 @@ func (r *run) putUp(f fence) {
 // putUpEarlier fences the attempts an earlier run left to stop,
 // those whose host is in this run; the others are named.
 func (r *run) putUpEarlier() {
-	for _, e := range r.unstopped {
+	for _, e := range r.fencing.unstopped {
 		if h := r.sched.table.byName[e.Host]; h == nil || h.removed {
 			r.record(r.warning(e.Host, "", fmt.Sprintf("attempt %d of job %s (run %s) may still run there, and the host is not in this run's inventory to stop it", e.Attempt, e.Job, e.Run)))
 			continue
@@ -74,9 +85,9 @@ func (r *run) putUpEarlier() {
 	}
 }
 
-// stopped records that f's attempt is stopped, and frees its slots.
-func (r *run) stopped(f fence) {
-	delete(r.fenced, f.ended.Tag)
+// onReaped records that f's attempt is onReaped, and frees its slots.
+func (r *run) onReaped(f fence) {
+	delete(r.fencing.fenced, f.ended.Tag)
 	if f.held {
 		r.release(f.p)
 	}
@@ -96,12 +107,12 @@ func (r *run) awaitFences() {
 	settle := time.NewTimer(fenceSettle)
 	defer settle.Stop()
 	settled := false
-	for len(r.fenced) > 0 && (!settled || r.fencesUp()) {
+	for len(r.fencing.fenced) > 0 && (!settled || r.fencesUp()) {
 		select {
-		case f := <-r.reaped:
-			r.stopped(f)
-		case h := <-r.ups:
-			r.hostUp(h)
+		case f := <-r.fencing.reaped:
+			r.onReaped(f)
+		case h := <-r.health.ups:
+			r.onHostUp(h)
 		case <-settle.C:
 			settled = true
 		case <-deadline.C:
@@ -114,7 +125,7 @@ func (r *run) awaitFences() {
 
 // fencesUp reports whether a fence waits on a host that answers.
 func (r *run) fencesUp() bool {
-	for _, f := range r.fenced {
+	for _, f := range r.fencing.fenced {
 		if h := r.sched.table.byName[f.ended.Host]; h != nil && !h.down {
 			return true
 		}
@@ -124,7 +135,7 @@ func (r *run) fencesUp() bool {
 
 // leaveFences warns of each attempt left running where it may run.
 func (r *run) leaveFences() {
-	for _, f := range r.fenced {
+	for _, f := range r.fencing.fenced {
 		e := f.ended
 		r.record(r.warning(e.Host, "", fmt.Sprintf("attempt %d of job %s may still run there: gpudispatch could not reach the host to stop it; the next run on this log dir (--resume or not) stops it once the host answers", e.Attempt, e.Job)))
 	}

@@ -169,8 +169,8 @@ func (h *hookRunner) keep(e Event) {
 	}
 }
 
-// recordHookWarnings records the warnings the hooks left.
-func (r *run) recordHookWarnings() {
+// onHookSaid records the warnings the hooks left.
+func (r *run) onHookSaid() {
 	r.hooks.mu.Lock()
 	ws := r.hooks.warnings
 	r.hooks.warnings = nil
@@ -187,5 +187,5 @@ func (r *run) endHooks() {
 	if r.opts.Hooks.RunEnd != "" {
 		r.runEndHook()
 	}
-	r.recordHookWarnings()
+	r.onHookSaid()
 }

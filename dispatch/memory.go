@@ -211,6 +211,18 @@ func MemWords(mb int) string {
 	return fmt.Sprintf("%dM", mb)
 }
 
+// memWatch keeps what the run asks of hosts' GPUs. wanted is set once a
+// job may declare GPU memory: hosts' GPU memory is then asked (askMemory)
+// and answered on answers; look is set when a host may have become one to
+// ask (up, added, its last look failed), so that the hosts are not looked
+// over at every event. usages brings the looks at what others use on the
+// GPUs (usage.go).
+type memWatch struct {
+	wanted, look bool
+	answers      chan memAnswer
+	usages       chan usageAnswer
+}
+
 // memAnswer is what a host's nvidia-smi said of its GPUs' memory; again
 // is set instead when it is time to ask a host whose nvidia-smi did not
 // answer in time once more.
@@ -224,10 +236,10 @@ type memAnswer struct {
 // askMemory asks nvidia-smi, on each host that is up, whose GPUs' memory
 // is not known and that a waiting job declaring memory may use, for it.
 func (r *run) askMemory() {
-	if !r.memWanted || !r.memLook {
+	if !r.mem.wanted || !r.mem.look {
 		return
 	}
-	r.memLook = false
+	r.mem.look = false
 	for _, h := range r.sched.table.hosts {
 		if h.cluster || h.down || h.removed || h.memAsk != memUnasked || h.host.MemoryMB > 0 {
 			continue
@@ -239,7 +251,7 @@ func (r *run) askMemory() {
 			defer cancel()
 			gpus, err := r.opts.Executor.ProbeGPUs(ctx, name)
 			select {
-			case r.memAnswers <- memAnswer{h: h, gpus: gpus, err: err}:
+			case r.mem.answers <- memAnswer{h: h, gpus: gpus, err: err}:
 			case <-r.bg.Done():
 			}
 		}()
@@ -250,13 +262,13 @@ func (r *run) askMemory() {
 // asked again later.
 const probeLimit = 2 * time.Minute
 
-// memAnswered records a host's GPUs' memory, then rejects the waiting jobs
+// onMemory records a host's GPUs' memory, then rejects the waiting jobs
 // whose memory now fits no GPU they may use.
-func (r *run) memAnswered(a memAnswer) {
+func (r *run) onMemory(a memAnswer) {
 	h := a.h
 	switch {
 	case a.again:
-		h.memAsk, r.memLook = memUnasked, true
+		h.memAsk, r.mem.look = memUnasked, true
 		return
 	case unreachable(a.err):
 		// Down: asked again once it is back.
@@ -273,7 +285,7 @@ func (r *run) memAnswered(a memAnswer) {
 		h.memErr = a.err.Error()
 		time.AfterFunc(r.opts.Recheck, func() {
 			select {
-			case r.memAnswers <- memAnswer{h: h, again: true}:
+			case r.mem.answers <- memAnswer{h: h, again: true}:
 			case <-r.bg.Done():
 			}
 		})

@@ -112,7 +112,7 @@ func (r *run) overview(limit int) *Overview {
 		})
 	}
 	o.MoreWaiting = len(r.sched.waiting) - n
-	for _, q := range r.held {
+	for _, q := range r.deps.held {
 		if len(o.Waiting) == limit {
 			o.MoreWaiting++
 			continue

@@ -26,7 +26,7 @@ func Plan(opts Options, inputs []Input, w io.Writer) (*Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range r.damaged {
+	for _, d := range r.past.damaged {
 		fmt.Fprintf(w, "gpudispatch: warning: --resume: %s; the line was skipped\n", d)
 	}
 	for _, h := range r.sched.table.hosts {
@@ -56,14 +56,14 @@ func Plan(opts Options, inputs []Input, w io.Writer) (*Summary, error) {
 		case skipped:
 			fmt.Fprintf(w, "job %s skipped: it succeeded before\n", j.ID())
 			r.summary.Skipped++
-			r.earlier[j.ID()] = true
+			r.deps.earlier[j.ID()] = true
 			continue
 		case "":
 			continue
 		}
 		need, _ := r.resolveDeps(j) // verdict checked them
 		q := &queued{job: j}
-		r.jobs[j.ID()] = q
+		r.serving.jobs[j.ID()] = q
 		s.add(q, need)
 	}
 	s.finish()
@@ -177,7 +177,7 @@ func (s *simulation) settle() {
 // ready reports whether every job in need ended.
 func (s *simulation) ready(need map[string]bool) bool {
 	for id := range need {
-		if !s.ended[id] && !s.r.earlier[id] {
+		if !s.ended[id] && !s.r.deps.earlier[id] {
 			return false
 		}
 	}
@@ -207,7 +207,7 @@ func (s *simulation) finish() {
 	for _, b := range s.blocked {
 		var never []string
 		for id := range b.need {
-			if !s.ended[id] && !s.r.earlier[id] {
+			if !s.ended[id] && !s.r.deps.earlier[id] {
 				never = append(never, id)
 			}
 		}

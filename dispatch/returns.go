@@ -27,6 +27,16 @@ import (
 // coordinator killed) is taken up by the next run of the log dir with
 // Resume or Serve, from the bytes that came (see hosts/results).
 
+// returns keeps the fetches of returned files: pending counts those under
+// way, whose results come on fetched (the run ends only once it is 0);
+// unreturned are the attempts of earlier runs whose files never came
+// (Resume, Serve), fetched as the run starts.
+type returns struct {
+	pending    int
+	fetched    chan fetched
+	unreturned []Event
+}
+
 // fetched is what came back of an attempt's files.
 type fetched struct {
 	ended Event
@@ -58,7 +68,7 @@ func jobWorkdir(h inventory.Host) string {
 // fetchReturns fetches the files attempt ended names for return, from
 // workdir on its host, then runs then on the loop's goroutine.
 func (r *run) fetchReturns(ended Event, workdir string, then func()) {
-	r.returning++
+	r.returns.pending++
 	from := executor.Return{Paths: ended.Return, Workdir: workdir, Snapshot: ended.Snapshot, Tree: ended.Tree, Limit: r.opts.ReturnLimit}
 	go func() {
 		dst := ReturnDir(ended)
@@ -66,7 +76,7 @@ func (r *run) fetchReturns(ended Event, workdir string, then func()) {
 		os.Remove(dst) // when nothing came
 
 		select {
-		case r.returned <- fetched{ended: ended, got: got, err: err, then: then}:
+		case r.returns.fetched <- fetched{ended: ended, got: got, err: err, then: then}:
 		case <-r.bg.Done():
 		}
 	}()
@@ -98,8 +108,9 @@ func dirMode(mode fs.FileMode) fs.FileMode {
 	return mode | (mode&0o444)>>2
 }
 
-// gotBack records what came back of an attempt's files, then goes on.
-func (r *run) gotBack(f fetched) {
+// onFetched records what came back of an attempt's files, then goes on.
+func (r *run) onFetched(f fetched) {
+	r.returns.pending--
 	e := Event{Time: time.Now(), Event: EventReturned, Run: r.id,
 		Job: f.ended.Job, Seq: f.ended.Seq, Source: f.ended.Source,
 		Text: f.ended.Text, TextBytes: f.ended.TextBytes, Occurrence: f.ended.Occurrence,
@@ -127,7 +138,7 @@ func (r *run) gotBack(f fetched) {
 // fetchUnreturned fetches the files of the earlier runs' attempts that
 // never came, from the hosts still in the run.
 func (r *run) fetchUnreturned() {
-	for _, e := range r.unreturned {
+	for _, e := range r.returns.unreturned {
 		if h := r.sched.table.byName[e.Host]; h != nil && !h.removed {
 			r.fetchReturns(e, jobWorkdir(h.host), func() {})
 		}

@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -151,7 +150,11 @@ type SetupError struct{ Err error }
 func (e *SetupError) Error() string { return e.Err.Error() }
 func (e *SetupError) Unwrap() error { return e.Err }
 
-// run is the state of one Run call, owned by its loop goroutine.
+// run is the state of one Run call, owned by its loop goroutine. Its
+// state is in parts, each the owner of its fields and of the channels on
+// which goroutines bring it news (see each type for what it keeps true):
+// the loop takes one piece of news at a time and hands it to the part's
+// handler (loop, the on* methods).
 type run struct {
 	opts    Options
 	id      string
@@ -164,101 +167,39 @@ type run struct {
 	tree string
 	// fileMode is what the log dir's new files get (see fileMode).
 	fileMode fs.FileMode
-	done     map[jobKey]bool // finished in an earlier run (--resume)
-	// numbers numbers the jobs read from the inputs; nil for a served run,
-	// whose jobs are numbered as they are submitted.
-	numbers *numbers
-	// open are the attempts earlier runs started and journaled no outcome
-	// for (--resume): they are followed, not run again (adopt).
-	open map[jobKey]Event
-	// adoptions are the running jobs an earlier server left (Serve with
-	// Resume), followed as the run starts; adoptLater are the attempts to
-	// follow on hosts still being opened, once they are.
-	adoptions  []adoption
-	adoptLater []adoption
-	// inFlight counts the attempts started (or being claimed) that have
-	// not ended; jobsCtx is their context, which stop --now cancels.
-	inFlight int
-	jobsCtx  context.Context
-	// failures counts, with Resume, the attempts of each job that failed or
-	// timed out in earlier runs: they use up its retries=.
-	failures map[jobKey]int
-	// damaged are the journal's lines --resume skipped, for warnings.
-	damaged []string
-	sched   *scheduler
-	results chan result
-	summary *Summary
+	sched    *scheduler
+	summary  *Summary
 	// stopping is set on drain, on cancel and when the journal fails.
 	stopping bool
 	// detached is set by Detach: the run ends without waiting for its
 	// running jobs, which run on.
 	detached bool
-	// Host health, reported by goroutines that wait on the Executor or a
-	// timer; bg ends them when Run returns.
-	bg      context.Context
-	ups     chan *hostSlots
-	expired chan expiry
-	reaped  chan fence
-	// fenced are the attempts to stop where they ran once their hosts
-	// answer, by tag; unstopped are those an earlier run left.
-	fenced    map[string]fence
-	unstopped fences
-	// GPU claims and locks (claim.go): settled claims, busy GPUs' rechecks,
-	// locks lost with their holder, and GPUs left idle by a release.
-	claims    chan claimResult
-	rechecks  chan recheck
-	unfitOver chan unfitExpiry
-	// hooks runs Options.Hooks.
-	hooks    hookRunner
-	lockLost chan lostLock
-	idle     []*gpu
-	// progress brings what Slurm clusters say of their jobs.
-	progress chan progress
-	// killJobs cancels the jobs' context (stop --now).
-	killJobs context.CancelCauseFunc
-	// releasing counts the locks being let go of.
-	releasing sync.WaitGroup
-	// jobs are the run's jobs by id, for Control; waiters are its Wait
-	// calls not answered yet.
-	jobs    map[string]*queued
-	waiters []*waiter
-	// seq, seen and names number and name the jobs Control.Submit adds,
-	// after those of the journal (Serve).
-	seq   int
-	seen  map[string]int
-	names map[string]string
-	// requeue are the jobs an earlier server left unfinished (Serve with
-	// Resume), queued again as the run starts.
-	requeue []*queued
-	// unfinished counts such jobs when they are not queued again.
-	unfinished int
-	// returning counts the fetches of returned files under way, whose
-	// results come on returned; unreturned are the attempts of earlier
-	// runs whose files never came (Resume, Serve).
-	returning  int
-	returned   chan fetched
-	unreturned []Event
-	// held are the jobs that wait for others to end, apart from the
-	// queue; dependents are they by the id of a job they wait for;
-	// earlier are the ids of the jobs that succeeded in an earlier run
-	// (Resume), which count as done (deps.go).
-	held       []*queued
-	dependents map[string][]*queued
-	earlier    map[string]bool
-	// memWanted is set once a job may declare GPU memory: hosts' GPU
-	// memory is then asked (memory.go), and answered on memAnswers;
-	// memLook is set when a host may have become one to ask (up, added,
-	// its last look failed), so that the hosts are not looked over at
-	// every event.
-	memWanted, memLook bool
-	memAnswers         chan memAnswer
-	usages             chan usageAnswer
+	// bg ends, as Run returns, the goroutines that bring the parts news.
+	bg context.Context
+
+	attempts attempts   // the attempts under way
+	past     history    // what the log dir's earlier runs left (adopt.go)
+	health   health     // hosts going down and coming back (health.go)
+	fencing  fencing    // attempts to stop once their hosts answer (fence.go)
+	locking  locking    // GPU claims and locks (claim.go)
+	serving  serving    // the jobs Control steers (control.go)
+	returns  returns    // files brought back (returns.go)
+	deps     deps       // jobs that wait for others (deps.go)
+	mem      memWatch   // hosts' GPU memory and use (memory.go, usage.go)
+	hooks    hookRunner // the commands run as jobs and the run end (hooks.go)
 }
 
-// expiry is a host's host-down timeout passing, for one time it went down.
-type expiry struct {
-	h       *hostSlots
-	episode int
+// attempts are the attempts the run started. inFlight counts those started
+// (or being claimed) whose result has not come on results yet: the run
+// ends only once it is 0 (or it detaches). Their context is ctx, which
+// kill cancels (stop --now, a second Ctrl-C). Hosts say on progress when
+// an attempt begins, waits (Slurm) or was cut off.
+type attempts struct {
+	inFlight int
+	ctx      context.Context
+	kill     context.CancelCauseFunc
+	results  chan result
+	progress chan progress
 }
 
 // result is a job attempt that ended.
@@ -288,21 +229,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	}
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
-	r.results = make(chan result)
-	r.returned = make(chan fetched)
-	r.memAnswers = make(chan memAnswer)
-	r.usages = make(chan usageAnswer)
 	r.bg = bg
-	r.ups = make(chan *hostSlots)
-	r.expired = make(chan expiry)
-	r.reaped = make(chan fence)
-	r.fenced = map[string]fence{}
-	r.claims = make(chan claimResult)
-	r.rechecks = make(chan recheck)
-	r.unfitOver = make(chan unfitExpiry)
-	r.hooks.said = make(chan struct{}, 1)
-	r.lockLost = make(chan lostLock)
-	r.progress = make(chan progress)
 	r.fileMode = claim.mode
 	r.logDirAbs = opts.LogDir
 	if abs, err := filepath.Abs(opts.LogDir); err == nil {
@@ -326,11 +253,11 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 			return nil, &SetupError{err}
 		}
 	}
-	for _, d := range r.damaged {
+	for _, d := range r.past.damaged {
 		r.record(r.warning("", "", "--resume: "+d+"; the line was skipped"))
 	}
-	if r.unfinished > 0 {
-		r.record(r.warning("", "", Count(r.unfinished, "job")+" of an earlier run in this log dir did not finish: serve --resume queues them again"))
+	if r.serving.unfinished > 0 {
+		r.record(r.warning("", "", Count(r.serving.unfinished, "job")+" of an earlier run in this log dir did not finish: serve --resume queues them again"))
 	}
 	for _, h := range r.sched.table.hosts {
 		if err := opts.Down[h.host.Name]; err != nil {
@@ -344,45 +271,50 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	}
 	r.watchUsages()
 	// The jobs' context: stop --now cancels it, as a second Ctrl-C does.
-	ctx, r.killJobs = context.WithCancelCause(ctx)
-	defer r.killJobs(nil)
-	r.jobsCtx = ctx
-	r.putUpEarlier()
-	r.fetchUnreturned()
-	for _, a := range r.adoptions {
-		if !r.follow(a) {
-			r.requeue = append(r.requeue, a.q)
-		}
-	}
-	for _, q := range r.requeue {
-		err := q.requeueErr
-		if err == nil {
-			err = r.sched.table.check(q.job)
-		}
-		if err != nil {
-			e := r.event(EventFailed, q.job, 0)
-			e.Error = "cannot be queued again: " + err.Error()
-			r.final(e)
-			continue
-		}
-		if err := r.enqueue(q, "queued again by serve --resume"); err != nil {
-			e := r.event(EventFailed, q.job, 0)
-			e.Error = "cannot be queued again: " + err.Error()
-			r.final(e)
-		}
-	}
+	ctx, r.attempts.kill = context.WithCancelCause(ctx)
+	defer r.attempts.kill(nil)
+	r.attempts.ctx = ctx
+	r.takeUpEarlier()
 	r.loop(ctx, inputs)
 	r.endHooks()
 	if r.detached {
-		r.killJobs(executor.ErrDetached)
+		r.attempts.kill(executor.ErrDetached)
 		// The lock holders keep the locks of the GPUs whose jobs run on
 		// (hosts/gpulock) once they stop hearing this run.
-		r.record(r.warning("", "", "detached: "+Count(r.inFlight, "running job")+" left running where they run; --resume (or serve --resume) on this log dir re-adopts them"))
+		r.record(r.warning("", "", "detached: "+Count(r.attempts.inFlight, "running job")+" left running where they run; --resume (or serve --resume) on this log dir re-adopts them"))
 		return r.summary, nil
 	}
 	r.awaitFences()
 	r.unlockAll()
 	return r.summary, nil
+}
+
+// takeUpEarlier takes up what earlier runs of the log dir left: the
+// attempts still to stop, the files still to fetch, the running jobs of an
+// earlier server to follow, and its unfinished jobs to queue again (serve
+// --resume); a job that can no longer be queued fails, saying why.
+func (r *run) takeUpEarlier() {
+	r.putUpEarlier()
+	r.fetchUnreturned()
+	for _, a := range r.past.adoptions {
+		if !r.follow(a) {
+			r.serving.requeue = append(r.serving.requeue, a.q)
+		}
+	}
+	for _, q := range r.serving.requeue {
+		err := q.requeueErr
+		if err == nil {
+			err = r.sched.table.check(q.job)
+		}
+		if err == nil {
+			err = r.enqueue(q, "queued again by serve --resume")
+		}
+		if err != nil {
+			e := r.event(EventFailed, q.job, 0)
+			e.Error = "cannot be queued again: " + err.Error()
+			r.final(e)
+		}
+	}
 }
 
 // prepare readies what Run and Plan share: the options' defaults, the slot
@@ -403,20 +335,31 @@ func prepare(opts Options) (*run, error) {
 	r := &run{
 		opts:    opts,
 		id:      time.Now().UTC().Format("20060102T150405.000000Z"),
-		done:    map[jobKey]bool{},
 		sched:   &scheduler{table: newSlotTable(opts.Inventory)},
 		summary: newSummary(),
-		jobs:    map[string]*queued{},
-		seen:    map[string]int{},
-		names:   map[string]string{},
-
-		dependents: map[string][]*queued{},
-		earlier:    map[string]bool{},
+		attempts: attempts{
+			results:  make(chan result),
+			progress: make(chan progress),
+		},
+		past:    history{done: map[jobKey]bool{}},
+		health:  health{ups: make(chan *hostSlots), expired: make(chan expiry)},
+		fencing: fencing{reaped: make(chan fence), fenced: map[string]fence{}},
+		locking: locking{
+			claims:    make(chan claimResult),
+			rechecks:  make(chan recheck),
+			unfitOver: make(chan unfitExpiry),
+			lockLost:  make(chan lostLock),
+		},
+		serving: serving{jobs: map[string]*queued{}, seen: map[string]int{}, names: map[string]string{}},
+		returns: returns{fetched: make(chan fetched)},
+		deps:    deps{dependents: map[string][]*queued{}, earlier: map[string]bool{}},
+		mem:     memWatch{answers: make(chan memAnswer), usages: make(chan usageAnswer)},
+		hooks:   hookRunner{said: make(chan struct{}, 1)},
 	}
 	for _, h := range opts.Inventory.Hosts {
-		r.memWanted = r.memWanted || h.MemMB > 0
+		r.mem.wanted = r.mem.wanted || h.MemMB > 0
 	}
-	r.memLook = r.memWanted
+	r.mem.look = r.mem.wanted
 	if opts.Serve {
 		if err := r.loadServed(); err != nil {
 			return nil, &SetupError{err}
@@ -425,23 +368,23 @@ func prepare(opts Options) (*run, error) {
 		if err != nil {
 			return nil, &SetupError{fmt.Errorf("reading the journal of %s: %w", opts.LogDir, err)}
 		}
-		r.unreturned = unreturned
+		r.returns.unreturned = unreturned
 		return r, nil
 	}
 	nums, err := readNumbers(filepath.Join(opts.LogDir, JournalName))
 	if err != nil {
 		return nil, &SetupError{fmt.Errorf("numbering the jobs after the log dir's earlier runs: %w", err)}
 	}
-	r.numbers = nums
+	r.past.numbers = nums
 	done, open, unstopped, failures, damaged, err := openAttempts(filepath.Join(opts.LogDir, JournalName))
 	if err != nil {
 		return nil, &SetupError{fmt.Errorf("reading the journal of %s: %w", opts.LogDir, err)}
 	}
 	// An attempt left to stop is stopped by whichever run comes next.
-	r.unstopped = unstopped
+	r.fencing.unstopped = unstopped
 	if opts.Resume {
-		r.done, r.open, r.damaged, r.failures = done, open, damaged, failures
-		if r.unreturned, err = unreturnedAttempts(filepath.Join(opts.LogDir, JournalName)); err != nil {
+		r.past.done, r.past.open, r.past.damaged, r.past.failures = done, open, damaged, failures
+		if r.returns.unreturned, err = unreturnedAttempts(filepath.Join(opts.LogDir, JournalName)); err != nil {
 			return nil, &SetupError{fmt.Errorf("reading the journal of %s: %w", opts.LogDir, err)}
 		}
 	}
@@ -484,6 +427,9 @@ func read(inputs []Input, kind Kind, out chan<- parsed, stop <-chan struct{}) {
 	}
 }
 
+// loop takes the news of the run one at a time, each from the part that
+// owns its channel to that part's handler (on*), then gives the scheduler
+// its turn (turn), until nothing is left to wait for (goesOn).
 func (r *run) loop(ctx context.Context, inputs []Input) {
 	jobs := make(chan parsed)
 	stopReading := make(chan struct{})
@@ -495,7 +441,7 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 	if r.opts.Control != nil {
 		reqs = r.opts.Control.reqs
 	}
-	for !r.detached && (jobs != nil || r.inFlight > 0 || r.returning > 0 || (len(r.sched.waiting) > 0 || len(r.adoptLater) > 0 || r.opts.Serve) && !r.stopping) {
+	for r.goesOn(jobs != nil) {
 		select {
 		case f := <-reqs:
 			f(r)
@@ -505,38 +451,34 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 				break
 			}
 			r.admit(p)
-		case res := <-r.results:
-			r.inFlight--
-			r.finish(res)
-		case f := <-r.returned:
-			r.returning--
-			r.gotBack(f)
-		case a := <-r.memAnswers:
-			r.memAnswered(a)
-		case a := <-r.usages:
-			r.usageSeen(a)
-		case h := <-r.ups:
-			r.hostUp(h)
-		case x := <-r.expired:
-			r.hostExpired(x)
-		case f := <-r.reaped:
-			r.stopped(f)
-		case c := <-r.claims:
-			if !r.claimed(ctx, c) {
-				r.inFlight--
-			}
-		case rc := <-r.rechecks:
-			r.rechecked(rc)
-		case x := <-r.unfitOver:
-			r.unfitExpired(x)
+		case res := <-r.attempts.results:
+			r.onResult(res)
+		case p := <-r.attempts.progress:
+			r.onProgress(p)
+		case f := <-r.returns.fetched:
+			r.onFetched(f)
+		case a := <-r.mem.answers:
+			r.onMemory(a)
+		case a := <-r.mem.usages:
+			r.onUsage(a)
+		case h := <-r.health.ups:
+			r.onHostUp(h)
+		case x := <-r.health.expired:
+			r.onHostExpired(x)
+		case f := <-r.fencing.reaped:
+			r.onReaped(f)
+		case c := <-r.locking.claims:
+			r.onClaim(ctx, c)
+		case rc := <-r.locking.rechecks:
+			r.onRecheck(rc)
+		case x := <-r.locking.unfitOver:
+			r.onUnfitOver(x)
+		case ll := <-r.locking.lockLost:
+			r.onLockLost(ll)
 		case <-r.hooks.said:
-			r.recordHookWarnings()
-		case ll := <-r.lockLost:
-			r.lockGone(ll)
-		case p := <-r.progress:
-			r.progressed(p)
+			r.onHookSaid()
 		case u := <-r.opts.Updates:
-			r.reload(u)
+			r.onUpdate(u)
 		case <-drain:
 			drain = nil
 			r.stop()
@@ -546,26 +488,47 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 		}
 		if r.stopping {
 			jobs = nil // read no more input
-			for _, q := range append(r.sched.drop(), r.dropHeld()...) {
-				r.final(r.event(EventCancelled, q.job, q.attempts))
-			}
-			continue
 		}
-		// A job put back because another job of the same pass is claiming
-		// its GPU may fit elsewhere: pass again until none is put back.
-		for again := true; again; {
-			again = false
-			for _, a := range r.sched.next() {
-				if r.launch(ctx, a) {
-					r.inFlight++
-				} else {
-					again = true
-				}
-			}
-		}
-		r.unlockIdle()
-		r.askMemory()
+		r.turn(ctx)
 	}
+}
+
+// goesOn says whether the loop waits for more: input that is still read
+// (reading), an attempt or a fetch under way, or, unless the run stops,
+// jobs that wait, attempts to follow on hosts still being opened, or a
+// standing queue (serve). A detached run waits for nothing.
+func (r *run) goesOn(reading bool) bool {
+	if r.detached {
+		return false
+	}
+	if reading || r.attempts.inFlight > 0 || r.returns.pending > 0 {
+		return true
+	}
+	return !r.stopping && (len(r.sched.waiting) > 0 || len(r.past.adoptLater) > 0 || r.opts.Serve)
+}
+
+// turn follows each piece of news: a run that stops cancels the jobs that
+// wait; otherwise the scheduler places what it can, and the locks of GPUs
+// left idle go, and hosts' GPU memory is asked where a job needs it.
+func (r *run) turn(ctx context.Context) {
+	if r.stopping {
+		for _, q := range append(r.sched.drop(), r.dropHeld()...) {
+			r.final(r.event(EventCancelled, q.job, q.attempts))
+		}
+		return
+	}
+	// A job put back because another job of the same pass is claiming
+	// its GPU may fit elsewhere: pass again until none is put back.
+	for again := true; again; {
+		again = false
+		for _, a := range r.sched.next() {
+			if !r.launch(ctx, a) {
+				again = true
+			}
+		}
+	}
+	r.unlockIdle()
+	r.askMemory()
 }
 
 // skipped is the verdict on a job that succeeded in an earlier run, and
@@ -585,8 +548,8 @@ func (r *run) verdict(p parsed) (j *Job, kind EventKind, why error) {
 	if errors.As(p.err, &le) {
 		j = le.Job // a rejected line takes a number too
 	}
-	if j != nil && r.numbers != nil {
-		r.numbers.number(j, r.opts.Resume)
+	if j != nil && r.past.numbers != nil {
+		r.past.numbers.number(j, r.opts.Resume)
 	}
 	switch {
 	case le != nil:
@@ -599,10 +562,10 @@ func (r *run) verdict(p parsed) (j *Job, kind EventKind, why error) {
 	switch {
 	case err != nil && final:
 		return j, EventRejected, err
-	case r.done[jobKey{j.Text, j.Occurrence}]:
+	case r.past.done[jobKey{j.Text, j.Occurrence}]:
 		return j, skipped, nil
 	}
-	if e, ok := r.open[jobKey{j.Text, j.Occurrence}]; ok && (r.adoptable(e) || r.sched.table.opening(e.Host)) {
+	if e, ok := r.past.open[jobKey{j.Text, j.Occurrence}]; ok && (r.adoptable(e) || r.sched.table.opening(e.Host)) {
 		return j, adopted, nil
 	}
 	if _, derr := r.resolveDeps(j); derr != nil {
@@ -621,8 +584,8 @@ func (r *run) admissible(j *Job) (final bool, err error) {
 	if why := r.opts.LeftOut[j.Host]; j.Host != "" && why != nil {
 		return true, fmt.Errorf("host %s is left out of this run: %w", j.Host, why)
 	}
-	if j.MemMB > 0 && !r.memWanted {
-		r.memWanted, r.memLook = true, true
+	if j.MemMB > 0 && !r.mem.wanted {
+		r.mem.wanted, r.mem.look = true, true
 	}
 	err = cmp.Or(r.sched.table.check(j), r.sched.table.checkPrefer(j), r.sched.table.checkMemory(j))
 	if err == nil {
@@ -643,19 +606,19 @@ func (r *run) admit(p parsed) (j *Job, kind EventKind, why error) {
 		r.final(e)
 	case skipped:
 		r.summary.Skipped++
-		r.earlier[j.ID()] = true
+		r.deps.earlier[j.ID()] = true
 	case adopted:
 		k := jobKey{j.Text, j.Occurrence}
-		e := r.open[k]
-		delete(r.open, k)
-		q := &queued{job: j, failures: r.failures[k]}
-		r.jobs[j.ID()] = q
+		e := r.past.open[k]
+		delete(r.past.open, k)
+		q := &queued{job: j, failures: r.past.failures[k]}
+		r.serving.jobs[j.ID()] = q
 		if !r.follow(adoption{q, e}) {
 			r.enqueue(q, "") // its dependencies were resolved by verdict
 		}
 	case EventQueued:
-		q := &queued{job: j, unfit: why, failures: r.failures[jobKey{j.Text, j.Occurrence}]}
-		r.jobs[j.ID()] = q
+		q := &queued{job: j, unfit: why, failures: r.past.failures[jobKey{j.Text, j.Occurrence}]}
+		r.serving.jobs[j.ID()] = q
 		r.enqueue(q, "") // its dependencies were resolved by verdict
 	}
 	return j, kind, why
@@ -666,7 +629,7 @@ func (r *run) admit(p parsed) (j *Job, kind EventKind, why error) {
 // cannot be followed, and the job is the caller's to queue again.
 func (r *run) follow(a adoption) bool {
 	if r.sched.table.opening(a.attempt.Host) {
-		r.adoptLater = append(r.adoptLater, a)
+		r.past.adoptLater = append(r.past.adoptLater, a)
 		return true
 	}
 	return r.adopt(a.q, a.attempt)
@@ -691,7 +654,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 	e.Host, e.GPUs = h.Name, a.p.gpuIDs()
 	logs, err := openLogs(r.opts.LogDir, j.ID(), r.fileMode)
 	if err != nil {
-		go func() { r.results <- result{a: a, code: -1, err: err} }()
+		go func() { r.attempts.results <- result{a: a, code: -1, err: err} }()
 		return
 	}
 	code := r.opts.Snapshots[h.Sync]
@@ -701,7 +664,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 	if h.Sync != "" && code == nil {
 		err := fmt.Errorf("sync: no snapshot of %s was taken (the directory was named after the run started): start a new run", h.Sync)
 		logs.close()
-		go func() { r.results <- result{a: a, code: -1, err: err, logs: logs} }()
+		go func() { r.attempts.results <- result{a: a, code: -1, err: err, logs: logs} }()
 		return
 	}
 	e.Stdout, e.Stderr = logs.out.Name(), logs.err.Name()
@@ -759,7 +722,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 		if cerr := logs.close(); err == nil && cerr != nil {
 			err = cerr
 		}
-		r.results <- result{a: a, code: code, err: err, start: start, end: time.Now(), logs: logs}
+		r.attempts.results <- result{a: a, code: code, err: err, start: start, end: time.Now(), logs: logs}
 	}()
 }
 
@@ -822,15 +785,15 @@ func (r *run) progressOf(q *queued) func(executor.Progress) {
 	attempt := q.attempts
 	return func(p executor.Progress) {
 		select {
-		case r.progress <- progress{q, attempt, p}:
+		case r.attempts.progress <- progress{q, attempt, p}:
 		case <-r.bg.Done():
 		}
 	}
 }
 
-// progressed records a job's start, or a cluster job's new reason to
+// onProgress records a job's start, or a cluster job's new reason to
 // wait.
-func (r *run) progressed(p progress) {
+func (r *run) onProgress(p progress) {
 	q := p.q
 	if q.kill == nil || q.attempts != p.attempt {
 		return // it ended meanwhile, or this is about an earlier attempt
@@ -861,33 +824,17 @@ func (r *run) progressed(p progress) {
 	r.record(e)
 }
 
-// cutOff takes the host of q's job out of use at once when the job's
-// connection was cut at when: the host is down, and says how many jobs are
-// presumed running there, until it answers again.
-func (r *run) cutOff(q *queued, when time.Time, why string) {
-	h := r.sched.table.byName[q.launched.Host]
-	if h == nil || h.down {
-		return
-	}
-	running := 0
-	for _, o := range r.jobs {
-		if o.kill != nil && o.launched.Host == h.host.Name {
-			running++ // a job over several GPUs counts once
-		}
-	}
-	r.hostDown(h, fmt.Errorf("unreachable since %s (%s), %s presumed running there", when.Format("15:04:05"), why, Count(running, "job")))
-}
-
 // tag names one attempt of j on its host (executor.Command.Tag).
 func (r *run) tag(j *Job, attempt int) string {
 	return fmt.Sprintf("%s-%d-%d", r.id, j.Seq, attempt)
 }
 
-// finish acts on the end of an attempt, as outcomeOf reads it: the host
+// onResult acts on the end of an attempt, as outcomeOf reads it: the host
 // taken out of use, the job waiting again with no attempt used, its end
 // recorded (and its slots let go unless its processes may hold them), then
 // a retry, its files brought back, or the end of its story.
-func (r *run) finish(res result) {
+func (r *run) onResult(res result) {
+	r.attempts.inFlight--
 	o := outcomeOf(res.code, res.err)
 	q, p := res.a.q, res.a.p
 	q.kill = nil
@@ -1033,68 +980,10 @@ func (r *run) notStarted(q *queued) {
 	r.record(e)
 }
 
-// hostDown takes h's slots out of use until the Executor says it is back,
-// and starts its host-down timeout.
-func (r *run) hostDown(h *hostSlots, why error) {
-	if !r.sched.table.setDown(h, why.Error(), time.Now()) {
-		return
-	}
-	r.record(r.hostEvent(EventHostDown, h))
-	name, episode := h.host.Name, h.episode
-	go func() {
-		if r.opts.Executor.WaitUp(r.bg, name) != nil {
-			return
-		}
-		select {
-		case r.ups <- h:
-		case <-r.bg.Done():
-		}
-	}()
-	time.AfterFunc(r.opts.HostDownTimeout, func() {
-		select {
-		case r.expired <- expiry{h, episode}:
-		case <-r.bg.Done():
-		}
-	})
-}
-
-func (r *run) hostUp(h *hostSlots) {
-	r.memLook = true
-	if h.watched {
-		h.lookAgain()
-	}
-	r.sched.table.setUp(h)
-	r.record(r.hostEvent(EventHostUp, h))
-}
-
-// hostExpired fails the waiting jobs that no host still waited for can run.
-func (r *run) hostExpired(x expiry) {
-	if !x.h.down || x.h.episode != x.episode {
-		return // it came back meanwhile
-	}
-	x.h.expired = true
-	r.failWaiting(func(j *Job) string { return r.sched.table.unrunnable(j, r.opts.HostDownTimeout) })
-}
-
-// failWaiting fails, with the reason why gives, the waiting jobs for which
-// it gives one.
-func (r *run) failWaiting(why func(*Job) string) {
-	reasons := map[*queued]string{}
-	dropped := r.sched.dropIf(func(q *queued) bool {
-		reasons[q] = why(q.job)
-		return reasons[q] != ""
-	})
-	for _, q := range dropped {
-		e := r.event(EventFailed, q.job, q.attempts)
-		e.Error = reasons[q]
-		r.final(e)
-	}
-}
-
-// reload applies an edit of the inventory: new hosts and GPUs get jobs,
+// onUpdate applies an edit of the inventory: new hosts and GPUs get jobs,
 // dropped ones get no new job, and waiting jobs that can no longer run
 // anywhere (pinned to a dropped host or GPU) fail, saying why.
-func (r *run) reload(u Update) {
+func (r *run) onUpdate(u Update) {
 	if u.Err != nil {
 		r.record(r.warning("", "", "inventory edit ignored, the run goes on as it was: "+u.Err.Error()))
 		return
@@ -1103,7 +992,7 @@ func (r *run) reload(u Update) {
 		r.opts.Snapshots = map[string]*snapshot.Snapshot{}
 	}
 	maps.Copy(r.opts.Snapshots, u.Snapshots)
-	r.memLook = true // hosts added, or opened
+	r.mem.look = true // hosts added, or opened
 	changes := r.sched.table.update(u.Inventory)
 	for _, name := range u.Opened {
 		if h := r.sched.table.byName[name]; h != nil {
@@ -1155,8 +1044,8 @@ func (r *run) reload(u Update) {
 		}
 		r.final(e)
 	}
-	later := r.adoptLater
-	r.adoptLater = nil
+	later := r.past.adoptLater
+	r.past.adoptLater = nil
 	for _, a := range later {
 		if !r.follow(a) {
 			r.enqueue(a.q, "") // its dependencies were resolved as it came
@@ -1200,7 +1089,7 @@ func (r *run) conclude(e Event) {
 	if r.opts.Hooks.JobEnd != "" {
 		r.jobHook(e)
 	}
-	if q := r.jobs[e.Job]; q != nil && q.job.Seq == e.Seq {
+	if q := r.serving.jobs[e.Job]; q != nil && q.job.Seq == e.Seq {
 		q.ended = &e
 	}
 	r.tellWaiters(e)

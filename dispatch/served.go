@@ -36,8 +36,8 @@ func (r *run) loadServed() error {
 		if e.TextBytes != nil {
 			e.Text = string(e.TextBytes)
 		}
-		r.seq = max(r.seq, e.Seq)
-		r.seen[e.Text] = max(r.seen[e.Text], e.Occurrence)
+		r.serving.seq = max(r.serving.seq, e.Seq)
+		r.serving.seen[e.Text] = max(r.serving.seen[e.Text], e.Occurrence)
 		k := jobKey{e.Text, e.Occurrence}
 		rec := recs[k]
 		if rec == nil {
@@ -62,8 +62,8 @@ func (r *run) loadServed() error {
 	if err != nil {
 		return err
 	}
-	r.damaged = damaged
-	r.unstopped = unstopped
+	r.past.damaged = damaged
+	r.fencing.unstopped = unstopped
 	for _, k := range order {
 		rec := recs[k]
 		if rec.queued.Job == "" {
@@ -86,13 +86,13 @@ func (r *run) loadServed() error {
 			}
 		}
 		if j.Name != "" {
-			r.names[j.Name] = j.Where()
+			r.serving.names[j.Name] = j.Where()
 		}
 		if codeErr == nil {
 			codeErr = envErr
 		}
 		q := &queued{job: j, requeueErr: codeErr}
-		r.jobs[j.ID()] = q
+		r.serving.jobs[j.ID()] = q
 		state := rec.last.JobState()
 		if Ended(state) {
 			last := rec.last
@@ -101,14 +101,14 @@ func (r *run) loadServed() error {
 		if !Ended(state) || state == EventCancelled.State() && !rec.last.ByUser {
 			switch {
 			case !r.opts.Resume:
-				r.unfinished++
+				r.serving.unfinished++
 			case rec.last.Event == EventStarted || rec.last.Event == EventPending:
 				// It may run on where it was started: followed, not run again.
 				q.ended = nil
-				r.adoptions = append(r.adoptions, adoption{q, rec.last})
+				r.past.adoptions = append(r.past.adoptions, adoption{q, rec.last})
 			default:
 				q.ended = nil
-				r.requeue = append(r.requeue, q)
+				r.serving.requeue = append(r.serving.requeue, q)
 			}
 		}
 	}

@@ -84,7 +84,7 @@ func (r *run) setUnfit(h *hostSlots, q *queued, err error) {
 			return
 		}
 		select {
-		case r.unfitOver <- unfitExpiry{h, key, now}:
+		case r.locking.unfitOver <- unfitExpiry{h, key, now}:
 		case <-r.bg.Done():
 		}
 	}()
@@ -93,8 +93,8 @@ func (r *run) setUnfit(h *hostSlots, q *queued, err error) {
 	r.failWaiting(r.sched.table.noneCanSetUp)
 }
 
-// unfitExpired lets h try the Prelude of x again.
-func (r *run) unfitExpired(x unfitExpiry) {
+// onUnfitOver lets h try the Prelude of x again.
+func (r *run) onUnfitOver(x unfitExpiry) {
 	if m, ok := x.h.unfit[x.key]; ok && m.at.Equal(x.at) {
 		delete(x.h.unfit, x.key)
 	}

@@ -73,7 +73,7 @@ func (r *run) watchUsage(h *hostSlots) {
 			}
 			gpus, err := r.opts.Executor.ProbeGPUs(r.bg, name)
 			select {
-			case r.usages <- usageAnswer{h: h, gpus: gpus, err: err}:
+			case r.mem.usages <- usageAnswer{h: h, gpus: gpus, err: err}:
 			case <-r.bg.Done():
 				return
 			}
@@ -99,8 +99,8 @@ func (h *hostSlots) lookAgain() {
 	}
 }
 
-// usageSeen records what others use on h's GPUs.
-func (r *run) usageSeen(a usageAnswer) {
+// onUsage records what others use on h's GPUs.
+func (r *run) onUsage(a usageAnswer) {
 	h := a.h
 	if unreachable(a.err) {
 		r.hostDown(h, a.err) // looked at again once it is back
