@@ -333,15 +333,15 @@ func (r *run) release(p placement) {
 }
 
 // unlockIdle lets go of the locks of GPUs on which no job of this run is.
-func (r *run) unlockIdle() {
-	for _, g := range r.locking.idle {
+func (l *locking) unlockIdle() {
+	for _, g := range l.idle {
 		if g.jobs() == 0 && g.lock != nil && !g.claiming {
-			l := g.lock
-			g.lock, g.unlocked = nil, l.Lost()
-			r.locking.releasing.Go(l.Release)
+			lock := g.lock
+			g.lock, g.unlocked = nil, lock.Lost()
+			l.releasing.Go(lock.Release)
 		}
 	}
-	r.locking.idle = r.locking.idle[:0]
+	l.idle = l.idle[:0]
 }
 
 // unlockAll lets go of every lock and returns once they are all free,

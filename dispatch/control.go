@@ -360,7 +360,7 @@ func (r *run) cancelJob(q *queued) (string, error) {
 		r.cancelledBeforeStart(q)
 		return "cancelled (it was waiting)", nil
 	case q.deps != nil:
-		r.unhold(q)
+		r.deps.unhold(q)
 		r.cancelledBeforeStart(q)
 		return "cancelled (it was waiting for the jobs it comes after)", nil
 	case q.kill != nil:

@@ -188,10 +188,10 @@ func (r *run) depsEnded(e Event) {
 		delete(w.left, e.Job)
 		switch {
 		case success && e.Event != EventFinished:
-			r.unhold(q)
+			r.deps.unhold(q)
 			r.depFailed(q, &e)
 		case len(w.left) == 0:
-			r.unhold(q)
+			r.deps.unhold(q)
 			joined := r.event(EventQueued, q.job, q.attempts)
 			joined.Message = "the jobs it waited for ended"
 			r.record(joined)
@@ -201,10 +201,10 @@ func (r *run) depsEnded(e Event) {
 }
 
 // unhold takes q out of the held jobs.
-func (r *run) unhold(q *queued) {
+func (d *deps) unhold(q *queued) {
 	q.deps = nil
-	if i := slices.Index(r.deps.held, q); i >= 0 {
-		r.deps.held = slices.Delete(r.deps.held, i, i+1)
+	if i := slices.Index(d.held, q); i >= 0 {
+		d.held = slices.Delete(d.held, i, i+1)
 	}
 }
 
@@ -244,12 +244,12 @@ func heldWhy(q *queued) string {
 }
 
 // dropHeld takes every held job out, for a run that stops.
-func (r *run) dropHeld() []*queued {
-	held := r.deps.held
+func (d *deps) dropHeld() []*queued {
+	held := d.held
 	for _, q := range held {
 		q.deps = nil
 	}
-	r.deps.held = nil
-	clear(r.deps.dependents)
+	d.held = nil
+	clear(d.dependents)
 	return held
 }

@@ -512,7 +512,7 @@ func (r *run) goesOn(reading bool) bool {
 // left idle go, and hosts' GPU memory is asked where a job needs it.
 func (r *run) turn(ctx context.Context) {
 	if r.stopping {
-		for _, q := range append(r.sched.drop(), r.dropHeld()...) {
+		for _, q := range append(r.sched.drop(), r.deps.dropHeld()...) {
 			r.final(r.event(EventCancelled, q.job, q.attempts))
 		}
 		return
@@ -527,7 +527,7 @@ func (r *run) turn(ctx context.Context) {
 			}
 		}
 	}
-	r.unlockIdle()
+	r.locking.unlockIdle()
 	r.askMemory()
 }
 
