@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
@@ -18,84 +19,90 @@ import (
 // than it has slots.
 func TestEverySlotUsedNoneOverbooked(t *testing.T) {
 	t.Parallel()
-	inv := lab("a:0,1 b:0,0,1")
-	inv.Hosts[0].SlotsPerGPU = 2 // a: 2 slots on each GPU
-	f, s := runJobs(t, inv, repeat("sleep 15ms", 80), nil)
-	if s.Counts[EventFinished] != 80 {
-		t.Fatalf("summary %+v", s)
-	}
-	want := map[string]int{"a:0": 2, "a:1": 2, "b:0": 2, "b:1": 1}
-	for slot, n := range want {
-		if f.peak[slot] != n {
-			t.Errorf("%s: at most %d jobs at once, want %d", slot, f.peak[slot], n)
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0,1 b:0,0,1")
+		inv.Hosts[0].SlotsPerGPU = 2 // a: 2 slots on each GPU
+		f, s := runJobs(t, inv, repeat("sleep 15ms", 80), nil)
+		if s.Counts[EventFinished] != 80 {
+			t.Fatalf("summary %+v", s)
 		}
-	}
-	if f.peakTotal != 7 {
-		t.Errorf("at most %d jobs at once, want all 7 slots busy", f.peakTotal)
-	}
+		want := map[string]int{"a:0": 2, "a:1": 2, "b:0": 2, "b:1": 1}
+		for slot, n := range want {
+			if f.peak[slot] != n {
+				t.Errorf("%s: at most %d jobs at once, want %d", slot, f.peak[slot], n)
+			}
+		}
+		if f.peakTotal != 7 {
+			t.Errorf("at most %d jobs at once, want all 7 slots busy", f.peakTotal)
+		}
+	})
 }
 
 func TestPinsAndMultiGPU(t *testing.T) {
 	t.Parallel()
-	inv := lab("a:0,1,2,3 b:0,1")
-	input := repeat("@a:2 sleep 6ms", 5) + repeat("@b sleep 7ms", 5) + repeat("[gpus=3] sleep 5ms", 3) +
-		repeat("[host=b gpus=2] sleep 4ms", 2) + repeat("sleep 5ms", 10)
-	f, s := runJobs(t, inv, input, nil)
-	if s.Counts[EventFinished] != 25 {
-		t.Fatalf("summary %+v", s)
-	}
-	for _, st := range f.starts {
-		if envValue(st.env, "GPUDISPATCH_HOST") != st.host {
-			t.Errorf("GPUDISPATCH_HOST=%s on %s", envValue(st.env, "GPUDISPATCH_HOST"), st.host)
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0,1,2,3 b:0,1")
+		input := repeat("@a:2 sleep 6ms", 5) + repeat("@b sleep 7ms", 5) + repeat("[gpus=3] sleep 5ms", 3) +
+			repeat("[host=b gpus=2] sleep 4ms", 2) + repeat("sleep 5ms", 10)
+		f, s := runJobs(t, inv, input, nil)
+		if s.Counts[EventFinished] != 25 {
+			t.Fatalf("summary %+v", s)
 		}
-		if envValue(st.env, "CUDA_DEVICE_ORDER") != "PCI_BUS_ID" {
-			t.Errorf("CUDA_DEVICE_ORDER missing: %v", st.env)
-		}
-	}
-	starts := f.starts
-	for _, st := range starts {
-		ids := strings.Split(st.gpus, ",")
-		if len(ids) != len(slices.Compact(slices.Sorted(slices.Values(ids)))) {
-			t.Errorf("job got the same GPU twice: %s", st.gpus)
-		}
-	}
-	count := func(pred func(start) bool) int {
-		c := 0
-		for _, st := range starts {
-			if pred(st) {
-				c++
+		for _, st := range f.starts {
+			if envValue(st.env, "GPUDISPATCH_HOST") != st.host {
+				t.Errorf("GPUDISPATCH_HOST=%s on %s", envValue(st.env, "GPUDISPATCH_HOST"), st.host)
+			}
+			if envValue(st.env, "CUDA_DEVICE_ORDER") != "PCI_BUS_ID" {
+				t.Errorf("CUDA_DEVICE_ORDER missing: %v", st.env)
 			}
 		}
-		return c
-	}
-	if c := count(func(st start) bool { return st.command == "sleep 6ms" && st.host == "a" && st.gpus == "2" }); c != 5 {
-		t.Errorf("%d of the 5 jobs pinned to a:2 ran there", c)
-	}
-	if c := count(func(st start) bool { return st.command == "sleep 7ms" && st.host == "b" }); c != 5 {
-		t.Errorf("%d of the 5 jobs pinned to b ran there", c)
-	}
-	if c := count(func(st start) bool { return len(strings.Split(st.gpus, ",")) == 3 && st.host == "a" }); c != 3 {
-		t.Errorf("%d 3-GPU jobs on host a, want 3 (only a has 3 GPUs)", c)
-	}
-	if c := count(func(st start) bool {
-		return st.command == "sleep 4ms" && st.host == "b" && len(strings.Split(st.gpus, ",")) == 2
-	}); c != 2 {
-		t.Errorf("%d 2-GPU jobs pinned to b ran there on 2 GPUs, want 2", c)
-	}
+		starts := f.starts
+		for _, st := range starts {
+			ids := strings.Split(st.gpus, ",")
+			if len(ids) != len(slices.Compact(slices.Sorted(slices.Values(ids)))) {
+				t.Errorf("job got the same GPU twice: %s", st.gpus)
+			}
+		}
+		count := func(pred func(start) bool) int {
+			c := 0
+			for _, st := range starts {
+				if pred(st) {
+					c++
+				}
+			}
+			return c
+		}
+		if c := count(func(st start) bool { return st.command == "sleep 6ms" && st.host == "a" && st.gpus == "2" }); c != 5 {
+			t.Errorf("%d of the 5 jobs pinned to a:2 ran there", c)
+		}
+		if c := count(func(st start) bool { return st.command == "sleep 7ms" && st.host == "b" }); c != 5 {
+			t.Errorf("%d of the 5 jobs pinned to b ran there", c)
+		}
+		if c := count(func(st start) bool { return len(strings.Split(st.gpus, ",")) == 3 && st.host == "a" }); c != 3 {
+			t.Errorf("%d 3-GPU jobs on host a, want 3 (only a has 3 GPUs)", c)
+		}
+		if c := count(func(st start) bool {
+			return st.command == "sleep 4ms" && st.host == "b" && len(strings.Split(st.gpus, ",")) == 2
+		}); c != 2 {
+			t.Errorf("%d 2-GPU jobs pinned to b ran there on 2 GPUs, want 2", c)
+		}
+	})
 }
 
 // The pinned prefix is stripped: check the commands the executor saw.
 func TestPinnedJobsRunWherePinned(t *testing.T) {
 	t.Parallel()
-	inv := lab("a:0,1 b:0,1")
-	f, _ := runJobs(t, inv, "@a:1 exit 0\n@b exit 0\n[host=a gpu=0] exit 0\n", nil)
-	got := map[string]bool{}
-	for _, st := range f.starts {
-		got[st.host+":"+st.gpus] = true
-	}
-	if !got["a:1"] || !got["a:0"] || !(got["b:0"] || got["b:1"]) || len(f.starts) != 3 {
-		t.Errorf("starts: %+v", f.starts)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0,1 b:0,1")
+		f, _ := runJobs(t, inv, "@a:1 exit 0\n@b exit 0\n[host=a gpu=0] exit 0\n", nil)
+		got := map[string]bool{}
+		for _, st := range f.starts {
+			got[st.host+":"+st.gpus] = true
+		}
+		if !got["a:1"] || !got["a:0"] || !(got["b:0"] || got["b:1"]) || len(f.starts) != 3 {
+			t.Errorf("starts: %+v", f.starts)
+		}
+	})
 }
 
 // A 2-GPU job behind a stream of 1-GPU jobs is not starved: once it is the
@@ -103,49 +110,53 @@ func TestPinnedJobsRunWherePinned(t *testing.T) {
 // came after it starts before it.
 func TestNoStarvationOfMultiGPUJob(t *testing.T) {
 	t.Parallel()
-	inv := lab("a:0,1")
-	input := "sleep 30ms\nsleep 60ms\n[name=big gpus=2] sleep 5ms\n" + repeat("sleep 10ms", 30)
-	f, s := runJobs(t, inv, input, nil)
-	if s.Counts[EventFinished] != 33 {
-		t.Fatalf("summary %+v", s)
-	}
-	bigAt := -1
-	for i, st := range f.starts {
-		if st.command == "sleep 5ms" {
-			bigAt = i
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0,1")
+		input := "sleep 30ms\nsleep 60ms\n[name=big gpus=2] sleep 5ms\n" + repeat("sleep 10ms", 30)
+		f, s := runJobs(t, inv, input, nil)
+		if s.Counts[EventFinished] != 33 {
+			t.Fatalf("summary %+v", s)
 		}
-	}
-	if bigAt != 2 {
-		t.Fatalf("the 2-GPU job started as start #%d, want #2 (right after the two jobs before it)", bigAt)
-	}
+		bigAt := -1
+		for i, st := range f.starts {
+			if st.command == "sleep 5ms" {
+				bigAt = i
+			}
+		}
+		if bigAt != 2 {
+			t.Fatalf("the 2-GPU job started as start #%d, want #2 (right after the two jobs before it)", bigAt)
+		}
+	})
 }
 
 // A job pinned to a busy host does not block jobs behind it that can run
 // elsewhere, and is not starved by them.
 func TestPinnedJobNeitherBlocksNorStarves(t *testing.T) {
 	t.Parallel()
-	inv := lab("a:0 b:0")
-	// Job 1 must outlast the reading of the input, even on a loaded machine.
-	input := "@a sleep 1s\n@a exit 0\n" + repeat("sleep 10ms", 10)
-	f, _ := runJobs(t, inv, input, nil)
-	var order []string
-	for _, st := range f.starts {
-		order = append(order, st.host+" "+st.command)
-	}
-	// Job 2 waits for a; jobs 3.. run on b meanwhile; no later job takes a
-	// before job 2. The first two start together (each locks its GPU first),
-	// in either order.
-	if first := []string{order[0], order[1]}; !slices.Contains(first, "a sleep 1s") || !slices.Contains(first, "b sleep 10ms") {
-		t.Fatalf("order: %q", order)
-	}
-	for _, o := range order {
-		if o == "a exit 0" {
-			break
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0 b:0")
+		// Job 1 must outlast the reading of the input, even on a loaded machine.
+		input := "@a sleep 1s\n@a exit 0\n" + repeat("sleep 10ms", 10)
+		f, _ := runJobs(t, inv, input, nil)
+		var order []string
+		for _, st := range f.starts {
+			order = append(order, st.host+" "+st.command)
 		}
-		if strings.HasPrefix(o, "a sleep 10ms") {
-			t.Fatalf("a later job took host a before the pinned one: %q", order)
+		// Job 2 waits for a; jobs 3.. run on b meanwhile; no later job takes a
+		// before job 2. The first two start together (each locks its GPU first),
+		// in either order.
+		if first := []string{order[0], order[1]}; !slices.Contains(first, "a sleep 1s") || !slices.Contains(first, "b sleep 10ms") {
+			t.Fatalf("order: %q", order)
 		}
-	}
+		for _, o := range order {
+			if o == "a exit 0" {
+				break
+			}
+			if strings.HasPrefix(o, "a sleep 10ms") {
+				t.Fatalf("a later job took host a before the pinned one: %q", order)
+			}
+		}
+	})
 }
 
 func TestRejectsImpossibleJobs(t *testing.T) {
@@ -235,66 +246,69 @@ func TestFreeSlotsStaysExact(t *testing.T) {
 // priorities keep their arrival order.
 func TestPriorityOvertakes(t *testing.T) {
 	t.Parallel()
-	inv := lab("a:0")
-	// Job 1 holds the only slot while the rest waits (all of the input is
-	// read before the host's first look answers).
-	input := "[priority=9] sleep 300ms\n" + repeat("exit 0", 5) + "[priority=1 name=p1] exit 1\n[priority=2 name=p2] exit 2\n[priority=-1 name=low] exit 3\n[priority=1 name=p1b] exit 4\n"
-	f, s := runJobs(t, inv, input, nil)
-	if s.Counts[EventFinished]+s.Counts[EventFailed] != 10 {
-		t.Fatalf("summary %+v", s)
-	}
-	var order []string
-	for _, st := range f.starts {
-		order = append(order, st.command)
-	}
-	want := []string{"sleep 300ms", "exit 2", "exit 1", "exit 4", "exit 0", "exit 0", "exit 0", "exit 0", "exit 0", "exit 3"}
-	if !slices.Equal(order, want) {
-		t.Errorf("start order:\n got %q\nwant %q", order, want)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0")
+		// Job 1 holds the only slot while the rest waits (all of the input is
+		// read before it ends: the time of the run is virtual).
+		input := "[priority=9] sleep 300ms\n" + repeat("exit 0", 5) + "[priority=1 name=p1] exit 1\n[priority=2 name=p2] exit 2\n[priority=-1 name=low] exit 3\n[priority=1 name=p1b] exit 4\n"
+		f, s := runJobs(t, inv, input, nil)
+		if s.Counts[EventFinished]+s.Counts[EventFailed] != 10 {
+			t.Fatalf("summary %+v", s)
+		}
+		var order []string
+		for _, st := range f.starts {
+			order = append(order, st.command)
+		}
+		want := []string{"sleep 300ms", "exit 2", "exit 1", "exit 4", "exit 0", "exit 0", "exit 0", "exit 0", "exit 0", "exit 3"}
+		if !slices.Equal(order, want) {
+			t.Errorf("start order:\n got %q\nwant %q", order, want)
+		}
+	})
 }
 
 // prefer= places a job where it asks when that place is free, else
 // anywhere; a preference for a place that does not exist is rejected.
 func TestPrefer(t *testing.T) {
 	t.Parallel()
-	inv := lab("a:0,1 b:0,1")
-	f := newFakeExec(inv)
-	w, done := startRun(t, Options{Inventory: inv, Executor: f, LogDir: t.TempDir()})
-	// Once a job ran on each host, both hosts' GPUs are known.
-	io.WriteString(w, "@b:1 sleep 300ms\n@a:1 exit 0\n")
-	for deadline := time.Now().Add(5 * time.Second); f.started() < 2; time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the first jobs did not start")
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0,1 b:0,1")
+		f := newFakeExec(inv)
+		w, done := startRun(t, Options{Inventory: inv, Executor: f, LogDir: t.TempDir()})
+		// Once a job ran on each host, both hosts' GPUs are known.
+		io.WriteString(w, "@b:1 sleep 300ms\n@a:1 exit 0\n")
+		synctest.Wait() // no time passes: the run waits for input, job 1 for its end
+		if n := f.started(); n != 2 {
+			t.Fatalf("%d of the first two jobs started", n)
 		}
-	}
-	io.WriteString(w, "[prefer=a:1] sleep 100ms\n[prefer=b:1] exit 0\n[prefer=b] exit 0\n[prefer=c] exit 0\n[prefer=a:7] exit 0\n@a [prefer=b] exit 0\n")
-	w.Close()
-	s := <-done
-	got := map[string]string{}
-	for _, st := range f.starts {
-		got[envValue(st.env, "GPUDISPATCH_JOB_ID")] = st.host + ":" + st.gpus
-	}
-	if got["3"] != "a:1" {
-		t.Errorf("job 3 preferring a:1 (free) ran on %s", got["3"])
-	}
-	if got["4"] == "b:1" || got["4"] == "" {
-		t.Errorf("job 4 preferring b:1 (busy) ran on %q, want elsewhere at once", got["4"])
-	}
-	if got["5"] != "b:0" {
-		t.Errorf("job 5 preferring b (b:0 free) ran on %s", got["5"])
-	}
-	var msgs []string
-	for _, e := range s.Unsuccessful {
-		msgs = append(msgs, e.Source+": "+e.Error)
-	}
-	want := []string{
-		`line 6: prefer=c: unknown host (hosts: a, b)`,
-		`line 7: prefer=a:7: host a has no GPU 7 (its GPUs: 0,1)`,
-		`line 8: prefer=b: the job is pinned to host a`,
-	}
-	if !slices.Equal(msgs, want) {
-		t.Errorf("rejections:\n got %q\nwant %q", msgs, want)
-	}
+		io.WriteString(w, "[prefer=a:1] sleep 100ms\n[prefer=b:1] exit 0\n[prefer=b] exit 0\n[prefer=c] exit 0\n[prefer=a:7] exit 0\n@a [prefer=b] exit 0\n")
+		w.Close()
+		s := <-done
+		got := map[string]string{}
+		for _, st := range f.starts {
+			got[envValue(st.env, "GPUDISPATCH_JOB_ID")] = st.host + ":" + st.gpus
+		}
+		if got["3"] != "a:1" {
+			t.Errorf("job 3 preferring a:1 (free) ran on %s", got["3"])
+		}
+		if got["4"] == "b:1" || got["4"] == "" {
+			t.Errorf("job 4 preferring b:1 (busy) ran on %q, want elsewhere at once", got["4"])
+		}
+		if got["5"] != "b:0" {
+			t.Errorf("job 5 preferring b (b:0 free) ran on %s", got["5"])
+		}
+		var msgs []string
+		for _, e := range s.Unsuccessful {
+			msgs = append(msgs, e.Source+": "+e.Error)
+		}
+		want := []string{
+			`line 6: prefer=c: unknown host (hosts: a, b)`,
+			`line 7: prefer=a:7: host a has no GPU 7 (its GPUs: 0,1)`,
+			`line 8: prefer=b: the job is pinned to host a`,
+		}
+		if !slices.Equal(msgs, want) {
+			t.Errorf("rejections:\n got %q\nwant %q", msgs, want)
+		}
+	})
 }
 
 // FuzzNoJobWaitsForever drives the scheduler with jobs of every kind (pins,
