@@ -172,7 +172,7 @@ func (r *run) adopt(q *queued, e Event) bool {
 		if cerr := logs.close(); err == nil && cerr != nil {
 			err = cerr
 		}
-		r.attempts.results <- result{a: a, code: code, err: err, start: start, end: end, logs: logs}
+		r.hand(result{a: a, code: code, err: err, start: start, end: end, logs: logs})
 	}()
 	return true
 }

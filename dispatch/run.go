@@ -174,7 +174,8 @@ type run struct {
 	// detached is set by Detach: the run ends without waiting for its
 	// running jobs, which run on.
 	detached bool
-	// bg ends, as Run returns, the goroutines that bring the parts news.
+	// bg ends the goroutines that bring the parts news: as Run returns, or
+	// once its context is cancelled.
 	bg context.Context
 
 	attempts attempts   // the attempts under way
@@ -191,15 +192,17 @@ type run struct {
 
 // attempts are the attempts the run started. inFlight counts those started
 // (or being claimed) whose result has not come on results yet: the run
-// ends only once it is 0 (or it detaches). Their context is ctx, which
-// kill cancels (stop --now, a second Ctrl-C). Hosts say on progress when
-// an attempt begins, waits (Slurm) or was cut off.
+// ends only once it is 0 (or it detaches; over is closed as Run returns,
+// and the results of a detached run's attempts are dropped). Their
+// context is ctx, which kill cancels (stop --now, a second Ctrl-C). Hosts
+// say on progress when an attempt begins, waits (Slurm) or was cut off.
 type attempts struct {
 	inFlight int
 	ctx      context.Context
 	kill     context.CancelCauseFunc
 	results  chan result
 	progress chan progress
+	over     chan struct{}
 }
 
 // result is a job attempt that ended.
@@ -230,6 +233,7 @@ func Run(ctx context.Context, opts Options, inputs []Input) (*Summary, error) {
 	bg, stop := context.WithCancel(ctx)
 	defer stop()
 	r.bg = bg
+	defer close(r.attempts.over)
 	r.fileMode = claim.mode
 	r.logDirAbs = opts.LogDir
 	if abs, err := filepath.Abs(opts.LogDir); err == nil {
@@ -340,6 +344,7 @@ func prepare(opts Options) (*run, error) {
 		attempts: attempts{
 			results:  make(chan result),
 			progress: make(chan progress),
+			over:     make(chan struct{}),
 		},
 		past:    history{done: map[jobKey]bool{}},
 		health:  health{ups: make(chan *hostSlots), expired: make(chan expiry)},
@@ -654,7 +659,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 	e.Host, e.GPUs = h.Name, a.p.gpuIDs()
 	logs, err := openLogs(r.opts.LogDir, j.ID(), r.fileMode)
 	if err != nil {
-		go func() { r.attempts.results <- result{a: a, code: -1, err: err} }()
+		go r.hand(result{a: a, code: -1, err: err})
 		return
 	}
 	code := r.opts.Snapshots[h.Sync]
@@ -664,7 +669,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 	if h.Sync != "" && code == nil {
 		err := fmt.Errorf("sync: no snapshot of %s was taken (the directory was named after the run started): start a new run", h.Sync)
 		logs.close()
-		go func() { r.attempts.results <- result{a: a, code: -1, err: err, logs: logs} }()
+		go r.hand(result{a: a, code: -1, err: err, logs: logs})
 		return
 	}
 	e.Stdout, e.Stderr = logs.out.Name(), logs.err.Name()
@@ -722,8 +727,18 @@ func (r *run) start(ctx context.Context, a assignment) {
 		if cerr := logs.close(); err == nil && cerr != nil {
 			err = cerr
 		}
-		r.attempts.results <- result{a: a, code: code, err: err, start: start, end: time.Now(), logs: logs}
+		r.hand(result{a: a, code: code, err: err, start: start, end: time.Now(), logs: logs})
 	}()
+}
+
+// hand gives the loop the result of an attempt, or drops it once Run has
+// returned: a run that detached leaves its jobs running, and their
+// goroutines end. (A cancelled run still takes every result.)
+func (r *run) hand(res result) {
+	select {
+	case r.attempts.results <- res:
+	case <-r.attempts.over:
+	}
 }
 
 // prelude is what j's shell on h sets up before it: the host's, with the
