@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
@@ -20,64 +21,66 @@ import (
 // nothing (the host was started again) is lost, and its job runs again.
 func TestResumeAdoptsOpenAttempt(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	inv := lab("a:0,1")
-	inv.Hosts = append(inv.Hosts, clusterInventory(2).Hosts...)
-	start := time.Now().Add(-time.Hour)
-	out := filepath.Join(dir, "1.out")
-	os.WriteFile(out, []byte("before\n"), 0o600)
-	os.WriteFile(filepath.Join(dir, "1.err"), nil, 0o600)
-	var lines []string
-	for _, e := range []Event{
-		{Event: EventStarted, Run: "old", Job: "1", Seq: 1, Text: "@hpc exit 0", Occurrence: 1, Command: "exit 0",
-			Host: "hpc", Attempt: 1, Start: &start, Stdout: out, Stderr: filepath.Join(dir, "1.err"), Tag: "old-1-1"},
-		{Event: EventStarted, Run: "old", Job: "2", Seq: 2, Text: "@a sleep 1ms", Occurrence: 1, Command: "sleep 1ms",
-			Host: "a", GPUs: []executor.GPUID{0}, Attempt: 1, Start: &start, Stdout: filepath.Join(dir, "2.out"), Stderr: filepath.Join(dir, "2.err"), Tag: "old-2-1"},
-		{Event: EventStarted, Run: "old", Job: "3", Seq: 3, Text: "@a sleep 3ms", Occurrence: 1, Command: "sleep 3ms",
-			Host: "a", GPUs: []executor.GPUID{1}, Attempt: 1, Start: &start, Stdout: filepath.Join(dir, "3.out"), Stderr: filepath.Join(dir, "3.err"), Tag: "old-3-1"},
-	} {
-		b, err := json.Marshal(e)
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		inv := lab("a:0,1")
+		inv.Hosts = append(inv.Hosts, clusterInventory(2).Hosts...)
+		start := time.Now().Add(-time.Hour)
+		out := filepath.Join(dir, "1.out")
+		os.WriteFile(out, []byte("before\n"), 0o600)
+		os.WriteFile(filepath.Join(dir, "1.err"), nil, 0o600)
+		var lines []string
+		for _, e := range []Event{
+			{Event: EventStarted, Run: "old", Job: "1", Seq: 1, Text: "@hpc exit 0", Occurrence: 1, Command: "exit 0",
+				Host: "hpc", Attempt: 1, Start: &start, Stdout: out, Stderr: filepath.Join(dir, "1.err"), Tag: "old-1-1"},
+			{Event: EventStarted, Run: "old", Job: "2", Seq: 2, Text: "@a sleep 1ms", Occurrence: 1, Command: "sleep 1ms",
+				Host: "a", GPUs: []executor.GPUID{0}, Attempt: 1, Start: &start, Stdout: filepath.Join(dir, "2.out"), Stderr: filepath.Join(dir, "2.err"), Tag: "old-2-1"},
+			{Event: EventStarted, Run: "old", Job: "3", Seq: 3, Text: "@a sleep 3ms", Occurrence: 1, Command: "sleep 3ms",
+				Host: "a", GPUs: []executor.GPUID{1}, Attempt: 1, Start: &start, Stdout: filepath.Join(dir, "3.out"), Stderr: filepath.Join(dir, "3.err"), Tag: "old-3-1"},
+		} {
+			b, err := json.Marshal(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, string(b)+"\n")
+		}
+		os.WriteFile(filepath.Join(dir, JournalName), []byte(strings.Join(lines, "")), 0o600)
+		f := newFakeExec(inv)
+		f.detached = map[string]detached{"old-1-1": {out: "before\nafter\n", code: 0}, "old-2-1": {code: 0}}
+		s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: dir, Resume: true, Retries: 1},
+			[]Input{{R: strings.NewReader("@hpc exit 0\n@a sleep 1ms\n@a sleep 3ms\n@a sleep 4ms\n")}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		lines = append(lines, string(b)+"\n")
-	}
-	os.WriteFile(filepath.Join(dir, JournalName), []byte(strings.Join(lines, "")), 0o600)
-	f := newFakeExec(inv)
-	f.detached = map[string]detached{"old-1-1": {out: "before\nafter\n", code: 0}, "old-2-1": {code: 0}}
-	s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: dir, Resume: true, Retries: 1},
-		[]Input{{R: strings.NewReader("@hpc exit 0\n@a sleep 1ms\n@a sleep 3ms\n@a sleep 4ms\n")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s.Counts[EventFinished] != 4 {
-		t.Errorf("summary %+v, want 4 finished: %+v", s.Counts, s.Unsuccessful)
-	}
-	var ran []string
-	for _, st := range f.starts {
-		ran = append(ran, st.command)
-	}
-	slices.Sort(ran) // two GPUs: they start in either order
-	if strings.Join(ran, ",") != "sleep 3ms,sleep 4ms" {
-		t.Errorf("jobs started %v, want job 3 (its host kept nothing of it) and job 4, not jobs 1 and 2", ran)
-	}
-	if b, _ := os.ReadFile(out); string(b) != "before\nafter\n" {
-		t.Errorf("job 1's log %q, want it completed from where it stopped", b)
-	}
-	events := readJournal(t, dir)
-	var story []string
-	for _, e := range events[2:] {
-		if e.Job == "1" {
-			story = append(story, string(e.Event))
-			if e.Event == EventStarted && (!strings.HasPrefix(e.Message, "re-adopted") || e.Tag != "old-1-1" || !e.Start.Equal(start)) {
-				t.Errorf("adopted start: %+v", e)
+		if s.Counts[EventFinished] != 4 {
+			t.Errorf("summary %+v, want 4 finished: %+v", s.Counts, s.Unsuccessful)
+		}
+		var ran []string
+		for _, st := range f.starts {
+			ran = append(ran, st.command)
+		}
+		slices.Sort(ran) // two GPUs: they start in either order
+		if strings.Join(ran, ",") != "sleep 3ms,sleep 4ms" {
+			t.Errorf("jobs started %v, want job 3 (its host kept nothing of it) and job 4, not jobs 1 and 2", ran)
+		}
+		if b, _ := os.ReadFile(out); string(b) != "before\nafter\n" {
+			t.Errorf("job 1's log %q, want it completed from where it stopped", b)
+		}
+		events := readJournal(t, dir)
+		var story []string
+		for _, e := range events[2:] {
+			if e.Job == "1" {
+				story = append(story, string(e.Event))
+				if e.Event == EventStarted && (!strings.HasPrefix(e.Message, "re-adopted") || e.Tag != "old-1-1" || !e.Start.Equal(start)) {
+					t.Errorf("adopted start: %+v", e)
+				}
 			}
 		}
-	}
-	if strings.Join(story, ",") != "started,finished" {
-		t.Errorf("job 1's story in this run: %v, want started (re-adopted), finished", story)
-	}
-	if n := countKind(events, EventLost); n != 1 {
-		t.Errorf("%d lost events, want job 3's", n)
-	}
+		if strings.Join(story, ",") != "started,finished" {
+			t.Errorf("job 1's story in this run: %v, want started (re-adopted), finished", story)
+		}
+		if n := countKind(events, EventLost); n != 1 {
+			t.Errorf("%d lost events, want job 3's", n)
+		}
+	})
 }

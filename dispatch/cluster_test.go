@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
@@ -85,89 +86,93 @@ func clusterInventory(maxJobs int) *inventory.Inventory {
 // limit is a timeout, a GPU pin is rejected.
 func TestCluster(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ex := &clusterExec{attempts: map[string]int{}}
-	input := "[gpus=3] ok\nlimit\nnodefail\ntimelimit\n@hpc:1 pinned\n"
-	sum, err := Run(context.Background(), Options{Inventory: clusterInventory(2), Executor: ex, LogDir: dir, Retries: 1},
-		[]Input{{Name: "jobs", R: strings.NewReader(input)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if sum.Counts[EventFinished] != 3 || sum.Counts[EventTimeout] != 1 || sum.Counts[EventRejected] != 1 {
-		t.Errorf("counts %v, want 3 finished, 1 timeout, 1 rejected", sum.Counts)
-	}
-	if ex.peak > 2 {
-		t.Errorf("%d jobs in the cluster at once, max_jobs is 2", ex.peak)
-	}
-	for _, c := range ex.cmds {
-		if slices.ContainsFunc(c.Env, func(kv string) bool { return strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") }) {
-			t.Errorf("%q got CUDA_VISIBLE_DEVICES: Slurm sets it", c.Script)
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		ex := &clusterExec{attempts: map[string]int{}}
+		input := "[gpus=3] ok\nlimit\nnodefail\ntimelimit\n@hpc:1 pinned\n"
+		sum, err := Run(context.Background(), Options{Inventory: clusterInventory(2), Executor: ex, LogDir: dir, Retries: 1},
+			[]Input{{Name: "jobs", R: strings.NewReader(input)}})
+		if err != nil {
+			t.Fatal(err)
 		}
-		if want := map[bool]int{true: 3, false: 1}[c.Script == "ok"]; c.GPUs != want {
-			t.Errorf("%q asks Slurm for %d GPUs, want %d", c.Script, c.GPUs, want)
+		if sum.Counts[EventFinished] != 3 || sum.Counts[EventTimeout] != 1 || sum.Counts[EventRejected] != 1 {
+			t.Errorf("counts %v, want 3 finished, 1 timeout, 1 rejected", sum.Counts)
 		}
-	}
-	story := map[string][]string{}
-	for _, e := range readJournal(t, dir) {
-		if e.Job == "" {
-			continue
+		if ex.peak > 2 {
+			t.Errorf("%d jobs in the cluster at once, max_jobs is 2", ex.peak)
 		}
-		story[e.Command] = append(story[e.Command], string(e.Event))
-		if e.Event == EventStarted && e.SlurmJobID != "42" {
-			t.Errorf("started without Slurm's job id: %+v", e)
+		for _, c := range ex.cmds {
+			if slices.ContainsFunc(c.Env, func(kv string) bool { return strings.HasPrefix(kv, "CUDA_VISIBLE_DEVICES=") }) {
+				t.Errorf("%q got CUDA_VISIBLE_DEVICES: Slurm sets it", c.Script)
+			}
+			if want := map[bool]int{true: 3, false: 1}[c.Script == "ok"]; c.GPUs != want {
+				t.Errorf("%q asks Slurm for %d GPUs, want %d", c.Script, c.GPUs, want)
+			}
 		}
-		if len(e.GPUs) > 0 {
-			t.Errorf("%s event names GPUs of the cluster, which Slurm gives: %+v", e.Event, e)
+		story := map[string][]string{}
+		for _, e := range readJournal(t, dir) {
+			if e.Job == "" {
+				continue
+			}
+			story[e.Command] = append(story[e.Command], string(e.Event))
+			if e.Event == EventStarted && e.SlurmJobID != "42" {
+				t.Errorf("started without Slurm's job id: %+v", e)
+			}
+			if len(e.GPUs) > 0 {
+				t.Errorf("%s event names GPUs of the cluster, which Slurm gives: %+v", e.Event, e)
+			}
 		}
-	}
-	want := map[string][]string{
-		"ok":        {"queued", "pending", "pending", "started", "finished"},
-		"limit":     {"queued", "pending", "retried", "pending", "pending", "started", "finished"},
-		"nodefail":  {"queued", "pending", "pending", "started", "lost", "retried", "pending", "pending", "started", "finished"},
-		"timelimit": {"queued", "pending", "pending", "started", "timeout"},
-		"pinned":    {"rejected"},
-	}
-	for cmd, w := range want {
-		if !slices.Equal(story[cmd], w) {
-			t.Errorf("%s: %v, want %v", cmd, story[cmd], w)
+		want := map[string][]string{
+			"ok":        {"queued", "pending", "pending", "started", "finished"},
+			"limit":     {"queued", "pending", "retried", "pending", "pending", "started", "finished"},
+			"nodefail":  {"queued", "pending", "pending", "started", "lost", "retried", "pending", "pending", "started", "finished"},
+			"timelimit": {"queued", "pending", "pending", "started", "timeout"},
+			"pinned":    {"rejected"},
 		}
-	}
-	if ex.attempts["limit"] != 2 {
-		t.Errorf("the refused job was tried %d times, want 2", ex.attempts["limit"])
-	}
+		for cmd, w := range want {
+			if !slices.Equal(story[cmd], w) {
+				t.Errorf("%s: %v, want %v", cmd, story[cmd], w)
+			}
+		}
+		if ex.attempts["limit"] != 2 {
+			t.Errorf("the refused job was tried %d times, want 2", ex.attempts["limit"])
+		}
+	})
 }
 
 // A drain cancels the jobs a cluster still holds pending; the running
 // ones finish.
 func TestClusterDrainCancelsPending(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	ex := &clusterExec{attempts: map[string]int{}}
-	drain := make(chan struct{})
-	pr, pw := io.Pipe()
-	done := make(chan *Summary)
-	go func() {
-		sum, err := Run(context.Background(), Options{Inventory: clusterInventory(4), Executor: ex, LogDir: dir, Drain: drain},
-			[]Input{{Name: "jobs", R: pr}})
-		if err != nil {
-			t.Error(err)
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		ex := &clusterExec{attempts: map[string]int{}}
+		drain := make(chan struct{})
+		pr, pw := io.Pipe()
+		done := make(chan *Summary)
+		go func() {
+			sum, err := Run(context.Background(), Options{Inventory: clusterInventory(4), Executor: ex, LogDir: dir, Drain: drain},
+				[]Input{{Name: "jobs", R: pr}})
+			if err != nil {
+				t.Error(err)
+			}
+			done <- sum
+		}()
+		io.WriteString(pw, "block\n")
+		deadline := time.Now().Add(10 * time.Second)
+		for !slices.ContainsFunc(readJournal(t, dir), func(e Event) bool { return e.Message == "Resources" }) {
+			if time.Now().After(deadline) {
+				t.Fatal("the job never became pending")
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		done <- sum
-	}()
-	io.WriteString(pw, "block\n")
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.ContainsFunc(readJournal(t, dir), func(e Event) bool { return e.Message == "Resources" }) {
-		if time.Now().After(deadline) {
-			t.Fatal("the job never became pending")
+		close(drain)
+		sum := <-done
+		pw.Close()
+		if sum.Counts[EventCancelled] != 1 {
+			t.Errorf("counts %v, want the pending job cancelled", sum.Counts)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	close(drain)
-	sum := <-done
-	pw.Close()
-	if sum.Counts[EventCancelled] != 1 {
-		t.Errorf("counts %v, want the pending job cancelled", sum.Counts)
-	}
+	})
 }
 
 // Adopt finds nothing to follow: the fake keeps no attempt.

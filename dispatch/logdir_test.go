@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
@@ -21,23 +22,25 @@ import (
 // at its exec).
 func TestLogDirClaimReleasedWhileCopied(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	c, err := claimLogDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	child := exec.Command("sleep", "30")
-	child.ExtraFiles = []*os.File{c.f}
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { child.Process.Kill(); child.Wait() }()
-	c.release()
-	again, err := claimLogDir(dir)
-	if err != nil {
-		t.Fatalf("claimed again after release: %v", err)
-	}
-	again.release()
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		c, err := claimLogDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		child := exec.Command("sleep", "30")
+		child.ExtraFiles = []*os.File{c.f}
+		if err := child.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { child.Process.Kill(); child.Wait() }()
+		c.release()
+		again, err := claimLogDir(dir)
+		if err != nil {
+			t.Fatalf("claimed again after release: %v", err)
+		}
+		again.release()
+	})
 }
 
 // A log dir has one live coordinator: a second run on it fails at the
@@ -45,27 +48,29 @@ func TestLogDirClaimReleasedWhileCopied(t *testing.T) {
 // the log dir is free again.
 func TestLogDirClaimed(t *testing.T) {
 	t.Parallel()
-	inv := lab("a:0")
-	dir := t.TempDir()
-	w, done := startRun(t, Options{Inventory: inv, Executor: newFakeExec(inv), LogDir: dir})
-	fmt.Fprintln(w, "sleep 1ms")
-	waitFor(t, func() bool { return countKind(readJournal(t, dir), EventFinished) == 1 })
-	before, _ := os.ReadFile(filepath.Join(dir, JournalName))
-	host, _ := os.Hostname()
-	_, err := Run(context.Background(), Options{Inventory: inv, Executor: newFakeExec(inv), LogDir: dir}, []Input{{R: strings.NewReader("echo second\n")}})
-	var se *SetupError
-	want := fmt.Sprintf("log dir %s is in use by another gpudispatch (pid %d on %s, started ", dir, os.Getpid(), host)
-	if !errors.As(err, &se) || !strings.HasPrefix(err.Error(), want) {
-		t.Fatalf("second run: %v, want a setup error starting %q", err, want)
-	}
-	if after, _ := os.ReadFile(filepath.Join(dir, JournalName)); string(after) != string(before) {
-		t.Errorf("the second run wrote to the journal:\n%s", after)
-	}
-	w.Close()
-	<-done
-	if _, err := Run(context.Background(), Options{Inventory: inv, Executor: newFakeExec(inv), LogDir: dir}, []Input{{R: strings.NewReader("echo third\n")}}); err != nil {
-		t.Errorf("after the first ended: %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0")
+		dir := t.TempDir()
+		w, done := startRun(t, Options{Inventory: inv, Executor: newFakeExec(inv), LogDir: dir})
+		fmt.Fprintln(w, "sleep 1ms")
+		waitFor(t, func() bool { return countKind(readJournal(t, dir), EventFinished) == 1 })
+		before, _ := os.ReadFile(filepath.Join(dir, JournalName))
+		host, _ := os.Hostname()
+		_, err := Run(context.Background(), Options{Inventory: inv, Executor: newFakeExec(inv), LogDir: dir}, []Input{{R: strings.NewReader("echo second\n")}})
+		var se *SetupError
+		want := fmt.Sprintf("log dir %s is in use by another gpudispatch (pid %d on %s, started ", dir, os.Getpid(), host)
+		if !errors.As(err, &se) || !strings.HasPrefix(err.Error(), want) {
+			t.Fatalf("second run: %v, want a setup error starting %q", err, want)
+		}
+		if after, _ := os.ReadFile(filepath.Join(dir, JournalName)); string(after) != string(before) {
+			t.Errorf("the second run wrote to the journal:\n%s", after)
+		}
+		w.Close()
+		<-done
+		if _, err := Run(context.Background(), Options{Inventory: inv, Executor: newFakeExec(inv), LogDir: dir}, []Input{{R: strings.NewReader("echo third\n")}}); err != nil {
+			t.Errorf("after the first ended: %v", err)
+		}
+	})
 }
 
 // A log dir, journal or claim that another user could turn against this
@@ -232,26 +237,28 @@ func sharedGroup(t *testing.T) int {
 // the user's private one (umask 002 with user private groups): used.
 func TestLogDirPrivateGroup(t *testing.T) {
 	t.Parallel()
-	u, err := user.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := user.LookupGroupId(u.Gid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(t.TempDir(), "logs")
-	os.Mkdir(dir, 0o700)
-	os.Chmod(dir, 0o775)
-	inv := lab("a:0")
-	_, err = Run(context.Background(), Options{Inventory: inv, Executor: newFakeExec(inv), LogDir: dir}, []Input{{R: strings.NewReader("echo hi\n")}})
-	private := g.Name == u.Username && !strings.Contains(readGroupMembers(t, g.Name), ",")
-	if private && err != nil {
-		t.Errorf("a log dir of the user's private group %s: %v", g.Name, err)
-	}
-	if !private && (err == nil || !strings.Contains(err.Error(), "may be written by its group")) {
-		t.Errorf("a log dir of group %s, not private: %v", g.Name, err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		u, err := user.Current()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := user.LookupGroupId(u.Gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(t.TempDir(), "logs")
+		os.Mkdir(dir, 0o700)
+		os.Chmod(dir, 0o775)
+		inv := lab("a:0")
+		_, err = Run(context.Background(), Options{Inventory: inv, Executor: newFakeExec(inv), LogDir: dir}, []Input{{R: strings.NewReader("echo hi\n")}})
+		private := g.Name == u.Username && !strings.Contains(readGroupMembers(t, g.Name), ",")
+		if private && err != nil {
+			t.Errorf("a log dir of the user's private group %s: %v", g.Name, err)
+		}
+		if !private && (err == nil || !strings.Contains(err.Error(), "may be written by its group")) {
+			t.Errorf("a log dir of group %s, not private: %v", g.Name, err)
+		}
+	})
 }
 
 // readGroupMembers is the member list of group name in /etc/group.

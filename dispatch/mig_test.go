@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
@@ -61,43 +62,45 @@ func TestMIGInstancesAreSlots(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			inv := lab(tt.inv)
-			f := newFakeExec(inv)
-			gpus := h100MIG()
-			if strings.HasSuffix(tt.inv, ",2") {
-				gpus = append(gpus, executor.GPU{Index: 2, UUID: "GPU-2", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559})
-			}
-			if !strings.Contains(tt.inv, ",1") {
-				gpus = gpus[:1]
-			}
-			f.usage["a"] = gpus
-			dir := t.TempDir()
-			_, s := runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: dir, BusyMemoryMB: 500, Recheck: time.Hour}, tt.input)
-			if s.Counts[EventRejected] != tt.rejected || len(s.Unsuccessful) != tt.rejected {
-				t.Fatalf("summary %+v, want %d rejected", s, tt.rejected)
-			}
-			for _, e := range readJournal(t, dir) {
-				if e.Event == EventRejected && e.Error != tt.rejectedWhy {
-					t.Errorf("rejected: %q, want %q", e.Error, tt.rejectedWhy)
+			synctest.Test(t, func(t *testing.T) {
+				inv := lab(tt.inv)
+				f := newFakeExec(inv)
+				gpus := h100MIG()
+				if strings.HasSuffix(tt.inv, ",2") {
+					gpus = append(gpus, executor.GPU{Index: 2, UUID: "GPU-2", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559})
 				}
-			}
-			for _, st := range f.starts {
-				if !strings.Contains(","+tt.where+",", ","+st.gpus+",") {
-					t.Errorf("a job ran with CUDA_VISIBLE_DEVICES=%s, want one of %s", st.gpus, tt.where)
+				if !strings.Contains(tt.inv, ",1") {
+					gpus = gpus[:1]
 				}
-			}
-			if f.peakTotal > tt.most || f.peakTotal < tt.least {
-				t.Errorf("%d jobs at once, want %d to %d", f.peakTotal, tt.least, tt.most)
-			}
-			if tt.locks != "" {
-				var got []string
-				for _, l := range f.locks.handed {
-					got = append(got, l.slot)
+				f.usage["a"] = gpus
+				dir := t.TempDir()
+				_, s := runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: dir, BusyMemoryMB: 500, Recheck: time.Hour}, tt.input)
+				if s.Counts[EventRejected] != tt.rejected || len(s.Unsuccessful) != tt.rejected {
+					t.Fatalf("summary %+v, want %d rejected", s, tt.rejected)
 				}
-				if slices.Sort(got); fmt.Sprint(got) != fmt.Sprint(strings.Fields(tt.locks)) {
-					t.Errorf("locks %v, want %v", got, tt.locks)
+				for _, e := range readJournal(t, dir) {
+					if e.Event == EventRejected && e.Error != tt.rejectedWhy {
+						t.Errorf("rejected: %q, want %q", e.Error, tt.rejectedWhy)
+					}
 				}
-			}
+				for _, st := range f.starts {
+					if !strings.Contains(","+tt.where+",", ","+st.gpus+",") {
+						t.Errorf("a job ran with CUDA_VISIBLE_DEVICES=%s, want one of %s", st.gpus, tt.where)
+					}
+				}
+				if f.peakTotal > tt.most || f.peakTotal < tt.least {
+					t.Errorf("%d jobs at once, want %d to %d", f.peakTotal, tt.least, tt.most)
+				}
+				if tt.locks != "" {
+					var got []string
+					for _, l := range f.locks.handed {
+						got = append(got, l.slot)
+					}
+					if slices.Sort(got); fmt.Sprint(got) != fmt.Sprint(strings.Fields(tt.locks)) {
+						t.Errorf("locks %v, want %v", got, tt.locks)
+					}
+				}
+			})
 		})
 	}
 }
@@ -107,40 +110,42 @@ func TestMIGInstancesAreSlots(t *testing.T) {
 // MIG is turned off.
 func TestMIGTurnedOnAndOff(t *testing.T) {
 	t.Parallel()
-	inv := lab("a:0")
-	f := newFakeExec(inv)
-	whole := []executor.GPU{{Index: 0, UUID: "GPU-0", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559}}
-	f.usage["a"] = whole
-	w, done := startRun(t, Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), BusyMemoryMB: 500, Recheck: 20 * time.Millisecond})
-	ranOn := func(line, want string) {
-		t.Helper()
-		n := f.started()
-		fmt.Fprintln(w, line)
-		for deadline := time.Now().Add(5 * time.Second); f.started() == n; time.Sleep(5 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%q never started", line)
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0")
+		f := newFakeExec(inv)
+		whole := []executor.GPU{{Index: 0, UUID: "GPU-0", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559}}
+		f.usage["a"] = whole
+		w, done := startRun(t, Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), BusyMemoryMB: 500, Recheck: 20 * time.Millisecond})
+		ranOn := func(line, want string) {
+			t.Helper()
+			n := f.started()
+			fmt.Fprintln(w, line)
+			for deadline := time.Now().Add(5 * time.Second); f.started() == n; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%q never started", line)
+				}
+			}
+			f.mu.Lock()
+			got := f.starts[n].gpus
+			f.mu.Unlock()
+			if !strings.Contains(want, got) {
+				t.Errorf("%q ran with CUDA_VISIBLE_DEVICES=%s, want %s", line, got, want)
 			}
 		}
+		ranOn("exit 0", "0")
 		f.mu.Lock()
-		got := f.starts[n].gpus
+		f.usage["a"] = h100MIG()[:1]
 		f.mu.Unlock()
-		if !strings.Contains(want, got) {
-			t.Errorf("%q ran with CUDA_VISIBLE_DEVICES=%s, want %s", line, got, want)
+		time.Sleep(100 * time.Millisecond) // a look or two
+		ranOn("[model=1g.10gb] exit 0", "MIG-00000002-0000-0000-0000-000000000002,MIG-00000003-0000-0000-0000-000000000003")
+		f.mu.Lock()
+		f.usage["a"] = whole
+		f.mu.Unlock()
+		time.Sleep(100 * time.Millisecond)
+		ranOn("exit 0", "0")
+		w.Close()
+		if s := <-done; !s.Succeeded() {
+			t.Errorf("summary %+v", s)
 		}
-	}
-	ranOn("exit 0", "0")
-	f.mu.Lock()
-	f.usage["a"] = h100MIG()[:1]
-	f.mu.Unlock()
-	time.Sleep(100 * time.Millisecond) // a look or two
-	ranOn("[model=1g.10gb] exit 0", "MIG-00000002-0000-0000-0000-000000000002,MIG-00000003-0000-0000-0000-000000000003")
-	f.mu.Lock()
-	f.usage["a"] = whole
-	f.mu.Unlock()
-	time.Sleep(100 * time.Millisecond)
-	ranOn("exit 0", "0")
-	w.Close()
-	if s := <-done; !s.Succeeded() {
-		t.Errorf("summary %+v", s)
-	}
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -97,19 +98,21 @@ func TestRetryFailed(t *testing.T) {
 // used up its retries= there runs once more, and no more.
 func TestRetryFailedResumeCounts(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	journal := `{"event":"queued","run":"r0","job":"j","text":"[name=j retries=2] exit 5","occurrence":1}
-{"event":"failed","run":"r0","job":"j","text":"[name=j retries=2] exit 5","occurrence":1,"attempt":1,"exit":5}
-{"event":"retried","run":"r0","job":"j","text":"[name=j retries=2] exit 5","occurrence":1,"attempt":1}
-{"event":"failed","run":"r0","job":"j","text":"[name=j retries=2] exit 5","occurrence":1,"attempt":2,"exit":5}
-`
-	if err := os.WriteFile(filepath.Join(dir, JournalName), []byte(journal), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	inv := lab("a:0")
-	f := newFakeExec(inv)
-	runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: dir, Resume: true, Recheck: time.Hour}, "[name=j retries=2] exit 5\n")
-	if n := f.started(); n != 1 {
-		t.Errorf("%d attempts in the resumed run, want 1: two of its retries were used before", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		journal := `{"event":"queued","run":"r0","job":"j","text":"[name=j retries=2] exit 5","occurrence":1}
+	{"event":"failed","run":"r0","job":"j","text":"[name=j retries=2] exit 5","occurrence":1,"attempt":1,"exit":5}
+	{"event":"retried","run":"r0","job":"j","text":"[name=j retries=2] exit 5","occurrence":1,"attempt":1}
+	{"event":"failed","run":"r0","job":"j","text":"[name=j retries=2] exit 5","occurrence":1,"attempt":2,"exit":5}
+	`
+		if err := os.WriteFile(filepath.Join(dir, JournalName), []byte(journal), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		inv := lab("a:0")
+		f := newFakeExec(inv)
+		runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: dir, Resume: true, Recheck: time.Hour}, "[name=j retries=2] exit 5\n")
+		if n := f.started(); n != 1 {
+			t.Errorf("%d attempts in the resumed run, want 1: two of its retries were used before", n)
+		}
+	})
 }
