@@ -14,3 +14,38 @@ _g_x_notfound=127 # a command it needs is not installed (bash's own)
 # records), and the content store of the snapshots of code.
 _g_d_spool=$HOME/.gpudispatch/jobs
 _g_d_code=$HOME/.gpudispatch/code
+# What the coordinator sends a script is framed in records (spawn.Record):
+# eight digits that give the length of a header, the header (the fields'
+# byte lengths, space-separated), then the fields with nothing between
+# them. _g_record reads one record from stdin into the array _g_f, in three
+# reads whatever its size; $1, when given, is how long to wait for its
+# first byte (read -t), and $2 the descriptor to read instead of stdin. It
+# returns read's status when the read fails (more than 128: the wait ran
+# out), 1 when stdin ended or the bytes are no record. _g_send writes its
+# arguments as one record on stdout.
+_g_record() {
+  local LC_ALL=C IFS=' ' _g_rn _g_rh= _g_rb= _g_rl _g_rt=0 _g_ra=0 _g_rs
+  _g_f=()
+  IFS= read -r -N 8 ${1:+-t "$1"} -u "${2:-0}" _g_rn
+  _g_rs=$?
+  [ "$_g_rs" = 0 ] || return "$_g_rs"
+  case $_g_rn in '' | *[!0-9]*) return 1 ;; esac
+  _g_rn=$((10#$_g_rn))
+  [ "$_g_rn" = 0 ] || IFS= read -r -N "$_g_rn" -u "${2:-0}" _g_rh || return 1
+  for _g_rl in $_g_rh; do
+    case $_g_rl in *[!0-9]*) return 1 ;; esac
+    _g_rt=$((_g_rt + _g_rl))
+  done
+  [ "$_g_rt" = 0 ] || IFS= read -r -N "$_g_rt" -u "${2:-0}" _g_rb || return 1
+  [ "${#_g_rb}" = "$_g_rt" ] || return 1
+  for _g_rl in $_g_rh; do
+    _g_f+=("${_g_rb:_g_ra:_g_rl}")
+    _g_ra=$((_g_ra + _g_rl))
+  done
+}
+_g_send() {
+  local LC_ALL=C _g_sh= _g_sx
+  for _g_sx; do _g_sh+=${_g_sh:+ }${#_g_sx}; done
+  printf '%08d%s' "${#_g_sh}" "$_g_sh"
+  printf '%s' "$@"
+}
