@@ -9,6 +9,7 @@
 // login shell's nvidia-smi once, and when told "lock N" takes an exclusive flock
 // on its user's lock directory of the GPU (named by its UUID, else
 // index-N) in the lock dir, answering on its stdout; "release N" lets go at once.
+// What it is told comes in records (spawn.Record), as for every script.
 // Requests that come together are answered together: their records are
 // made, or removed, by one mkdir or rmdir. One holder per machine, not per
 // GPU, costs the machine one session and one bash, and a flock(1) per GPU.

@@ -169,7 +169,7 @@ func (ls *Lockers) Lock(ctx context.Context, gpu executor.GPUID, run string) (ex
 			err = fmt.Errorf("%s: GPU %s: already locked or being locked by run %s", ls.where, gpu, run)
 		} else {
 			h.asked[gpu] = got
-			h.send("lock " + strconv.Itoa(int(gpu)))
+			h.send("lock", strconv.Itoa(int(gpu)))
 		}
 	}
 	ls.mu.Unlock()
@@ -187,9 +187,9 @@ func (ls *Lockers) Lock(ctx context.Context, gpu executor.GPUID, run string) (ex
 		if _, waiting := h.asked[gpu]; waiting {
 			// Whatever the answer will be, let go of the GPU.
 			delete(h.asked, gpu)
-			h.send("release " + strconv.Itoa(int(gpu)))
+			h.send("release", strconv.Itoa(int(gpu)))
 		} else if a := <-got; a.lock != nil {
-			h.send("release " + strconv.Itoa(int(gpu)))
+			h.send("release", strconv.Itoa(int(gpu)))
 		}
 		h.idle()
 		return nil, fmt.Errorf("%s: locking GPU %s: %w", ls.where, gpu, context.Cause(ctx))
@@ -215,7 +215,7 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 	}
 	h.p = p
 	// A failed write ends the holder; its death says why.
-	io.WriteString(p.Stdin, lockCode+ls.input(coordinator(), os.Getpid()))
+	io.WriteString(p.Stdin, lockCode+string(ls.input(coordinator(), os.Getpid())))
 	go func() {
 		err := p.Wait()
 		ls.mu.Lock()
@@ -249,10 +249,10 @@ func (ls *Lockers) Close() {
 	}
 }
 
-// send writes a line to the holder. ls.mu is held. An error means the
-// holder is gone, which its death reports.
-func (h *holder) send(line string) {
-	io.WriteString(h.p.Stdin, line+"\n")
+// send writes a request to the holder (see lock.sh). ls.mu is held. An
+// error means the holder is gone, which its death reports.
+func (h *holder) send(request ...string) {
+	spawn.WriteRecord(h.p.Stdin, request...)
 }
 
 // line handles a line of the holder's stdout.
@@ -351,29 +351,28 @@ func (h *holder) answered(gpu executor.GPUID, a answer) (executor.GPULock, error
 }
 
 // nvidiaSMI says the holder how to find nvidia-smi (see lock.sh): "login",
-// "as-is", or "path" and a NUL and the login shell's PATH.
-func (ls *Lockers) nvidiaSMI() string {
+// "as-is", or "path" and the login shell's PATH.
+func (ls *Lockers) nvidiaSMI() (how, path string) {
 	switch {
 	case !ls.find.Login:
-		return "as-is"
+		return "as-is", ""
 	case ls.find.Path != nil:
 		if p, ok := ls.find.Path(); ok && !strings.ContainsRune(p, 0) {
-			return "path\x00" + p
+			return "path", p
 		}
 	}
-	return "login"
+	return "login", ""
 }
 
 // input is what a holder is sent after its code (see lock.sh), for the
 // coordinator who (user@host) of pid.
-func (ls *Lockers) input(who string, pid int) string {
-	return strings.Join([]string{
-		ls.dir, who, strconv.Itoa(pid),
+func (ls *Lockers) input(who string, pid int) []byte {
+	how, path := ls.nvidiaSMI()
+	return spawn.Record(ls.dir, who, strconv.Itoa(pid),
 		strconv.FormatFloat(3*ls.heartbeat.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(ls.linger.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(ls.probe.Seconds(), 'f', 3, 64),
-		ls.nvidiaSMI(), ls.seen(),
-	}, "\x00") + "\x00"
+		how, path, ls.seen())
 }
 
 // seen is the GPUs as Finding.Seen gives them, in nvidia-smi's lines
@@ -427,7 +426,7 @@ func (h *holder) beat(interval time.Duration) {
 			return
 		case <-t.C:
 			h.ls.mu.Lock()
-			h.send("")
+			h.send()
 			h.ls.mu.Unlock()
 		}
 	}
@@ -453,7 +452,7 @@ func (l *heldLock) Release() {
 		l.h.ls.mu.Lock()
 		defer l.h.ls.mu.Unlock()
 		if l.h.held[l.gpu] == l {
-			l.h.send("release " + strconv.Itoa(int(l.gpu)))
+			l.h.send("release", strconv.Itoa(int(l.gpu)))
 		}
 	})
 	<-l.lost
@@ -481,6 +480,9 @@ func (w *lines) Write(p []byte) (int, error) {
 	return n, nil
 }
 
+// checkInput is what a check of dir is sent after its code (check.sh).
+func checkInput(dir string) []byte { return spawn.Record(dir) }
+
 // CheckDir checks, on the machine that start runs bash on, that dir is a
 // lock dir no other user of it can turn against this one, and makes it when
 // it is missing. An error wraps ErrUnsafeLockDir and says why and what to do.
@@ -490,7 +492,7 @@ func CheckDir(ctx context.Context, start spawn.Func, dir string) error {
 	if err != nil {
 		return err
 	}
-	io.WriteString(p.Stdin, checkCode+dir+"\x00")
+	io.WriteString(p.Stdin, checkCode+string(checkInput(dir)))
 	p.Stdin.Close()
 	code, exited := spawn.ExitStatus(p.Wait())
 	switch {

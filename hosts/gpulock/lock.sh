@@ -2,14 +2,15 @@
 # of the run's GPUs there. Run by bash after lockfs.sh (the layout of the
 # lock directory), with $0 the holders' process name and $1 the run.
 #
-# stdin: NUL-terminated fields — lock dir, who (user@host of the
-# coordinator), the coordinator's pid, heartbeat timeout (seconds), linger
-# (seconds), the probe's time limit (seconds), how nvidia-smi is found
-# ("login", "as-is", or "path" and then the login shell's PATH as a job
-# shell read it), the GPUs as the coordinator just saw them (nvidia-smi's
-# "index, uuid, name, memory.total, memory.used" lines, or empty: then
-# nvidia-smi is asked) — then lines: "lock N", "release N", "exit", or an empty line as
-# a heartbeat. GPU N's lock is named by its UUID as the login shell's
+# stdin: records (spawn.Record, read by _g_record): first one of the
+# lock dir, who (user@host of the coordinator), the coordinator's pid,
+# heartbeat timeout (seconds), linger (seconds), the probe's time limit
+# (seconds), how nvidia-smi is found ("login", "as-is", or "path": then
+# on the next field's PATH, the login shell's as a job shell read it),
+# and the GPUs as the coordinator just saw them (nvidia-smi's "index,
+# uuid, name, memory.total, memory.used" lines, or empty: then nvidia-smi
+# is asked); then requests, a record each: "lock" and N, "release" and N,
+# "exit", or none (no field) as a heartbeat. GPU N's lock is named by its UUID as the login shell's
 # nvidia-smi reports it, else "index-N". N at 65536 and above is a MIG
 # instance, 65536 + 256 × GPU + its device number: its lock is its GPU's
 # name with "-migD" after it.
@@ -32,16 +33,9 @@
 # shellcheck disable=SC2154 # key, pdir, why and lfd are set by lockfs.sh
 holder=$0
 run=$1
-IFS= read -r -d '' dir || exit "$_g_x_unread"
-IFS= read -r -d '' who || exit "$_g_x_unread"
-IFS= read -r -d '' cpid || exit "$_g_x_unread"
-IFS= read -r -d '' hb || exit "$_g_x_unread"
-IFS= read -r -d '' linger || exit "$_g_x_unread"
-IFS= read -r -d '' probe || exit "$_g_x_unread"
-IFS= read -r -d '' shell || exit "$_g_x_unread"
-lpath=
-if [ "$shell" = path ]; then IFS= read -r -d '' lpath || exit "$_g_x_unread"; fi
-IFS= read -r -d '' seen || exit "$_g_x_unread"
+_g_record && [ "${#_g_f[@]}" = 9 ] || exit "$_g_x_unread"
+dir=${_g_f[0]} who=${_g_f[1]} cpid=${_g_f[2]} hb=${_g_f[3]} linger=${_g_f[4]}
+probe=${_g_f[5]} shell=${_g_f[6]} lpath=${_g_f[7]} seen=${_g_f[8]}
 command -v flock >/dev/null || exit "$_g_x_notfound"
 lock_dir "$dir" || exit "$_g_x_unsafe"
 # A GPU's lock is named by its UUID: nvidia-smi is given the probe time (a
@@ -223,12 +217,12 @@ flush() {
 # with the holder.
 trap 'set -- "${recs[@]}" "${gone[@]}"; [ $# -eq 0 ] || rmdir -- "$@" 2>/dev/null; [ ${#watchers[@]} -eq 0 ] || kill "${watchers[@]}" 2>/dev/null' EXIT
 trap 'exit 143' TERM
-while IFS= read -r -t "$hb" line; do
-  case $line in
-    "lock "*) take "${line#lock }" ;;
-    "release "*)
-      release "${line#release }"
-      said+=("released ${line#release }")
+while _g_record "$hb"; do
+  case ${_g_f[0]-} in
+    lock) take "${_g_f[1]-}" ;;
+    release)
+      release "${_g_f[1]-}"
+      said+=("released ${_g_f[1]-}")
       ;;
     exit)
       flush

@@ -417,8 +417,10 @@ func spawnInstead(script string) spawn.Func {
 func TestLockGivenUpBeforeTheAnswer(t *testing.T) {
 	t.Parallel()
 	got := filepath.Join(t.TempDir(), "stdin")
-	// A holder that never answers and writes down what it is told.
-	mute := `while IFS= read -r line; do printf '%s\n' "$line" >>` + shellescape.Quote(got) + `; [ "$line" = exit ] && exit; done`
+	// A holder that never answers and writes down the requests it is told
+	// (after its code and its start).
+	mute := spawn.Prelude + `LC_ALL=C IFS= read -r -N ` + strconv.Itoa(len(lockCode)) + ` _ && _g_record || exit
+while _g_record; do printf '%s\n' "${_g_f[*]}" >>` + shellescape.Quote(got) + `; [ "${_g_f[0]-}" = exit ] && exit; done`
 	ls := New(spawnInstead(mute), "node", t.TempDir(), heartbeat, linger, 0, Finding{Login: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
