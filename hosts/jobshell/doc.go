@@ -71,9 +71,10 @@
 //   - The job line reaches the job's shell byte for byte: it travels on the
 //     job shell's stdin and then as one argument of the job's bash, never
 //     through a quoted command line; the command line itself is a constant
-//     (spawn.Bootstrap) plus a tag of safe characters. Fields go with their
-//     byte lengths, so that bash reads a job's record in four system calls
-//     rather than one per byte (bash 4.1's read -N).
+//     (spawn.Bootstrap) plus a tag of safe characters. What a shell is sent
+//     comes in records (spawn.Record: fields with their byte lengths), so
+//     that bash reads a job's in four system calls rather than one per
+//     byte (bash 4.1's read -N).
 //   - A job runs in a subshell of its own (its environment and workdir do
 //     not reach the next job) and a process group of its own. A cancel (its
 //     context ended) or its time limit sends the group TERM, then KILL after

@@ -1,7 +1,6 @@
 package jobshell
 
 import (
-	"bytes"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -110,11 +109,10 @@ func header(s Supervision, p executor.Prelude, share bool, st *State) []byte {
 		interactive = "1"
 	}
 	f := append([]string{strconv.FormatFloat(s.Grace.Seconds(), 'f', 3, 64), strconv.FormatFloat(s.SetupLimit.Seconds(), 'f', 3, 64), login,
-		interactive, p.Workdir, p.Conda, p.Venv, strings.Join(p.Modules, "\n"), p.Setup,
-		strconv.Itoa(len(p.Env))}, p.Env...)
-	b := []byte(script + strings.Join(f, "\x00") + "\x00")
+		interactive, p.Workdir, p.Conda, p.Venv, strings.Join(p.Modules, "\n"), p.Setup}, p.Env...)
+	b := append([]byte(script), spawn.Record(f...)...)
 	if login == "copy" {
-		b = append(b, encodeState(st)...)
+		b = append(b, spawn.Record(st.parts()...)...)
 	}
 	return b
 }
@@ -186,18 +184,5 @@ func fields(c executor.Command, mark string, at placing) []byte {
 	fields := append([]string{mark, c.Tag, about, limit, rotate,
 		strconv.FormatInt(at.outBase, 10), strconv.FormatInt(at.errBase, 10),
 		c.Script}, c.Env...)
-	var hdr strings.Builder
-	total := 0
-	for _, f := range fields {
-		hdr.WriteByte(' ')
-		hdr.WriteString(strconv.Itoa(len(f)))
-		total += len(f)
-	}
-	var b bytes.Buffer
-	head := strconv.Itoa(total) + hdr.String()
-	fmt.Fprintf(&b, "j%08d%s", len(head), head)
-	for _, f := range fields {
-		b.WriteString(f)
-	}
-	return b.Bytes()
+	return append([]byte("j"), spawn.Record(fields...)...)
 }

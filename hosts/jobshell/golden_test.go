@@ -1,43 +1,13 @@
 package jobshell
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn/spawntest"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata")
-
-// shown is what is sent to a machine, readable: a NUL is <NUL> and ends
-// a line.
-func shown(b []byte) string { return strings.ReplaceAll(string(b), "\x00", "<NUL>\n") }
-
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test ./hosts/jobshell -run Golden -args -update writes it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("what is sent to a job shell changed (%s); if on purpose, rewrite it with -args -update:\ngot:\n%s\nwant:\n%s", path, got, want)
-	}
-}
 
 // What a job shell is sent after its code, byte for byte: its start for
 // each login (a copy's with the state it copies), and a job's record.
@@ -59,11 +29,19 @@ func TestGoldenWhatIsSent(t *testing.T) {
 		{"none", Supervision{Grace: sup.Grace, Login: LoginNone}, false, nil},
 	} {
 		h := header(tc.sup, p, tc.share, tc.st)
-		b.WriteString("== start, login " + tc.name + ", after the code:\n" + shown(h[len(script):]) + "\n")
+		b.WriteString("== start, login " + tc.name + ", after the code:\n" + spawntest.Records(h[len(script):]))
 	}
 	c := executor.Command{Tag: "20261129T120000.000000Z-7-1", About: "log dir /home/ada/logs, job 7", Script: "python train.py --lr 0.1\necho done", Timeout: 90 * time.Minute,
 		Env: []string{"CUDA_VISIBLE_DEVICES=2", "GPUDISPATCH_JOB_ID=7"}}
-	b.WriteString("== a job, its output from byte 100 and 20 of the stream files:\n" + shown(fields(c, "0123456789abcdef", placing{outBase: 100, errBase: 20})) + "\n")
-	b.WriteString("== a job that starts new stream files:\n" + shown(fields(c, "0123456789abcdef", placing{rotate: true})) + "\n")
-	golden(t, "sent.golden", b.String())
+	for _, at := range []struct {
+		what string
+		at   placing
+	}{
+		{"a job, its output from byte 100 and 20 of the stream files", placing{outBase: 100, errBase: 20}},
+		{"a job that starts new stream files", placing{rotate: true}},
+	} {
+		f := fields(c, "0123456789abcdef", at.at)
+		b.WriteString("== " + at.what + ": " + string(f[:1]) + ", then\n" + spawntest.Records(f[1:]))
+	}
+	spawntest.Golden(t, "a job shell", "sent.golden", b.String())
 }

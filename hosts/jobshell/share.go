@@ -1,9 +1,7 @@
 package jobshell
 
 import (
-	"bytes"
 	"context"
-	"strconv"
 	"strings"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
@@ -62,54 +60,24 @@ func splitSaved(s string) (funcs, rest, opts string) {
 	return funcs, rest, opts
 }
 
-// stateParts is how many parts a hello's state has: a copy's four, then
-// Path.
-const stateParts = 5
-
-// stateSize is the sum of the byte lengths of a hello's lengths line.
-func stateSize(line []byte) (int, bool) {
-	f := strings.Fields(string(line))
-	if len(f) != stateParts {
-		return 0, false
+// stateOf is the State a shell handed on with its hello: the record's
+// fields (its parts, then its PATH), or nil when they are not a state's (a
+// copy is given at least a byte of each part; a PATH may be empty).
+func stateOf(f []string) *State {
+	if len(f) != 5 {
+		return nil
 	}
 	total := 0
 	for i, x := range f {
-		// A copy reads the reader's parts with read -N, and must be given
-		// at least a byte of each; a PATH may be empty.
-		n, err := strconv.Atoi(x)
-		if err != nil || n < 0 || n == 0 && i < stateParts-1 || n > maxState {
-			return 0, false
+		if x == "" && i < 4 {
+			return nil
 		}
-		total += n
+		total += len(x)
 	}
-	return total, total <= maxState
-}
-
-// parseState cuts b, whose size stateSize found in line, into a State.
-func parseState(line, b []byte) *State {
-	var p [stateParts]string
-	for i, x := range strings.Fields(string(line)) {
-		n, _ := strconv.Atoi(x)
-		p[i], b = string(b[:n]), b[n:]
+	if total > maxState {
+		return nil
 	}
-	return &State{At: p[0], Dir: p[1], Vars: p[2], Saved: p[3], Path: p[4]}
-}
-
-// encodeState is st for a copy's stdin, after the prelude: the parts'
-// byte lengths, space-separated and NUL-terminated, then the parts.
-func encodeState(st *State) []byte {
-	var b bytes.Buffer
-	for i, p := range st.parts() {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString(strconv.Itoa(len(p)))
-	}
-	b.WriteByte(0)
-	for _, p := range st.parts() {
-		b.WriteString(p)
-	}
-	return b.Bytes()
+	return &State{At: f[0], Dir: f[1], Vars: f[2], Saved: f[3], Path: f[4]}
 }
 
 // sharing is the state of a machine's login shell for one Prelude, as its

@@ -3,22 +3,21 @@
 # line reaches the login shell byte for byte with no quoting at all. $1 is
 # the shell's tag.
 #
-# stdin: NUL-terminated fields — grace (seconds), the set-up's limit
+# stdin: records (spawn.Record: eight digits that give a header's length,
+# the header, the fields' byte lengths, then the fields; bash reads a pipe
+# a byte per system call up to a delimiter, but a known length in one
+# call). First, the shell's start: grace (seconds), the set-up's limit
 # (seconds, 0 for none), login ("slot", "share", "copy", "job" or "none"),
 # then the prelude's: interactive ("1" or empty), workdir, conda env, venv,
-# modules (a line each), setup, the count of the host's variables and each
-# "NAME=value" — for "copy", then the byte lengths of the seven parts of a
-# state (space-separated, NUL-terminated) and the parts — then records:
-# "c" to cancel the running job, "q" to end the
-# shell (what is kept of its last job is home), and for each job "j", the
-# length of a header in 8 decimal digits, the header (the byte lengths of
-# the job's fields, space-separated), then the fields with nothing between
-# them: end mark, tag, about (a line for whoever lists the kept jobs),
+# modules (a line each), setup, and one "NAME=value" per host variable.
+# For "copy", then a record of the seven parts of a state. Then a letter
+# each: "c" to cancel the running job, "q" to end the shell (what is kept
+# of its last job is home), and "j" for a job, followed by the job's
+# record: end mark, tag, about (a line for whoever lists the kept jobs),
 # timeout (seconds, 0 for none), rotate ("1" to start new stream files),
 # the byte offsets at which the job's output starts in the stream files
-# (stdout, stderr), workdir, setup, script, then one "NAME=value" per
-# variable. Bash reads a pipe a byte per system call up to a delimiter, but
-# a known length in one call: a job's record takes four reads.
+# (stdout, stderr), script, then one "NAME=value" per variable. A job's
+# record is read in line, not by _g_record: three reads and no call.
 #
 # Login shells: where the login shell is bash and login is "slot", this shell
 # is itself the login shell: it reads the profile once (/etc/profile, then
@@ -85,22 +84,10 @@
 unset -v w
 _g_tag=$1
 # shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
-IFS= read -r -d '' _g_grace || exit "$_g_x_unread"
-IFS= read -r -d '' _g_limit || exit "$_g_x_unread"
-IFS= read -r -d '' _g_login || exit "$_g_x_unread"
-IFS= read -r -d '' _g_inter || exit "$_g_x_unread"
-IFS= read -r -d '' _g_wd || exit "$_g_x_unread"
-IFS= read -r -d '' _g_conda || exit "$_g_x_unread"
-IFS= read -r -d '' _g_venv || exit "$_g_x_unread"
-IFS= read -r -d '' _g_mods || exit "$_g_x_unread"
-IFS= read -r -d '' _g_setup || exit "$_g_x_unread"
-IFS= read -r -d '' _g_n || exit "$_g_x_unread"
-_g_henv=()
-while [ "$_g_n" -gt 0 ]; do
-  IFS= read -r -d '' _g_kv || exit "$_g_x_unread"
-  _g_henv+=("$_g_kv")
-  _g_n=$((_g_n - 1))
-done
+_g_record && [ "${#_g_f[@]}" -ge 9 ] || exit "$_g_x_unread"
+_g_grace=${_g_f[0]} _g_limit=${_g_f[1]} _g_login=${_g_f[2]} _g_inter=${_g_f[3]} _g_wd=${_g_f[4]}
+_g_conda=${_g_f[5]} _g_venv=${_g_f[6]} _g_mods=${_g_f[7]} _g_setup=${_g_f[8]}
+_g_henv=("${_g_f[@]:9}")
 # shellcheck disable=SC2088 # a literal ~ from the inventory means $HOME
 case $_g_wd in
   "~") _g_wd=$HOME ;;
@@ -242,24 +229,16 @@ _g_cap=
 [ "$_g_login" != none ] || _g_asis=1
 if [ "$_g_login" = copy ]; then
   # A copy of another job shell of this machine that read the profile and
-  # prepared for the same prelude (login "share"): when it began to read
-  # the profile (microseconds since 1970), the directory it was in, its
-  # variables and umask, what _g_saved printed in three (its functions,
-  # the rest, its options: as the reader splits it below, which costs
-  # bash a millisecond or two), and its tag, each with its byte length
-  # first. It reads no profile: the machine does that once.
-  IFS= read -r -d '' _g_n || exit "$_g_x_unread"
-  # shellcheck disable=SC2086 # the lengths are meant to be split into words
-  set -- $_g_n
-  LC_ALL=C IFS= read -r -N "$1" _g_at || exit "$_g_x_unread"
-  LC_ALL=C IFS= read -r -N "$2" _g_cwd || exit "$_g_x_unread"
-  LC_ALL=C IFS= read -r -N "$3" _g_vars || exit "$_g_x_unread"
-  _g_fstate='' _g_state='' _g_opts=''
-  [ "$4" = 0 ] || LC_ALL=C IFS= read -r -N "$4" _g_fstate || exit "$_g_x_unread"
-  [ "$5" = 0 ] || LC_ALL=C IFS= read -r -N "$5" _g_state || exit "$_g_x_unread"
-  [ "$6" = 0 ] || LC_ALL=C IFS= read -r -N "$6" _g_opts || exit "$_g_x_unread"
-  LC_ALL=C IFS= read -r -N "$7" _g_from || exit "$_g_x_unread"
-  set --
+  # prepared for the same prelude (login "share"), in a record: when it
+  # began to read the profile (microseconds since 1970), the directory it
+  # was in, its variables and umask, what _g_saved printed in three (its
+  # functions, the rest, its options: as the reader splits it below,
+  # which costs bash a millisecond or two), and its tag. It reads no
+  # profile: the machine does that once.
+  _g_record && [ "${#_g_f[@]}" = 7 ] || exit "$_g_x_unread"
+  _g_at=${_g_f[0]} _g_cwd=${_g_f[1]} _g_vars=${_g_f[2]} _g_fstate=${_g_f[3]}
+  _g_state=${_g_f[4]} _g_opts=${_g_f[5]} _g_from=${_g_f[6]}
+  _g_f=()
   _g_profiled=1
   builtin eval "$_g_vars" 2>/dev/null
   _g_vars=
@@ -503,8 +482,8 @@ _g_watch() {
         tagged=
         # shellcheck disable=SC2086 # the lengths are meant to be split into words
         set -- $hdr
-        [ "${3-0}" = 0 ] || tagged=1
-        IFS= read -r -N "$1" body || break
+        [ "${2-0}" = 0 ] || tagged=1
+        IFS= read -r -N "$((${hdr// /+}))" body || break
         printf 'j%s%s%s' "$hl" "$hdr" "$body"
         ;;
       c)
@@ -639,13 +618,13 @@ fi
 # Set up: the shell says so once, first on its stdout, before any job's
 # output (the coordinator tells the run the job began). A shell that could
 # not be set up says nothing here and answers its first job with why.
-# A shell of login "share" hands its state on with it (see "copy"); the
-# lengths are in bytes (LC_ALL is C).
+# A shell of login "share" hands its state on with it (see "copy"), a
+# record after "ready ".
 if [ -n "$_g_unfit" ]; then
   :
 elif [ -n "$_g_cap" ]; then
-  printf '\0ready %d %d %d %d %d\n%s%s%s%s%s' "${#_g_at}" "${#_g_cwd}" "${#_g_cap}" "${#_g_capstate}" "${#_g_path}" \
-    "$_g_at" "$_g_cwd" "$_g_cap" "$_g_capstate" "$_g_path"
+  printf '\0ready '
+  _g_send "$_g_at" "$_g_cwd" "$_g_cap" "$_g_capstate" "$_g_path"
 else
   printf '\0ready\n'
 fi
@@ -661,10 +640,9 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
     _g_bye "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job" "$_g_flag.why"
   fi
   IFS= read -r -N 8 -u 3 _g_n && IFS= read -r -N "$((10#$_g_n))" -u 3 _g_hdr || exit "$_g_x_unread"
+  IFS= read -r -N "$((${_g_hdr// /+}))" -u 3 _g_body || exit "$_g_x_unread"
   # shellcheck disable=SC2086 # the lengths are meant to be split into words
   set -- $_g_hdr
-  IFS= read -r -N "$1" -u 3 _g_body || exit "$_g_x_unread"
-  shift
   # No loop and no function call here but for the variables: once it has
   # had a child, bash blocks and unblocks signals at each turn of a loop.
   _g_mark=${_g_body:0:$1} _g_at=$1

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"io"
 	"sync"
+
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
 // stream is one of a shell's output streams. It passes a job's bytes to the
@@ -28,21 +30,17 @@ type stream struct {
 	// ready, on a new shell's stdout, is closed once the shell said hello:
 	// it is set up. heard counts the bytes of hello that came so far; -1
 	// once it came, or did not (the shell answered without it). A hello
-	// that hands a state on (login "share") has its lengths' line in
-	// lengths, then need more bytes, gathered in handed, then kept in
-	// st.
-	ready   chan struct{}
-	heard   int
-	lengths []byte
-	need    int
-	handed  []byte
-	st      *State
+	// that hands a state on (login "share") has a record after it, taken
+	// by handed, then kept in st.
+	ready  chan struct{}
+	heard  int
+	handed spawn.RecordDecoder
+	st     *State
 }
 
 // hello is what a job shell writes first on its stdout, once, when it is
 // set up; a shell that cannot be set up does not (shell.sh). After it, a
-// newline, or a space, the byte lengths of a State's four parts, a
-// newline and the parts.
+// newline, or a space and a record of a State's parts and its PATH.
 const hello = "\x00ready"
 
 // maxState bounds the state a shell hands on: a login profile's
@@ -133,27 +131,16 @@ func (s *stream) listen(p []byte) []byte {
 			rest := append([]byte(hello), p...)
 			s.heard = -1
 			return rest
-		case s.need == 0:
-			i := bytes.IndexByte(p, '\n')
-			if i < 0 {
-				s.lengths = append(s.lengths, p...)
-				return nil
-			}
-			s.lengths, p = append(s.lengths, p[:i]...), p[i+1:]
-			s.need = -1
-			if n, ok := stateSize(s.lengths); ok {
-				s.need = n
-			}
-			if s.need <= 0 {
-				// Lengths no shell writes: no state, the shell is set up.
-				s.heard = -1
-			}
 		default:
-			k := min(len(p), s.need-len(s.handed))
-			s.handed, p = append(s.handed, p[:k]...), p[k:]
-			if len(s.handed) == s.need {
-				s.st = parseState(s.lengths, s.handed)
-				s.heard, s.handed = -1, nil
+			rest, done, err := s.handed.Feed(p)
+			p = rest
+			switch {
+			case err != nil:
+				// No record a shell writes: no state, the shell is set up.
+				s.heard = -1
+			case done:
+				s.st = stateOf(s.handed.Fields())
+				s.heard = -1
 			}
 		}
 	}

@@ -3,10 +3,11 @@ package jobshell
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
 // feedStream writes a job's output, then its end, to s in chunks of the
@@ -120,8 +121,7 @@ func FuzzStream(f *testing.F) {
 func TestStreamHello(t *testing.T) {
 	mark := newMark()
 	handed := &State{At: "1764403200123456", Dir: "/home/ada", Vars: "declare -x PATH=\"/opt/bin\"\numask 0027", Saved: "module () \n{ \n    :\n}\n#opts\nset +o errexit\n", Path: "/opt/bin"}
-	withState := fmt.Sprintf("%s %d %d %d %d %d\n", hello, len(handed.At), len(handed.Dir), len(handed.Vars), len(handed.Saved), len(handed.Path)) +
-		handed.At + handed.Dir + handed.Vars + handed.Saved + handed.Path
+	withState := hello + " " + string(spawn.Record(handed.At, handed.Dir, handed.Vars, handed.Saved, handed.Path))
 	tests := []struct {
 		name      string
 		hello     string
@@ -134,8 +134,8 @@ func TestStreamHello(t *testing.T) {
 		{name: "output that begins like the hello", hello: hello + "\n", output: "\x00rea", wantReady: true},
 		{name: "a state handed on, then output", hello: withState, output: "epoch 1\n", wantReady: true, wantState: handed},
 		{name: "a state handed on, then output like a hello", hello: withState, output: "\x00ready 1 1 1 1 1\n", wantReady: true, wantState: handed},
-		{name: "lengths no shell writes: no state", hello: hello + " 1 x\n", output: "epoch 1\n", wantReady: true},
-		{name: "an empty part a copy must read: no state", hello: hello + " 1 0 1 1 0\n", output: "epoch 1\n", wantReady: true},
+		{name: "lengths no shell writes: no state", hello: hello + " 000000031 x", output: "epoch 1\n", wantReady: true},
+		{name: "an empty part a copy must read: no state", hello: hello + " " + string(spawn.Record("1", "", "1", "1", "")), output: "epoch 1\n", wantReady: true},
 		{name: "no hello: an answer", hello: "", output: "", wantReady: false},
 		{name: "half a hello is output", hello: "", output: "\x00re", wantReady: false},
 		{name: "the hello's word, then other bytes, is output", hello: "", output: "\x00ready!", wantReady: false},

@@ -24,7 +24,7 @@ _g_d_code=$HOME/.gpudispatch/code
 # out), 1 when stdin ended or the bytes are no record. _g_send writes its
 # arguments as one record on stdout.
 _g_record() {
-  local LC_ALL=C IFS=' ' _g_rn _g_rh= _g_rb= _g_rl _g_rt=0 _g_ra=0 _g_rs
+  local LC_ALL=C IFS=' ' _g_rn _g_rh='' _g_rb='' _g_rl _g_rt=0 _g_ra=0 _g_rs
   _g_f=()
   IFS= read -r -N 8 ${1:+-t "$1"} -u "${2:-0}" _g_rn
   _g_rs=$?
@@ -44,7 +44,7 @@ _g_record() {
   done
 }
 _g_send() {
-  local LC_ALL=C _g_sh= _g_sx
+  local LC_ALL=C _g_sh='' _g_sx
   for _g_sx; do _g_sh+=${_g_sh:+ }${#_g_sx}; done
   printf '%08d%s' "${#_g_sh}" "$_g_sh"
   printf '%s' "$@"
