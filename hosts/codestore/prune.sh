@@ -1,11 +1,13 @@
 # gpudispatch code store: prune, run before store.sh or on its own by
 # hosts --clean (see codestore.Clean). It needs $store and $keep.
-# open_store reads the store's directory from stdin, on a line ("": the
+# open_store reads the store's directory from stdin, in a record ("": the
 # default, ~/.gpudispatch/code; a leading ~/ is the home directory), into
 # $store, and makes it (0700) unless $1 is "existing"; it fails unless it
 # is a directory of this user's, not a link.
 open_store() {
-  IFS= read -r store || exit 1
+  # shellcheck disable=SC2154 # _g_f is set by _g_record (spawn/prelude.sh)
+  _g_record && [ "${#_g_f[@]}" = 1 ] || exit 1
+  store=${_g_f[0]}
   # shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
   case $store in
   '') store=$_g_d_code ;;

@@ -14,6 +14,7 @@ import (
 	"io"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -57,7 +58,7 @@ func Clean(ctx context.Context, start spawn.Func, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	_, werr := fmt.Fprintf(proc.Stdin, "%s%s\n", code, dir)
+	_, werr := proc.Stdin.Write(append([]byte(code), spawn.Record(dir)...))
 	proc.Stdin.Close()
 	if err := proc.Wait(); err != nil {
 		if said := spawn.LastLine(errs.String()); said != "" {
@@ -284,8 +285,8 @@ type shell struct {
 
 // open starts a store shell on the machine.
 func (st *Store) open(ctx context.Context) (*shell, error) {
-	if strings.ContainsAny(st.dir, "\n\x00") {
-		return nil, fmt.Errorf("the content store's directory %q has a newline", st.dir)
+	if strings.ContainsRune(st.dir, 0) {
+		return nil, fmt.Errorf("the content store's directory %q has a NUL byte", st.dir)
 	}
 	outR, outW := io.Pipe()
 	sh := &shell{outR: outR, out: bufio.NewReader(outR), errs: &bytes.Buffer{}, waited: make(chan error, 1)}
@@ -301,7 +302,8 @@ func (st *Store) open(ctx context.Context) (*shell, error) {
 		sh.waited <- err
 	}()
 	sh.in = bufio.NewWriterSize(proc.Stdin, 1<<16)
-	fmt.Fprintf(sh.in, "%s%s\n", storeCode, st.dir)
+	sh.in.WriteString(storeCode)
+	sh.in.Write(spawn.Record(st.dir))
 	return sh, nil
 }
 
@@ -367,6 +369,20 @@ func (st *Store) ship(ctx context.Context, s *executor.Code, log string) (dir st
 	return "", sent, code == spawn.ExitGone, fmt.Errorf("cannot put the code (snapshot %s of %s) there: %w", s.ID, s.Dir, err)
 }
 
+// asking is what store.sh is sent for snapshot s, after the store's
+// directory: its ID and key, how long what no run uses is kept (in
+// minutes, at least one), and the log dir's key.
+func asking(s *executor.Code, keep time.Duration, log string) []byte {
+	return spawn.Record(s.ID, s.Key, strconv.Itoa(max(int(keep/time.Minute), 1)), log)
+}
+
+// lists is what store.sh is sent once it said it needs files: the base to
+// build from ("-": none), the paths gone since it and those changed (a
+// line each), and the names of the blobs those need (a line each).
+func lists(use, gone, changed, names string) []byte {
+	return spawn.Record(use, gone, changed, names)
+}
+
 // errGone is talk's error when the shell could not be asked or ended
 // before it answered.
 var errGone = errors.New("the store's shell ended before it answered")
@@ -376,7 +392,7 @@ var errGone = errors.New("the store's shell ended before it answered")
 // The tar stream ends with stdin: tar reads whole records.
 func talk(sh *shell, s *executor.Code, log string, keep time.Duration, sent *Sent) (string, error) {
 	in, out, end := sh.in, sh.out, sh.proc.Stdin.Close
-	fmt.Fprintf(in, "%s %s %d %s\n", s.ID, s.Key, max(int(keep/time.Minute), 1), log)
+	in.Write(asking(s, keep, log))
 	if err := in.Flush(); err != nil {
 		return "", fmt.Errorf("%w: %v", errGone, err)
 	}
@@ -448,7 +464,7 @@ func talk(sh *shell, s *executor.Code, log string, keep time.Duration, sent *Sen
 		}
 	}
 	names := strings.Join(blobs, "\n")
-	fmt.Fprintf(in, "%d\n%s%d\n%s%d\n%s%d\n%s", len(use), use, len(gone), gone, len(changed), changed, len(names), names)
+	in.Write(lists(use, gone, changed, names))
 	if err := in.Flush(); err != nil {
 		return "", err
 	}

@@ -27,14 +27,13 @@
 #   base/KEY.lock     flock(1) on it guards base/KEY* (without a lock, no
 #                     spare is made, and each build copies the base).
 # It runs after prune.sh, which defines prune and open_store.
-# stdin, after this code: the store's directory on a line (see open_store),
-# then "ID KEY KEEP LOG" on a line (KEEP: minutes, see prune; LOG: the log
-# dir's key). The shell may first answer "warn TEXT" lines. It answers
+# stdin, after this code, in records (spawn.Record): the store's directory
+# (see open_store), then ID, KEY, KEEP and LOG (KEEP: minutes, see prune;
+# LOG: the log dir's key). The shell may first answer "warn TEXT" lines. It answers
 # "have" and STORE, on lines, when the tree is there (and LOG's working
 # tree of it, made now if need be), and is done.
 # Else "need", STORE, TMP and BASE (the ID of base/KEY, or "-"), on lines,
-# then it reads blocks, each a byte count on a line and that many bytes:
-# the base to use ("-" for none), the paths the base has that the tree has
+# then it reads a record of four fields: the base to use ("-" for none), the paths the base has that the tree has
 # not (one per line), the paths of the tree's changed files (one per line;
 # none when the base is "-"), the names of the blobs the changed files
 # need (one per line). It answers the names of those the store lacks, one
@@ -74,7 +73,8 @@ if [ ! -d "$store/base" ]; then
   : >"$store/.unshared"
   new_store=1
 fi
-IFS=' ' read -r id key keep log || exit 1
+_g_record && [ "${#_g_f[@]}" = 4 ] || exit 1
+id=${_g_f[0]} key=${_g_f[1]} keep=${_g_f[2]} log=${_g_f[3]}
 # shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
 case $id$key$log in '' | *[!0-9a-f]*) exit "$_g_x_usage" ;; esac
 case $keep in '' | *[!0-9]*) exit "$_g_x_usage" ;; esac
@@ -412,20 +412,9 @@ printf 'need\n%s\n%s\n%s\n' "$store" "$tmp" "$base"
 # A build from the base takes the lock: while the coordinator sends its
 # lists.
 [ "$base" = - ] || lock_early
-# block reads a block into the variable $1: one read, where a read per
-# line would take a system call per byte.
-block() {
-  local n
-  IFS= read -r n || exit 1
-  case $n in '' | *[!0-9]*) exit "$_g_x_usage" ;; esac
-  printf -v "$1" ''
-  [ "$n" = 0 ] || IFS= read -r -N "$n" "$1" || exit 1
-}
-block use
-block gone
-block changed
-block names
-# shellcheck disable=SC2154 # set by block
+_g_record && [ "${#_g_f[@]}" = 4 ] || exit "$_g_x_usage"
+use=${_g_f[0]} gone=${_g_f[1]} changed=${_g_f[2]} names=${_g_f[3]}
+_g_f=()
 case $names in *[!0-9a-fx$'\n']*) exit "$_g_x_usage" ;; esac
 # all_new: the store has none of them (see first_tree).
 all_new=''

@@ -167,9 +167,9 @@ func (w writing) Write(p []byte) (int, error) {
 	return w.Writer.Write(p)
 }
 
-// talk is the coordinator's side of results.sh's exchange.
-func talk(root *os.Root, dirMode fs.FileMode, from executor.Return, stdin io.Writer, out *bufio.Reader, got *executor.Returned) error {
-	in := bufio.NewWriter(stdin)
+// asking is what results.sh is sent for from, after its code: where the
+// files are, then the paths.
+func asking(from executor.Return) []byte {
 	where := "dir " + from.Workdir
 	switch {
 	case from.Snapshot != "" && from.Tree != "":
@@ -177,10 +177,27 @@ func talk(root *os.Root, dirMode fs.FileMode, from executor.Return, stdin io.Wri
 	case from.Snapshot != "":
 		where = "snap " + from.Snapshot
 	}
-	fmt.Fprintf(in, "%s%s\n%d\n", script, where, len(from.Paths))
-	for _, p := range from.Paths {
-		fmt.Fprintf(in, "%s\n", p)
+	return spawn.Record(append([]string{where}, from.Paths...)...)
+}
+
+// answers is what results.sh is sent once it listed files: where to start
+// each, in its order ("-": skip it, 0: all of it).
+func answers(files []entry) []byte {
+	ats := make([]string, len(files))
+	for i, f := range files {
+		ats[i] = "-"
+		if f.at >= 0 {
+			ats[i] = strconv.FormatInt(f.at, 10)
+		}
 	}
+	return spawn.Record(ats...)
+}
+
+// talk is the coordinator's side of results.sh's exchange.
+func talk(root *os.Root, dirMode fs.FileMode, from executor.Return, stdin io.Writer, out *bufio.Reader, got *executor.Returned) error {
+	in := bufio.NewWriter(stdin)
+	in.WriteString(script)
+	in.Write(asking(from))
 	if err := in.Flush(); err != nil {
 		return err
 	}
@@ -206,12 +223,8 @@ func talk(root *os.Root, dirMode fs.FileMode, from executor.Return, stdin io.Wri
 			f.at = resumeAt(root, f)
 		}
 		seen[f.path] = true
-		if f.at < 0 {
-			fmt.Fprintln(in, "-")
-		} else {
-			fmt.Fprintln(in, f.at)
-		}
 	}
+	in.Write(answers(files))
 	if err := in.Flush(); err != nil {
 		return err
 	}

@@ -1,32 +1,27 @@
 # gpudispatch results: run by bash on a machine, it sends back the files a
 # job named for return, from the job's workdir.
-# stdin, after this code: the workdir on a line ("tree LOG ID": log dir
-# LOG's working tree of snapshot ID in the content store; "snap ID": the
-# snapshot's own tree, where jobs of an earlier gpudispatch ran; "dir PATH": PATH, "" or "~" for the home
-# directory, "~/..." under it, relative paths from it), the number of
-# patterns on a line, and the patterns, one per line (relative paths, bash
+# stdin, after this code, a record (spawn.Record): the workdir ("tree LOG
+# ID": log dir LOG's working tree of snapshot ID in the content store;
+# "snap ID": the snapshot's own tree, where jobs of an earlier gpudispatch
+# ran; "dir PATH": PATH, "" or "~" for the home directory, "~/..." under
+# it, relative paths from it), then the patterns (relative paths, bash
 # globs, ** included).
 # The shell answers NUL-terminated fields: per pattern that names nothing
 # "miss PATTERN"; per link that leads to no file "link PATH"; per file
 # (links to files followed) "file SIZE MTIME PATH", PATH starting with
-# "./"; then "end". It reads, per file in that order, a line: "-" to skip
-# it, else the byte at which to start. It sends the files to start past
+# "./"; then "end". It reads a record of a field per file, in that
+# order: "-" to skip it, else the byte at which to start. It sends the files to start past
 # their first byte, each exactly SIZE-START bytes (zeros past a file that
 # shrank), then a tar stream of those to send whole (one block per record,
 # so that it ends with its end blocks), then the size and mtime of each file
 # sent as it is now: its path and "SIZE MTIME", NUL-terminated, then "end".
 # A file whose size or mtime differs from the first answer, or that is not
 # listed, changed while it was sent. MTIME is seconds with a fraction.
+# shellcheck disable=SC2154 # _g_f and $_g_x_* come from spawn/prelude.sh, sent first
 set -u
-IFS= read -r where || exit 1
-IFS= read -r n || exit 1
-# shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
-case $n in '' | *[!0-9]*) exit "$_g_x_usage" ;; esac
-pats=()
-for ((i = 0; i < n; i++)); do
-  IFS= read -r p || exit 1
-  pats+=("$p")
-done
+_g_record && [ "${#_g_f[@]}" -ge 1 ] || exit 1
+where=${_g_f[0]}
+pats=("${_g_f[@]:1}")
 case $where in
 tree\ *)
   t=${where#tree }
@@ -111,11 +106,11 @@ done
 printf 'end\0'
 # Every answer is read before anything is sent: neither side then waits
 # for the other to read.
-ats=()
-for i in "${!files[@]}"; do
-  IFS= read -r at || exit 1
+_g_record && [ "${#_g_f[@]}" = "${#files[@]}" ] || exit 1
+ats=("${_g_f[@]}")
+for at in "${ats[@]}"; do
+  # shellcheck disable=SC2154 # named in spawn/prelude.sh, sent first
   case $at in - | 0) ;; '' | *[!0-9]*) exit "$_g_x_usage" ;; esac
-  ats+=("$at")
 done
 whole=()
 sent=()

@@ -266,7 +266,7 @@ func TestFetchChanged(t *testing.T) {
 	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
 		p, err := spawn.Local(ctx, line, stdout, stderr)
 		if err == nil {
-			header := len(script + "dir ~/changing\n1\n*.txt\n")
+			header := len(script) + len(asking(executor.Return{Workdir: "~/changing", Paths: []string{"*.txt"}}))
 			p.Stdin = &changing{WriteCloser: p.Stdin, header: header, file: filepath.Join(home, "changing/log.txt")}
 		}
 		return p, err
