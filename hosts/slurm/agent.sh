@@ -6,17 +6,19 @@
 # in Slurm, and the agent exits; a later agent (the same run back, or a
 # resumed one) tracks them again ("t") from the bytes that are home.
 #
-# Arguments (set by the coordinator before this code): _a_run (the run's
-# tag prefix), _a_wd (the cluster workdir, "~/" is home), _a_poll (seconds),
-# _a_silence (seconds without a word from the coordinator after which the
-# agent exits, leaving the jobs to Slurm; _a_run "check": only see whether
-# sbatch would take a job, and say r or F; _a_run "cancel-TAG": only cancel
-# the job tagged TAG, and say r or F), _a_tick (seconds, may be fractional: how often
-# output is looked at), then the common sbatch options in _a_args.
+# stdin, after this code, records (spawn.Record, read by _g_record). First
+# the agent's arguments: the run's tag prefix (_a_run), the cluster workdir
+# (_a_wd, "~/" is home), the poll (_a_poll, seconds), the silence
+# (_a_silence, seconds without a word from the coordinator after which the
+# agent exits, leaving the jobs to Slurm), the tick (_a_tick, seconds, may
+# be fractional: how often output is looked at), then the common sbatch
+# options (_a_args). _a_run "check": only see whether sbatch would take a
+# job, and say r or F; _a_run "cancel-TAG": only cancel the job tagged TAG,
+# and say r or F.
 #
-# stdin, one command a line:
+# Then one command a record, its fields:
 #   h                                  heartbeat
-#   s TAG GPUS TIME LEN   + LEN bytes  submit that batch script (TIME "-": none)
+#   s TAG GPUS TIME SCRIPT             submit that batch script (TIME "-": none)
 #   t TAG ID OUT ERR                   track a job submitted by an earlier agent,
 #                                      OUT/ERR bytes of its output already home
 #                                      (ID "-": not known, found by its name)
@@ -33,8 +35,11 @@
 #                                      left the queue), exit file's code or -
 # A later agent of the same run writes its pid to .gpd-RUN.agent: an
 # earlier one that sees it exits without cancelling anything.
-# shellcheck disable=SC2154 # the arguments are set before this code
+# shellcheck disable=SC2154 # _g_f and $_g_x_* come from spawn/prelude.sh, sent first
 trap '' PIPE
+_g_record && [ "${#_g_f[@]}" -ge 5 ] || exit "$_g_x_unread"
+_a_run=${_g_f[0]} _a_wd=${_g_f[1]} _a_poll=${_g_f[2]} _a_silence=${_g_f[3]} _a_tick=${_g_f[4]}
+_a_args=("${_g_f[@]:5}")
 set -f
 export LC_ALL=C
 _a_home=$HOME
@@ -187,9 +192,9 @@ _a_poll() {
 }
 
 while :; do
-  _a_line=
+  _g_f=()
   if [ -z "$_a_eof" ]; then
-    if IFS= read -r -t "$_a_tick" _a_line; then
+    if _g_record "$_a_tick"; then
       _a_heard=$SECONDS
     elif (($? <= 128)); then
       _a_eof=1 # the coordinator's side is closed: watch on until the silence limit
@@ -202,13 +207,9 @@ while :; do
   fi
   read -r _a_owner <"$_a_pidfile" 2>/dev/null
   if [ "${_a_owner:-}" != $$ ]; then exit 0; fi # a later agent took over
-  # shellcheck disable=SC2086 # split into words, globbing is off
-  set -- $_a_line
+  set -- "${_g_f[@]}"
   case ${1-} in
-    s)
-      IFS= read -r -N "$5" _a_script
-      _a_sbatch "$2" "$3" "$4" "$_a_script"
-      ;;
+    s) _a_sbatch "$2" "$3" "$4" "$5" ;;
     t) _a_id[$2]=$3 _a_out[$2]=$4 _a_err[$2]=$5 _a_state[$2]=PENDING _a_why[$2]= ;;
     c) shift && scancel -- "$@" 2>/dev/null ;;
     q)

@@ -16,8 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"al.essio.dev/pkg/shellescape"
-
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/codestore"
 	"github.com/gpudispatch/gpudispatch/hosts/results"
@@ -26,7 +24,7 @@ import (
 )
 
 //go:embed agent.sh
-var agentCode string
+var agentScript string
 
 // AgentName is the agent's process name on the login node (ps shows it,
 // with the run).
@@ -114,12 +112,11 @@ type record struct {
 // node cannot be reached. It also says what sinfo and squeue show.
 func (c *Cluster) Check(ctx context.Context) (Info, error) {
 	var out, errs tail
-	code := c.prelude("check") + agentCode
-	p, err := c.o.Spawn(ctx, spawn.Bootstrap(code, AgentName, "check"), &out, &errs)
+	p, err := c.o.Spawn(ctx, spawn.Bootstrap(agentCode, AgentName, "check"), &out, &errs)
 	if err != nil {
 		return Info{}, err
 	}
-	io.WriteString(p.Stdin, code)
+	io.WriteString(p.Stdin, agentCode+string(c.arguments("check")))
 	p.Stdin.Close()
 	if err := p.Wait(); err != nil {
 		if _, exited := spawn.ExitStatus(err); !exited {
@@ -182,8 +179,14 @@ func (c *Cluster) GPUTypes() []string {
 	return slices.Clone(c.types)
 }
 
-// prelude sets the agent's arguments for run.
-func (c *Cluster) prelude(run string) string {
+// agentCode is what the agent runs, after the prelude every script gets.
+var agentCode = spawn.Prelude + agentScript
+
+// arguments is the agent's first record (see agent.sh): for run (its
+// tag prefix, or "check", or "cancel-TAG"), the cluster's workdir, how
+// often it polls, the silence after which it leaves, how often it looks at
+// the output (seconds), and the sbatch options.
+func (c *Cluster) arguments(run string) []byte {
 	s := c.o.Slurm
 	args := []string{"--partition=" + s.Partition}
 	if s.Account != "" {
@@ -193,15 +196,8 @@ func (c *Cluster) prelude(run string) string {
 		args = append(args, "--qos="+s.QOS)
 	}
 	args = append(args, s.SbatchArgs...)
-	quoted := make([]string, len(args))
-	for i, a := range args {
-		quoted[i] = shellescape.Quote(a)
-	}
 	silence := int(math.Ceil((3*c.o.Heartbeat + c.o.Grace).Seconds()))
-	tick := "0.5"
-	return fmt.Sprintf("_a_run=%s _a_wd=%s _a_poll=%d _a_silence=%d _a_tick=%s\n_a_args=(%s)\n",
-		shellescape.Quote(run), shellescape.Quote(s.Workdir), max(1, int(s.Poll.Seconds())), max(1, silence), tick,
-		strings.Join(quoted, " "))
+	return spawn.Record(append([]string{run, s.Workdir, strconv.Itoa(max(1, int(s.Poll.Seconds()))), strconv.Itoa(max(1, silence)), "0.5"}, args...)...)
 }
 
 // Run implements the executor contract for the cluster: it submits c and
@@ -283,9 +279,8 @@ func (c *Cluster) submit(ctx context.Context, run string, j *job, cmd executor.C
 	if cmd.GPUType != "" {
 		gres = cmd.GPUType + ":" + gres
 	}
-	msg := fmt.Sprintf("s %s %s %s %d\n%s", j.tag, gres, timeLimit(cmd, c.o.Slurm.Time), len(script), script)
 	c.jobs[j.tag] = j
-	if err := c.ag.send(msg); err != nil {
+	if err := c.ag.send(submitting(j.tag, gres, timeLimit(cmd, c.o.Slurm.Time), script)...); err != nil {
 		delete(c.jobs, j.tag)
 		return fmt.Errorf("%s: %w: %v", c.o.Name, executor.ErrHostDown, err)
 	}
@@ -391,7 +386,7 @@ func (c *Cluster) cancel(j *job) {
 	ag, id := c.ag, j.id
 	c.mu.Unlock()
 	if ag != nil && id != "" {
-		ag.send("c " + id + "\n")
+		ag.send(cancelling(id)...)
 	}
 }
 
@@ -414,12 +409,11 @@ func (c *Cluster) Reap(ctx context.Context, tag string) error {
 		return err
 	}
 	var out, errs tail
-	code := c.prelude("cancel-"+tag) + agentCode
-	p, err := c.o.Spawn(ctx, spawn.Bootstrap(code, AgentName, "cancel-"+tag), &out, &errs)
+	p, err := c.o.Spawn(ctx, spawn.Bootstrap(agentCode, AgentName, "cancel-"+tag), &out, &errs)
 	if err != nil {
 		return err
 	}
-	io.WriteString(p.Stdin, code)
+	io.WriteString(p.Stdin, agentCode+string(c.arguments("cancel-"+tag)))
 	p.Stdin.Close()
 	if err := p.Wait(); err != nil {
 		return fmt.Errorf("%s: cancelling %s: %w: %s", c.o.Name, tag, err, errs.String())
@@ -457,7 +451,7 @@ func (c *Cluster) Adopt(ctx context.Context, cmd executor.Command, outOff, errOf
 		return -1, time.Now(), err
 	}
 	if had {
-		ag.send(fmt.Sprintf("t %s - %d %d\n", tag, outOff, errOff))
+		ag.send(tracking(tag, "-", outOff, errOff)...)
 	}
 	code, err := c.wait(ctx, j)
 	return code, time.Now(), err
@@ -515,7 +509,7 @@ func (c *Cluster) Close() {
 	ag := c.ag
 	c.mu.Unlock()
 	if ag != nil {
-		ag.send("q\n")
+		ag.send("q")
 		select {
 		case <-ag.dead:
 		case <-time.After(c.o.Grace):
@@ -531,10 +525,30 @@ type agent struct {
 	dead  chan struct{}
 }
 
-func (a *agent) send(s string) error {
+// The agent's commands (see agent.sh), each sent as a record: submit a
+// batch script (time "-": none), track a job an earlier agent submitted
+// with out and err of its bytes home (id "-": found by its name), cancel
+// jobs; "h" is a heartbeat, "q" says to quit.
+func submitting(tag, gres, time, script string) []string {
+	return []string{"s", tag, gres, time, script}
+}
+
+func tracking(tag, id string, out, err int64) []string {
+	return []string{"t", tag, id, strconv.FormatInt(out, 10), strconv.FormatInt(err, 10)}
+}
+
+func cancelling(ids ...string) []string { return append([]string{"c"}, ids...) }
+
+// send writes a command to the agent, its fields in a record.
+func (a *agent) send(command ...string) error {
+	return a.write(spawn.Record(command...))
+}
+
+// write writes b to the agent's stdin.
+func (a *agent) write(b []byte) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_, err := io.WriteString(a.stdin, s)
+	_, err := a.stdin.Write(b)
 	return err
 }
 
@@ -551,13 +565,12 @@ func (a *agent) close() {
 func (c *Cluster) startAgent(ctx context.Context) (*agent, error) {
 	pr, pw := io.Pipe()
 	var errs tail
-	code := c.prelude(c.run) + agentCode
-	p, err := c.o.Spawn(ctx, spawn.Bootstrap(code, AgentName, c.run), pw, &errs)
+	p, err := c.o.Spawn(ctx, spawn.Bootstrap(agentCode, AgentName, c.run), pw, &errs)
 	if err != nil {
 		return nil, err
 	}
 	ag := &agent{stdin: p.Stdin, dead: make(chan struct{})}
-	if err := ag.send(code); err != nil {
+	if err := ag.write(append([]byte(agentCode), c.arguments(c.run)...)); err != nil {
 		ag.close()
 		return nil, err
 	}
@@ -583,7 +596,7 @@ func (c *Cluster) startAgent(ctx context.Context) (*agent, error) {
 		if id == "" {
 			id = "-"
 		}
-		ag.send(fmt.Sprintf("t %s %s %d %d\n", j.tag, id, j.outN, j.errN))
+		ag.send(tracking(j.tag, id, j.outN, j.errN)...)
 	}
 	go c.heartbeat(ag)
 	return ag, nil
@@ -599,7 +612,7 @@ func (c *Cluster) heartbeat(ag *agent) {
 		case <-c.bg.Done():
 			return
 		case <-t.C:
-			ag.send("h\n")
+			ag.send("h")
 		}
 	}
 }
