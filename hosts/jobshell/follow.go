@@ -1,6 +1,7 @@
 package jobshell
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -235,21 +236,20 @@ func ListKept(ctx context.Context, start spawn.Func, limit time.Duration) (KeptR
 		return KeptReport{}, fmt.Errorf("listing the jobs kept there: %w: %s", err, strings.TrimSpace(errs.String()))
 	}
 	var kept KeptReport
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		switch line {
-		case "!kill-at-logout":
-			kept.KillsAtLogout = true
-			continue
-		case "!logind-silent":
-			kept.LogindSilent = true
-			continue
+	r := bufio.NewReader(strings.NewReader(out.String()))
+	for {
+		f, err := spawn.ReadRecord(r)
+		switch {
+		case errors.Is(err, io.EOF):
+			return kept, nil
+		case err != nil:
+			return kept, fmt.Errorf("listing the jobs kept there: %w", err)
+		case len(f) == 2 && f[0] == "logind":
+			kept.KillsAtLogout = kept.KillsAtLogout || f[1] == "kill-at-logout"
+			kept.LogindSilent = kept.LogindSilent || f[1] == "silent"
+		case len(f) == 6 && f[0] == "job":
+			secs, _ := strconv.ParseInt(f[3], 10, 64)
+			kept.Jobs = append(kept.Jobs, Kept{Tag: f[1], Running: f[2] == "running", Since: time.Unix(secs, 0), GPUs: f[4], About: f[5]})
 		}
-		f := strings.SplitN(line, " ", 5)
-		if len(f) < 5 {
-			continue
-		}
-		secs, _ := strconv.ParseInt(f[2], 10, 64)
-		kept.Jobs = append(kept.Jobs, Kept{Tag: f[0], Running: f[1] == "running", Since: time.Unix(secs, 0), GPUs: f[3], About: f[4]})
 	}
-	return kept, nil
 }

@@ -1,14 +1,15 @@
 # gpudispatch kept-jobs lister. Run by bash on a machine, it lists the
 # user's jobs that job shells (shell.sh) keep there with no coordinator
-# reading them: one line each, the job's tag, "running" (its coordinator
-# is gone and it runs on) or "ended" (it ended, and its output waits for a
-# coordinator), when it started (seconds since 1970), its GPUs, then the
-# about line its coordinator gave. A job whose shell still has its
-# coordinator (the shell's parent is sshd or gpudispatch) is not listed.
-# First, the line "!kill-at-logout" when systemd-logind kills the user's
+# reading them, a record each (spawn.Record, written by _g_send): "job",
+# the job's tag, "running" (its coordinator is gone and it runs on) or
+# "ended" (it ended, and its output waits for a coordinator), when it
+# started (seconds since 1970), its GPUs, then the about line its
+# coordinator gave. A job whose shell still has its coordinator (the
+# shell's parent is sshd or gpudispatch) is not listed. First, the record
+# "logind" "kill-at-logout" when systemd-logind kills the user's
 # processes as their last session ends (KillUserProcesses=yes) and the user
-# has no linger: jobs left with no coordinator would die then; or the line
-# "!logind-silent" when logind did not answer within $1 seconds (a stuck
+# has no linger: jobs left with no coordinator would die then; or "logind"
+# "silent" when logind did not answer within $1 seconds (a stuck
 # logind or D-Bus holds no host's opening beyond that; where timeout(1) is
 # missing, the ask is not bounded). logind's answer (or that there is no
 # system bus to ask) is kept for the boot, until one of its
@@ -47,8 +48,8 @@ if command -v busctl >/dev/null; then
     esac
   fi
   case $kill in
-    silent) echo '!logind-silent' ;;
-    "b true") [ -e "${GPUDISPATCH_LINGER_DIR:-/var/lib/systemd/linger}/${USER:-$(id -un)}" ] || echo '!kill-at-logout' ;;
+    silent) _g_send logind silent ;;
+    "b true") [ -e "${GPUDISPATCH_LINGER_DIR:-/var/lib/systemd/linger}/${USER:-$(id -un)}" ] || _g_send logind kill-at-logout ;;
   esac
 fi
 for rec in "$spool"/*.job; do
@@ -66,5 +67,5 @@ for rec in "$spool"/*.job; do
       sshd* | gpudispatch*) continue ;;
     esac
   fi
-  printf '%s %s %s %s %s\n' "$jtag" "$state" "$start" "$gpus" "$about"
+  _g_send job "$jtag" "$state" "$start" "$gpus" "$about"
 done
