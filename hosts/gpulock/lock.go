@@ -121,9 +121,10 @@ type holder struct {
 // answer is a holder's answer to "lock N"; lock is set for "locked",
 // freed for "busy".
 type answer struct {
-	verb, rest string
-	lock       *heldLock
-	freed      chan struct{}
+	verb  string
+	what  []string // after the GPU: KEY MIB (locked), KEY WHO (busy), WHY (failed)
+	lock  *heldLock
+	freed chan struct{}
 }
 
 // New returns the lock holders of the machine that start runs bash on,
@@ -209,7 +210,7 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 	if !runRE.MatchString(run) {
 		return nil, fmt.Errorf("%s: run %q: want letters, digits, '.', '_' and '-'", ls.where, run)
 	}
-	p, err := ls.spawn(ctx, spawn.Bootstrap(lockCode, ProcessName, run), &lines{each: h.line}, &h.errs)
+	p, err := ls.spawn(ctx, spawn.Bootstrap(lockCode, ProcessName, run), &spawn.RecordWriter{Each: h.answer}, &h.errs)
 	if err != nil {
 		return nil, err
 	}
@@ -255,11 +256,14 @@ func (h *holder) send(request ...string) {
 	spawn.WriteRecord(h.p.Stdin, request...)
 }
 
-// line handles a line of the holder's stdout.
-func (h *holder) line(s string) {
-	verb, rest, _ := strings.Cut(s, " ")
-	n, rest, _ := strings.Cut(rest, " ")
-	i, err := strconv.Atoi(n)
+// answer handles a record of the holder's stdout: a verb, a GPU, and what
+// the verb says of it.
+func (h *holder) answer(f []string) {
+	if len(f) < 2 {
+		return
+	}
+	verb, rest := f[0], f[2:]
+	i, err := strconv.Atoi(f[1])
 	if err != nil {
 		return
 	}
@@ -283,7 +287,7 @@ func (h *holder) line(s string) {
 			return
 		}
 		delete(h.asked, gpu)
-		a := answer{verb: verb, rest: rest}
+		a := answer{verb: verb, what: rest}
 		if verb == "busy" {
 			// The holder watches the lock: "free" comes once it is let go.
 			if old := h.freed[gpu]; old != nil {
@@ -293,10 +297,9 @@ func (h *holder) line(s string) {
 			h.freed[gpu] = a.freed
 		}
 		if verb == "locked" {
-			key, mib, _ := strings.Cut(rest, " ")
-			used, err := strconv.Atoi(mib)
-			if err != nil {
-				used = -1
+			key, used := field(rest, 0), -1
+			if n, err := strconv.Atoi(field(rest, 1)); err == nil {
+				used = n
 			}
 			a.lock = &heldLock{h: h, gpu: gpu, key: key, usedMB: used, lost: make(chan struct{})}
 			h.held[gpu] = a.lock
@@ -344,10 +347,17 @@ func (h *holder) answered(gpu executor.GPUID, a answer) (executor.GPULock, error
 	case "locked":
 		return a.lock, nil
 	case "busy":
-		key, owner, _ := strings.Cut(a.rest, " ")
-		return nil, &executor.LockedError{Where: where, GPU: gpu, Key: key, Holder: owner, Freed: a.freed}
+		return nil, &executor.LockedError{Where: where, GPU: gpu, Key: field(a.what, 0), Holder: field(a.what, 1), Freed: a.freed}
 	}
-	return nil, fmt.Errorf("%s: locking GPU %s in %s: %s", where, gpu, h.ls.dir, a.rest)
+	return nil, fmt.Errorf("%s: locking GPU %s in %s: %s", where, gpu, h.ls.dir, field(a.what, 0))
+}
+
+// field is f[i], or "" when f has no such field.
+func field(f []string, i int) string {
+	if i < len(f) {
+		return f[i]
+	}
+	return ""
 }
 
 // nvidiaSMI says the holder how to find nvidia-smi (see lock.sh): "login",
@@ -456,28 +466,6 @@ func (l *heldLock) Release() {
 		}
 	})
 	<-l.lost
-}
-
-// lines calls each for every complete line written to it, without its
-// newline. It has one writer.
-type lines struct {
-	each    func(string)
-	partial []byte
-}
-
-// Write implements io.Writer.
-func (w *lines) Write(p []byte) (int, error) {
-	n := len(p)
-	for {
-		i := bytes.IndexByte(p, '\n')
-		if i < 0 {
-			break
-		}
-		w.each(string(append(w.partial, p[:i]...)))
-		w.partial, p = w.partial[:0], p[i+1:]
-	}
-	w.partial = append(w.partial, p...)
-	return n, nil
 }
 
 // checkInput is what a check of dir is sent after its code (check.sh).

@@ -15,11 +15,11 @@
 # instance, 65536 + 256 × GPU + its device number: its lock is its GPU's
 # name with "-migD" after it.
 #
-# stdout: a line per request, "locked N KEY MIB" (MIB: the memory used on
-# GPU N as the holder started, "-" if unknown), "busy N KEY WHY" (and later
-# "free N" once that lock looks free) when another
-# run holds the lock (WHY names it), "failed N WHY" when something else is
-# in its place, or "released N". Exit $_g_x_notfound when flock(1) is
+# stdout: a record per request (written by _g_send): "locked" N KEY MIB
+# (MIB: the memory used on GPU N as the holder started, "-" if unknown),
+# "busy" N KEY WHY (and later "free" N once that lock looks free) when
+# another run holds the lock (WHY names it), "failed" N WHY when something
+# else is in its place, or "released" N. Exit $_g_x_notfound when flock(1) is
 # missing, $_g_x_unsafe when the lock dir is not safe (stderr says why).
 # (spawn/prelude.sh names the statuses.) Told "exit", the holder lets go of everything
 # at once. One whose coordinator went silent (stdin ended or no heartbeat
@@ -90,9 +90,9 @@ shut=()     # the open lock directories of those
 said=()     # the answers to say then
 # take locks GPU $1 and says how it went.
 take() {
-  local g=$1 fd own
+  local g=$1 fd own rec
   case $g in '' | *[!0-9]*)
-    printf 'failed %s not a GPU id\n' "$g"
+    _g_send failed "$g" "not a GPU id"
     return
     ;;
   esac
@@ -105,25 +105,25 @@ take() {
   own=$pdir/gpudispatch-gpu-$key.$EUID
   [ -e "$own" ] || [ -L "$own" ] || mkdir -m 0755 -- "$own" 2>/dev/null
   if ! open_lock "$own"; then
-    printf 'failed %s %s\n' "$g" "$why"
+    _g_send failed "$g" "$why"
     return
   fi
   fd=$lfd
   if [ ! -O /dev/fd/"$fd" ]; then
     exec {fd}<&-
     # shellcheck disable=SC2012
-    printf 'failed %s %s was made by another user: %s\n' "$g" "$own" "$(ls -ld -- "$own" 2>&1)"
+    _g_send failed "$g" "$own was made by another user: $(ls -ld -- "$own" 2>&1)"
     return
   fi
   if ! flock -n -x "$fd" && ! takeover "$key" "$fd"; then
     exec {fd}<&-
-    printf 'busy %s %s %s\n' "$g" "$key" "$(holders "$key")"
+    _g_send busy "$g" "$key" "$(holders "$key")"
     watch_free "$g" "$key"
     return
   fi
   if others_held "$key"; then
     exec {fd}<&-
-    printf 'busy %s %s %s\n' "$g" "$key" "$(holders "$key")"
+    _g_send busy "$g" "$key" "$(holders "$key")"
     watch_free "$g" "$key"
     return
   fi
@@ -141,7 +141,8 @@ take() {
     fi
   done <<<"$uuids"
   case $used in '' | *[!0-9]*) used=- ;; esac
-  said+=("locked $g $key $used")
+  _g_encode rec locked "$g" "$key" "$used"
+  said+=("$rec")
 }
 # watch_free GPU KEY says "free GPU" once the holders' records of KEY that
 # it saw are gone (each holder removes its own as it lets go; one that died
@@ -161,7 +162,7 @@ watch_free() {
       sleep 0.5
       held=("$pdir/gpudispatch-held-$key~"*)
     done
-    printf 'free %s\n' "$g"
+    _g_send free "$g"
   ) </dev/null 2>/dev/null &
   watchers[g]=$!
 }
@@ -210,7 +211,7 @@ flush() {
   [ ${#made[@]} -eq 0 ] || mkdir -m 0755 -- "${made[@]}" 2>/dev/null
   [ ${#gone[@]} -eq 0 ] || rmdir -- "${gone[@]}" 2>/dev/null
   for fd in "${shut[@]}"; do exec {fd}<&-; done
-  [ ${#said[@]} -eq 0 ] || printf '%s\n' "${said[@]}"
+  [ ${#said[@]} -eq 0 ] || printf '%s' "${said[@]}"
   made=() said=() gone=() shut=()
 }
 # On the way out, every record goes at once (one process), then the locks
@@ -222,7 +223,8 @@ while _g_record "$hb"; do
     lock) take "${_g_f[1]-}" ;;
     release)
       release "${_g_f[1]-}"
-      said+=("released ${_g_f[1]-}")
+      _g_encode rec released "${_g_f[1]-}"
+      said+=("$rec")
       ;;
     exit)
       flush

@@ -1,6 +1,7 @@
 package gpulock
 
 import (
+	"bufio"
 	_ "embed"
 	"strconv"
 	"strings"
@@ -17,8 +18,9 @@ import (
 //go:embed probe.sh
 var probeScript string
 
-// ProbeScript is a command for a machine's login shell that prints, for
-// each of gpus whose lock in dir a gpudispatch run holds, "INDEX OWNER".
+// ProbeScript is a command for a machine's login shell that writes, for
+// each of gpus whose lock in dir a gpudispatch run holds, a record of its
+// index and the run that holds it.
 // lock_key is bash, and the login shell may not be: the command runs bash.
 func ProbeScript(dir string, gpus []executor.GPU) string {
 	args := []string{shellescape.Quote(dir), ProcessName}
@@ -30,11 +32,15 @@ func ProbeScript(dir string, gpus []executor.GPU) string {
 
 // ReadProbe fills in LockedBy of gpus from what ProbeScript printed.
 func ReadProbe(out string, gpus []executor.GPU) {
-	for _, line := range strings.Split(out, "\n") {
-		index, owner, ok := strings.Cut(line, " ")
+	r := bufio.NewReader(strings.NewReader(out))
+	for {
+		f, err := spawn.ReadRecord(r)
+		if err != nil {
+			return
+		}
 		for i := range gpus {
-			if ok && strconv.Itoa(gpus[i].Index) == index {
-				gpus[i].LockedBy = owner
+			if len(f) == 2 && strconv.Itoa(gpus[i].Index) == f[0] {
+				gpus[i].LockedBy = f[1]
 			}
 		}
 	}

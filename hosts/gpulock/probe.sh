@@ -1,7 +1,7 @@
 # gpudispatch's look at GPU locks (gpudispatch hosts), run by bash after
 # lockfs.sh with the lock dir, the holders' process name and the GPU indices
-# as its arguments. It prints "INDEX WHO" for each GPU whose lock some run
-# holds. It only tries shared locks and lets go of them at once, so it never
+# as its arguments. It writes a record (spawn.Record) of INDEX and WHO for
+# each GPU whose lock some run holds. It only tries shared locks and lets go of them at once, so it never
 # stands in a run's way, and makes nothing: a missing lock dir holds no lock.
 # shellcheck disable=SC2154,SC2034 # key, pdir and lfd are set by lockfs.sh, which reads holder
 command -v flock >/dev/null || exit 0
@@ -16,7 +16,7 @@ for i in "$@"; do
   for e in "$pdir/gpudispatch-gpu-$key".*; do
     open_lock "$e" || continue
     if ! flock -n -s "$lfd"; then
-      printf '%s %s\n' "$i" "$(holders "$key")"
+      _g_send "$i" "$(holders "$key")"
       exec {lfd}<&-
       break
     fi

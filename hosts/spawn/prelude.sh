@@ -22,7 +22,8 @@ _g_d_code=$HOME/.gpudispatch/code
 # first byte (read -t), and $2 the descriptor to read instead of stdin. It
 # returns read's status when the read fails (more than 128: the wait ran
 # out), 1 when stdin ended or the bytes are no record. _g_send writes its
-# arguments as one record on stdout.
+# arguments as one record on stdout (one write); _g_encode sets the
+# variable named $1 to the record of the other arguments.
 _g_record() {
   local LC_ALL=C IFS=' ' _g_rn _g_rh='' _g_rb='' _g_rl _g_rt=0 _g_ra=0 _g_rs
   _g_f=()
@@ -43,9 +44,15 @@ _g_record() {
     _g_ra=$((_g_ra + _g_rl))
   done
 }
-_g_send() {
-  local LC_ALL=C _g_sh='' _g_sx
+_g_encode() {
+  local LC_ALL=C _g_ev=$1 _g_sh='' _g_sx
+  shift
   for _g_sx; do _g_sh+=${_g_sh:+ }${#_g_sx}; done
-  printf '%08d%s' "${#_g_sh}" "$_g_sh"
-  printf '%s' "$@"
+  printf -v "$_g_ev" '%08d%s' "${#_g_sh}" "$_g_sh"
+  printf -v "$_g_ev" '%s' "${!_g_ev}" "$@"
+}
+_g_send() {
+  local _g_so
+  _g_encode _g_so "$@"
+  printf '%s' "$_g_so"
 }

@@ -151,3 +151,33 @@ func WriteRecord(w io.Writer, fields ...string) error {
 	_, err := w.Write(Record(fields...))
 	return err
 }
+
+// RecordWriter calls Each with the fields of every record written to it,
+// as each is whole: a script's stdout read as it comes. Bytes that are no
+// record stop it (Each is not called again; Err says why), but it takes
+// every byte, so that the script is never blocked. It has one writer.
+type RecordWriter struct {
+	Each func(fields []string)
+	d    RecordDecoder
+	err  error
+}
+
+// Write implements io.Writer.
+func (w *RecordWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 && w.err == nil {
+		rest, done, err := w.d.Feed(p)
+		switch {
+		case err != nil:
+			w.err = err
+		case done:
+			w.Each(w.d.Fields())
+			w.d = RecordDecoder{}
+		}
+		p = rest
+	}
+	return n, nil
+}
+
+// Err is why the writer stopped taking records, if it did.
+func (w *RecordWriter) Err() error { return w.err }

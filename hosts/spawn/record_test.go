@@ -141,3 +141,34 @@ func clip(f []string) []string {
 	}
 	return out
 }
+
+// A RecordWriter hands on each record as it is whole, whatever pieces the
+// bytes come in, and stops at bytes that are no record while taking them
+// all.
+func TestRecordWriter(t *testing.T) {
+	t.Parallel()
+	var all []byte
+	for _, c := range recordCases {
+		all = append(all, Record(c...)...)
+	}
+	all = append(all, "no record here"...)
+	for _, size := range []int{1, 3, 8, 100, 1 << 20} {
+		var got [][]string
+		w := &RecordWriter{Each: func(f []string) { got = append(got, f) }}
+		for p := all; len(p) > 0; {
+			k := min(size, len(p))
+			if n, err := w.Write(p[:k]); n != k || err != nil {
+				t.Fatalf("write of %d: %d, %v", k, n, err)
+			}
+			p = p[k:]
+		}
+		if len(got) != len(recordCases) || w.Err() == nil {
+			t.Fatalf("in pieces of %d: %d records, stop %v; want %d, then a stop", size, len(got), w.Err(), len(recordCases))
+		}
+		for i, want := range recordCases {
+			if !slices.Equal(got[i], want) {
+				t.Errorf("in pieces of %d, record %d: %q, want %q", size, i, clip(got[i]), clip(want))
+			}
+		}
+	}
+}
