@@ -396,48 +396,36 @@ func talk(sh *shell, s *executor.Code, log string, keep time.Duration, sent *Sen
 	if err := in.Flush(); err != nil {
 		return "", fmt.Errorf("%w: %v", errGone, err)
 	}
-	// next reads the shell's next line, or says it ended before.
-	next := func() (string, error) {
-		line, err := out.ReadString('\n')
+	// next reads the shell's next answer: a word, then what it says, in
+	// want more fields at least; or says it ended before.
+	next := func(want int) (string, []string, error) {
+		f, err := spawn.ReadRecord(out)
 		if err != nil {
-			return "", errors.New("the store's shell ended before it answered whole")
+			return "", nil, errors.New("the store's shell ended before it answered whole")
 		}
-		return strings.TrimSuffix(line, "\n"), nil
+		if len(f) < 1+want {
+			return "", nil, fmt.Errorf("the store's shell answered %q", f)
+		}
+		return f[0], f[1:], nil
 	}
 	// Its warnings, then its word: a shell that ended before its word
 	// (one that was warm) may be asked again.
-	word, err := next()
-	for err == nil {
-		warning, ok := strings.CutPrefix(word, "warn ")
-		if !ok {
-			break
-		}
-		sent.Warnings = append(sent.Warnings, warning)
-		word, err = next()
+	word, said, err := next(0)
+	for err == nil && word == "warn" && len(said) == 1 {
+		sent.Warnings = append(sent.Warnings, said[0])
+		word, said, err = next(0)
 	}
 	if err != nil {
 		return "", errGone
 	}
-	store, err := next()
-	if err != nil {
-		return "", err
+	switch {
+	case word == "have" && len(said) == 1:
+		return said[0] + "/work/" + log + "/" + s.ID, nil
+	case word != "need" || len(said) != 3:
+		return "", fmt.Errorf("the store's shell answered %q %q", word, said)
 	}
+	store, tmp, base := said[0], said[1], said[2]
 	dir := store + "/work/" + log + "/" + s.ID
-	switch word {
-	case "have":
-		return dir, nil
-	case "need":
-	default:
-		return "", fmt.Errorf("the store's shell answered %q", word)
-	}
-	tmp, err := next()
-	if err != nil {
-		return "", err
-	}
-	base, err := next()
-	if err != nil {
-		return "", err
-	}
 	// The tar stream's names are the store's (tar runs there): short
 	// names travel in one header.
 	tmp, ok := strings.CutPrefix(tmp, store+"/")
@@ -471,29 +459,37 @@ func talk(sh *shell, s *executor.Code, log string, keep time.Duration, sent *Sen
 	missing := map[string]bool{}
 	var into []string
 	var newBase string
-	for {
-		line, err := out.ReadString('\n')
-		if err != nil {
+	for word != "end" {
+		if word, said, err = next(0); err != nil {
 			return "", errors.New("the store's shell ended before it listed what it lacks")
 		}
-		line = strings.TrimSuffix(line, "\n")
-		if line == "end" {
-			break
-		}
-		if d, ok := strings.CutPrefix(line, "into "); ok {
-			if d, ok = strings.CutPrefix(d, store+"/"); !ok {
-				return "", fmt.Errorf("the store's shell would build the tree out of the store: %q", line)
+		switch word {
+		case "lacks":
+			for _, name := range strings.Split(strings.Join(said, "\n"), "\n") {
+				if name != "" {
+					missing[name] = true
+				}
 			}
-			into = append(into, d)
-			continue
-		}
-		if d, ok := strings.CutPrefix(line, "newbase "); ok {
-			if newBase, ok = strings.CutPrefix(d, store+"/"); !ok {
-				return "", fmt.Errorf("the store's shell would build the base out of the store: %q", line)
+		case "into":
+			for _, d := range said {
+				d, ok := strings.CutPrefix(d, store+"/")
+				if !ok {
+					return "", fmt.Errorf("the store's shell would build the tree out of the store: %q", said)
+				}
+				into = append(into, d)
 			}
-			continue
+		case "newbase":
+			var ok bool
+			if len(said) != 1 {
+				return "", fmt.Errorf("the store's shell answered newbase %q", said)
+			}
+			if newBase, ok = strings.CutPrefix(said[0], store+"/"); !ok {
+				return "", fmt.Errorf("the store's shell would build the base out of the store: %q", said[0])
+			}
+		case "end":
+		default:
+			return "", fmt.Errorf("the store's shell answered %q %q", word, said)
 		}
-		missing[line] = true
 	}
 	if len(into) == 0 {
 		return "", errors.New("the store's shell named no directory to build the tree in")
@@ -552,7 +548,7 @@ func talk(sh *shell, s *executor.Code, log string, keep time.Duration, sent *Sen
 	if err := end(); err != nil {
 		return "", err
 	}
-	answer, err := next()
+	answer, _, err := next(0)
 	if err != nil {
 		return "", err
 	}

@@ -29,16 +29,16 @@
 # It runs after prune.sh, which defines prune and open_store.
 # stdin, after this code, in records (spawn.Record): the store's directory
 # (see open_store), then ID, KEY, KEEP and LOG (KEEP: minutes, see prune;
-# LOG: the log dir's key). The shell may first answer "warn TEXT" lines. It answers
-# "have" and STORE, on lines, when the tree is there (and LOG's working
-# tree of it, made now if need be), and is done.
-# Else "need", STORE, TMP and BASE (the ID of base/KEY, or "-"), on lines,
-# then it reads a record of four fields: the base to use ("-" for none), the paths the base has that the tree has
-# not (one per line), the paths of the tree's changed files (one per line;
-# none when the base is "-"), the names of the blobs the changed files
-# need (one per line). It answers the names of those the store lacks, one
-# per line, "into DIR" for each directory to build the tree in, and
-# "newbase DIR" where it wants the tree's new base, then "end". Then it
+# LOG: the log dir's key). It answers in records too (_g_send): first maybe
+# "warn" TEXT, then "have" STORE when the tree is there (and LOG's working
+# tree of it, made now if need be), and is done. Else "need" STORE TMP
+# BASE (the ID of base/KEY, or "-"); then it reads a record of four
+# fields: the base to use ("-" for none), the paths the base has that the
+# tree has not (one per line), the paths of the tree's changed files (one
+# per line; none when the base is "-"), the names of the blobs the changed
+# files need (one per line). It answers "lacks" and the names of those the
+# store lacks (one per line), "into" and the directories to build the tree
+# in, "newbase" DIR where it wants the tree's new base, then "end". Then it
 # reads a tar stream it extracts in STORE (its names are relative to it):
 # TMP/new/XX/BLOB for the blobs it lacked, and in each DIR the tree's
 # changed files as hard links to blobs (in blobs/, or in TMP/new), its
@@ -127,7 +127,7 @@ drop_blobs() {
 [ -e "$store/.unshared" ] || check_blobs || exit 1
 if [ -s "$store/.damaged" ]; then
   while IFS= read -r line; do
-    printf 'warn %s\n' "$line"
+    _g_send warn "$line"
   done <"$store/.damaged"
   rm -f -- "$store/.damaged"
 fi
@@ -400,7 +400,7 @@ if [ -e "$snap.ok" ]; then
     echo "gpudispatch: cannot make the log dir's working tree $wt (a full disk?)" >&2
     exit 1
   fi
-  printf 'have\n%s\n' "$store"
+  _g_send have "$store"
   after_answer
   exit 0
 fi
@@ -408,7 +408,7 @@ base=-
 if [ -d "$b" ] && IFS= read -r base <"$b.id"; then
   case $base in '' | *[!0-9a-f]*) base=- ;; esac
 fi
-printf 'need\n%s\n%s\n%s\n' "$store" "$tmp" "$base"
+_g_send need "$store" "$tmp" "$base"
 # A build from the base takes the lock: while the coordinator sends its
 # lists.
 [ "$base" = - ] || lock_early
@@ -416,10 +416,12 @@ _g_record && [ "${#_g_f[@]}" = 4 ] || exit "$_g_x_usage"
 use=${_g_f[0]} gone=${_g_f[1]} changed=${_g_f[2]} names=${_g_f[3]}
 _g_f=()
 case $names in *[!0-9a-fx$'\n']*) exit "$_g_x_usage" ;; esac
-# all_new: the store has none of them (see first_tree).
+# all_new: the store has none of them (see first_tree). lacks: the names
+# of those it lacks, a line each.
 all_new=''
+lacks=''
 if [ -n "$new_store" ]; then
-  [ -z "$names" ] || printf '%s\n' "$names"
+  lacks=$names
   all_new=1
 elif [ "${#names}" -lt 4096 ]; then
   all_new=1
@@ -427,7 +429,7 @@ elif [ "${#names}" -lt 4096 ]; then
     if [ -e "$store/blobs/${n:0:2}/$n" ]; then
       all_new=''
     else
-      printf '%s\n' "$n"
+      lacks+=$n$'\n'
     fi
   done
 else
@@ -437,9 +439,10 @@ else
   mkdir -p -- "$tmp" && printf '%s\n' "$names" >"$tmp/names" || exit 1
   (cd -- "$store/blobs" && sed -E '/^$/d; s,^(..),\1/\1,' "$tmp/names" | xargs -d '\n' ls -d -- 2>/dev/null) |
     sed 's,^.*/,,' | sort >"$tmp/have"
-  sed '/^$/d' "$tmp/names" | sort | comm -23 - "$tmp/have"
+  lacks=$(sed '/^$/d' "$tmp/names" | sort | comm -23 - "$tmp/have")
   [ -s "$tmp/have" ] || all_new=1
 fi
+_g_send lacks "$lacks"
 # claim takes base/KEY for this build: in place, with its spare, when the
 # lock is held and there is a spare of it; else by a rename into TMP
 # (another build of the directory meanwhile finds none and makes a whole
@@ -468,15 +471,13 @@ if [ "$use" != - ]; then
   lock
   claim || exit
 fi
-for t in "${into[@]}"; do
-  printf 'into %s\n' "$in/$t"
-done
+_g_send into "${into[@]/#/$in/}"
 # Built in TMP, the tree needs a new base.
 if [ "$in" = "$tmp" ]; then
   new_base=1
-  printf 'newbase %s\n' "$tmp/spare"
+  _g_send newbase "$tmp/spare"
 fi
-echo end
+_g_send end
 # prune_trees removes the paths that went from the trees named (in $in),
 # and the directories that leaves empty: one rm and one rmdir for all.
 prune_trees() {
@@ -508,7 +509,7 @@ if [ ! -e "$tmp/end" ]; then
 fi
 tree=$in/${into[0]}
 if [ -n "$all_new" ] && [ "$in" = "$tmp" ] && first_tree "$tree"; then
-  echo built
+  _g_send built
   after_answer
   exit 0
 fi
@@ -525,6 +526,6 @@ if ! worktree; then
   echo "gpudispatch: cannot make the log dir's working tree $wt (a full disk?)" >&2
   exit 1
 fi
-echo built
+_g_send built
 # The lock, when held, is kept for the spare.
 after_answer
