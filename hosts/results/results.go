@@ -264,19 +264,19 @@ func talk(root *os.Root, dirMode fs.FileMode, from executor.Return, stdin io.Wri
 	}
 	now := map[string]string{}
 	for {
-		name, err := out.ReadString(0)
+		f, err := spawn.ReadRecord(out)
 		if err != nil {
 			return errors.New("the machine ended before it said how the files it sent are now")
 		}
-		if name == "end\x00" {
+		if len(f) == 1 && f[0] == "end" {
 			break
 		}
-		if now[strings.TrimSuffix(name, "\x00")], err = out.ReadString(0); err != nil {
-			return errors.New("the machine ended before it said how the files it sent are now")
+		if len(f) == 3 && f[0] == "now" {
+			now[f[1]] = f[2]
 		}
 	}
 	for _, f := range sent {
-		size, when, _ := strings.Cut(strings.TrimSuffix(now[f.raw], "\x00"), " ")
+		size, when, _ := strings.Cut(now[f.raw], " ")
 		if size != strconv.FormatInt(f.size, 10) || !parseMtime(when).Equal(f.mtime) || !complete(root, f) {
 			// Changed (or vanished) as it was sent: its bytes may be
 			// of two versions.
@@ -295,39 +295,21 @@ func talk(root *os.Root, dirMode fs.FileMode, from executor.Return, stdin io.Wri
 // list reads the machine's list of the files to return, and records the
 // patterns that named nothing and the links that lead to no file.
 func list(out *bufio.Reader, got *executor.Returned) ([]entry, error) {
-	field := func() (string, error) {
-		s, err := out.ReadString(0)
-		if err != nil {
-			return "", errors.New("the machine ended before it listed the results")
-		}
-		return strings.TrimSuffix(s, "\x00"), nil
-	}
 	var files []entry
 	for {
-		kind, err := field()
+		f, err := spawn.ReadRecord(out)
 		if err != nil {
-			return nil, err
+			return nil, errors.New("the machine ended before it listed the results")
 		}
-		switch kind {
-		case "end":
+		switch {
+		case len(f) == 1 && f[0] == "end":
 			return files, nil
-		case "miss", "link":
-			p, err := field()
-			if err != nil {
-				return nil, err
-			}
-			if kind == "miss" {
-				got.Missing = append(got.Missing, p)
-			} else {
-				got.Links = append(got.Links, strings.TrimPrefix(p, "./"))
-			}
-		case "file":
-			var fs [3]string
-			for i := range fs {
-				if fs[i], err = field(); err != nil {
-					return nil, err
-				}
-			}
+		case len(f) == 2 && f[0] == "miss":
+			got.Missing = append(got.Missing, f[1])
+		case len(f) == 2 && f[0] == "link":
+			got.Links = append(got.Links, strings.TrimPrefix(f[1], "./"))
+		case len(f) == 4 && f[0] == "file":
+			fs := f[1:]
 			size, err := strconv.ParseInt(fs[0], 10, 64)
 			p := path.Clean(fs[2])
 			when := parseMtime(fs[1])
@@ -336,7 +318,7 @@ func list(out *bufio.Reader, got *executor.Returned) ([]entry, error) {
 			}
 			files = append(files, entry{path: p, raw: fs[2], size: size, mtime: when})
 		default:
-			return nil, fmt.Errorf("the machine answered %q", kind)
+			return nil, fmt.Errorf("the machine answered %q", f)
 		}
 	}
 }

@@ -6,15 +6,15 @@
 # ran; "dir PATH": PATH, "" or "~" for the home directory, "~/..." under
 # it, relative paths from it), then the patterns (relative paths, bash
 # globs, ** included).
-# The shell answers NUL-terminated fields: per pattern that names nothing
-# "miss PATTERN"; per link that leads to no file "link PATH"; per file
-# (links to files followed) "file SIZE MTIME PATH", PATH starting with
+# The shell answers in records (_g_send): per pattern that names nothing
+# "miss" PATTERN; per link that leads to no file "link" PATH; per file
+# (links to files followed) "file" SIZE MTIME PATH, PATH starting with
 # "./"; then "end". It reads a record of a field per file, in that
 # order: "-" to skip it, else the byte at which to start. It sends the files to start past
 # their first byte, each exactly SIZE-START bytes (zeros past a file that
 # shrank), then a tar stream of those to send whole (one block per record,
 # so that it ends with its end blocks), then the size and mtime of each file
-# sent as it is now: its path and "SIZE MTIME", NUL-terminated, then "end".
+# sent as it is now: "now", its path and "SIZE MTIME", then "end".
 # A file whose size or mtime differs from the first answer, or that is not
 # listed, changed while it was sent. MTIME is seconds with a fraction.
 # shellcheck disable=SC2154 # _g_f and $_g_x_* come from spawn/prelude.sh, sent first
@@ -78,7 +78,7 @@ for pat in "${pats[@]}"; do
     [ -e "$x" ] || [ -L "$x" ] || continue
     found=1
     if ! walks "${x%/*}"; then
-      printf 'link\0%s\0' "$x"
+      _g_send link "$x"
       continue
     fi
     # find says the size and mtime of regular files: no process per file.
@@ -86,24 +86,24 @@ for pat in "${pats[@]}"; do
       kind=${rec%% *} rec=${rec#* }
       if [ "$kind" = l ]; then
         if [ -f "$rec" ] && IFS=' ' read -r s t < <(stat -L -c '%s %.9Y' -- "$rec"); then
-          printf 'file\0%s\0%s\0%s\0' "$s" "$t" "$rec"
+          _g_send file "$s" "$t" "$rec"
           files+=("$rec")
           sizes+=("$s")
         else
-          printf 'link\0%s\0' "$rec"
+          _g_send link "$rec"
         fi
         continue
       fi
       s=${rec%% *} rec=${rec#* }
       t=${rec%% *} f=${rec#* }
-      printf 'file\0%s\0%s\0%s\0' "$s" "$t" "$f"
+      _g_send file "$s" "$t" "$f"
       files+=("$f")
       sizes+=("$s")
     done < <(find -P "$x" \( -type f -printf 'f %s %T@ %p\0' \) -o \( -type l -printf 'l %p\0' \))
   done
-  [ "$found" = 1 ] || printf 'miss\0%s\0' "$pat"
+  [ "$found" = 1 ] || _g_send miss "$pat"
 done
-printf 'end\0'
+_g_send end
 # Every answer is read before anything is sent: neither side then waits
 # for the other to read.
 _g_record && [ "${#_g_f[@]}" = "${#files[@]}" ] || exit 1
@@ -134,6 +134,8 @@ fi
 # One stat for them all (xargs keeps to the argument limit); a file that
 # went is left out.
 if [ "${#sent[@]}" -gt 0 ]; then
-  printf '%s\0' "${sent[@]}" | xargs -0 stat -L --printf '%n\0%s %.9Y\0' -- 2>/dev/null
+  while IFS= read -r -d '' f && IFS= read -r -d '' st; do
+    _g_send now "$f" "$st"
+  done < <(printf '%s\0' "${sent[@]}" | xargs -0 stat -L --printf '%n\0%s %.9Y\0' -- 2>/dev/null)
 fi
-printf 'end\0'
+_g_send end
