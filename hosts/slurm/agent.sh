@@ -24,7 +24,7 @@
 #                                      (ID "-": not known, found by its name)
 #   c ID...                            scancel those jobs
 #   q                                  quit (the jobs still tracked run on)
-# stdout, one record a line (output records are followed by their bytes):
+# stdout, records (written by _g_send; O and E are followed by their bytes):
 #   r                                  ready
 #   S TAG ID | F TAG message           submitted | sbatch refused (one line)
 #   P TAG REASON                       pending in Slurm, and why
@@ -46,7 +46,7 @@ _a_home=$HOME
 # shellcheck disable=SC2088 # a literal ~ from the inventory
 case $_a_wd in "~/"*) _a_wd=$_a_home/${_a_wd#"~/"} ;; "~") _a_wd=$_a_home ;; esac
 if ! { mkdir -p -- "$_a_wd" && cd -- "$_a_wd"; }; then
-  printf 'F - cannot use workdir %s\n' "$_a_wd"
+  _g_send F - "cannot use workdir $_a_wd"
   exit 1
 fi
 # The login shell's whole environment, as jobs get it: clusters set up
@@ -66,20 +66,20 @@ if [ "$_a_run" = check ]; then
   if _a_out=$(sbatch --test-only --gres=gpu:1 "${_a_args[@]}" --wrap=true 2>&1); then
     # What gpudispatch hosts shows: the partition's nodes by state with
     # their GPUs, and the user's jobs in the queue by state.
-    printf 'I partition %s\n' "$(sinfo --noheader --partition="${_a_args[0]#--partition=}" --format='%a %D %T %G' 2>&1 | tr '\n' ';')"
-    printf 'I queue %s\n' "$(squeue --me --noheader --format='%T' 2>&1 | sort | uniq -c | tr -s ' \n' '  ')"
-    echo r
+    _g_send I partition "$(sinfo --noheader --partition="${_a_args[0]#--partition=}" --format='%a %D %T %G' 2>&1 | tr '\n' ';')"
+    _g_send I queue "$(squeue --me --noheader --format='%T' 2>&1 | sort | uniq -c | tr -s ' \n' '  ')"
+    _g_send r
   else
-    printf 'F - %s\n' "${_a_out//$'\n'/ }"
+    _g_send F - "${_a_out//$'\n'/ }"
   fi
   exit 0
 fi
 case $_a_run in cancel-*)
   # A cancel that did not reach the cluster when it was given.
   if _a_out=$(scancel --me --name="gpd-${_a_run#cancel-}" 2>&1); then
-    echo r
+    _g_send r
   else
-    printf 'F - %s\n' "${_a_out//$'\n'/ }"
+    _g_send F - "${_a_out//$'\n'/ }"
   fi
   exit 0
 esac
@@ -90,7 +90,7 @@ _a_heard=$SECONDS
 _a_polled=-1000000
 _a_tailed=-1
 _a_eof=
-echo r
+_g_send r
 
 _a_sbatch() { # TAG GPUS TIME SCRIPT
   local tag=$1 out time=()
@@ -99,9 +99,9 @@ _a_sbatch() { # TAG GPUS TIME SCRIPT
     --gres="gpu:$2" "${time[@]}" "${_a_args[@]}" <<<"$4" 2>&1); then
     out=${out%%;*}
     _a_id[$tag]=$out _a_out[$tag]=0 _a_err[$tag]=0 _a_state[$tag]=PENDING _a_why[$tag]=
-    printf 'S %s %s\n' "$tag" "$out"
+    _g_send S "$tag" "$out"
   else
-    printf 'F %s %s\n' "$tag" "${out//$'\n'/ }"
+    _g_send F "$tag" "${out//$'\n'/ }"
   fi
 }
 
@@ -110,7 +110,7 @@ _a_send() { # KIND TAG FILE OFFSETVAR: the bytes of FILE past the offset
   local size
   size=$(stat -c %s -- "$3" 2>/dev/null) || return 0
   if ((size > off)); then
-    printf '%s %s %d\n' "$1" "$2" $((size - off))
+    _g_send "$1" "$2" "$((size - off))"
     tail -c +$((off + 1)) -- "$3" | head -c $((size - off))
     off=$size
   fi
@@ -142,11 +142,11 @@ _a_end() { # TAG STATE START
   # A job that ran between two polls: it wrote its exit file, or Slurm
   # timed it.
   if [ "${_a_state[$1]}" != RUNNING ] && { [ -e "$1.exit" ] || [ "$2" = TIMEOUT ]; }; then
-    printf 'R %s %s\n' "$1" "$3"
+    _g_send R "$1" "$3"
   fi
   _a_flush "$1"
   if [ -r "$1.exit" ]; then read -r code <"$1.exit" || code=-; fi
-  printf 'X %s %s %s\n' "$1" "$2" "${code:--}"
+  _g_send X "$1" "$2" "${code:--}"
   unset "_a_id[$1]" "_a_out[$1]" "_a_err[$1]" "_a_state[$1]" "_a_why[$1]"
 }
 
@@ -166,7 +166,7 @@ _a_poll() {
     if [ "${_a_id[$tag]}" = - ]; then
       # Submitted by an agent that died before it could say so.
       _a_id[$tag]=$id
-      printf 'S %s %s\n' "$tag" "$id"
+      _g_send S "$tag" "$id"
     elif [ "${_a_id[$tag]}" != "$id" ]; then
       continue
     fi
@@ -175,12 +175,12 @@ _a_poll() {
     case $state in
       PENDING | CONFIGURING | REQUEUED | RESIZING | SUSPENDED | REQUEUE_HOLD | REQUEUE_FED)
         if [ "$why" != "${_a_why[$tag]}" ] || [ "${_a_state[$tag]}" != PENDING ]; then
-          printf 'P %s %s\n' "$tag" "$why"
+          _g_send P "$tag" "$why"
         fi
         _a_state[$tag]=PENDING _a_why[$tag]=$why
         ;;
       RUNNING | COMPLETING | STAGE_OUT | SIGNALING)
-        if [ "${_a_state[$tag]}" != RUNNING ]; then printf 'R %s %s\n' "$tag" "$start"; fi
+        if [ "${_a_state[$tag]}" != RUNNING ]; then _g_send R "$tag" "$start"; fi
         _a_state[$tag]=RUNNING
         ;;
       *) _a_end "$tag" "$state" "$start" ;;

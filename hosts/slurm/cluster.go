@@ -123,26 +123,26 @@ func (c *Cluster) Check(ctx context.Context) (Info, error) {
 			return Info{}, fmt.Errorf("%s: %w: %v", c.o.Name, executor.ErrHostDown, err)
 		}
 	}
-	text := out.String()
-	if msg, ok := strings.CutPrefix(text, "F - "); ok {
-		return Info{}, fmt.Errorf("slurm: %s", msg)
-	}
 	var info Info
-	for _, line := range strings.Split(text, "\n") {
-		if v, ok := strings.CutPrefix(line, "I partition "); ok {
-			info.Partition = strings.TrimSuffix(strings.TrimSpace(v), ";")
-		}
-		if v, ok := strings.CutPrefix(line, "I queue "); ok {
-			info.Queue = strings.TrimSpace(v)
-		}
-		if line == "r" {
+	r := bufio.NewReader(strings.NewReader(out.String()))
+	for {
+		f, err := spawn.ReadRecord(r)
+		switch {
+		case err != nil:
+			return Info{}, fmt.Errorf("slurm: the login node's bash did not run the agent: %s", errs.String())
+		case len(f) == 3 && f[0] == "F":
+			return Info{}, fmt.Errorf("slurm: %s", f[2])
+		case len(f) == 3 && f[0] == "I" && f[1] == "partition":
+			info.Partition = strings.TrimSuffix(strings.TrimSpace(f[2]), ";")
+		case len(f) == 3 && f[0] == "I" && f[1] == "queue":
+			info.Queue = strings.TrimSpace(f[2])
+		case len(f) == 1 && f[0] == "r":
 			c.mu.Lock()
 			c.types = info.GPUTypes()
 			c.mu.Unlock()
 			return info, nil
 		}
 	}
-	return Info{}, fmt.Errorf("slurm: the login node's bash did not run the agent: %s", errs.String())
 }
 
 // Info is what Check saw of the cluster, for gpudispatch hosts.
@@ -669,18 +669,18 @@ func (c *Cluster) reconnect() {
 // straight to their job's writers.
 func (c *Cluster) records(ag *agent, br *bufio.Reader, ready chan<- error) error {
 	for {
-		line, err := br.ReadString('\n')
+		f, err := spawn.ReadRecord(br)
 		if err != nil {
 			return err
 		}
-		line = strings.TrimSuffix(line, "\n")
-		kind, rest, _ := strings.Cut(line, " ")
-		switch kind {
-		case "r":
+		if len(f) == 1 && f[0] == "r" {
 			ready <- nil
 			continue
 		}
-		tag, text, _ := strings.Cut(rest, " ")
+		if len(f) < 3 || len(f[0]) != 1 {
+			return fmt.Errorf("agent: bad record %q", f)
+		}
+		kind, tag, text := f[0], f[1], f[2]
 		if kind == "F" && tag == "-" {
 			ready <- errors.New(text)
 			return errors.New(text)
@@ -692,7 +692,7 @@ func (c *Cluster) records(ag *agent, br *bufio.Reader, ready chan<- error) error
 		case "O", "E":
 			n, err := strconv.ParseInt(text, 10, 64)
 			if err != nil {
-				return fmt.Errorf("agent: bad record %q", line)
+				return fmt.Errorf("agent: bad record %q", f)
 			}
 			w := io.Discard
 			if j != nil {
@@ -715,13 +715,12 @@ func (c *Cluster) records(ag *agent, br *bufio.Reader, ready chan<- error) error
 			}
 			continue
 		case "X":
-			state, code, _ := strings.Cut(text, " ")
-			if j != nil {
-				j.deliver(record{kind: 'X', state: state, code: code})
+			if j != nil && len(f) == 4 {
+				j.deliver(record{kind: 'X', state: text, code: f[3]})
 			}
 			continue
 		}
-		if j != nil && len(kind) == 1 {
+		if j != nil {
 			j.deliver(record{kind: kind[0], text: text})
 		}
 	}
