@@ -49,9 +49,7 @@ func Follow(ctx context.Context, start spawn.Func, tag string, outOff, errOff in
 		return -1, time.Time{}, fmt.Errorf("follow: bad tag %q", tag)
 	}
 	out, errs := newHeaded(stdout, true), newHeaded(stderr, false)
-	g := strconv.FormatFloat(grace.Seconds(), 'f', 3, 64)
-	p, err := start(ctx, spawn.Bootstrap(followCode, FollowerName, tag,
-		strconv.FormatInt(outOff, 10), strconv.FormatInt(errOff, 10), g), out, errs)
+	p, err := start(ctx, spawn.Bootstrap(followCode, FollowerName, followArgs(tag, outOff, errOff, grace, false)...), out, errs)
 	if err != nil {
 		return -1, time.Time{}, err
 	}
@@ -163,6 +161,19 @@ func (h *headed) abort() int64 { return h.s.abort() }
 
 func (h *headed) writeErr() error { return h.s.writeErr() }
 
+// followArgs are a follower's arguments (see follow.sh): the job's tag,
+// the bytes of its stdout and stderr the coordinator has, the grace
+// (seconds), and "kill" to stop the job rather than follow it. Then it is
+// told, on its stdin, "c" to cancel the job and "d" once its end is home,
+// a letter each (a record with no fields, as a job shell's "c" and "q").
+func followArgs(tag string, outOff, errOff int64, grace time.Duration, kill bool) []string {
+	args := []string{tag, strconv.FormatInt(outOff, 10), strconv.FormatInt(errOff, 10), strconv.FormatFloat(grace.Seconds(), 'f', 3, 64)}
+	if kill {
+		args = append(args, "kill")
+	}
+	return args
+}
+
 // Stop stops the job tagged tag on the machine that start runs bash on, as
 // a cancel does (TERM to its group, KILL after grace), and returns once its
 // group is gone: a job given up for lost is stopped when its machine
@@ -172,8 +183,7 @@ func Stop(ctx context.Context, start spawn.Func, tag string, grace time.Duration
 	if !ValidTag(tag) {
 		return fmt.Errorf("stop: bad tag %q", tag)
 	}
-	g := strconv.FormatFloat(grace.Seconds(), 'f', 3, 64)
-	p, err := start(ctx, spawn.Bootstrap(followCode, FollowerName, tag, "0", "0", g, "kill"), io.Discard, io.Discard)
+	p, err := start(ctx, spawn.Bootstrap(followCode, FollowerName, followArgs(tag, 0, 0, grace, true)...), io.Discard, io.Discard)
 	if err != nil {
 		return err
 	}

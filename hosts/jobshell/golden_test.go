@@ -43,5 +43,7 @@ func TestGoldenWhatIsSent(t *testing.T) {
 		f := fields(c, "0123456789abcdef", at.at)
 		b.WriteString("== " + at.what + ": " + string(f[:1]) + ", then\n" + spawntest.Records(f[1:]))
 	}
+	b.WriteString("== a follower's arguments, following from byte 100 and 20, then stopping a job:\n" +
+		strings.Join(followArgs(c.Tag, 100, 20, sup.Grace, false), " ") + "\n" + strings.Join(followArgs(c.Tag, 0, 0, sup.Grace, true), " ") + "\n")
 	spawntest.Golden(t, "a job shell", "sent.golden", b.String())
 }
