@@ -34,5 +34,7 @@ func TestGoldenWhatIsSent(t *testing.T) {
 		b.WriteString(spawntest.Records(spawn.Record(r...)))
 	}
 	b.WriteString("== the check of a lock dir:\n" + spawntest.Records(checkInput("/var/lib/gpudispatch-locks")))
+	_, args, _ := strings.Cut(ProbeScript("/var/lib/gpudispatch-locks", gpus), "' gpudispatch-lockprobe ")
+	b.WriteString("== a look at the locks (gpudispatch hosts), its arguments after its code:\n" + args + "\n")
 	spawntest.Golden(t, "a lock holder", "sent.golden", b.String())
 }

@@ -230,13 +230,18 @@ type KeptReport struct {
 	LogindSilent bool
 }
 
+// keptArgs are the lister's arguments (see kept.sh): how long each ask of
+// logind may take, in seconds (at least one). It is sent nothing else.
+func keptArgs(limit time.Duration) []string {
+	return []string{strconv.FormatFloat(max(limit, time.Second).Seconds(), 'f', 3, 64)}
+}
+
 // ListKept lists the jobs that the machine start runs bash on keeps with no
 // coordinator. Each ask of the machine's logind (whether it would kill
 // them) may take limit.
 func ListKept(ctx context.Context, start spawn.Func, limit time.Duration) (KeptReport, error) {
 	var out, errs strings.Builder
-	secs := strconv.FormatFloat(max(limit, time.Second).Seconds(), 'f', 3, 64)
-	p, err := start(ctx, spawn.Bootstrap(keptCode, "gpudispatch-kept", secs), &out, &errs)
+	p, err := start(ctx, spawn.Bootstrap(keptCode, "gpudispatch-kept", keptArgs(limit)...), &out, &errs)
 	if err != nil {
 		return KeptReport{}, err
 	}
