@@ -54,7 +54,9 @@ type EnvCheck struct {
 // NUL and a newline, then runs the command it is given (its output and
 // errors together), if any, and exits with its status. nvidia-smi gets
 // the probe timeout, so that a host whose driver hangs holds up no check
-// (it then shows no driver version).
+// (it then shows no driver version); linger is read from the file logind
+// keeps for it, not asked of loginctl, so that a stuck D-Bus holds up no
+// check either.
 const checkScript = `printf 'shell\t%s\n' "${SHELL:-/bin/bash}"
 printf 'path\t%s\n' "$PATH"
 printf 'python\t%s\n' "$(python3 -V 2>&1 | head -n 1)"
@@ -66,7 +68,10 @@ limit=
 $limit nvidia-smi 2>/dev/null | sed -n 's/.*Driver Version: *\([^ ]*\).*CUDA Version: *\([^ ]*\).*/driver\t\1\ncuda\t\2/p' | head -n 2
 printf 'workdir\t%s\n' "$PWD"
 printf 'free\t%s\n' "$(df -Pk . 2>/dev/null | awk 'NR == 2 { print $4 }')"
-printf 'linger\t%s\n' "$(loginctl show-user "$(id -un)" -p Linger --value 2>/dev/null)"
+linger=${GPUDISPATCH_LINGER_DIR:-/var/lib/systemd/linger}
+if [ -n "${GPUDISPATCH_LINGER_DIR:-}" ] || [ -d /var/lib/systemd ]; then
+  if [ -e "$linger/${USER:-$(id -un)}" ]; then printf 'linger\tyes\n'; else printf 'linger\tno\n'; fi
+fi
 printf '\0\n'
 if [ -n "$GPUDISPATCH_CHECK" ]; then exec 2>&1; eval "$GPUDISPATCH_CHECK"; fi
 `
@@ -163,7 +168,7 @@ func WriteChecks(w io.Writer, checks []EnvCheck) error {
 			row("GPU", fmt.Sprintf("%d: nvidia-smi gave no driver version", c.GPU))
 		}
 		row("workdir", fmt.Sprintf("%s, %s free", c.Workdir, kib(c.FreeKiB)))
-		row("linger", cmp.Or(c.Linger, "unknown (no systemd loginctl)"))
+		row("linger", cmp.Or(c.Linger, "unknown (no systemd)"))
 		if c.Exit != nil {
 			row("command", fmt.Sprintf("%s: exit status %d", c.Command, *c.Exit))
 		}

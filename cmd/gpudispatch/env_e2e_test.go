@@ -294,6 +294,30 @@ func TestHostsCheckLocal(t *testing.T) {
 	}
 }
 
+// A host whose logind does not answer (D-Bus stuck: busctl and loginctl
+// hang) holds up no check: linger is read from logind's file for the user.
+func TestSSHHostsCheckStuckLogind(t *testing.T) {
+	t.Parallel()
+	fakes, linger := t.TempDir(), t.TempDir()
+	for _, name := range []string{"busctl", "loginctl"} {
+		if err := os.WriteFile(filepath.Join(fakes, name), []byte("#!/bin/sh\nsleep 600\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(linger, me(t)), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1, Env: []string{"PATH=" + fakes + ":/usr/local/bin:/usr/bin:/bin", "GPUDISPATCH_LINGER_DIR=" + linger}})
+	start := time.Now()
+	r := labRun(t, l, "", "hosts", "-i", l.Inventory(""), "--check", "--probe-timeout", "1s", "echo done")
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("the check took %v with logind stuck and a 1s probe timeout", took)
+	}
+	if !regexpMatch(`(?m)^  linger\s+yes$`, r.stdout) || !regexpMatch(`(?m)^    done$`, r.stdout) {
+		t.Errorf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
 // A host whose nvidia-smi hangs holds up no check: nvidia-smi gets the
 // probe timeout there, and the rest of the look is shown.
 func TestSSHHostsCheckHungNvidiaSMI(t *testing.T) {
