@@ -526,20 +526,22 @@ _g_forward() {
   [ -z "${_g_pid-}" ] || kill -TERM -- -"$_g_pid" 2>/dev/null
 }
 _g_gen=0
-# _g_tees starts the tees of stream files number _g_gen, through pipes
-# in the shell's directory (which go with it). A tee ignores
-# SIGPIPE: with its coordinator gone it goes on writing its file. They are
-# not this shell's children (a subshell starts them and is gone), nor
-# process substitutions: bash does work for each of those at every fork.
+# _g_tees starts the tees of stream files number _g_gen: process
+# substitutions, so that their pipes cost no mkfifo and no subshell (this
+# shell forks nothing per job: its starter does). A tee ignores SIGPIPE:
+# with its coordinator gone it goes on writing its file. Each holds no
+# descriptor of this shell's but its own pipe and where it writes, so that
+# it sees its end once the shell and the starter are gone.
 _g_tees() {
   _g_files=$_g_tag-$_g_gen
-  builtin command mkfifo -m 0600 -- "$_g_flag.d/$_g_gen.po" "$_g_flag.d/$_g_gen.pe" || exit "$_g_x_unread"
-  (
+  exec 1> >(
     trap '' PIPE
-    exec tee -a -- "$_g_spool/$_g_files.out" <"$_g_flag.d/$_g_gen.po" >&5 &
-    exec tee -a -- "$_g_spool/$_g_files.err" <"$_g_flag.d/$_g_gen.pe" >&6 &
-  ) 3<&- 4>&- {_g_ref}<&-
-  exec 1>"$_g_flag.d/$_g_gen.po" 4>"$_g_flag.d/$_g_gen.pe"
+    exec tee -a -- "$_g_spool/$_g_files.out" >&5 3<&- 4>&- 6>&- {_g_ref}<&-
+  )
+  exec 4> >(
+    trap '' PIPE
+    exec tee -a -- "$_g_spool/$_g_files.err" >&6 3<&- 5>&- {_g_ref}<&-
+  )
 }
 # _g_scode is the starter's code: a bash of its own (a coprocess, so that
 # in a job's fork $$ is the starter's, which sends a TERM it gets on to
