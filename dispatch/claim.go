@@ -332,6 +332,29 @@ func (r *run) release(p placement) {
 	}
 }
 
+// shares reads each host's fair share for this run from the locks it
+// holds there (the host's holder says it; -1 when no run waits). A host
+// where it holds no lock keeps the share last read: the run that waited
+// may still wait, and the run takes no more than its share there before a
+// lock says otherwise.
+func (r *run) shares() {
+	for _, h := range r.sched.table.hosts {
+		share, read := -1, false
+		for _, g := range h.gpus {
+			if g.lock == nil {
+				continue
+			}
+			read = true
+			if n := g.lock.Share(); n >= 0 && (share < 0 || n < share) {
+				share = n
+			}
+		}
+		if read {
+			h.share = share
+		}
+	}
+}
+
 // unlockIdle lets go of the locks of GPUs on which no job of this run is.
 func (l *locking) unlockIdle() {
 	for _, g := range l.idle {

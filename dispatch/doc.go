@@ -144,6 +144,12 @@
 // run has a job on its GPU: it is let go of after a scheduling pass that
 // left the GPU empty, and every lock is let go of before Run returns. A
 // lock lost with its holder is simply taken again by the next job there.
+// While another run below its fair share waits for a host's GPUs, the
+// host's holder says this run's share there (executor.GPULock.Share, read
+// at each turn: shares in claim.go): the run keeps no more of the host's
+// GPUs busy than that (hostSlots.overShare), so a GPU it frees is let go
+// of after the turn and goes to the run that waits. Nothing running is
+// stopped for the share.
 //
 // What others use on each GPU is known before a job is placed there
 // (usage.go): a look at each host as it becomes usable, renewed every

@@ -108,10 +108,13 @@ type fakeLocks struct {
 	// noFlock lists the hosts that cannot lock (executor.ErrNoLocks).
 	noFlock map[string]bool
 	handed  []*fakeLock // every lock taken, in order
+	// shares is the fair share each host's holder says, by host (none:
+	// no run waits).
+	shares map[string]int
 }
 
 func newFakeLocks() *fakeLocks {
-	return &fakeLocks{holder: map[string]string{}, running: map[string]map[string]int{}, noFlock: map[string]bool{}}
+	return &fakeLocks{holder: map[string]string{}, running: map[string]map[string]int{}, noFlock: map[string]bool{}, shares: map[string]int{}}
 }
 
 // enter and leave count a job of run on slot.
@@ -151,8 +154,17 @@ type fakeLock struct {
 	once   sync.Once
 }
 
-func (l *fakeLock) Key() string           { return l.slot }
-func (l *fakeLock) UsedMB() int           { return l.usedMB }
+func (l *fakeLock) Key() string { return l.slot }
+func (l *fakeLock) UsedMB() int { return l.usedMB }
+func (l *fakeLock) Share() int {
+	l.locks.mu.Lock()
+	defer l.locks.mu.Unlock()
+	host, _, _ := strings.Cut(l.slot, ":")
+	if n, ok := l.locks.shares[host]; ok {
+		return n
+	}
+	return -1
+}
 func (l *fakeLock) Lost() <-chan struct{} { return l.lost }
 func (l *fakeLock) Release() {
 	l.once.Do(func() {

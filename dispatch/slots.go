@@ -98,6 +98,11 @@ type hostSlots struct {
 	// is set once it was found that its nvidia-smi cannot be asked.
 	noLocks error
 	noProbe bool
+	// share is how many of its GPUs this run may keep busy while another
+	// run below its own fair share waits for them (executor.GPULock.Share,
+	// read at each turn of the loop from the locks held there: shares);
+	// -1 when none waits.
+	share int
 	// opening is set while the host is still being opened: it is down
 	// (why says so), with no host-down timeout and no host event.
 	opening bool
@@ -217,7 +222,7 @@ func (t *slotTable) update(inv *inventory.Inventory) []string {
 		hs := t.byName[h.Name]
 		switch {
 		case hs == nil:
-			hs = &hostSlots{byID: map[executor.GPUID]*gpu{}}
+			hs = &hostSlots{byID: map[executor.GPUID]*gpu{}, share: -1}
 			t.hosts = append(t.hosts, hs)
 			t.byName[h.Name] = hs
 			changes = append(changes, fmt.Sprintf("added host %s (GPUs %s)", h.Name, executor.GPUIDs(asIDs(h.GPUs))))
@@ -507,9 +512,13 @@ func (t *slotTable) setUp(h *hostSlots) {
 func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 	var gs []*gpu
 	mem := h.memOf(j)
+	capped := h.overShare()
 	for _, g := range h.gpus {
 		if mem == 0 && g.used >= g.cap {
 			continue // full: the most common case in a busy lab
+		}
+		if capped && g.jobs() == 0 {
+			continue // a GPU it frees goes to the run that waits
 		}
 		if g.open() && t.takes(g, mem, hd) && g.mayRun(j) {
 			gs = append(gs, g)
@@ -519,6 +528,22 @@ func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 		sort.SliceStable(gs, func(a, b int) bool { return better(gs[a], gs[b]) })
 	}
 	return gs
+}
+
+// overShare reports whether the run keeps as many of h's GPUs busy as its
+// fair share while another run waits for them: then it starts no job on a
+// GPU of h it has none on.
+func (h *hostSlots) overShare() bool {
+	if h.share < 0 {
+		return false
+	}
+	busy := 0
+	for _, g := range h.gpus {
+		if g.jobs() > 0 {
+			busy++
+		}
+	}
+	return busy >= h.share
 }
 
 // place finds slots for j outside what is held, or reports false. A job

@@ -86,6 +86,47 @@ func TestSSHTwoRunsNeverShareAGPU(t *testing.T) {
 	}
 }
 
+// Two runs want one host's two GPUs: the second, started while the first
+// holds both with a queue of jobs behind, gets one as soon as one of the
+// first run's jobs ends after it asked (fair share), not once the first
+// run's queue is empty; nothing running is stopped, no GPU is shared.
+func TestSSHTwoRunsShareAHost(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
+	inv := l.Inventory("")
+	job := fmt.Sprintf(exclusiveJob, "1") + "\n"
+	cmd := labCmd(t, l, "", "-i", inv, "-o", "logsA", "--busy-recheck", "200ms")
+	stdin, errOut := startCmd(t, cmd)
+	io.WriteString(stdin, strings.Repeat(job, 10))
+	stdin.Close()
+	waitForFile(t, filepath.Join(l.Dir, "logsA", "2.out"), func(string) bool { return true })
+	second := labRun(t, l, strings.Repeat(job, 10), "-i", inv, "-o", "logsB", "--busy-recheck", "200ms")
+	if err := waitExit(t, cmd, errOut, time.Minute); err != nil || second.code != 0 {
+		t.Fatalf("runs: %v; exit %d\n%s", err, second.code, second.stderr)
+	}
+	done := noCollisions(t, l)
+	if n := len(done["node1"]); n != 20 {
+		t.Errorf("%d jobs done, want 20", n)
+	}
+	starts := func(dir string) []time.Time {
+		var out []time.Time
+		for _, e := range journal(t, filepath.Join(l.Dir, dir)) {
+			if e["event"] == "started" {
+				at, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(e["start"]))
+				out = append(out, at)
+			}
+		}
+		return out
+	}
+	a, b := starts("logsA"), starts("logsB")
+	if len(a) != 10 || len(b) != 10 {
+		t.Fatalf("%d and %d starts, want 10 each", len(a), len(b))
+	}
+	if !b[0].Before(a[9]) {
+		t.Errorf("the second run's first job started at %v, after the first run's last (%v): no share", b[0].Format("15:04:05.000"), a[9].Format("15:04:05.000"))
+	}
+}
+
 // --skip-busy over real sshd: a GPU whose nvidia-smi shows other people's
 // memory gets no job until nvidia-smi says it is free; then one with a
 // compute process on it gets none either. Jobs started together never

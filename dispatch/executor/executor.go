@@ -218,6 +218,11 @@ type GPULock interface {
 	// holder for the run first looked (before any job of the run ran
 	// there): others' work. -1 when it is not known.
 	UsedMB() int
+	// Share is how many of the host's GPUs the run may keep busy while
+	// another run, below its own share, waits for them there (fair
+	// share): the run starts no new job on a GPU it frees past that. -1
+	// when no run waits. It changes as runs come and go.
+	Share() int
 	// Lost is closed once the lock is no longer held: after Release, or
 	// when the process holding it on the host is gone (connection lost).
 	Lost() <-chan struct{}

@@ -10,6 +10,11 @@
 // on its user's lock directory of the GPU (named by its UUID, else
 // index-N) in the lock dir, answering on its stdout; "release N" lets go at once.
 // What it is told comes in records (spawn.Record), as for every script.
+// It also keeps its run's fair share of the host (lock.sh): a record in
+// the lock dir while its run waits for a GPU another run holds there, and,
+// once a second while it holds locks and another run's such record is
+// there, its run's share of the host's GPUs, said to the coordinator
+// ("share") and read through executor.GPULock.Share.
 // Requests that come together are answered together: their records are
 // made, or removed, by one mkdir or rmdir. One holder per machine, not per
 // GPU, costs the machine one session and one bash, and a flock(1) per GPU.

@@ -116,6 +116,7 @@ type holder struct {
 	held    map[executor.GPUID]*heldLock
 	freed   map[executor.GPUID]chan struct{} // GPUs found locked, closed once they look free
 	retired bool                             // told to exit, or dead: it takes no more requests
+	share   int                              // the run's fair share of the host's GPUs (lock.sh), -1: none
 }
 
 // answer is a holder's answer to "lock N"; lock is set for "locked",
@@ -205,7 +206,7 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 	if h := ls.holders[run]; h != nil {
 		return h, nil
 	}
-	h := &holder{ls: ls, run: run, dead: make(chan struct{}), hushed: make(chan struct{}),
+	h := &holder{ls: ls, run: run, dead: make(chan struct{}), hushed: make(chan struct{}), share: -1,
 		asked: map[executor.GPUID]chan answer{}, held: map[executor.GPUID]*heldLock{}, freed: map[executor.GPUID]chan struct{}{}}
 	if !runRE.MatchString(run) {
 		return nil, fmt.Errorf("%s: run %q: want letters, digits, '.', '_' and '-'", ls.where, run)
@@ -259,6 +260,16 @@ func (h *holder) send(request ...string) {
 // answer handles a record of the holder's stdout: a verb, a GPU, and what
 // the verb says of it.
 func (h *holder) answer(f []string) {
+	if len(f) == 2 && f[0] == "share" {
+		n, err := strconv.Atoi(f[1])
+		if err != nil || n < 0 {
+			n = -1 // "-": no run waits
+		}
+		h.ls.mu.Lock()
+		h.share = n
+		h.ls.mu.Unlock()
+		return
+	}
 	if len(f) < 2 {
 		return
 	}
@@ -452,8 +463,15 @@ type heldLock struct {
 	once   sync.Once
 }
 
-func (l *heldLock) Key() string           { return l.key }
-func (l *heldLock) UsedMB() int           { return l.usedMB }
+func (l *heldLock) Key() string { return l.key }
+func (l *heldLock) UsedMB() int { return l.usedMB }
+
+// Share implements executor.GPULock: the share its holder last said.
+func (l *heldLock) Share() int {
+	l.h.ls.mu.Lock()
+	defer l.h.ls.mu.Unlock()
+	return l.h.share
+}
 func (l *heldLock) Lost() <-chan struct{} { return l.lost }
 
 // Release implements GPULock.

@@ -119,12 +119,14 @@ take() {
     exec {fd}<&-
     _g_send busy "$g" "$key" "$(holders "$key")"
     watch_free "$g" "$key"
+    want
     return
   fi
   if others_held "$key"; then
     exec {fd}<&-
     _g_send busy "$g" "$key" "$(holders "$key")"
     watch_free "$g" "$key"
+    want
     return
   fi
   forget_dead "$key"
@@ -214,11 +216,142 @@ flush() {
   [ ${#said[@]} -eq 0 ] || printf '%s' "${said[@]}"
   made=() said=() gone=() shut=()
 }
+# Fair share. A run that asked for a GPU here that another run holds
+# waits for this host: its holder says so in the lock dir, with a record
+# of its own (gpudispatch-want-HOST~PID~RUN~WHO, HOST the lock's name of
+# the host's first GPU: a lock dir may be shared by hosts, over NFS or
+# here in tests, and a host counts its own records), kept while the run asks again
+# within a minute (a waiting job asks again at least every Recheck, and
+# as soon as the lock it waits for looks free), and gone with the holder.
+# Every second while it holds locks, and another run's record is there,
+# the holder works out each run's share of the host's GPUs: equal between
+# the users holding or waiting for them (a user is a record's owner, not
+# what its name says: a forged record is one user more at most), then
+# equal between one user's runs, at least one each. While a run below its
+# share waits, the holder tells its coordinator its run's own share
+# ("share" N: it keeps at most N of the host's GPUs busy, starting no new
+# job on a GPU it frees past that), and "share" "-" once none does. A
+# record whose holder is gone is no one's. Nothing running is stopped.
+wanted='' wanted_at=0 shared=- here=''
+# mine sets here to the host's name in want records, and keys to its GPUs'
+# locks' names, once. Where nvidia-smi lists no GPU (GPUs given by hand),
+# the host's GPUs are those whose locks are named by index (keyless).
+declare -A keys=()
+keyless=''
+mine() {
+  local i rest
+  [ -z "$here" ] || return 0
+  while IFS=', ' read -r i rest; do
+    case $i in '' | *[!0-9]*) continue ;; esac
+    lock_key "$i" "$uuids"
+    keys[$key]=1
+    [ -n "$here" ] || here=$key
+  done <<<"$uuids"
+  [ -n "$here" ] || here=index-0 keyless=1
+}
+want() {
+  wanted_at=$SECONDS
+  [ -z "$wanted" ] || return 0
+  mine
+  wanted=$pdir/gpudispatch-want-$here~$$~$run~$who
+  mkdir -m 0755 -- "$wanted" 2>/dev/null || wanted=''
+}
+# share_of sets share to this run's share of the host's GPUs, or "-" when
+# no other run below its own waits for them.
+share_of() {
+  local u f kind pid r k n all=${#keys[@]} users=0 mine=0 per waiting=''
+  local -A owner=() holds=() waits=() nruns=() seen=()
+  # A run is its user's and its id's: another user's record naming this
+  # run's id is another run. Only this host's records count.
+  while IFS=' ' read -r u f; do
+    IFS='~' read -r kind pid r _ <<<"$f"
+    case $kind in
+      "gpudispatch-want-$here") ;;
+      gpudispatch-held-index-*) [ -n "$keyless" ] || [ -n "${keys[${kind#gpudispatch-held-}]:-}" ] || continue ;;
+      gpudispatch-held-*) [ -n "${keys[${kind#gpudispatch-held-}]:-}" ] || continue ;;
+      *) continue ;;
+    esac
+    [ -d "/proc/$pid" ] || continue
+    if [ -n "$keyless" ] && [ -z "${seen[$kind]:-}" ] && [ "$kind" != "gpudispatch-want-$here" ]; then
+      seen[$kind]=1
+      all=$((all + 1))
+    fi
+    k=$u~$r
+    owner[$k]=$u
+    case $kind in
+      gpudispatch-want-*) waits[$k]=1 ;;
+      *) holds[$k]=$((${holds[$k]:-0} + 1)) ;;
+    esac
+  done < <(find "$pdir" -mindepth 1 -maxdepth 1 \( -name 'gpudispatch-held-*~*' -o -name "gpudispatch-want-$here~*" \) -printf '%U %f\n' 2>/dev/null)
+  for k in "${!owner[@]}"; do
+    u=${owner[$k]}
+    [ -n "${nruns[$u]:-}" ] || users=$((users + 1))
+    nruns[$u]=$((${nruns[$u]:-0} + 1))
+  done
+  share=-
+  [ "$users" -gt 0 ] && [ "$all" -gt 0 ] || return 0
+  per=$((all / users))
+  [ "$per" -gt 0 ] || per=1
+  for k in "${!owner[@]}"; do
+    n=$((per / ${nruns[${owner[$k]}]}))
+    [ "$n" -gt 0 ] || n=1
+    if [ "$k" = "$EUID~$run" ]; then
+      mine=$n
+    elif [ -n "${waits[$k]:-}" ] && [ "${holds[$k]:-0}" -lt "$n" ]; then
+      waiting=1
+    fi
+  done
+  [ -z "$waiting" ] || [ "$mine" = 0 ] || share=$mine
+}
+# share_tick renews (or lets go) this run's own record and says its share
+# when it changed.
+share_tick() {
+  local f others='' share=-
+  if [ -n "$wanted" ] && ((SECONDS - wanted_at > 60)); then
+    rmdir -- "$wanted" 2>/dev/null
+    wanted=''
+  fi
+  if [ ${#fds[@]} -gt 0 ]; then
+    mine
+    for f in "$pdir"/gpudispatch-want-"$here"~*; do
+      if [ -e "$f" ] && [ "$f" != "$wanted" ]; then
+        others=1
+        break
+      fi
+    done
+  fi
+  [ -z "$others" ] || share_of
+  if [ "$share" != "$shared" ]; then
+    shared=$share
+    _g_send share "$share"
+  fi
+}
 # On the way out, every record goes at once (one process), then the locks
 # with the holder.
-trap 'set -- "${recs[@]}" "${gone[@]}"; [ $# -eq 0 ] || rmdir -- "$@" 2>/dev/null; [ ${#watchers[@]} -eq 0 ] || kill "${watchers[@]}" 2>/dev/null' EXIT
+trap 'set -- "${recs[@]}" "${gone[@]}" ${wanted:+"$wanted"}; [ $# -eq 0 ] || rmdir -- "$@" 2>/dev/null; [ ${#watchers[@]} -eq 0 ] || kill "${watchers[@]}" 2>/dev/null' EXIT
 trap 'exit 143' TERM
-while _g_record "$hb"; do
+# Requests, waited for a second at a time (or the heartbeat's timeout,
+# when that is shorter): as many silent waits as make the heartbeat's
+# timeout end the loop. The share is looked at once a second, whatever
+# comes.
+tick=1 ticks=${hb%.*} quiet=0 ticked=$SECONDS
+case $ticks in '' | 0) tick=$hb ticks=1 ;; esac
+[ "$hb" = "$ticks" ] || [ "$tick" != 1 ] || ticks=$((ticks + 1))
+while :; do
+  _g_record "$tick"
+  case $? in
+    0) quiet=0 ;;
+    1) break ;;
+    *) quiet=$((quiet + 1)) ;;
+  esac
+  if [ "$SECONDS" != "$ticked" ]; then
+    ticked=$SECONDS
+    share_tick
+  fi
+  if [ "$quiet" -gt 0 ]; then
+    [ "$quiet" -lt "$ticks" ] || break
+    continue
+  fi
   case ${_g_f[0]-} in
     lock) take "${_g_f[1]-}" ;;
     release)

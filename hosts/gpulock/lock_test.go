@@ -532,3 +532,42 @@ func TestLockKeyStable(t *testing.T) {
 		}
 	}
 }
+
+// Fair share: a run that holds both GPUs of a machine hears its share (one)
+// once another run asked for one of them and found it locked, and hears
+// that no one waits any more once that run is gone.
+func TestShareSaidWhileAnotherRunWaits(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "locks")
+	a := local(t, "workstation", dir, linger)
+	ctx := context.Background()
+	var held []executor.GPULock
+	for gpu := range executor.GPUID(2) {
+		l, err := a.Lock(ctx, gpu, "runA")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	if n := held[0].Share(); n != -1 {
+		t.Errorf("share %d while no one waits, want -1", n)
+	}
+	b := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, Finding{Login: true})
+	if _, err := b.Lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
+		t.Fatalf("run B: %v, want locked", err)
+	}
+	waitShare := func(want int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); held[0].Share() != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("share %d, want %d", held[0].Share(), want)
+			}
+		}
+	}
+	waitShare(1)
+	b.Close() // its holder, and its record, go
+	waitShare(-1)
+	for _, l := range held {
+		l.Release()
+	}
+}

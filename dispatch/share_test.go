@@ -1,0 +1,48 @@
+package dispatch
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// A run whose share of a host's GPUs the host's holder says (another run
+// waits for them) keeps at most that many busy once it holds their locks:
+// a GPU it frees past that is let go of, not given its next job; a run no
+// one waits for uses every GPU. Nine jobs of 10 ms on three GPUs: at most
+// a first wave on all three (nothing is known before a lock is held), then
+// the share at most: in virtual time, the run's length says it (30 ms
+// with no share; at least 10 + 60 ms with a share of one, 10 + 30 with
+// two).
+func TestShareCapsBusyGPUs(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		share int // -1: no run waits
+		least time.Duration
+	}{
+		{"no run waits", -1, 30 * time.Millisecond},
+		{"another run waits, a share of one", 1, 70 * time.Millisecond},
+		{"another run waits, a share of two", 2, 40 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				inv := lab("a:0,1,2")
+				f := newFakeExec(inv)
+				if tt.share >= 0 {
+					f.locks.shares["a"] = tt.share
+				}
+				start := time.Now()
+				_, s := runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: t.TempDir()}, repeat("sleep 10ms", 9))
+				if s.Counts[EventFinished] != 9 {
+					t.Fatalf("summary %+v", s)
+				}
+				took := time.Since(start)
+				if took < tt.least || tt.share < 0 && took != tt.least {
+					t.Errorf("the run took %v, want %v (at least, with a share)", took, tt.least)
+				}
+			})
+		})
+	}
+}
