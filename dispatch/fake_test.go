@@ -50,6 +50,7 @@ type fakeExec struct {
 	peak       map[string]int
 	total      int // jobs running anywhere
 	peakTotal  int
+	peakGPUs   int // the most GPUs with a job at once
 	starts     []start
 	attempts   map[string]int // command -> attempts so far
 	violations []string
@@ -453,6 +454,13 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 	}
 	f.total++
 	f.peakTotal = max(f.peakTotal, f.total)
+	busy := 0
+	for _, n := range f.now {
+		if n > 0 {
+			busy++
+		}
+	}
+	f.peakGPUs = max(f.peakGPUs, busy)
 	f.mu.Unlock()
 	if c.Progress != nil {
 		c.Progress(executor.Progress{Running: true})

@@ -78,6 +78,10 @@ type Options struct {
 	// job of this run is. It is checked just before each such start.
 	SkipBusy     bool
 	BusyMemoryMB int
+	// MaxGPUs caps the GPUs the run keeps busy at once over all its hosts
+	// (0: no cap): with that many busy, a job goes only to a GPU that has a
+	// job of the run already (slots_per_gpu, mem=).
+	MaxGPUs int
 	// Hooks are the commands run as jobs and the run end.
 	Hooks Hooks
 	// Snapshots are the snapshots of the code taken as the run started, by
@@ -361,6 +365,7 @@ func prepare(opts Options) (*run, error) {
 		mem:     memWatch{answers: make(chan memAnswer), usages: make(chan usageAnswer)},
 		hooks:   hookRunner{said: make(chan struct{}, 1)},
 	}
+	r.sched.table.maxGPUs = opts.MaxGPUs
 	for _, h := range opts.Inventory.Hosts {
 		r.mem.wanted = r.mem.wanted || h.MemMB > 0
 	}

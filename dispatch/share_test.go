@@ -46,3 +46,21 @@ func TestShareCapsBusyGPUs(t *testing.T) {
 		})
 	}
 }
+
+// --max-gpus: a run keeps at most that many GPUs busy over all its hosts,
+// whatever slots are free; two slots on one GPU still take two jobs.
+func TestMaxGPUs(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0,1,2 b:0,1")
+		inv.Hosts[1].SlotsPerGPU = 2
+		f := newFakeExec(inv)
+		_, s := runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), MaxGPUs: 2}, repeat("sleep 10ms", 12))
+		if s.Counts[EventFinished] != 12 {
+			t.Fatalf("summary %+v", s)
+		}
+		if f.peakGPUs != 2 {
+			t.Errorf("at most %d GPUs busy at once, want 2", f.peakGPUs)
+		}
+	})
+}

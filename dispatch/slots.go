@@ -201,6 +201,10 @@ type slotTable struct {
 	minMem     int
 	// hostMinMem is the least mem: of a host (0: none has one).
 	hostMinMem int
+	// busyGPUs counts the GPUs with a job of the run, all hosts; with
+	// maxGPUs of them busy (Options.MaxGPUs, 0: no cap), a job goes only
+	// to a GPU that has one already.
+	busyGPUs, maxGPUs int
 }
 
 func newSlotTable(inv *inventory.Inventory) *slotTable {
@@ -512,7 +516,7 @@ func (t *slotTable) setUp(h *hostSlots) {
 func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 	var gs []*gpu
 	mem := h.memOf(j)
-	capped := h.overShare()
+	capped := h.overShare() || t.maxGPUs > 0 && t.busyGPUs >= t.maxGPUs
 	for _, g := range h.gpus {
 		if mem == 0 && g.used >= g.cap {
 			continue // full: the most common case in a busy lab
@@ -665,6 +669,9 @@ func (hd held) total() int {
 func (t *slotTable) take(p placement) {
 	t.tick++
 	for _, g := range p.gpus {
+		if g.jobs() == 0 {
+			t.busyGPUs++
+		}
 		before := t.contrib(g)
 		if p.mem > 0 {
 			g.memUsed += p.mem
@@ -686,6 +693,9 @@ func (t *slotTable) release(p placement) {
 			g.memJobs--
 		} else {
 			g.used--
+		}
+		if g.jobs() == 0 {
+			t.busyGPUs--
 		}
 		t.freeSlots += t.contrib(g) - before
 	}

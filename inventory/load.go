@@ -401,6 +401,7 @@ func (c *checker) inventory(root *node) *Inventory {
 		"known_hosts":    c.str(&inv.KnownHosts),
 		"skip_busy":      c.boolean(&inv.SkipBusy),
 		"busy_memory_mb": c.integer(&inv.BusyMemoryMB, 0, 1<<30),
+		"max_gpus":       c.integer(&inv.MaxGPUs, 0, 1<<20),
 		"hosts":          func(_ string, v *node) { hostsNode = v },
 		"hooks": func(key string, v *node) {
 			c.fields(v, key, map[string]func(string, *node){"job_end": c.str(&inv.Hooks.JobEnd), "run_end": c.str(&inv.Hooks.RunEnd)})

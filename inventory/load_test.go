@@ -40,7 +40,7 @@ func TestLoadGood(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if inv.SSHConfig != "none" || inv.KnownHosts != "~/lab_known_hosts" || !inv.SkipBusy || inv.BusyMemoryMB != 1000 {
+			if inv.SSHConfig != "none" || inv.KnownHosts != "~/lab_known_hosts" || !inv.SkipBusy || inv.BusyMemoryMB != 1000 || inv.MaxGPUs != 3 {
 				t.Errorf("top-level settings: %+v", inv)
 			}
 			if inv.Hooks != (Hooks{JobEnd: "notify-send done", RunEnd: "./summarize.sh"}) {

@@ -17,6 +17,9 @@ type Inventory struct {
 	SkipBusy bool
 	// BusyMemoryMB is the used memory above which a GPU counts as busy.
 	BusyMemoryMB int
+	// MaxGPUs caps the GPUs one run keeps busy at once in the whole lab
+	// (0: no cap); --max-gpus overrides it.
+	MaxGPUs int
 	// Defaults holds the connection settings of the defaults section; they
 	// apply after ssh_config, so they are not merged into Hosts here.
 	Defaults Connection

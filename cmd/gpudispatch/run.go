@@ -45,7 +45,9 @@ type runOptions struct {
 	// hostDown is --host-down-timeout.
 	hostDown time.Duration
 	skipBusy bool
-	recheck  time.Duration
+	// maxGPUs is --max-gpus (0: the inventory's max_gpus).
+	maxGPUs int
+	recheck time.Duration
 	// hooks are --on-job-end, --on-run-end and --hook-timeout.
 	hooks   dispatch.Hooks
 	dryRun  bool
@@ -130,6 +132,7 @@ func addRunFlags(f *pflag.FlagSet, serve bool) {
 	addKindFlags(f)
 	f.Duration("host-down-timeout", dispatch.DefaultHostDownTimeout, "how long jobs that only a down host can run wait for it to come back before they fail")
 	f.Bool("skip-busy", false, "put no job on a GPU that other people's processes use (more than the inventory's busy_memory_mb, default 500 MiB, or any compute process)")
+	f.Int("max-gpus", 0, "the most GPUs this run keeps busy at once over all its hosts, to leave the rest of the lab to others (0: no cap; default: the inventory's max_gpus)")
 	f.Duration("busy-recheck", dispatch.DefaultRecheck, "how long a GPU found busy, or locked by another gpudispatch run, or a host that could not set up a job's environment, is left alone before it is tried again")
 	if !serve {
 		f.Bool("dry-run", false, "print where each job would run; run nothing")
@@ -178,6 +181,7 @@ func readRunOptions(cmd *cobra.Command, v *viper.Viper, args []string) (runOptio
 		timeout:     v.GetDuration("timeout"),
 		hostDown:    v.GetDuration("host-down-timeout"),
 		skipBusy:    v.GetBool("skip-busy"),
+		maxGPUs:     v.GetInt("max-gpus"),
 		recheck:     v.GetDuration("busy-recheck"),
 		hooks:       dispatch.Hooks{JobEnd: v.GetString("on-job-end"), RunEnd: v.GetString("on-run-end"), Timeout: v.GetDuration("hook-timeout"), Jobs: v.GetInt("hook-jobs")},
 		dryRun:      v.GetBool("dry-run"),
@@ -383,6 +387,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 		ReturnLimit:     o.returnLimit,
 		SkipBusy:        o.skipBusy || inv.SkipBusy,
 		BusyMemoryMB:    inv.BusyMemoryMB,
+		MaxGPUs:         cmp.Or(o.maxGPUs, inv.MaxGPUs),
 		Recheck:         o.recheck,
 		Hooks:           o.hooks,
 		Serve:           o.serve,

@@ -367,9 +367,13 @@ while :; do
   read -r -t 0 || flush
 done
 # Silence, or the end of stdin (which read -t 0 takes for input): what
-# is left is done, and said to no one.
+# is left is done, and said to no one. The run waits for nothing any more.
 said=()
 flush
+if [ -n "$wanted" ]; then
+  rmdir -- "$wanted" 2>/dev/null
+  wanted=''
+fi
 # nap sleeps $1 seconds in a child that holds no lock, so that a
 # takeover's kill of this shell frees them at once.
 nap() {
