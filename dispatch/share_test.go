@@ -64,3 +64,24 @@ func TestMaxGPUs(t *testing.T) {
 		}
 	})
 }
+
+// A job held back by the share or by --max-gpus is said to wait for that.
+func TestWhyCapped(t *testing.T) {
+	t.Parallel()
+	table := newSlotTable(lab("a:0,1"))
+	j := &Job{GPU: -1, GPUs: 1}
+	if why := table.whyWaiting(j, 1); why != "waits for a free slot; 1 job ahead of it" {
+		t.Errorf("uncapped: %q", why)
+	}
+	h := table.byName["a"]
+	p, _ := table.place(j, held{})
+	table.take(p)
+	h.share = 1
+	if why := table.whyWaiting(j, 1); why != "fair share: other runs wait for the GPUs; this run keeps its share busy, 1 GPU of a's 2; 1 job ahead of it" {
+		t.Errorf("share: %q", why)
+	}
+	h.share, table.maxGPUs = -1, 1
+	if why := table.whyWaiting(j, 0); why != "--max-gpus 1: the run keeps 1 GPU busy; first in line: slots are held for it as they free up" {
+		t.Errorf("max: %q", why)
+	}
+}

@@ -534,6 +534,26 @@ func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 	return gs
 }
 
+// whyCapped says why j waits when the run keeps as many GPUs busy as
+// --max-gpus lets it, or as its fair share of every host j may run on
+// while other runs wait for them; "" otherwise.
+func (t *slotTable) whyCapped(j *Job) string {
+	if t.maxGPUs > 0 && t.busyGPUs >= t.maxGPUs {
+		return fmt.Sprintf("--max-gpus %d: the run keeps %s busy", t.maxGPUs, Count(t.busyGPUs, "GPU"))
+	}
+	var capped []string
+	for _, h := range t.candidates(j) {
+		if !h.overShare() {
+			return ""
+		}
+		capped = append(capped, fmt.Sprintf("%s of %s's %d", Count(h.share, "GPU"), h.host.Name, len(h.gpus)))
+	}
+	if len(capped) == 0 {
+		return ""
+	}
+	return "fair share: other runs wait for the GPUs; this run keeps its share busy, " + strings.Join(capped, ", ")
+}
+
 // overShare reports whether the run keeps as many of h's GPUs busy as its
 // fair share while another run waits for them: then it starts no job on a
 // GPU of h it has none on.
@@ -745,6 +765,9 @@ func (t *slotTable) whyWaiting(j *Job, ahead int) string {
 	why := t.whyMemory(j)
 	if why == "" && j.Host != "" {
 		why = t.othersOnAll(j)
+	}
+	if why == "" {
+		why = t.whyCapped(j)
 	}
 	switch {
 	case why != "":

@@ -43,6 +43,9 @@ type Options struct {
 	ProbeGPUs bool
 	// LockDir is where GPU locks live on every host ("": gpulock.DefaultDir).
 	LockDir string
+	// NoShare keeps the run out of fair share (gpulock.Lockers.NoShare):
+	// it keeps the GPUs it frees, and asks no run to let go of its own.
+	NoShare bool
 	// ProbeTimeout bounds each look at a host's GPUs (nvidia-smi, their
 	// locks) (0: DefaultProbeTimeout).
 	ProbeTimeout time.Duration
@@ -424,7 +427,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	}
 	// A GPU lock holder takes the GPUs the run just looked at.
 	seen := func() ([]executor.GPU, bool) { return l.probes.seen(h.Name) }
-	var r machine = &Local{Supervision: sup, LockDir: o.LockDir, Name: h.Name, ProbeTimeout: o.ProbeTimeout, seen: seen}
+	var r machine = &Local{Supervision: sup, LockDir: o.LockDir, NoShare: o.NoShare, Name: h.Name, ProbeTimeout: o.ProbeTimeout, seen: seen}
 	// A host left out (no Runner) lets go of its pool.
 	release := func() {}
 	defer func() {
@@ -462,7 +465,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		release = func() { l.pools.Release(t) }
 		quiet := &silence{lostAfter: cmp.Or(o.LostAfter, DefaultLostAfter), tick: cmp.Or(o.Keepalive, DefaultKeepalive),
 			othersAnswer: func() bool { return l.othersAnswer(h.Name) }}
-		rem := newRemote(h.Name, p, sup, o.LockDir, o.ProbeTimeout, quiet, seen)
+		rem := newRemote(h.Name, p, sup, o.LockDir, o.NoShare, o.ProbeTimeout, quiet, seen)
 		r, login, waitUp = rem, rem.spawn, p.WaitUp
 		if st.ServerVersion = version; err != nil {
 			st.Err = err

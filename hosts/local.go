@@ -22,6 +22,8 @@ type Local struct {
 	Supervision jobshell.Supervision
 	// LockDir is where GPU locks live ("": gpulock.DefaultDir).
 	LockDir string
+	// NoShare keeps the run out of fair share (see Options.NoShare).
+	NoShare bool
 	// Name is the inventory's name for this machine, for messages ("":
 	// "local").
 	Name string
@@ -75,7 +77,7 @@ func (l *Local) Fetch(ctx context.Context, from executor.Return, dst string) (ex
 func (l *Local) init() {
 	l.once.Do(func() {
 		l.shells = jobshell.New(spawn.Local, l.Supervision)
-		l.locks = newLockers(spawn.Local, l.name(), l.LockDir, l.Supervision, l.ProbeTimeout, l.shells, l.seen)
+		l.locks = newLockers(spawn.Local, l.name(), l.LockDir, l.NoShare, l.Supervision, l.ProbeTimeout, l.shells, l.seen)
 	})
 }
 
@@ -110,7 +112,10 @@ func (l *Local) checkLockDir(ctx context.Context) error {
 // for as long as those shells take to notice and kill their jobs. probe
 // bounds their look at nvidia-smi; seen, when set, gives the GPUs a look
 // just found there, which a new holder then takes rather than ask.
-func newLockers(start spawn.Func, where, dir string, sup jobshell.Supervision, probe time.Duration, shells *jobshell.Shells, seen func() ([]executor.GPU, bool)) *gpulock.Lockers {
+// noShare keeps the run out of fair share.
+func newLockers(start spawn.Func, where, dir string, noShare bool, sup jobshell.Supervision, probe time.Duration, shells *jobshell.Shells, seen func() ([]executor.GPU, bool)) *gpulock.Lockers {
 	find := gpulock.Finding{Login: sup.Login != jobshell.LoginNone, Path: shells.LoginPath, Seen: seen}
-	return gpulock.New(start, where, cmp.Or(dir, gpulock.DefaultDir), sup.Heartbeat, sup.Grace+2*sup.Heartbeat, cmp.Or(probe, DefaultProbeTimeout), find)
+	ls := gpulock.New(start, where, cmp.Or(dir, gpulock.DefaultDir), sup.Heartbeat, sup.Grace+2*sup.Heartbeat, cmp.Or(probe, DefaultProbeTimeout), find)
+	ls.NoShare = noShare
+	return ls
 }

@@ -28,10 +28,10 @@ type Remote struct {
 	locks       *gpulock.Lockers
 }
 
-func newRemote(name string, p *sshpool.Pool, sup jobshell.Supervision, lockDir string, probe time.Duration, s *silence, seen func() ([]executor.GPU, bool)) *Remote {
+func newRemote(name string, p *sshpool.Pool, sup jobshell.Supervision, lockDir string, noShare bool, probe time.Duration, s *silence, seen func() ([]executor.GPU, bool)) *Remote {
 	r := &Remote{name: name, pool: p, supervision: sup, lockDir: lockDir, silence: s}
 	r.shells = jobshell.New(r.spawn, sup)
-	r.locks = newLockers(r.spawn, name, lockDir, sup, probe, r.shells, seen)
+	r.locks = newLockers(r.spawn, name, lockDir, noShare, sup, probe, r.shells, seen)
 	return r
 }
 

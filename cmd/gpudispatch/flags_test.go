@@ -43,7 +43,7 @@ func parsed[O any](t *testing.T, newCmd func(streams, func(context.Context, stre
 var flagValues = map[string]string{
 	"inventory": "lab.yaml", "hosts": "a,b", "connect-timeout": "3s", "accept-new-host-keys": "true",
 	"keepalive": "7s", "lock-dir": "/var/tmp/gpd-locks", "gpus": "0,1", "log-dir": "elsewhere",
-	"resume": "true", "retries": "5", "timeout": "2h", "host-down-timeout": "1m", "skip-busy": "true",
+	"resume": "true", "retries": "5", "timeout": "2h", "host-down-timeout": "1m", "skip-busy": "true", "no-share": "true", "max-gpus": "3",
 	"busy-recheck": "30s", "dry-run": "true", "json": "true", "quiet": "true", "verbose": "true", "check": "true", "on-job-end": "echo job", "on-run-end": "echo run", "hook-timeout": "10s",
 	"failed": "true", "all": "true", "probe-timeout": "5s", "setup-timeout": "30s", "lost-after": "1m", "name": "eval", "host": "a", "priority": "3", "wait": "true", "now": "true", "detach": "true",
 	"listen": "127.0.0.1:8420", "sync": "/srv/proj", "after": "train_1,eval", "sync-limit": "64", "return-limit": "128", "hook-jobs": "2", "keep": "48h", "clean": "true",

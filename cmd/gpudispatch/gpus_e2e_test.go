@@ -92,10 +92,31 @@ func TestSSHTwoRunsNeverShareAGPU(t *testing.T) {
 // run's queue is empty; nothing running is stopped, no GPU is shared.
 func TestSSHTwoRunsShareAHost(t *testing.T) {
 	t.Parallel()
+	a, b := twoRunsOnAHost(t)
+	if !b[0].Before(a[9]) {
+		t.Errorf("the second run's first job started at %v, after the first run's last (%v): no share", b[0].Format("15:04:05.000"), a[9].Format("15:04:05.000"))
+	}
+}
+
+// A run with --no-share keeps the GPUs it frees, as before fair share: the
+// second run gets one only once the first run's queue is empty.
+func TestSSHNoShare(t *testing.T) {
+	t.Parallel()
+	a, b := twoRunsOnAHost(t, "--no-share")
+	if b[0].Before(a[9]) {
+		t.Errorf("the second run's first job started at %v, before the first run's last (%v): the first run shared", b[0].Format("15:04:05.000"), a[9].Format("15:04:05.000"))
+	}
+}
+
+// twoRunsOnAHost runs 10 jobs of a second on the two GPUs of one host, then
+// 10 more in a second run started once the first run's second job runs,
+// and returns when each run's jobs started. firstArgs go to the first run.
+func twoRunsOnAHost(t *testing.T, firstArgs ...string) (a, b []time.Time) {
+	t.Helper()
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
 	inv := l.Inventory("")
 	job := fmt.Sprintf(exclusiveJob, "1") + "\n"
-	cmd := labCmd(t, l, "", "-i", inv, "-o", "logsA", "--busy-recheck", "200ms")
+	cmd := labCmd(t, l, "", append([]string{"-i", inv, "-o", "logsA", "--busy-recheck", "200ms"}, firstArgs...)...)
 	stdin, errOut := startCmd(t, cmd)
 	io.WriteString(stdin, strings.Repeat(job, 10))
 	stdin.Close()
@@ -118,13 +139,11 @@ func TestSSHTwoRunsShareAHost(t *testing.T) {
 		}
 		return out
 	}
-	a, b := starts("logsA"), starts("logsB")
+	a, b = starts("logsA"), starts("logsB")
 	if len(a) != 10 || len(b) != 10 {
 		t.Fatalf("%d and %d starts, want 10 each", len(a), len(b))
 	}
-	if !b[0].Before(a[9]) {
-		t.Errorf("the second run's first job started at %v, after the first run's last (%v): no share", b[0].Format("15:04:05.000"), a[9].Format("15:04:05.000"))
-	}
+	return a, b
 }
 
 // --skip-busy over real sshd: a GPU whose nvidia-smi shows other people's

@@ -33,6 +33,7 @@ type labOptions struct {
 	acceptNew bool
 	lockDir   string
 	keep      time.Duration // --keep
+	noShare   bool          // --no-share (run and serve only)
 }
 
 func addLabFlags(f *pflag.FlagSet) {
@@ -59,6 +60,7 @@ func readLabOptions(v *viper.Viper) (labOptions, error) {
 		acceptNew: v.GetBool("accept-new-host-keys"),
 		lockDir:   v.GetString("lock-dir"),
 		keep:      v.GetDuration("keep"),
+		noShare:   v.GetBool("no-share"),
 	}
 	if h := v.GetString("hosts"); h != "" {
 		o.hosts = strings.FieldsFunc(h, func(r rune) bool { return r == ',' || r == ' ' })
@@ -154,6 +156,7 @@ func hostOptions(o labOptions) hosts.Options {
 		AcceptNewHostKeys: o.acceptNew,
 		LockDir:           o.lockDir,
 		KeepCode:          o.keep,
+		NoShare:           o.noShare,
 	}
 }
 

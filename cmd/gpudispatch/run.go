@@ -132,6 +132,7 @@ func addRunFlags(f *pflag.FlagSet, serve bool) {
 	addKindFlags(f)
 	f.Duration("host-down-timeout", dispatch.DefaultHostDownTimeout, "how long jobs that only a down host can run wait for it to come back before they fail")
 	f.Bool("skip-busy", false, "put no job on a GPU that other people's processes use (more than the inventory's busy_memory_mb, default 500 MiB, or any compute process)")
+	f.Bool("no-share", false, "keep the GPUs this run frees, as before fair share: it neither waits in turn for others' GPUs nor lets go of its own for runs that wait")
 	f.Int("max-gpus", 0, "the most GPUs this run keeps busy at once over all its hosts, to leave the rest of the lab to others (0: no cap; default: the inventory's max_gpus)")
 	f.Duration("busy-recheck", dispatch.DefaultRecheck, "how long a GPU found busy, or locked by another gpudispatch run, or a host that could not set up a job's environment, is left alone before it is tried again")
 	if !serve {

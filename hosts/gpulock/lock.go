@@ -91,6 +91,11 @@ type Lockers struct {
 	probe time.Duration
 	find  Finding
 
+	// NoShare keeps the runs of these holders out of fair share: they say
+	// no run's share, and leave no record of waiting. Set it before the
+	// first Lock.
+	NoShare bool
+
 	// mu guards the holders and their requests, and orders what is written
 	// to a holder's stdin.
 	mu      sync.Mutex
@@ -389,11 +394,15 @@ func (ls *Lockers) nvidiaSMI() (how, path string) {
 // coordinator who (user@host) of pid.
 func (ls *Lockers) input(who string, pid int) []byte {
 	how, path := ls.nvidiaSMI()
+	share := "1"
+	if ls.NoShare {
+		share = ""
+	}
 	return spawn.Record(ls.dir, who, strconv.Itoa(pid),
 		strconv.FormatFloat(3*ls.heartbeat.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(ls.linger.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(ls.probe.Seconds(), 'f', 3, 64),
-		how, path, ls.seen())
+		how, path, ls.seen(), share)
 }
 
 // seen is the GPUs as Finding.Seen gives them, in nvidia-smi's lines

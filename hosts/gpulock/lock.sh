@@ -7,9 +7,10 @@
 # heartbeat timeout (seconds), linger (seconds), the probe's time limit
 # (seconds), how nvidia-smi is found ("login", "as-is", or "path": then
 # on the next field's PATH, the login shell's as a job shell read it),
-# and the GPUs as the coordinator just saw them (nvidia-smi's "index,
-# uuid, name, memory.total, memory.used" lines, or empty: then nvidia-smi
-# is asked); then requests, a record each: "lock" and N, "release" and N,
+# the GPUs as the coordinator just saw them (nvidia-smi's "index, uuid,
+# name, memory.total, memory.used" lines, or empty: then nvidia-smi is
+# asked), and "1" when the run takes part in fair share (below); then
+# requests, a record each: "lock" and N, "release" and N,
 # "exit", or none (no field) as a heartbeat. GPU N's lock is named by its UUID as the login shell's
 # nvidia-smi reports it, else "index-N". N at 65536 and above is a MIG
 # instance, 65536 + 256 × GPU + its device number: its lock is its GPU's
@@ -33,9 +34,9 @@
 # shellcheck disable=SC2154 # key, pdir, why and lfd are set by lockfs.sh
 holder=$0
 run=$1
-_g_record && [ "${#_g_f[@]}" = 9 ] || exit "$_g_x_unread"
+_g_record && [ "${#_g_f[@]}" = 10 ] || exit "$_g_x_unread"
 dir=${_g_f[0]} who=${_g_f[1]} cpid=${_g_f[2]} hb=${_g_f[3]} linger=${_g_f[4]}
-probe=${_g_f[5]} shell=${_g_f[6]} lpath=${_g_f[7]} seen=${_g_f[8]}
+probe=${_g_f[5]} shell=${_g_f[6]} lpath=${_g_f[7]} seen=${_g_f[8]} sharing=${_g_f[9]}
 command -v flock >/dev/null || exit "$_g_x_notfound"
 lock_dir "$dir" || exit "$_g_x_unsafe"
 # A GPU's lock is named by its UUID: nvidia-smi is given the probe time (a
@@ -231,7 +232,8 @@ flush() {
 # share waits, the holder tells its coordinator its run's own share
 # ("share" N: it keeps at most N of the host's GPUs busy, starting no new
 # job on a GPU it frees past that), and "share" "-" once none does. A
-# record whose holder is gone is no one's. Nothing running is stopped.
+# record whose holder is gone is no one's. Nothing running is stopped. A
+# run that takes no part (--no-share) leaves no record and hears no share.
 wanted='' wanted_at=0 shared=- here=''
 # mine sets here to the host's name in want records, and keys to its GPUs'
 # locks' names, once. Where nvidia-smi lists no GPU (GPUs given by hand),
@@ -250,6 +252,7 @@ mine() {
   [ -n "$here" ] || here=index-0 keyless=1
 }
 want() {
+  [ -n "$sharing" ] || return 0
   wanted_at=$SECONDS
   [ -z "$wanted" ] || return 0
   mine
@@ -307,6 +310,7 @@ share_of() {
 # when it changed.
 share_tick() {
   local f others='' share=-
+  [ -n "$sharing" ] || return 0
   if [ -n "$wanted" ] && ((SECONDS - wanted_at > 60)); then
     rmdir -- "$wanted" 2>/dev/null
     wanted=''

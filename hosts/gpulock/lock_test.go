@@ -571,3 +571,44 @@ func TestShareSaidWhileAnotherRunWaits(t *testing.T) {
 		l.Release()
 	}
 }
+
+// A run out of fair share (NoShare) leaves no record of waiting, so a run
+// that holds the GPUs it wants hears no share; and one that holds GPUs
+// hears none either while another run waits.
+func TestNoShare(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "locks")
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name          string
+		holder, asker bool // NoShare of each
+	}{
+		{"the run that waits takes no part", false, true},
+		{"the run that holds takes no part", true, false},
+	} {
+		a := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, Finding{Login: true})
+		a.NoShare = tc.holder
+		var held []executor.GPULock
+		for gpu := range executor.GPUID(2) {
+			l, err := a.Lock(ctx, gpu, "runA")
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, l)
+		}
+		b := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, Finding{Login: true})
+		b.NoShare = tc.asker
+		if _, err := b.Lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
+			t.Fatalf("%s: run B: %v, want locked", tc.name, err)
+		}
+		time.Sleep(2500 * time.Millisecond) // two of the holders' looks
+		if n := held[0].Share(); n != -1 {
+			t.Errorf("%s: share %d, want none", tc.name, n)
+		}
+		b.Close()
+		for _, l := range held {
+			l.Release()
+		}
+		a.Close()
+	}
+}
