@@ -9,7 +9,7 @@ import (
 
 // outcome is what the end of an attempt means, said once from what the
 // Executor returned (its exit status and error) before the run acts on it
-// (finish), as Nomad's drivers state an exit once (ExitResult). Each error
+// (onResult), as Nomad's drivers state an exit once (ExitResult). Each error
 // of package executor's contract maps to one row of outcomeOf, which a
 // table test checks.
 type outcome struct {

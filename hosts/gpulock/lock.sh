@@ -262,8 +262,8 @@ want() {
 # share_of sets share to this run's share of the host's GPUs, or "-" when
 # no other run below its own waits for them.
 share_of() {
-  local u f kind pid r k n all=${#keys[@]} users=0 mine=0 per waiting=''
-  local -A owner=() holds=() waits=() nruns=() seen=()
+  local u f kind pid r k n all=${#keys[@]} users=0 ours=0 per waiting=''
+  local -A owner=() holds=() waits=() nruns=() counted=()
   # A run is its user's and its id's: another user's record naming this
   # run's id is another run. Only this host's records count.
   while IFS=' ' read -r u f; do
@@ -275,8 +275,8 @@ share_of() {
       *) continue ;;
     esac
     [ -d "/proc/$pid" ] || continue
-    if [ -n "$keyless" ] && [ -z "${seen[$kind]:-}" ] && [ "$kind" != "gpudispatch-want-$here" ]; then
-      seen[$kind]=1
+    if [ -n "$keyless" ] && [ -z "${counted[$kind]:-}" ] && [ "$kind" != "gpudispatch-want-$here" ]; then
+      counted[$kind]=1
       all=$((all + 1))
     fi
     k=$u~$r
@@ -299,12 +299,12 @@ share_of() {
     n=$((per / ${nruns[${owner[$k]}]}))
     [ "$n" -gt 0 ] || n=1
     if [ "$k" = "$EUID~$run" ]; then
-      mine=$n
+      ours=$n
     elif [ -n "${waits[$k]:-}" ] && [ "${holds[$k]:-0}" -lt "$n" ]; then
       waiting=1
     fi
   done
-  [ -z "$waiting" ] || [ "$mine" = 0 ] || share=$mine
+  [ -z "$waiting" ] || [ "$ours" = 0 ] || share=$ours
 }
 # share_tick renews (or lets go) this run's own record and says its share
 # when it changed.
