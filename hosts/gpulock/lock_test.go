@@ -541,14 +541,7 @@ func TestShareSaidWhileAnotherRunWaits(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "locks")
 	a := local(t, "workstation", dir, linger)
 	ctx := context.Background()
-	var held []executor.GPULock
-	for gpu := range executor.GPUID(2) {
-		l, err := a.Lock(ctx, gpu, "runA")
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	held := lockAll(t, a, 2, "runA")
 	if n := held[0].Share(); n != -1 {
 		t.Errorf("share %d while no one waits, want -1", n)
 	}
@@ -588,14 +581,7 @@ func TestNoShare(t *testing.T) {
 	} {
 		a := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, Finding{Login: true})
 		a.NoShare = tc.holder
-		var held []executor.GPULock
-		for gpu := range executor.GPUID(2) {
-			l, err := a.Lock(ctx, gpu, "runA")
-			if err != nil {
-				t.Fatal(err)
-			}
-			held = append(held, l)
-		}
+		held := lockAll(t, a, 2, "runA")
 		b := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, Finding{Login: true})
 		b.NoShare = tc.asker
 		if _, err := b.Lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
@@ -611,4 +597,18 @@ func TestNoShare(t *testing.T) {
 		}
 		a.Close()
 	}
+}
+
+// lockAll locks GPUs 0 to n-1 for run.
+func lockAll(t *testing.T, ls *Lockers, n int, run string) []executor.GPULock {
+	t.Helper()
+	var held []executor.GPULock
+	for gpu := range executor.GPUID(n) {
+		l, err := ls.Lock(context.Background(), gpu, run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	return held
 }
