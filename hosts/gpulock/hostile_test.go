@@ -254,3 +254,53 @@ func TestProbeAmongHostileEntries(t *testing.T) {
 		t.Errorf("probe: %+v, want only GPU 0 locked, by runV", gpus)
 	}
 }
+
+// Fair share between users: a machine's GPUs are shared between users
+// first, then between one user's runs. This user's run holds the four
+// GPUs; mallory's two runs wait for them: this run keeps half (two), not a
+// third (one) as a share between three runs would be.
+func TestShareBetweenUsers(t *testing.T) {
+	me, them := twoUsers(t)
+	held := lockAll(t, me, 4, "runV")
+	for _, run := range []string{"runM1", "runM2"} {
+		if _, err := them.Lock(context.Background(), 0, run); !errors.Is(err, executor.ErrGPULocked) {
+			t.Fatalf("mallory's %s: %v, want locked", run, err)
+		}
+	}
+	waitForShare(t, held[0], 2)
+	for _, l := range held {
+		l.Release()
+	}
+}
+
+// A forged demand is one user more at most: mallory's ten records of
+// waiting, each naming a run of its own, take this user's run down to half
+// of the machine's four GPUs, not to a share of one in eleven; and a record
+// whose process is gone counts for no one.
+func TestShareForgedDemand(t *testing.T) {
+	m := sshtest.NewUser(t, "gpdmallory")
+	dir := sshtest.SharedDir(t)
+	os.Chmod(dir, 0o777|os.ModeSticky)
+	held := lockAll(t, local(t, "node", dir, linger), 4, "runV")
+	// A record of a process that is gone first: no share is heard for it.
+	asMallory(t, m, fmt.Sprintf(`mkdir -m 755 %s/gpudispatch-want-index-0~999999~dead~evil`, dir))
+	time.Sleep(2500 * time.Millisecond) // two of the holder's looks
+	if n := held[0].Share(); n != -1 {
+		t.Fatalf("share %d for a dead run's record, want none", n)
+	}
+	asMallory(t, m, fmt.Sprintf(`sleep 60 >/dev/null 2>&1 & for k in 1 2 3 4 5 6 7 8 9 10; do mkdir -m 755 %s/gpudispatch-want-index-0~$!~fake$k~evil; done`, dir))
+	waitForShare(t, held[0], 2)
+	for _, l := range held {
+		l.Release()
+	}
+}
+
+// waitForShare waits, up to five seconds, for l's share to be want.
+func waitForShare(t *testing.T, l executor.GPULock, want int) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); l.Share() != want; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("share %d, want %d", l.Share(), want)
+		}
+	}
+}

@@ -549,17 +549,9 @@ func TestShareSaidWhileAnotherRunWaits(t *testing.T) {
 	if _, err := b.Lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
 		t.Fatalf("run B: %v, want locked", err)
 	}
-	waitShare := func(want int) {
-		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); held[0].Share() != want; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("share %d, want %d", held[0].Share(), want)
-			}
-		}
-	}
-	waitShare(1)
+	waitForShare(t, held[0], 1)
 	b.Close() // its holder, and its record, go
-	waitShare(-1)
+	waitForShare(t, held[0], -1)
 	for _, l := range held {
 		l.Release()
 	}
