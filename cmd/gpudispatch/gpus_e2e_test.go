@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -106,6 +107,43 @@ func TestSSHNoShare(t *testing.T) {
 	if b[0].Before(a[9]) {
 		t.Errorf("the second run's first job started at %v, before the first run's last (%v): the first run shared", b[0].Format("15:04:05.000"), a[9].Format("15:04:05.000"))
 	}
+}
+
+// A coordinator killed while its run waits for a host's GPUs takes its
+// demand with it: its lock holder, hearing it no more, removes the run's
+// record of waiting, and the run that holds the GPUs keeps them all again.
+func TestSSHKilledWaiterLeavesNoDemand(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
+	inv := l.Inventory("")
+	holder := labCmd(t, l, "", "-i", inv, "-o", "logsA")
+	stdin, errOut := startCmd(t, holder)
+	io.WriteString(stdin, strings.Repeat("sleep 20\n", 2))
+	stdin.Close()
+	waitForFile(t, filepath.Join(l.Dir, "logsA", "2.out"), func(string) bool { return true })
+	waiter := labCmd(t, l, "", "-i", inv, "-o", "logsB", "--busy-recheck", "200ms", "--keepalive", "1s")
+	wstdin, _ := startCmd(t, waiter)
+	io.WriteString(wstdin, "sleep 1\n")
+	demand := filepath.Join(l.Dir, ".locks", "gpudispatch-want-*")
+	records := func(n int) bool { m, _ := filepath.Glob(demand); return len(m) == n }
+	for deadline := time.Now().Add(20 * time.Second); !records(1); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting run left no record of waiting")
+		}
+	}
+	waiter.Process.Signal(syscall.SIGKILL)
+	waiter.Wait()
+	// At once, not after the holder's linger (the grace and two keepalives).
+	for deadline := time.Now().Add(5 * time.Second); !records(0); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the killed run's record of waiting is still there")
+		}
+	}
+	// Ctrl-C twice: the holder's jobs are stopped rather than waited for.
+	holder.Process.Signal(syscall.SIGINT)
+	time.Sleep(200 * time.Millisecond)
+	holder.Process.Signal(syscall.SIGINT)
+	waitExit(t, holder, errOut, time.Minute)
 }
 
 // twoRunsOnAHost runs 10 jobs of a second on the two GPUs of one host, then
