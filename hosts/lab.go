@@ -109,6 +109,9 @@ type HostState struct {
 	GPUErr error
 	// LockErr is why the GPUs' locks could not be looked at (ProbeGPUs).
 	LockErr error
+	// Waiting are the runs that wait for the host's GPUs held by others
+	// (fair share), each "run ID of USER@HOST" (ProbeGPUs).
+	Waiting []string
 	// Kept is the user's jobs that the host keeps with no coordinator (asked
 	// with ProbeGPUs); KeptErr is why they could not be listed.
 	Kept    []jobshell.Kept
@@ -536,7 +539,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		l.step(h.Name, st.Addr, "asking nvidia-smi for its GPUs")
 		st.GPUs, st.GPUErr = l.probes.gpus(ctx, h.Name, r, o.ProbeTimeout)
 		if o.ProbeGPUs && st.GPUErr == nil {
-			st.LockErr = l.probes.locks(ctx, h.Name, r, o.LockDir, st.GPUs, o.ProbeTimeout)
+			st.Waiting, st.LockErr = l.probes.locks(ctx, h.Name, r, o.LockDir, st.GPUs, o.ProbeTimeout)
 		}
 		if h.AutoGPUs {
 			switch {

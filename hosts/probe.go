@@ -44,20 +44,20 @@ func ProbeGPUs(ctx context.Context, r Runner) ([]executor.GPU, error) {
 }
 
 // ProbeLocks fills in which gpudispatch run holds each GPU's lock in dir on
-// r's machine, without taking any.
-func ProbeLocks(ctx context.Context, r Runner, dir string, gpus []executor.GPU) error {
+// r's machine, without taking any, and returns the runs that wait for its
+// GPUs (fair share).
+func ProbeLocks(ctx context.Context, r Runner, dir string, gpus []executor.GPU) (waiting []string, err error) {
 	if len(gpus) == 0 {
-		return nil
+		return nil, nil
 	}
 	out, code, err := probe(ctx, r, gpulock.ProbeScript(dir, gpus))
 	if err == nil && code != 0 {
 		err = fmt.Errorf("looking at GPU locks in %s: %s", dir, out)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	gpulock.ReadProbe(out, gpus)
-	return nil
+	return gpulock.ReadProbe(out, gpus), nil
 }
 
 // probe runs script on r's machine and returns its stdout, or, when it
@@ -163,15 +163,17 @@ func (p *probes) gpus(ctx context.Context, host string, r Runner, limit time.Dur
 }
 
 // locks fills in who holds the locks of gpus on host (r) within limit.
-func (p *probes) locks(ctx context.Context, host string, r Runner, dir string, gpus []executor.GPU, limit time.Duration) error {
+func (p *probes) locks(ctx context.Context, host string, r Runner, dir string, gpus []executor.GPU, limit time.Duration) ([]string, error) {
 	found := slices.Clone(gpus)
-	_, err := p.run(ctx, host, "the look at its GPU locks", limit, func(ctx context.Context) (any, error) {
-		return nil, ProbeLocks(ctx, r, dir, found)
+	waiting, err := p.run(ctx, host, "the look at its GPU locks", limit, func(ctx context.Context) (any, error) {
+		return ProbeLocks(ctx, r, dir, found)
 	})
-	if err == nil {
-		copy(gpus, found)
+	if err != nil {
+		return nil, err
 	}
-	return err
+	copy(gpus, found)
+	w, _ := waiting.([]string)
+	return w, nil
 }
 
 // run runs ask on host within limit, and returns its answer. A look under

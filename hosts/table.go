@@ -94,6 +94,9 @@ func WriteTable(w io.Writer, states []HostState, busyMB int, o TableOptions) err
 		if st.LockErr != nil {
 			t.note(fmt.Sprintf("locks: %v", st.LockErr))
 		}
+		for _, w := range st.Waiting {
+			t.note(w + " waits for its GPUs (fair share)")
+		}
 		for _, k := range st.Kept {
 			what := "runs on with no gpudispatch since " + k.Since.Local().Format("2006-01-02 15:04")
 			if !k.Running {
@@ -242,6 +245,8 @@ type hostJSON struct {
 	NvidiaSMI     []gpuJSON `json:"nvidia_smi,omitempty"`
 	NvidiaSMIErr  string    `json:"nvidia_smi_error,omitempty"`
 	LocksErr      string    `json:"locks_error,omitempty"`
+	// Waiting are the runs that wait for the host's GPUs (fair share).
+	Waiting []string `json:"waiting,omitempty"`
 	// Kept is the user's jobs kept there with no coordinator.
 	Kept    []jobshell.Kept `json:"kept,omitempty"`
 	KeptErr string          `json:"kept_error,omitempty"`
@@ -270,6 +275,7 @@ func WriteJSON(w io.Writer, states []HostState, busyMB int) error {
 		if st.LockErr != nil {
 			h.LocksErr = st.LockErr.Error()
 		}
+		h.Waiting = st.Waiting
 		h.Kept = st.Kept
 		if st.KeptErr != nil {
 			h.KeptErr = st.KeptErr.Error()

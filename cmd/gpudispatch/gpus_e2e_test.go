@@ -109,9 +109,10 @@ func TestSSHNoShare(t *testing.T) {
 	}
 }
 
-// A coordinator killed while its run waits for a host's GPUs takes its
-// demand with it: its lock holder, hearing it no more, removes the run's
-// record of waiting, and the run that holds the GPUs keeps them all again.
+// A run that waits for a host's GPUs is named by hosts, with its user; its
+// coordinator killed, it takes its demand with it: its lock holder,
+// hearing it no more, removes the run's record of waiting, and the run
+// that holds the GPUs keeps them all again.
 func TestSSHKilledWaiterLeavesNoDemand(t *testing.T) {
 	t.Parallel()
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
@@ -130,6 +131,10 @@ func TestSSHKilledWaiterLeavesNoDemand(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("the waiting run left no record of waiting")
 		}
+	}
+	// hosts names the run that waits, and its user.
+	if h := labRun(t, l, "", "hosts", "-i", inv); !regexpMatch(`(?m)^\s+run \S+ of \S+@\S+ waits for its GPUs \(fair share\)$`, h.stdout) {
+		t.Errorf("hosts does not name the waiting run:\n%s", h.stdout)
 	}
 	waiter.Process.Signal(syscall.SIGKILL)
 	waiter.Wait()

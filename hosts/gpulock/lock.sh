@@ -247,9 +247,9 @@ mine() {
     case $i in '' | *[!0-9]*) continue ;; esac
     lock_key "$i" "$uuids"
     keys[$key]=1
-    [ -n "$here" ] || here=$key
   done <<<"$uuids"
-  [ -n "$here" ] || here=index-0 keyless=1
+  [ ${#keys[@]} -gt 0 ] || keyless=1
+  host_key "$uuids"
 }
 want() {
   [ -n "$sharing" ] || return 0

@@ -149,3 +149,17 @@ others_held() {
   done
   return 1
 }
+
+# host_key sets here to the name a host's records of waiting go by (fair
+# share, see lock.sh), for the GPUs nvidia-smi listed in $1: the lock name
+# of its first GPU, or index-0 where it listed none.
+host_key() {
+  local i rest
+  here=index-0
+  while IFS=', ' read -r i rest; do
+    case $i in '' | *[!0-9]*) continue ;; esac
+    lock_key "$i" "$1"
+    here=$key
+    return 0
+  done <<<"$1"
+}

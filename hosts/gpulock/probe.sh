@@ -1,7 +1,8 @@
 # gpudispatch's look at GPU locks (gpudispatch hosts), run by bash after
 # lockfs.sh with the lock dir, the holders' process name and the GPU indices
 # as its arguments. It writes a record (spawn.Record) of INDEX and WHO for
-# each GPU whose lock some run holds. It only tries shared locks and lets go of them at once, so it never
+# each GPU whose lock some run holds, then "waits" and WHO for each run
+# that waits for the host's GPUs (fair share, see lock.sh). It only tries shared locks and lets go of them at once, so it never
 # stands in a run's way, and makes nothing: a missing lock dir holds no lock.
 # shellcheck disable=SC2154,SC2034 # key, pdir and lfd are set by lockfs.sh, which reads holder
 command -v flock >/dev/null || exit 0
@@ -22,4 +23,12 @@ for i in "$@"; do
     fi
     exec {lfd}<&-
   done
+done
+host_key "$uuids"
+for e in "$pdir/gpudispatch-want-$here~"*; do
+  [ -e "$e" ] || continue
+  IFS='~' read -r _ wpid wrun wwho <<<"${e##*/}"
+  case $wpid in '' | *[!0-9]*) continue ;; esac
+  [ -d "/proc/$wpid" ] || continue
+  _g_send waits "run $wrun of $wwho"
 done
