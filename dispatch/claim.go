@@ -339,18 +339,18 @@ func (r *run) release(p placement) {
 // lock says otherwise.
 func (r *run) shares() {
 	for _, h := range r.sched.table.hosts {
-		share, read := -1, false
+		share, waiting, read := -1, "", false
 		for _, g := range h.gpus {
 			if g.lock == nil {
 				continue
 			}
 			read = true
-			if n := g.lock.Share(); n >= 0 && (share < 0 || n < share) {
-				share = n
+			if n, w := g.lock.Share(); n >= 0 && (share < 0 || n < share) {
+				share, waiting = n, w
 			}
 		}
 		if read {
-			h.share = share
+			h.share, h.waiting = share, waiting
 		}
 	}
 }

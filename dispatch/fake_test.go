@@ -157,14 +157,14 @@ type fakeLock struct {
 
 func (l *fakeLock) Key() string { return l.slot }
 func (l *fakeLock) UsedMB() int { return l.usedMB }
-func (l *fakeLock) Share() int {
+func (l *fakeLock) Share() (int, string) {
 	l.locks.mu.Lock()
 	defer l.locks.mu.Unlock()
 	host, _, _ := strings.Cut(l.slot, ":")
 	if n, ok := l.locks.shares[host]; ok {
-		return n
+		return n, "run other of bob@laptop waits with 0"
 	}
-	return -1
+	return -1, ""
 }
 func (l *fakeLock) Lost() <-chan struct{} { return l.lost }
 func (l *fakeLock) Release() {

@@ -77,7 +77,7 @@ func TestWhyCapped(t *testing.T) {
 	p, _ := table.place(j, held{})
 	table.take(p)
 	h.share = 1
-	if why := table.whyWaiting(j, 1); why != "fair share: other runs wait for the GPUs; this run keeps its share busy, 1 GPU of a's 2; 1 job ahead of it" {
+	if why := table.whyWaiting(j, 1); why != "fair share: on a, another run waits with less than its share of its 2 GPUs; this run keeps its share, 1; 1 job ahead of it" {
 		t.Errorf("share: %q", why)
 	}
 	h.share, table.maxGPUs = -1, 1

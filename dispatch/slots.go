@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -101,8 +102,9 @@ type hostSlots struct {
 	// share is how many of its GPUs this run may keep busy while another
 	// run below its own fair share waits for them (executor.GPULock.Share,
 	// read at each turn of the loop from the locks held there: shares);
-	// -1 when none waits.
-	share int
+	// -1 when none waits. waiting says who waits, as the holder said.
+	share   int
+	waiting string
 	// opening is set while the host is still being opened: it is down
 	// (why says so), with no host-down timeout and no host event.
 	opening bool
@@ -546,12 +548,12 @@ func (t *slotTable) whyCapped(j *Job) string {
 		if !h.overShare() {
 			return ""
 		}
-		capped = append(capped, fmt.Sprintf("%s of %s's %d", Count(h.share, "GPU"), h.host.Name, len(h.gpus)))
+		capped = append(capped, fmt.Sprintf("on %s, %s of its %d GPUs; this run keeps its share, %d", h.host.Name, cmp.Or(h.waiting, "another run waits with less than its share"), len(h.gpus), h.share))
 	}
 	if len(capped) == 0 {
 		return ""
 	}
-	return "fair share: other runs wait for the GPUs; this run keeps its share busy, " + strings.Join(capped, ", ")
+	return "fair share: " + strings.Join(capped, "; ")
 }
 
 // overShare reports whether the run keeps as many of h's GPUs busy as its

@@ -220,9 +220,10 @@ type GPULock interface {
 	UsedMB() int
 	// Share is how many of the host's GPUs the run may keep busy while
 	// another run, below its own share, waits for them there (fair
-	// share): the run starts no new job on a GPU it frees past that. -1
-	// when no run waits. It changes as runs come and go.
-	Share() int
+	// share): the run starts no new job on a GPU it frees past that; and
+	// who waits ("run ID of USER@HOST waits with 0", comma-separated).
+	// -1 when no run waits. It changes as runs come and go.
+	Share() (n int, waiting string)
 	// Lost is closed once the lock is no longer held: after Release, or
 	// when the process holding it on the host is gone (connection lost).
 	Lost() <-chan struct{}

@@ -92,7 +92,7 @@ type fakeLock struct {
 
 func (l *fakeLock) Key() string           { return l.key }
 func (l *fakeLock) UsedMB() int           { return -1 }
-func (l *fakeLock) Share() int            { return -1 }
+func (l *fakeLock) Share() (int, string)  { return -1, "" }
 func (l *fakeLock) Lost() <-chan struct{} { return l.lost }
 func (l *fakeLock) Release()              { l.once.Do(func() { close(l.lost) }) }
 

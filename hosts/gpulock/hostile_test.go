@@ -285,7 +285,7 @@ func TestShareForgedDemand(t *testing.T) {
 	// A record of a process that is gone first: no share is heard for it.
 	asMallory(t, m, fmt.Sprintf(`mkdir -m 755 %s/gpudispatch-want-index-0~999999~dead~evil`, dir))
 	time.Sleep(2500 * time.Millisecond) // two of the holder's looks
-	if n := held[0].Share(); n != -1 {
+	if n, _ := held[0].Share(); n != -1 {
 		t.Fatalf("share %d for a dead run's record, want none", n)
 	}
 	asMallory(t, m, fmt.Sprintf(`sleep 60 >/dev/null 2>&1 & for k in 1 2 3 4 5 6 7 8 9 10; do mkdir -m 755 %s/gpudispatch-want-index-0~$!~fake$k~evil; done`, dir))
@@ -295,12 +295,17 @@ func TestShareForgedDemand(t *testing.T) {
 	}
 }
 
-// waitForShare waits, up to five seconds, for l's share to be want.
-func waitForShare(t *testing.T, l executor.GPULock, want int) {
+// waitForShare waits, up to five seconds, for l's share to be want, and
+// returns who it says waits.
+func waitForShare(t *testing.T, l executor.GPULock, want int) string {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); l.Share() != want; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n, waiting := l.Share()
+		if n == want {
+			return waiting
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("share %d, want %d", l.Share(), want)
+			t.Fatalf("share %d, want %d", n, want)
 		}
 	}
 }

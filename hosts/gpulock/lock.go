@@ -122,6 +122,7 @@ type holder struct {
 	freed   map[executor.GPUID]chan struct{} // GPUs found locked, closed once they look free
 	retired bool                             // told to exit, or dead: it takes no more requests
 	share   int                              // the run's fair share of the host's GPUs (lock.sh), -1: none
+	waiting string                           // who waits for them, as the holder said
 }
 
 // answer is a holder's answer to "lock N"; lock is set for "locked",
@@ -265,13 +266,13 @@ func (h *holder) send(request ...string) {
 // answer handles a record of the holder's stdout: a verb, a GPU, and what
 // the verb says of it.
 func (h *holder) answer(f []string) {
-	if len(f) == 2 && f[0] == "share" {
+	if len(f) == 3 && f[0] == "share" {
 		n, err := strconv.Atoi(f[1])
 		if err != nil || n < 0 {
 			n = -1 // "-": no run waits
 		}
 		h.ls.mu.Lock()
-		h.share = n
+		h.share, h.waiting = n, f[2]
 		h.ls.mu.Unlock()
 		return
 	}
@@ -476,10 +477,10 @@ func (l *heldLock) Key() string { return l.key }
 func (l *heldLock) UsedMB() int { return l.usedMB }
 
 // Share implements executor.GPULock: the share its holder last said.
-func (l *heldLock) Share() int {
+func (l *heldLock) Share() (int, string) {
 	l.h.ls.mu.Lock()
 	defer l.h.ls.mu.Unlock()
-	return l.h.share
+	return l.h.share, l.h.waiting
 }
 func (l *heldLock) Lost() <-chan struct{} { return l.lost }
 

@@ -230,11 +230,12 @@ flush() {
 # what its name says: a forged record is one user more at most), then
 # equal between one user's runs, at least one each. While a run below its
 # share waits, the holder tells its coordinator its run's own share
-# ("share" N: it keeps at most N of the host's GPUs busy, starting no new
-# job on a GPU it frees past that), and "share" "-" once none does. A
+# ("share" N and who waits, each "run ID of WHO waits with M": it keeps at
+# most N of the host's GPUs busy, starting no new job on a GPU it frees
+# past that), and "share" "-" once none does. A
 # record whose holder is gone is no one's. Nothing running is stopped. A
 # run that takes no part (--no-share) leaves no record and hears no share.
-wanted='' wanted_at=0 shared=- here=''
+wanted='' wanted_at=0 shared='- ' here=''
 # mine sets here to the host's name in want records, and keys to its GPUs'
 # locks' names, once. Where nvidia-smi lists no GPU (GPUs given by hand),
 # the host's GPUs are those whose locks are named by index (keyless).
@@ -260,14 +261,14 @@ want() {
   mkdir -m 0755 -- "$wanted" 2>/dev/null || wanted=''
 }
 # share_of sets share to this run's share of the host's GPUs, or "-" when
-# no other run below its own waits for them.
+# no other run below its own waits for them, and why to who waits.
 share_of() {
-  local u f kind pid r k n all=${#keys[@]} users=0 ours=0 per waiting=''
-  local -A owner=() holds=() waits=() nruns=() counted=()
+  local u f kind pid r w k n all=${#keys[@]} users=0 ours=0 per waiting=''
+  local -A owner=() holds=() waits=() nruns=() counted=() named=()
   # A run is its user's and its id's: another user's record naming this
   # run's id is another run. Only this host's records count.
   while IFS=' ' read -r u f; do
-    IFS='~' read -r kind pid r _ <<<"$f"
+    IFS='~' read -r kind pid r w _ <<<"$f"
     case $kind in
       "gpudispatch-want-$here") ;;
       gpudispatch-held-index-*) [ -n "$keyless" ] || [ -n "${keys[${kind#gpudispatch-held-}]:-}" ] || continue ;;
@@ -281,6 +282,7 @@ share_of() {
     fi
     k=$u~$r
     owner[$k]=$u
+    named[$k]="run $r of $w"
     case $kind in
       gpudispatch-want-*) waits[$k]=1 ;;
       *) holds[$k]=$((${holds[$k]:-0} + 1)) ;;
@@ -302,6 +304,7 @@ share_of() {
       ours=$n
     elif [ -n "${waits[$k]:-}" ] && [ "${holds[$k]:-0}" -lt "$n" ]; then
       waiting=1
+      why+="${why:+, }${named[$k]} waits with ${holds[$k]:-0}"
     fi
   done
   [ -z "$waiting" ] || [ "$ours" = 0 ] || share=$ours
@@ -309,7 +312,7 @@ share_of() {
 # share_tick renews (or lets go) this run's own record and says its share
 # when it changed.
 share_tick() {
-  local f others='' share=-
+  local f others='' share=- why=
   [ -n "$sharing" ] || return 0
   if [ -n "$wanted" ] && ((SECONDS - wanted_at > 60)); then
     rmdir -- "$wanted" 2>/dev/null
@@ -325,9 +328,9 @@ share_tick() {
     done
   fi
   [ -z "$others" ] || share_of
-  if [ "$share" != "$shared" ]; then
-    shared=$share
-    _g_send share "$share"
+  if [ "$share $why" != "$shared" ]; then
+    shared="$share $why"
+    _g_send share "$share" "$why"
   fi
 }
 # On the way out, every record goes at once (one process), then the locks

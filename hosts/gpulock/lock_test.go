@@ -542,14 +542,16 @@ func TestShareSaidWhileAnotherRunWaits(t *testing.T) {
 	a := local(t, "workstation", dir, linger)
 	ctx := context.Background()
 	held := lockAll(t, a, 2, "runA")
-	if n := held[0].Share(); n != -1 {
+	if n, _ := held[0].Share(); n != -1 {
 		t.Errorf("share %d while no one waits, want -1", n)
 	}
 	b := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, Finding{Login: true})
 	if _, err := b.Lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
 		t.Fatalf("run B: %v, want locked", err)
 	}
-	waitForShare(t, held[0], 1)
+	if waiting := waitForShare(t, held[0], 1); !strings.HasPrefix(waiting, "run runB of ") || !strings.HasSuffix(waiting, " waits with 0") {
+		t.Errorf("who waits: %q, want run runB, holding none", waiting)
+	}
 	b.Close() // its holder, and its record, go
 	waitForShare(t, held[0], -1)
 	for _, l := range held {
@@ -580,7 +582,7 @@ func TestNoShare(t *testing.T) {
 			t.Fatalf("%s: run B: %v, want locked", tc.name, err)
 		}
 		time.Sleep(2500 * time.Millisecond) // two of the holders' looks
-		if n := held[0].Share(); n != -1 {
+		if n, _ := held[0].Share(); n != -1 {
 			t.Errorf("%s: share %d, want none", tc.name, n)
 		}
 		b.Close()
