@@ -150,7 +150,9 @@ take() {
 # watch_free GPU KEY says "free GPU" once the holders' records of KEY that
 # it saw are gone (each holder removes its own as it lets go; one that died
 # leaves it, and the coordinator's next look finds the GPU free then). A
-# lock held with no record (not a gpudispatch run) is not watched. It looks
+# lock held with no record (not a gpudispatch run) is not watched; one
+# found free as it looks (its holder let go just then) is said free at
+# once, not at the next recheck. It looks
 # every half second, from a child that holds none of this holder's locks
 # and takes none: one per GPU, ended with this holder.
 watch_free() {
@@ -160,7 +162,17 @@ watch_free() {
     for fd in "${fds[@]}" "${shut[@]}"; do exec {fd}<&-; done
     shopt -s nullglob
     held=("$pdir/gpudispatch-held-$key~"*)
-    [ ${#held[@]} -gt 0 ] || exit 0
+    if [ ${#held[@]} -eq 0 ]; then
+      # No record: its holder let go of it as this one looked, or it is no
+      # gpudispatch run's. The locks say which.
+      for e in "$pdir/gpudispatch-gpu-$key".*; do
+        open_lock "$e" || continue
+        flock -n -s "$lfd" || exit 0
+        exec {lfd}<&-
+      done
+      _g_send free "$g"
+      exit 0
+    fi
     while [ ${#held[@]} -gt 0 ]; do
       sleep 0.5
       held=("$pdir/gpudispatch-held-$key~"*)
