@@ -35,6 +35,8 @@ import (
 //     can (a python start, `sleep 0.05` where there is no python3), sourced
 //     by the login profile as Debian's is, and by bash for `ssh host cmd`.
 //     gpudispatch reads it once per slot;
+//   - share-alone: gpd-jobs/s over the same run's with --no-share: fair
+//     share costs a run alone nothing (about 1);
 //   - gpd-collisions: times two of gpudispatch's jobs ran on one GPU at once,
 //     from the journal (each job's start and end bracket its processes). It
 //     fails the benchmark unless 0.
@@ -123,11 +125,12 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 	if _, err := os.Stat("/usr/bin/python3"); err == nil {
 		slowBashrc = "/usr/bin/python3 -c ''\n"
 	}
-	var gpd, disk, cm, floor, slowGPD, slowCM, synced time.Duration
+	var gpd, disk, cm, floor, slowGPD, slowCM, synced, noShare time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		bashrc("")
 		gpd += dispatch(filepath.Join(fast, fmt.Sprintf("logs%d", i)))
+		noShare += dispatch(filepath.Join(fast, fmt.Sprintf("alone%d", i)), "--no-share")
 		disk += dispatch(filepath.Join(l.Dir, fmt.Sprintf("logs%d", i)))
 		synced += dispatch(filepath.Join(fast, fmt.Sprintf("sync%d", i)), "--sync", proj)
 		cm += pool()
@@ -153,6 +156,7 @@ func BenchmarkDispatchVsControlMaster(b *testing.B) {
 	b.ReportMetric(rate(cm), "controlmaster-jobs/s")
 	b.ReportMetric(rate(floor), "login-floor-jobs/s")
 	b.ReportMetric(rate(gpd)/rate(cm), "ratio")
+	b.ReportMetric(rate(gpd)/rate(noShare), "share-alone")
 	b.ReportMetric(rate(slowGPD), "slow-gpd-jobs/s")
 	b.ReportMetric(rate(slowCM), "slow-controlmaster-jobs/s")
 	b.ReportMetric(rate(slowGPD)/rate(slowCM), "slow-ratio")
