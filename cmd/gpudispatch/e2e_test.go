@@ -860,7 +860,7 @@ func TestE2ELockedGPUTakenAsSoonAsFree(t *testing.T) {
 		t.Errorf("the second run never found GPU 0 locked:\n%s", r.stderr)
 	}
 	if took > 30*time.Second {
-		t.Errorf("the second run took %v: it waited for --busy-recheck, not for the lock to go", took)
+		t.Errorf("the second run took %v: it waited for --busy-recheck, not for the lock to go\n%s", took, r.stderr)
 	}
 	if err := waitExit(t, first, errA, 30*time.Second); err != nil {
 		t.Errorf("first run: %v\n%s", err, errA)

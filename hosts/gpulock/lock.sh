@@ -150,9 +150,9 @@ take() {
 # watch_free GPU KEY says "free GPU" once the holders' records of KEY that
 # it saw are gone (each holder removes its own as it lets go; one that died
 # leaves it, and the coordinator's next look finds the GPU free then). A
-# lock held with no record (not a gpudispatch run) is not watched; one
-# found free as it looks (its holder let go just then) is said free at
-# once, not at the next recheck. It looks
+# lock held with no record (not a gpudispatch run) is not watched past
+# three seconds; one its holder lets go of just as it looks (its record
+# went first) is said free then, not at the next recheck. It looks
 # every half second, from a child that holds none of this holder's locks
 # and takes none: one per GPU, ended with this holder.
 watch_free() {
@@ -163,14 +163,22 @@ watch_free() {
     shopt -s nullglob
     held=("$pdir/gpudispatch-held-$key~"*)
     if [ ${#held[@]} -eq 0 ]; then
-      # No record: its holder let go of it as this one looked, or it is no
-      # gpudispatch run's. The locks say which.
-      for e in "$pdir/gpudispatch-gpu-$key".*; do
-        open_lock "$e" || continue
-        flock -n -s "$lfd" || exit 0
-        exec {lfd}<&-
+      # No record: its holder is letting go of it as this one looks (a
+      # holder removes its record, then closes the lock), or it is no
+      # gpudispatch run's. The locks say which, within a few seconds.
+      for _ in $(seq 30); do
+        free=1
+        for e in "$pdir/gpudispatch-gpu-$key".*; do
+          open_lock "$e" || continue
+          flock -n -s "$lfd" || free=''
+          exec {lfd}<&-
+        done
+        if [ -n "$free" ]; then
+          _g_send free "$g"
+          exit 0
+        fi
+        sleep 0.1
       done
-      _g_send free "$g"
       exit 0
     fi
     while [ ${#held[@]} -gt 0 ]; do
