@@ -19,7 +19,8 @@ _g_d_code=$HOME/.gpudispatch/code
 # byte lengths, space-separated), then the fields with nothing between
 # them. _g_record reads one record from stdin into the array _g_f, in three
 # reads whatever its size; $1, when given, is how long to wait for its
-# first byte (read -t), and $2 the descriptor to read instead of stdin. It
+# first byte (read -t: a record begun by then is read whole), and $2 the
+# descriptor to read instead of stdin. It
 # returns read's status when the read fails (more than 128: the wait ran
 # out), 1 when stdin ended or the bytes are no record. _g_send writes its
 # arguments as one record on stdout (one write); _g_encode sets the
@@ -29,6 +30,12 @@ _g_record() {
   _g_f=()
   IFS= read -r -N 8 ${1:+-t "$1"} -u "${2:-0}" _g_rn
   _g_rs=$?
+  if [ "$_g_rs" -gt 128 ] && [ -n "$_g_rn" ]; then
+    # The wait ran out with the record begun: the rest of it is read, not
+    # left to be taken for the start of the next one.
+    IFS= read -r -N "$((8 - ${#_g_rn}))" -u "${2:-0}" _g_rl || return 1
+    _g_rn+=$_g_rl _g_rs=0
+  fi
   [ "$_g_rs" = 0 ] || return "$_g_rs"
   case $_g_rn in '' | *[!0-9]*) return 1 ;; esac
   _g_rn=$((10#$_g_rn))

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // recordCases are fields a record must carry as they are.
@@ -170,5 +171,34 @@ func TestRecordWriter(t *testing.T) {
 				t.Errorf("in pieces of %d, record %d: %q, want %q", size, i, clip(got[i]), clip(want))
 			}
 		}
+	}
+}
+
+// A record whose first bytes come before _g_record's wait runs out, and the
+// rest after, is read whole, and the next one after it: the wait does not
+// cut the stream.
+func TestRecordBegunBeforeTheWaitEnds(t *testing.T) {
+	t.Parallel()
+	pr, pw := io.Pipe()
+	cmd := exec.Command("bash", "-c", Prelude+`
+_g_record 0.3; echo "$? ${_g_f[*]}"
+_g_record 0.3; echo "$? ${_g_f[*]}"`)
+	cmd.Stdin = pr
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	first := Record("lock", "2")
+	pw.Write(first[:3])
+	time.Sleep(600 * time.Millisecond)
+	pw.Write(first[3:])
+	pw.Write(Record("exit"))
+	pw.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != "0 lock 2\n0 exit\n" {
+		t.Errorf("bash read %q, want both records whole", got)
 	}
 }
