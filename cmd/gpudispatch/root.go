@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
+	"golang.org/x/term"
 
 	"github.com/gpudispatch/gpudispatch/dispatch"
 )
@@ -136,14 +137,26 @@ func newRootCommand(s streams) *cobra.Command {
 
 // isTerminal reports whether f (a stream) is a terminal: a user who typed
 // gpudispatch with nothing piped in is told that it reads jobs from the
-// keyboard, and a terminal on stderr gets the live view.
+// keyboard, and a terminal on stderr gets the live view. /dev/null is a
+// character device too, but no terminal: a run with 2>/dev/null (or
+// started by a program, whose unset streams are /dev/null) draws no live
+// view into it.
+// It asks through SyscallConn, not Fd, which would take a stream's
+// descriptor out of non-blocking mode.
 func isTerminal(stream any) bool {
 	f, ok := stream.(*os.File)
 	if !ok {
 		return false
 	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	is := false
+	if err := raw.Control(func(fd uintptr) { is = term.IsTerminal(int(fd)) }); err != nil {
+		return false
+	}
+	return is
 }
 
 // textTo is w for lines that may hold job text (commands, names, errors,
