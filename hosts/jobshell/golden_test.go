@@ -14,7 +14,7 @@ import (
 func TestGoldenWhatIsSent(t *testing.T) {
 	sup := Supervision{Grace: 10 * time.Second, SetupLimit: 90 * time.Second}
 	p := executor.Prelude{Workdir: "~/proj", Conda: "torch", Modules: []string{"cuda/12.2", "gcc"}, Setup: "source env.sh", Env: []string{"WANDB_MODE=offline"}}
-	st := &State{At: "1764403200123456", Dir: "/home/ada/proj", Vars: "declare -x PATH=\"/opt/bin\"\numask 0027", Saved: "module () \n{ \n    :\n}\n#gpudispatch-aliases\nalias ll='ls -l'\n#opts\nset -o pipefail\n", Reader: "xabc"}
+	st := &State{At: "1764403200123456", Dir: "/home/ada/proj", Vars: "declare -x PATH=\"/opt/bin\"\numask 0027", Saved: "module () \n{ \n    :\n}\n#gpudispatch-aliases\nalias ll='ls -l'\n#opts\nset -o pipefail\n", Odiff: "set -o pipefail\n", Reader: "xabc"}
 	var b strings.Builder
 	for _, tc := range []struct {
 		name  string

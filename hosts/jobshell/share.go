@@ -25,6 +25,10 @@ type State struct {
 	// Path is its PATH, for what looks for a command as a job would (a
 	// GPU lock holder's nvidia-smi). A copy is not sent it: it is in Vars.
 	Path string
+	// Odiff is the options it set otherwise than a bash has them as it
+	// starts (the same for every bash of the machine): a copy takes them
+	// rather than compare a hundred lines again.
+	Odiff string
 	// Reader is the reader's tag: a copy takes its reference file (as old
 	// as At) while it is there, rather than make one of its own.
 	Reader string
@@ -34,7 +38,7 @@ type State struct {
 // reader splits it (splitSaved).
 func (st *State) parts() []string {
 	funcs, rest, opts := splitSaved(st.Saved)
-	return []string{st.At, st.Dir, st.Vars, funcs, rest, opts, st.Reader}
+	return []string{st.At, st.Dir, st.Vars, funcs, rest, opts, st.Odiff, st.Reader}
 }
 
 // Markers in what a shell saves of its profile's set-up (_g_saved in
@@ -61,10 +65,11 @@ func splitSaved(s string) (funcs, rest, opts string) {
 }
 
 // stateOf is the State a shell handed on with its hello: the record's
-// fields (its parts, then its PATH), or nil when they are not a state's (a
-// copy is given at least a byte of each part; a PATH may be empty).
+// fields (its parts, then its PATH and Odiff), or nil when they are not a
+// state's (a copy is given at least a byte of each part; a PATH and
+// Odiff may be empty).
 func stateOf(f []string) *State {
-	if len(f) != 5 {
+	if len(f) != 6 {
 		return nil
 	}
 	total := 0
@@ -77,7 +82,7 @@ func stateOf(f []string) *State {
 	if total > maxState {
 		return nil
 	}
-	return &State{At: f[0], Dir: f[1], Vars: f[2], Saved: f[3], Path: f[4]}
+	return &State{At: f[0], Dir: f[1], Vars: f[2], Saved: f[3], Path: f[4], Odiff: f[5]}
 }
 
 // sharing is the state of a machine's login shell for one Prelude, as its

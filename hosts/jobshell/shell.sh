@@ -39,8 +39,9 @@
 # Login "share" is "slot" that also hands what it read on, once set up,
 # with its "ready": when it began to read (microseconds since 1970), its
 # directory, its variables and umask, its saved functions, aliases,
-# traps and options, and its PATH. A shell of login "copy" is given that
-# state and reads no profile: the machine's login profile is read once per
+# traps and options, its PATH, and the options it set otherwise than a
+# bash starts with. A shell of login "copy" is given that state (but the
+# PATH) and reads no profile, sets nothing up, and has no watchdog: the machine's login profile is read once per
 # prelude, not once per slot. It is not handed on when the profile changed
 # a limit (ulimit), which no copy could take; open files and processes the
 # profile started are the reader's own.
@@ -117,8 +118,9 @@ if [ ! -O "$_g_flag.d" ] || [ -L "$_g_flag.d" ]; then
   echo "gpudispatch: cannot make the directory $_g_flag.d" >&2
   exit "$_g_x_unsafe"
 fi
-# The options a bash has as it starts, as the starter will (see _g_odiff).
-{ builtin set +o; builtin shopt -p; } >"$_g_flag.d/opts" 2>/dev/null
+# The options a bash has as it starts, as the starter will (see _g_odiff;
+# a copy is given its reader's).
+[ "$_g_login" = copy ] || { builtin set +o; builtin shopt -p; } >"$_g_flag.d/opts" 2>/dev/null
 # The set-up (the profile, then the workdir, modules, conda env, venv and
 # setup) has $_g_limit seconds (0: no limit). A watchdog that reads a pipe
 # only this shell writes to ends a shell still in it then with SIGUSR2,
@@ -129,10 +131,11 @@ fi
 # $_g_flag.d/ready says the set-up is done (a child of the profile may hold
 # the pipe), or when it is no longer this shell's child (an orphan's $$ may
 # be another process's by now). A shell the kernel holds (a read on a dead
-# NFS mount) outlives it.
+# NFS mount) outlives it. A copy sets nothing up (its reader did): it has
+# no watchdog.
 _g_dog=
-case $_g_limit in
-0 | 0.000 | '' | *[!0-9.]*) ;;
+case $_g_login:$_g_limit in
+copy:* | *:0 | *:0.000 | *: | *:*[!0-9.]*) ;;
 *)
   exec {_g_dog}> >(
     exec >/dev/null 2>&1
@@ -233,11 +236,13 @@ if [ "$_g_login" = copy ]; then
   # began to read the profile (microseconds since 1970), the directory it
   # was in, its variables and umask, what _g_saved printed in three (its
   # functions, the rest, its options: as the reader splits it below,
-  # which costs bash a millisecond or two), and its tag. It reads no
-  # profile: the machine does that once.
-  _g_record && [ "${#_g_f[@]}" = 7 ] || exit "$_g_x_unread"
+  # which costs bash a millisecond or two), the options it set otherwise
+  # than a bash starts with (_g_odiff: the same for every bash of this
+  # machine), and its tag. It reads no profile: the machine does that
+  # once.
+  _g_record && [ "${#_g_f[@]}" = 8 ] || exit "$_g_x_unread"
   _g_at=${_g_f[0]} _g_cwd=${_g_f[1]} _g_vars=${_g_f[2]} _g_fstate=${_g_f[3]}
-  _g_state=${_g_f[4]} _g_opts=${_g_f[5]} _g_from=${_g_f[6]}
+  _g_state=${_g_f[4]} _g_opts=${_g_f[5]} _g_odiff=${_g_f[6]} _g_from=${_g_f[7]}
   _g_f=()
   _g_profiled=1
   builtin eval "$_g_vars" 2>/dev/null
@@ -343,12 +348,16 @@ if [ -n "$_g_profiled" ]; then
     _g_cap=
   fi
   # A clean shell for this script, whatever the profile named its functions
-  # (a "cd" or a "read") or set. Their names go through a file: no fork.
-  builtin declare -F >"$_g_flag.d/fns"
-  while IFS=' ' builtin read -r _ _ _g_f; do
-    case $_g_f in _g_*) ;; *) builtin unset -f "$_g_f" ;; esac
-  done <"$_g_flag.d/fns"
-  builtin unalias -a
+  # (a "cd" or a "read") or set. Their names go through a file: no fork. A
+  # copy took variables only: it has no function or alias of the
+  # profile's.
+  if [ "$_g_login" != copy ]; then
+    builtin declare -F >"$_g_flag.d/fns"
+    while IFS=' ' builtin read -r _ _ _g_f; do
+      case $_g_f in _g_*) ;; *) builtin unset -f "$_g_f" ;; esac
+    done <"$_g_flag.d/fns"
+    builtin unalias -a
+  fi
   builtin trap - ERR DEBUG RETURN
   builtin trap '_g_forward' TERM
   builtin set +e +u +f +C +o pipefail +o errtrace +o functrace
@@ -378,13 +387,16 @@ if [ -n "$_g_profiled" ]; then
   # _g_odiff is the options the profile set otherwise than a bash has
   # them as it starts, for the starter: a hundred lines fewer to evaluate
   # per job. The lists go through a file (no fork, no byte-by-byte read).
-  declare -A _g_have=()
-  while IFS= read -r _g_n; do _g_have[$_g_n]=1; done <"$_g_flag.d/opts"
-  printf '%s\n' "$_g_opts" >"$_g_flag.d/opts"
-  while IFS= read -r _g_n; do
-    [ -z "$_g_n" ] || [ -n "${_g_have[$_g_n]+1}" ] || _g_odiff+=$_g_n$'\n'
-  done <"$_g_flag.d/opts"
-  unset -v _g_have
+  # A copy was given its reader's.
+  if [ "$_g_login" != copy ]; then
+    declare -A _g_have=()
+    while IFS= read -r _g_n; do _g_have[$_g_n]=1; done <"$_g_flag.d/opts"
+    printf '%s\n' "$_g_opts" >"$_g_flag.d/opts"
+    while IFS= read -r _g_n; do
+      [ -z "$_g_n" ] || [ -n "${_g_have[$_g_n]+1}" ] || _g_odiff+=$_g_n$'\n'
+    done <"$_g_flag.d/opts"
+    unset -v _g_have
+  fi
 elif [ -n "$_g_asis" ]; then
   _g_prepare </dev/null >/dev/null 2>&1
 else
@@ -626,7 +638,7 @@ if [ -n "$_g_unfit" ]; then
   :
 elif [ -n "$_g_cap" ]; then
   printf '\0ready '
-  _g_send "$_g_at" "$_g_cwd" "$_g_cap" "$_g_capstate" "$_g_path"
+  _g_send "$_g_at" "$_g_cwd" "$_g_cap" "$_g_capstate" "$_g_path" "$_g_odiff"
 else
   printf '\0ready\n'
 fi

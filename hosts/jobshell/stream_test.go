@@ -120,8 +120,8 @@ func FuzzStream(f *testing.F) {
 // is, and never said ready.
 func TestStreamHello(t *testing.T) {
 	mark := newMark()
-	handed := &State{At: "1764403200123456", Dir: "/home/ada", Vars: "declare -x PATH=\"/opt/bin\"\numask 0027", Saved: "module () \n{ \n    :\n}\n#opts\nset +o errexit\n", Path: "/opt/bin"}
-	withState := hello + " " + string(spawn.Record(handed.At, handed.Dir, handed.Vars, handed.Saved, handed.Path))
+	handed := &State{At: "1764403200123456", Dir: "/home/ada", Vars: "declare -x PATH=\"/opt/bin\"\numask 0027", Saved: "module () \n{ \n    :\n}\n#opts\nset +o errexit\n", Path: "/opt/bin", Odiff: "set -o pipefail\n"}
+	withState := hello + " " + string(spawn.Record(handed.At, handed.Dir, handed.Vars, handed.Saved, handed.Path, handed.Odiff))
 	tests := []struct {
 		name      string
 		hello     string
@@ -135,7 +135,7 @@ func TestStreamHello(t *testing.T) {
 		{name: "a state handed on, then output", hello: withState, output: "epoch 1\n", wantReady: true, wantState: handed},
 		{name: "a state handed on, then output like a hello", hello: withState, output: "\x00ready 1 1 1 1 1\n", wantReady: true, wantState: handed},
 		{name: "lengths no shell writes: no state", hello: hello + " 000000031 x", output: "epoch 1\n", wantReady: true},
-		{name: "an empty part a copy must read: no state", hello: hello + " " + string(spawn.Record("1", "", "1", "1", "")), output: "epoch 1\n", wantReady: true},
+		{name: "an empty part a copy must read: no state", hello: hello + " " + string(spawn.Record("1", "", "1", "1", "", "")), output: "epoch 1\n", wantReady: true},
 		{name: "no hello: an answer", hello: "", output: "", wantReady: false},
 		{name: "half a hello is output", hello: "", output: "\x00re", wantReady: false},
 		{name: "the hello's word, then other bytes, is output", hello: "", output: "\x00ready!", wantReady: false},
