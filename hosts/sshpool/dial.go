@@ -150,6 +150,9 @@ func (d *dialer) connectOnce(ctx context.Context, t Target, cfg *ssh.ClientConfi
 		conn, err = b.DialContext(ctx, "tcp", t.Addr())
 	default:
 		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", t.Addr())
+		if err == nil {
+			conn = quickAck(conn)
+		}
 	}
 	addr := t.Addr()
 	if t.ProxyCommand != "" {
