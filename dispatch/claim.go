@@ -22,8 +22,9 @@ const DefaultRecheck = 10 * time.Second
 // on lockLost, and the GPU is locked again by its next job. idle are the
 // GPUs left without a job of this run since the last turn of the loop:
 // their locks are let go of at its end unless a job took the GPU again
-// meanwhile; releasing counts the locks being let go of, which the run
-// waits for as it ends.
+// meanwhile; releasing counts the locks being let go of, and the hosts
+// being told that the run waits there no more (stopWaiting), which the
+// run waits for as it ends.
 type locking struct {
 	claims    chan claimResult
 	rechecks  chan recheck
@@ -54,7 +55,7 @@ type claimResult struct {
 	claim
 	locks map[*gpu]executor.GPULock
 	// busy says why some GPUs cannot take the job now; holders, for those
-	// whose lock another run holds, whose run it is.
+	// whose lock another run holds, whose run it is (perhaps unsaid).
 	busy    map[*gpu]string
 	holders map[*gpu]string
 	// freed are closed as the locks found taken look free.
@@ -239,6 +240,10 @@ func (r *run) onClaim(ctx context.Context, res claimResult) {
 		slices.SortFunc(gs, func(x, y *gpu) int { return int(x.id - y.id) })
 		for _, g := range gs {
 			r.setBusy(g, res.busy[g], res.holders[g], res.freed[g], a.q)
+			if _, locked := res.holders[g]; locked {
+				g.lockedOut = true
+				g.host.asked = true // its holder there keeps a record that the run waits
+			}
 		}
 		r.sched.add(a.q)
 		return
@@ -254,7 +259,7 @@ func (r *run) onClaim(ctx context.Context, res claimResult) {
 // for as long as the reason stays the same); holder is the run that holds
 // g's lock, when that is why.
 func (r *run) setBusy(g *gpu, why, holder string, freed <-chan struct{}, q *queued) {
-	r.sched.table.setBlocked(g, func() { g.busy = why })
+	r.sched.table.setBlocked(g, func() { g.busy, g.lockedOut = why, false })
 	g.busyEpoch++
 	if why != g.reported {
 		g.reported = why
@@ -288,7 +293,7 @@ type recheck struct {
 
 func (r *run) onRecheck(rc recheck) {
 	if g := rc.g; g.busyEpoch == rc.epoch {
-		r.sched.table.setBlocked(g, func() { g.busy = "" })
+		r.sched.table.setBlocked(g, func() { g.busy, g.lockedOut = "", false })
 	}
 }
 
@@ -351,6 +356,39 @@ func (r *run) shares() {
 		}
 		if read {
 			h.share, h.waiting = share, waiting
+		}
+	}
+}
+
+// stopWaiting tells each host where another run's lock kept a GPU from
+// this run, and where no job of its queue could run any more, that the
+// run waits there no more: the record of its waiting goes at once, and
+// the runs that gave up GPUs for it keep them, rather than a minute later
+// (a run whose queue empties leaves its share to the others). Once a job
+// for such a host waits again (more input, a retry), the GPUs there set
+// aside for another run's lock are tried again at once: the refusal
+// records again that the run waits.
+func (r *run) stopWaiting() {
+	w, ok := r.opts.Executor.(executor.Waiter)
+	if !ok || r.sched.table.claiming() {
+		return // a claim may yet be refused, and its job wait again
+	}
+	for _, h := range r.sched.table.hosts {
+		if !h.asked && !h.told {
+			continue
+		}
+		switch wants := r.sched.wants(h); {
+		case h.asked && !wants:
+			h.asked, h.told = false, true
+			name := h.host.Name
+			r.locking.releasing.Go(func() { w.StopWaiting(name, r.id) })
+		case h.told && wants:
+			h.told = false
+			for _, g := range h.gpus {
+				if g.lockedOut {
+					r.onRecheck(recheck{g, g.busyEpoch})
+				}
+			}
 		}
 	}
 }

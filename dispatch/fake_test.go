@@ -77,6 +77,22 @@ type fakeExec struct {
 	memNow, memJobs map[string]int
 	// probeErr, by host, is what ProbeGPUs fails with.
 	probeErr map[string]error
+	// stopped are the StopWaiting calls, in order, each with the jobs
+	// started by then.
+	stopped []stopCall
+}
+
+// stopCall is one StopWaiting.
+type stopCall struct {
+	host, run string
+	started   int
+}
+
+// StopWaiting implements executor.Waiter.
+func (f *fakeExec) StopWaiting(host, run string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stopped = append(f.stopped, stopCall{host, run, len(f.starts)})
 }
 
 // fetchCall is one Fetch: it wrote a file per path that does not start
@@ -203,7 +219,7 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu executor.GPUID,
 	}
 	if who := f.locks.holder[slot]; who != "" {
 		f.locks.denied++
-		return nil, fmt.Errorf("%s: GPU %s is %w: run %s", host, gpu, executor.ErrGPULocked, who)
+		return nil, &executor.LockedError{Where: host, GPU: gpu, Key: slot, Holder: "run " + who}
 	}
 	f.locks.holder[slot] = run
 	f.locks.taken++

@@ -528,6 +528,7 @@ func (r *run) turn(ctx context.Context) {
 		return
 	}
 	r.shares()
+	defer r.stopWaiting()
 	// A job put back because another job of the same pass is claiming
 	// its GPU may fit elsewhere: pass again until none is put back.
 	for again := true; again; {

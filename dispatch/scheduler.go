@@ -56,6 +56,22 @@ type queued struct {
 	deps *depWait
 }
 
+// wants reports whether a job of the queue could run on h: h is one of its
+// hosts, with GPUs enough, one of which it may run on.
+func (s *scheduler) wants(h *hostSlots) bool {
+	for _, q := range s.waiting {
+		if q.job.Host != "" && q.job.Host != h.host.Name || !h.fits(q.job) {
+			continue
+		}
+		for _, g := range h.gpus {
+			if g.mayRun(q.job) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // ahead reports whether a comes before b in the queue: the higher
 // priority, then the one that arrived first.
 func ahead(a, b *Job) bool {

@@ -1,6 +1,8 @@
 package dispatch
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -83,5 +85,57 @@ func TestWhyCapped(t *testing.T) {
 	h.share, table.maxGPUs = -1, 1
 	if why := table.whyWaiting(j, 0); why != "--max-gpus 1: the run keeps 1 GPU busy; first in line: slots are held for it as they free up" {
 		t.Errorf("max: %q", why)
+	}
+}
+
+// A run that another run's lock kept from a GPU of a host tells the host
+// once no job of its queue could run there any more, and only then: the
+// record of its waiting goes, and the run that gave up GPUs for it keeps
+// them. A run never kept from a GPU says nothing. Host a has one GPU free
+// (the other is another run's all along), host b one.
+func TestStopWaiting(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		input string
+		// told is whether host a is told, and between how many jobs
+		// started it is told last: once the queue is empty (the last two jobs are placed
+		// on the two GPUs as the jobs before them end), or once only jobs
+		// for host b wait (three on a, one on b, at most one more).
+		told            bool
+		atLeast, atMost int
+	}{
+		{"the queue empties", repeat("sleep 10ms", 6), true, 4, 6},
+		{"the rest is for another host", repeat("[host=a] sleep 10ms", 3) + repeat("[host=b] sleep 30ms", 6), true, 3, 5},
+		{"never kept from a GPU", repeat("[host=b] sleep 10ms", 4), false, 0, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				inv := lab("a:0,1 b:0")
+				f := newFakeExec(inv)
+				f.locks.holder["a:1"] = "other" // another run's, all along
+				s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: t.TempDir()}, []Input{{R: strings.NewReader(tt.input)}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.check(t)
+				if jobs := strings.Count(tt.input, "\n"); s.Counts[EventFinished] != jobs {
+					t.Fatalf("summary %+v, want %d jobs finished", s, jobs)
+				}
+				// A queue empty for a moment as the jobs are read is said
+				// too (the next refusal makes the record again): the last
+				// word is what counts.
+				switch last := len(f.stopped) - 1; {
+				case !tt.told && last >= 0:
+					t.Errorf("told %+v, want nothing", f.stopped)
+				case !tt.told:
+				case last < 0:
+					t.Error("host a never told")
+				case f.stopped[last].host != "a" || f.stopped[last].run == "" || f.stopped[last].started < tt.atLeast || f.stopped[last].started > tt.atMost:
+					t.Errorf("told %+v last, want host a once %d to %d jobs started", f.stopped[last], tt.atLeast, tt.atMost)
+				}
+			})
+		})
 	}
 }

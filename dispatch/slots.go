@@ -36,6 +36,9 @@ type gpu struct {
 	busy      string
 	busyEpoch int
 	reported  string
+	// lockedOut is set while it is busy because another run holds its
+	// lock (stopWaiting).
+	lockedOut bool
 	// sharedSaid is set once the run said that others use the GPU.
 	sharedSaid bool
 	// What others use on the GPU (usage.go): others says why it is busy
@@ -105,6 +108,11 @@ type hostSlots struct {
 	// -1 when none waits. waiting says who waits, as the holder said.
 	share   int
 	waiting string
+	// asked is set once another run's lock kept a GPU of the host from
+	// this run: the host's lock holder keeps a record that the run waits
+	// there, until it is told that the run waits no more (stopWaiting:
+	// then told is set, until a job for the host waits again).
+	asked, told bool
 	// opening is set while the host is still being opened: it is down
 	// (why says so), with no host-down timeout and no host event.
 	opening bool
@@ -554,6 +562,18 @@ func (t *slotTable) whyCapped(j *Job) string {
 		return ""
 	}
 	return "fair share: " + strings.Join(capped, "; ")
+}
+
+// claiming reports whether a claim on a GPU is being settled.
+func (t *slotTable) claiming() bool {
+	for _, h := range t.hosts {
+		for _, g := range h.gpus {
+			if g.claiming {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // overShare reports whether the run keeps as many of h's GPUs busy as its

@@ -78,6 +78,17 @@ func (l *Lab) LockGPU(ctx context.Context, host string, gpu executor.GPUID, run 
 	return r.LockGPU(ctx, gpu, run)
 }
 
+// StopWaiting implements executor.Waiter: a host whose GPUs are locked
+// (not a Slurm cluster's) lets go of run's record of waiting there.
+func (l *Lab) StopWaiting(host, run string) {
+	l.mu.RLock()
+	r := l.runners[host]
+	l.mu.RUnlock()
+	if w, ok := r.(interface{ StopWaiting(run string) }); ok {
+		w.StopWaiting(run)
+	}
+}
+
 // ProbeGPUs asks nvidia-smi on host what its GPUs hold now.
 func (l *Lab) ProbeGPUs(ctx context.Context, host string) ([]executor.GPU, error) {
 	r, err := l.lookup(ctx, host)

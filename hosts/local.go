@@ -96,6 +96,13 @@ func (l *Local) LockGPU(ctx context.Context, gpu executor.GPUID, run string) (ex
 	return l.locks.Lock(ctx, gpu, run)
 }
 
+// StopWaiting says that run waits for none of this machine's GPUs any
+// more (see gpulock.Lockers.StopWaiting).
+func (l *Local) StopWaiting(run string) {
+	l.init()
+	l.locks.StopWaiting(run)
+}
+
 // WaitUp implements Runner: this machine is always up.
 func (*Local) WaitUp(context.Context) error { return nil }
 

@@ -134,6 +134,10 @@ func (r *Remote) Close() {
 	r.locks.Close()
 }
 
+// StopWaiting says that run waits for none of the machine's GPUs any more
+// (see gpulock.Lockers.StopWaiting).
+func (r *Remote) StopWaiting(run string) { r.locks.StopWaiting(run) }
+
 // LockGPU implements Runner.
 func (r *Remote) LockGPU(ctx context.Context, gpu executor.GPUID, run string) (executor.GPULock, error) {
 	return r.locks.Lock(ctx, gpu, run)

@@ -151,6 +151,67 @@ func TestSSHKilledWaiterLeavesNoDemand(t *testing.T) {
 	waitExit(t, holder, errOut, time.Minute)
 }
 
+// A run whose queue empties gives its share back at once: run B, one job
+// of 8 s, waits for the host's four GPUs, which run A holds with a queue
+// of 1 s jobs. A gives up two (B's share, B holding none), B takes one for
+// its one job, and its queue is empty: its record of waiting goes, so A
+// takes the fourth GPU again while B's job runs (before, B's record stayed
+// a minute, and the fourth GPU stood idle while A's jobs waited).
+func TestSSHEmptiedQueueGivesItsShareBack(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 4})
+	inv := l.Inventory("")
+	cmd := labCmd(t, l, "", "-i", inv, "-o", "logsA", "--busy-recheck", "200ms")
+	stdin, errOut := startCmd(t, cmd)
+	io.WriteString(stdin, strings.Repeat(fmt.Sprintf(exclusiveJob, "1")+"\n", 40))
+	stdin.Close()
+	waitForFile(t, filepath.Join(l.Dir, "logsA", "4.out"), func(string) bool { return true })
+	b := labRun(t, l, fmt.Sprintf(exclusiveJob, "8")+"\n", "-i", inv, "-o", "logsB", "--busy-recheck", "200ms")
+	if err := waitExit(t, cmd, errOut, 2*time.Minute); err != nil || b.code != 0 {
+		t.Fatalf("runs: %v; B exit %d\n%s", err, b.code, b.stderr)
+	}
+	noCollisions(t, l)
+	type span struct{ start, end time.Time }
+	spans := func(dir string) []span {
+		var out []span
+		for _, e := range journal(t, filepath.Join(l.Dir, dir)) {
+			if e["event"] == "finished" {
+				s, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(e["start"]))
+				f, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(e["end"]))
+				out = append(out, span{s, f})
+			}
+		}
+		return out
+	}
+	bs, as := spans("logsB"), spans("logsA")
+	if len(bs) != 1 || len(as) != 40 {
+		t.Fatalf("finished: %d of B's jobs, %d of A's", len(bs), len(as))
+	}
+	// In the second half of B's job (the share said and taken back, each
+	// within a second or two), A runs three jobs at once.
+	from := bs[0].start.Add(4 * time.Second)
+	most := 0
+	for _, x := range as {
+		at := x.start
+		if at.Before(from) {
+			at = from
+		}
+		if !at.Before(x.end) || !at.Before(bs[0].end) {
+			continue
+		}
+		n := 0
+		for _, y := range as {
+			if !y.start.After(at) && y.end.After(at) {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	if most != 3 {
+		t.Errorf("while B's one job ran, A ran at most %d jobs at once after B's queue emptied, want 3 (B's record of waiting stayed)", most)
+	}
+}
+
 // twoRunsOnAHost runs 10 jobs of a second on the two GPUs of one host, then
 // 10 more in a second run started once the first run's second job runs,
 // and returns when each run's jobs started. firstArgs go to the first run.

@@ -60,6 +60,17 @@ type GPUTyper interface {
 	GPUTypes(host string) []string
 }
 
+// Waiter is implemented by an Executor whose GPU locks keep a record of
+// the runs that wait for a host's GPUs (fair share: the runs holding them
+// give up their share's excess as jobs end).
+type Waiter interface {
+	// StopWaiting says that run waits for none of host's GPUs any more
+	// (its queue holds no job that could run there): its record goes at
+	// once, so that the runs there keep their GPUs. It may block on the
+	// network.
+	StopWaiting(host, run string)
+}
+
 // Return names the files a job sends back once it ends, and where they
 // are.
 type Return struct {

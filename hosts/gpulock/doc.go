@@ -11,7 +11,9 @@
 // index-N) in the lock dir, answering on its stdout; "release N" lets go at once.
 // What it is told comes in records (spawn.Record), as for every script.
 // It also keeps its run's fair share of the host (lock.sh): a record in
-// the lock dir while its run waits for a GPU another run holds there, and,
+// the lock dir while its run waits for a GPU another run holds there (till
+// told "unwant": StopWaiting, the run's queue holds nothing more for the
+// machine), and,
 // once a second while it holds locks and another run's such record is
 // there, its run's share of the host's GPUs, said to the coordinator
 // ("share") and read through executor.GPULock.Share.

@@ -257,6 +257,18 @@ func (ls *Lockers) Close() {
 	}
 }
 
+// StopWaiting tells run's holder on the machine, if it has one, that the
+// run waits for none of the machine's GPUs any more (its queue holds no
+// job for it): the record of its waiting goes at once, and the runs that
+// gave up GPUs for it keep them again, rather than a minute later.
+func (ls *Lockers) StopWaiting(run string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if h := ls.holders[run]; h != nil && !ls.NoShare {
+		h.send("unwant")
+	}
+}
+
 // send writes a request to the holder (see lock.sh). ls.mu is held. An
 // error means the holder is gone, which its death reports.
 func (h *holder) send(request ...string) {

@@ -10,8 +10,9 @@
 # the GPUs as the coordinator just saw them (nvidia-smi's "index, uuid,
 # name, memory.total, memory.used" lines, or empty: then nvidia-smi is
 # asked), and "1" when the run takes part in fair share (below); then
-# requests, a record each: "lock" and N, "release" and N,
-# "exit", or none (no field) as a heartbeat. GPU N's lock is named by its UUID as the login shell's
+# requests, a record each: "lock" and N, "release" and N, "unwant" (the
+# run waits for none of this machine's GPUs any more: its record of
+# waiting goes, unanswered), "exit", or none (no field) as a heartbeat. GPU N's lock is named by its UUID as the login shell's
 # nvidia-smi reports it, else "index-N". N at 65536 and above is a MIG
 # instance, 65536 + 256 × GPU + its device number: its lock is its GPU's
 # name with "-migD" after it.
@@ -385,6 +386,12 @@ while :; do
       release "${_g_f[1]-}"
       _g_encode rec released "${_g_f[1]-}"
       said+=("$rec")
+      ;;
+    unwant)
+      if [ -n "$wanted" ]; then
+        rmdir -- "$wanted" 2>/dev/null
+        wanted=''
+      fi
       ;;
     exit)
       flush

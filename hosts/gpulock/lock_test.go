@@ -559,6 +559,39 @@ func TestShareSaidWhileAnotherRunWaits(t *testing.T) {
 	}
 }
 
+// A run that stops waiting (its queue holds nothing more for the machine)
+// while its holder stays, holding a GPU of its own, takes its record of
+// waiting away at once: the run that gave up GPUs for it hears no share
+// within the holders' next looks, not a minute later. Asking again makes
+// the record again.
+func TestStopWaiting(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "locks")
+	a := local(t, "workstation", dir, linger)
+	ctx := context.Background()
+	held := lockAll(t, a, 3, "runA")
+	b := local(t, "workstation", dir, linger)
+	own, err := b.Lock(ctx, 3, "runB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Release()
+	if _, err := b.Lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
+		t.Fatalf("run B: %v, want locked", err)
+	}
+	// Four GPUs, two runs of one user: two each; B holds one.
+	waitForShare(t, held[0], 2)
+	b.StopWaiting("runB")
+	waitForShare(t, held[0], -1)
+	if _, err := b.Lock(ctx, 1, "runB"); !errors.Is(err, executor.ErrGPULocked) {
+		t.Fatalf("run B again: %v, want locked", err)
+	}
+	waitForShare(t, held[0], 2)
+	for _, l := range held {
+		l.Release()
+	}
+}
+
 // A run out of fair share (NoShare) leaves no record of waiting, so a run
 // that holds the GPUs it wants hears no share; and one that holds GPUs
 // hears none either while another run waits.
