@@ -19,7 +19,8 @@ const DefaultRecheck = 10 * time.Second
 // another run) is tried again when its recheck comes (for the latest time
 // it was set aside only), and a host set aside for an environment it could
 // not set up, when unfitOver says so. A lock whose holder went away comes
-// on lockLost, and the GPU is locked again by its next job. idle are the
+// on lockLost, and the GPU is locked again by its next job. A host's fair
+// share that changed comes on shareNews (watchShare). idle are the
 // GPUs left without a job of this run since the last turn of the loop:
 // their locks are let go of at its end unless a job took the GPU again
 // meanwhile; releasing counts the locks being let go of, and the hosts
@@ -30,6 +31,7 @@ type locking struct {
 	rechecks  chan recheck
 	unfitOver chan unfitExpiry
 	lockLost  chan lostLock
+	shareNews chan struct{}
 	idle      []*gpu
 	releasing sync.WaitGroup
 }
@@ -349,6 +351,9 @@ func (r *run) shares() {
 			if g.lock == nil {
 				continue
 			}
+			if !read {
+				r.watchShare(h, g.lock)
+			}
 			read = true
 			if n, w := g.lock.Share(); n >= 0 && (share < 0 || n < share) {
 				share, waiting = n, w
@@ -358,6 +363,34 @@ func (r *run) shares() {
 			h.share, h.waiting = share, waiting
 		}
 	}
+}
+
+// watchShare makes sure that a change of the share lock says (the host's
+// holder, which says it for every lock of the run there) comes to the
+// loop as news (shareNews): a run takes up a share lifted, or lowered, at
+// once rather than when one of its jobs there ends.
+func (r *run) watchShare(h *hostSlots, lock executor.GPULock) {
+	w, ok := lock.(executor.ShareWatcher)
+	if !ok {
+		return
+	}
+	ch := w.Changed()
+	if ch == h.shareWatch && lock == h.shareLock {
+		return
+	}
+	h.shareWatch, h.shareLock = ch, lock
+	lost := lock.Lost()
+	go func() {
+		select {
+		case <-ch:
+			select {
+			case r.locking.shareNews <- struct{}{}:
+			case <-r.bg.Done():
+			}
+		case <-lost: // the next lock there is watched
+		case <-r.bg.Done():
+		}
+	}()
 }
 
 // stopWaiting tells each host where another run's lock kept a GPU from

@@ -5,8 +5,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,6 +82,16 @@ type fakeExec struct {
 	// stopped are the StopWaiting calls, in order, each with the jobs
 	// started by then.
 	stopped []stopCall
+	// user is whose runs this fake's are (fair share); spans are when
+	// each sleep job ran, and on which GPUs.
+	user  string
+	spans []span
+}
+
+// span is when a job ran, and where.
+type span struct {
+	start, end time.Time
+	slots      []string
 }
 
 // stopCall is one StopWaiting.
@@ -91,8 +103,12 @@ type stopCall struct {
 // StopWaiting implements executor.Waiter.
 func (f *fakeExec) StopWaiting(host, run string) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.stopped = append(f.stopped, stopCall{host, run, len(f.starts)})
+	f.mu.Unlock()
+	f.locks.mu.Lock()
+	delete(f.locks.wants[host], run)
+	f.locks.touch(host)
+	f.locks.mu.Unlock()
 }
 
 // fetchCall is one Fetch: it wrote a file per path that does not start
@@ -128,10 +144,105 @@ type fakeLocks struct {
 	// shares is the fair share each host's holder says, by host (none:
 	// no run waits).
 	shares map[string]int
+	// fair, when set, has the holders say shares as lock.sh's share_of
+	// does (fairShare), from the locks held and the runs that wait: fair
+	// gives each host's GPU count, users each run's user (a fakeExec's
+	// user, as it locks), wants the runs that wait, by host; freed is
+	// closed as a slot's lock is let go of.
+	fair  map[string]int
+	users map[string]string
+	wants map[string]map[string]bool
+	freed map[string]chan struct{}
+	// changed, by host, is closed as the locks or records there change
+	// (fakeLock.Changed).
+	changed map[string]chan struct{}
 }
 
 func newFakeLocks() *fakeLocks {
-	return &fakeLocks{holder: map[string]string{}, running: map[string]map[string]int{}, noFlock: map[string]bool{}, shares: map[string]int{}}
+	return &fakeLocks{holder: map[string]string{}, running: map[string]map[string]int{}, noFlock: map[string]bool{}, shares: map[string]int{},
+		users: map[string]string{}, wants: map[string]map[string]bool{}, freed: map[string]chan struct{}{}, changed: map[string]chan struct{}{}}
+}
+
+// touch says that the locks or records of host changed (l.mu held).
+func (l *fakeLocks) touch(host string) {
+	if ch := l.changed[host]; ch != nil {
+		close(ch)
+		delete(l.changed, host)
+	}
+}
+
+// gone forgets run's records of waiting: its holders ended with it.
+func (l *fakeLocks) gone(run string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for host, w := range l.wants {
+		delete(w, run)
+		l.touch(host)
+	}
+}
+
+// fairRun is what a host's records say of one run (lock.sh's share_of).
+type fairRun struct {
+	user  string
+	holds int
+	waits bool
+}
+
+// fairShare is the share of a host of all GPUs that its holder says to
+// run me, and who waits, as lock.sh's share_of says them (a test checks
+// the two against each other): equal between users, then between a
+// user's runs, at least one each; said (else -1) while another run waits
+// holding fewer than its own.
+func fairShare(all int, runs map[string]fairRun, me string) (int, string) {
+	nruns := map[string]int{}
+	for _, r := range runs {
+		nruns[r.user]++
+	}
+	if len(nruns) == 0 || all == 0 {
+		return -1, ""
+	}
+	per := max(all/len(nruns), 1)
+	ours, waiting := 0, []string{}
+	for _, k := range slices.Sorted(maps.Keys(runs)) {
+		r := runs[k]
+		n := max(per/nruns[r.user], 1)
+		switch {
+		case k == me:
+			ours = n
+		case r.waits && r.holds < n:
+			waiting = append(waiting, fmt.Sprintf("run %s of %s waits with %d", k, r.user, r.holds))
+		}
+	}
+	if len(waiting) == 0 || ours == 0 {
+		return -1, ""
+	}
+	return ours, strings.Join(waiting, ", ")
+}
+
+// fairShareOf is fairShare on host for run me, from the locks and records
+// (l.mu held): nothing unless another run waits there.
+func (l *fakeLocks) fairShareOf(host, me string) (int, string) {
+	others := false
+	for r := range l.wants[host] {
+		others = others || r != me
+	}
+	if !others {
+		return -1, ""
+	}
+	runs := map[string]fairRun{}
+	for slot, r := range l.holder {
+		if h, _, _ := strings.Cut(slot, ":"); h == host {
+			fr := runs[r]
+			fr.user, fr.holds = l.users[r], fr.holds+1
+			runs[r] = fr
+		}
+	}
+	for r := range l.wants[host] {
+		fr := runs[r]
+		fr.user, fr.waits = l.users[r], true
+		runs[r] = fr
+	}
+	return fairShare(l.fair[host], runs, me)
 }
 
 // enter and leave count a job of run on slot.
@@ -165,6 +276,7 @@ func (l *fakeLocks) heldBy(slot string) string {
 type fakeLock struct {
 	locks *fakeLocks
 	slot  string
+	run   string
 	// usedMB is what setUsage said of the GPU as it was locked.
 	usedMB int
 	lost   chan struct{}
@@ -177,16 +289,36 @@ func (l *fakeLock) Share() (int, string) {
 	l.locks.mu.Lock()
 	defer l.locks.mu.Unlock()
 	host, _, _ := strings.Cut(l.slot, ":")
+	if l.locks.fair != nil {
+		return l.locks.fairShareOf(host, l.run)
+	}
 	if n, ok := l.locks.shares[host]; ok {
 		return n, "run other of bob@laptop waits with 0"
 	}
 	return -1, ""
 }
 func (l *fakeLock) Lost() <-chan struct{} { return l.lost }
+
+// Changed implements executor.ShareWatcher.
+func (l *fakeLock) Changed() <-chan struct{} {
+	l.locks.mu.Lock()
+	defer l.locks.mu.Unlock()
+	host, _, _ := strings.Cut(l.slot, ":")
+	if l.locks.changed[host] == nil {
+		l.locks.changed[host] = make(chan struct{})
+	}
+	return l.locks.changed[host]
+}
 func (l *fakeLock) Release() {
 	l.once.Do(func() {
 		l.locks.mu.Lock()
 		delete(l.locks.holder, l.slot)
+		host, _, _ := strings.Cut(l.slot, ":")
+		l.locks.touch(host)
+		if ch := l.locks.freed[l.slot]; ch != nil {
+			close(ch)
+			delete(l.locks.freed, l.slot)
+		}
 		l.locks.mu.Unlock()
 		close(l.lost)
 	})
@@ -217,13 +349,27 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu executor.GPUID,
 	if f.locks.noFlock[host] {
 		return nil, fmt.Errorf("%s: %w", host, executor.ErrNoLocks)
 	}
+	f.locks.users[run] = f.user
 	if who := f.locks.holder[slot]; who != "" {
 		f.locks.denied++
-		return nil, &executor.LockedError{Where: host, GPU: gpu, Key: slot, Holder: "run " + who}
+		var freed chan struct{}
+		if f.locks.fair != nil {
+			if f.locks.wants[host] == nil {
+				f.locks.wants[host] = map[string]bool{}
+			}
+			f.locks.wants[host][run] = true
+			f.locks.touch(host)
+			if freed = f.locks.freed[slot]; freed == nil {
+				freed = make(chan struct{})
+				f.locks.freed[slot] = freed
+			}
+		}
+		return nil, &executor.LockedError{Where: host, GPU: gpu, Key: slot, Holder: "run " + who, Freed: freed}
 	}
 	f.locks.holder[slot] = run
+	f.locks.touch(host)
 	f.locks.taken++
-	l := &fakeLock{locks: f.locks, slot: slot, usedMB: used, lost: make(chan struct{})}
+	l := &fakeLock{locks: f.locks, slot: slot, run: run, usedMB: used, lost: make(chan struct{})}
 	f.locks.handed = append(f.locks.handed, l)
 	return l, nil
 }
@@ -482,8 +628,10 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 		c.Progress(executor.Progress{Running: true})
 	}
 	lost := false
+	began := time.Now()
 	defer func() {
 		f.mu.Lock()
+		f.spans = append(f.spans, span{began, time.Now(), slots})
 		if lost {
 			f.held[c.Tag] = slots
 		} else {

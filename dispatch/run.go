@@ -356,6 +356,7 @@ func prepare(opts Options) (*run, error) {
 		locking: locking{
 			claims:    make(chan claimResult),
 			rechecks:  make(chan recheck),
+			shareNews: make(chan struct{}),
 			unfitOver: make(chan unfitExpiry),
 			lockLost:  make(chan lostLock),
 		},
@@ -485,6 +486,8 @@ func (r *run) loop(ctx context.Context, inputs []Input) {
 			r.onUnfitOver(x)
 		case ll := <-r.locking.lockLost:
 			r.onLockLost(ll)
+		case <-r.locking.shareNews:
+			// A host's fair share changed: the turn reads it.
 		case <-r.hooks.said:
 			r.onHookSaid()
 		case u := <-r.opts.Updates:

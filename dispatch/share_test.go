@@ -2,7 +2,16 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -138,4 +147,314 @@ func TestStopWaiting(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Fair share, simulated: 2 to 5 runs (of one user or several) arrive at
+// random times on one host and share its GPUs, each with jobs of random
+// lengths, on virtual time, with the holders' shares said as lock.sh says
+// them (fairShare). While every run has jobs waiting (from the last
+// arrival to the first run's last job start), each run's GPU time stays
+// within one job's length on each GPU of its share of an equal share
+// (equal between users, then between a user's runs); and never does a
+// GPU stand idle while a run has jobs waiting. The shares divide the
+// host's GPUs evenly here: where they do not (three runs on four GPUs),
+// the GPU left over stays with the run that holds it, which then has
+// twice the others' share for as long as all wait (a known limit).
+func TestFairShareSimulated(t *testing.T) {
+	t.Parallel()
+	for _, sc := range []struct {
+		gpus  int
+		users []string // one per run
+	}{
+		{4, []string{"ann", "ann"}},
+		{4, []string{"ann", "bob"}},
+		{4, []string{"ann", "ann", "bob"}},
+		{4, []string{"ann", "bob", "cat", "dan"}},
+		{4, []string{"ann", "ann", "bob", "bob"}},
+		{10, []string{"ann", "bob", "cat", "dan", "eve"}},
+	} {
+		for seed := range 4 {
+			name := fmt.Sprintf("%d GPUs, runs of %s, seed %d", sc.gpus, strings.Join(sc.users, ","), seed)
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				simulateShare(t, sc.gpus, sc.users, uint64(seed))
+			})
+		}
+	}
+}
+
+// simulateShare runs the simulation of TestFairShareSimulated.
+func simulateShare(t *testing.T, gpus int, users []string, seed uint64) {
+	const shortest, longest = 5, 40 // ms
+	jobs := 15 * gpus
+	rng := rand.New(rand.NewPCG(seed, uint64(len(users))))
+	ids := make([]string, gpus)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i)
+	}
+	inv := lab("a:" + strings.Join(ids, ","))
+	synctest.Test(t, func(t *testing.T) {
+		locks := newFakeLocks()
+		locks.fair = map[string]int{"a": gpus}
+		fakes := make([]*fakeExec, len(users))
+		arrive := make([]time.Time, len(users))
+		begin := time.Now()
+		var wg sync.WaitGroup
+		at := time.Duration(0)
+		for i := range users {
+			at += time.Duration(1+rng.IntN(50)) * time.Millisecond
+			var input strings.Builder
+			for range jobs {
+				fmt.Fprintf(&input, "sleep %dms\n", shortest+rng.IntN(longest-shortest+1))
+			}
+			f := newFakeExec(inv)
+			f.locks, f.user, fakes[i] = locks, users[i], f
+			arrive[i] = begin.Add(at)
+			wg.Go(func() {
+				time.Sleep(time.Until(arrive[i]))
+				s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), Recheck: time.Minute}, []Input{{R: strings.NewReader(input.String())}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if s.Counts[EventFinished] != jobs {
+					t.Errorf("run %d: %+v", i, s.Counts)
+				}
+			})
+		}
+		wg.Wait()
+		for _, f := range fakes {
+			f.check(t)
+		}
+		if locks.collisions != 0 {
+			t.Fatalf("%d times two runs had jobs on one GPU", locks.collisions)
+		}
+		// Each run's spans; its queue is empty once its last job started.
+		lastStart := make([]time.Time, len(users))
+		for i, f := range fakes {
+			for _, s := range f.spans {
+				if s.start.After(lastStart[i]) {
+					lastStart[i] = s.start
+				}
+			}
+		}
+		from, to := slices.MaxFunc(arrive, time.Time.Compare), slices.MinFunc(lastStart, time.Time.Compare)
+		longestJob := time.Duration(longest) * time.Millisecond
+		if to.Sub(from) < 4*longestJob {
+			t.Fatalf("the runs all waited together for %v only: the simulation proves little", to.Sub(from))
+		}
+		// GPU time in [from, to], by run, against the equal share.
+		nruns := map[string]int{}
+		for _, u := range users {
+			nruns[u]++
+		}
+		got := make([]time.Duration, len(users))
+		var total time.Duration
+		for i, f := range fakes {
+			for _, s := range f.spans {
+				a, b := later(s.start, from), earlier(s.end, to)
+				if b.After(a) {
+					got[i] += b.Sub(a) * time.Duration(len(s.slots))
+					total += b.Sub(a) * time.Duration(len(s.slots))
+				}
+			}
+		}
+		for i, u := range users {
+			frac := 1 / float64(len(nruns)) / float64(nruns[u])
+			want := time.Duration(frac * float64(total))
+			share := max(gpus/len(nruns)/nruns[u], 1)
+			if d := got[i] - want; d.Abs() > time.Duration(share)*longestJob {
+				t.Errorf("run %d (%s) had %v of GPU time while all waited, an equal share is %v (of %v): off by more than one job's length on each of its %d GPUs", i, u, got[i], want, total, share)
+			}
+		}
+		// Idle GPUs while a run had jobs waiting.
+		idle := idleWhileWaiting(fakes, arrive, lastStart, gpus)
+		if idle > 0 {
+			t.Errorf("GPUs stood idle for %v in all while runs had jobs waiting", idle)
+		}
+	})
+}
+
+// later and earlier are the later and the earlier of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// idleWhileWaiting is the GPU time, over the runs' spans, during which
+// fewer than gpus GPUs ran a job while a run had jobs waiting (from its
+// arrival to its last job's start).
+func idleWhileWaiting(fakes []*fakeExec, arrive, lastStart []time.Time, gpus int) time.Duration {
+	type edge struct {
+		at    time.Time
+		busy  int // GPUs that start (+) or stop (-) running a job
+		waits int // runs that start (+) or stop (-) waiting
+	}
+	var edges []edge
+	for i, f := range fakes {
+		edges = append(edges, edge{at: arrive[i], waits: 1}, edge{at: lastStart[i], waits: -1})
+		for _, s := range f.spans {
+			edges = append(edges, edge{at: s.start, busy: len(s.slots)}, edge{at: s.end, busy: -len(s.slots)})
+		}
+	}
+	slices.SortStableFunc(edges, func(a, b edge) int { return a.at.Compare(b.at) })
+	var idle time.Duration
+	busy, waits := 0, 0
+	for i, e := range edges {
+		if i > 0 && waits > 0 && busy < gpus {
+			idle += e.at.Sub(edges[i-1].at) * time.Duration(gpus-busy)
+		}
+		busy += e.busy
+		waits += e.waits
+	}
+	return idle
+}
+
+// A share that changes is taken up at once, not when the run's next job
+// on the host ends (hours away, with long jobs): a run held to one of two
+// GPUs while its long job runs takes the second for its next job as soon
+// as the share is lifted.
+func TestShareChangeTakenUpAtOnce(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0,1")
+		f := newFakeExec(inv)
+		f.locks.shares["a"] = 1
+		start := time.Now()
+		go func() {
+			time.Sleep(2 * time.Second)
+			f.locks.mu.Lock()
+			delete(f.locks.shares, "a")
+			f.locks.touch("a")
+			f.locks.mu.Unlock()
+		}()
+		runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: t.TempDir()}, "sleep 10s\nsleep 1s\nsleep 1s\n")
+		starts := make([]time.Duration, 0, 3)
+		for _, s := range f.spans {
+			starts = append(starts, s.start.Sub(start))
+		}
+		slices.Sort(starts)
+		if want := []time.Duration{0, 0, 2 * time.Second}; !slices.Equal(starts, want) {
+			t.Errorf("jobs started at %v, want %v (the third as the share is lifted)", starts, want)
+		}
+	})
+}
+
+// The fake holders' fairShare says what lock.sh's share_of says, for the
+// same records: a table of cases and random ones, share_of run by bash
+// with find(1) answering the records (owner uid and name) of the case.
+func TestFairShareIsLockSh(t *testing.T) {
+	t.Parallel()
+	code, err := os.ReadFile(filepath.Join("..", "hosts", "gpulock", "lock.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(code)
+	begin := strings.Index(text, "\nshare_of() {\n")
+	end := strings.Index(text[begin+1:], "\n}\n")
+	if begin < 0 || end < 0 {
+		t.Fatal("no share_of in lock.sh")
+	}
+	shareOf := text[begin+1 : begin+1+end+3]
+	type tcase struct {
+		all  int
+		runs map[string]fairRun // "me" is the run asked about
+	}
+	cases := []tcase{
+		{4, map[string]fairRun{"me": {"ann", 4, false}, "r2": {"ann", 0, true}}},
+		{4, map[string]fairRun{"me": {"ann", 3, false}, "r2": {"bob", 1, true}}},
+		{4, map[string]fairRun{"me": {"ann", 2, true}, "r2": {"ann", 1, true}, "r3": {"bob", 1, true}}},
+		{4, map[string]fairRun{"me": {"ann", 2, false}, "r2": {"bob", 2, true}}},
+		{2, map[string]fairRun{"me": {"ann", 2, false}, "r2": {"bob", 0, true}, "r3": {"cat", 0, true}, "r4": {"dan", 0, true}}},
+		{8, map[string]fairRun{"me": {"bob", 5, false}, "r2": {"ann", 1, true}, "r3": {"ann", 1, true}, "r4": {"ann", 1, true}}},
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	users := []string{"ann", "bob", "cat"}
+	for range 60 {
+		c := tcase{all: 1 + rng.IntN(8), runs: map[string]fairRun{}}
+		left := c.all
+		for i := range 1 + rng.IntN(4) {
+			name := "me"
+			if i > 0 {
+				name = fmt.Sprint("r", i+1)
+			}
+			holds := rng.IntN(left + 1)
+			if name == "me" {
+				holds = max(holds, 1) // a holder looks only while it holds a lock
+			}
+			left -= holds
+			r := fairRun{users[rng.IntN(len(users))], holds, rng.IntN(2) == 0}
+			if r.holds > 0 || r.waits { // else it has no record: no run
+				c.runs[name] = r
+			}
+		}
+		if c.runs["me"].holds > 0 {
+			cases = append(cases, c)
+		}
+	}
+	for _, c := range cases {
+		// Owners as uids: the user of "me" is this process's; the others
+		// get uids of their own.
+		uid := map[string]string{c.runs["me"].user: strconv.Itoa(os.Geteuid())}
+		for _, k := range slices.Sorted(maps.Keys(c.runs)) {
+			if _, ok := uid[c.runs[k].user]; !ok {
+				uid[c.runs[k].user] = strconv.Itoa(50000 + len(uid))
+			}
+		}
+		var keys, recs []string
+		key := 0
+		others := false
+		for _, k := range slices.Sorted(maps.Keys(c.runs)) {
+			r := c.runs[k]
+			for range r.holds {
+				keys = append(keys, fmt.Sprint("GPU-", key))
+				recs = append(recs, fmt.Sprintf("%s gpudispatch-held-GPU-%d~$$~%s~%s@lab", uid[r.user], key, k, r.user))
+				key++
+			}
+			if r.waits {
+				others = others || k != "me"
+				recs = append(recs, fmt.Sprintf("%s gpudispatch-want-host~$$~%s~%s@lab", uid[r.user], k, r.user))
+			}
+		}
+		for ; key < c.all; key++ {
+			keys = append(keys, fmt.Sprint("GPU-", key))
+		}
+		script := "declare -A keys=()\nfor k in " + strings.Join(keys, " ") + "; do keys[$k]=1; done\n" +
+			"keyless='' here=host run=me pdir=/nonexistent why=''\n" +
+			"find() { printf '%s\\n' " + strings.Join(quoteAll(recs), " ") + "; }\n" +
+			shareOf + "share_of\nprintf '%s\\n' \"$share\"\n"
+		out, err := exec.Command("bash", "-c", script).CombinedOutput()
+		if err != nil {
+			t.Fatalf("bash: %v\n%s", err, out)
+		}
+		wantN, _ := fairShare(c.all, c.runs, "me")
+		if !others {
+			wantN = -1 // a holder looks only when another run's record of waiting is there
+		}
+		got := strings.TrimSpace(string(out))
+		if got == "-" {
+			got = "-1"
+		}
+		if got != strconv.Itoa(wantN) {
+			t.Errorf("%d GPUs, runs %+v: lock.sh says share %s, fairShare %d", c.all, c.runs, got, wantN)
+		}
+	}
+}
+
+// quoteAll quotes each of s for bash, keeping $$ expanded.
+func quoteAll(s []string) []string {
+	q := make([]string, len(s))
+	for i, x := range s {
+		q[i] = `"` + x + `"`
+	}
+	return q
 }

@@ -108,6 +108,10 @@ type hostSlots struct {
 	// -1 when none waits. waiting says who waits, as the holder said.
 	share   int
 	waiting string
+	// shareWatch is the channel of the lock watched for the share's
+	// changes (watchShare), shareLock that lock.
+	shareWatch <-chan struct{}
+	shareLock  executor.GPULock
 	// asked is set once another run's lock kept a GPU of the host from
 	// this run: the host's lock holder keeps a record that the run waits
 	// there, until it is told that the run waits no more (stopWaiting:

@@ -60,6 +60,15 @@ type GPUTyper interface {
 	GPUTypes(host string) []string
 }
 
+// ShareWatcher is implemented by a GPULock whose Share is said by the host
+// as runs come and go: the run takes up a share that changed at once, not
+// at its next job's end (hours away, with long jobs).
+type ShareWatcher interface {
+	// Changed is closed once Share may answer otherwise than it did when
+	// Changed was called.
+	Changed() <-chan struct{}
+}
+
 // Waiter is implemented by an Executor whose GPU locks keep a record of
 // the runs that wait for a host's GPUs (fair share: the runs holding them
 // give up their share's excess as jobs end).

@@ -123,6 +123,7 @@ type holder struct {
 	retired bool                             // told to exit, or dead: it takes no more requests
 	share   int                              // the run's fair share of the host's GPUs (lock.sh), -1: none
 	waiting string                           // who waits for them, as the holder said
+	changed chan struct{}                    // closed once share or waiting change (Changed)
 }
 
 // answer is a holder's answer to "lock N"; lock is set for "locked",
@@ -284,7 +285,13 @@ func (h *holder) answer(f []string) {
 			n = -1 // "-": no run waits
 		}
 		h.ls.mu.Lock()
-		h.share, h.waiting = n, f[2]
+		if n != h.share || f[2] != h.waiting {
+			h.share, h.waiting = n, f[2]
+			if h.changed != nil {
+				close(h.changed)
+				h.changed = nil
+			}
+		}
 		h.ls.mu.Unlock()
 		return
 	}
@@ -493,6 +500,16 @@ func (l *heldLock) Share() (int, string) {
 	l.h.ls.mu.Lock()
 	defer l.h.ls.mu.Unlock()
 	return l.h.share, l.h.waiting
+}
+
+// Changed implements executor.ShareWatcher.
+func (l *heldLock) Changed() <-chan struct{} {
+	l.h.ls.mu.Lock()
+	defer l.h.ls.mu.Unlock()
+	if l.h.changed == nil {
+		l.h.changed = make(chan struct{})
+	}
+	return l.h.changed
 }
 func (l *heldLock) Lost() <-chan struct{} { return l.lost }
 

@@ -562,8 +562,8 @@ func TestShareSaidWhileAnotherRunWaits(t *testing.T) {
 // A run that stops waiting (its queue holds nothing more for the machine)
 // while its holder stays, holding a GPU of its own, takes its record of
 // waiting away at once: the run that gave up GPUs for it hears no share
-// within the holders' next looks, not a minute later. Asking again makes
-// the record again.
+// within the holders' next looks, not a minute later, and is told so
+// (Changed). Asking again makes the record again.
 func TestStopWaiting(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "locks")
@@ -581,7 +581,13 @@ func TestStopWaiting(t *testing.T) {
 	}
 	// Four GPUs, two runs of one user: two each; B holds one.
 	waitForShare(t, held[0], 2)
+	changed := held[0].(executor.ShareWatcher).Changed()
 	b.StopWaiting("runB")
+	select {
+	case <-changed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the share changed, and Changed was not closed")
+	}
 	waitForShare(t, held[0], -1)
 	if _, err := b.Lock(ctx, 1, "runB"); !errors.Is(err, executor.ErrGPULocked) {
 		t.Fatalf("run B again: %v, want locked", err)
