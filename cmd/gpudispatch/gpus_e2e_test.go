@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -149,6 +151,57 @@ func TestSSHKilledWaiterLeavesNoDemand(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	holder.Process.Signal(syscall.SIGINT)
 	waitExit(t, holder, errOut, time.Minute)
+}
+
+// A third run arriving late on a host two runs share gets its share too,
+// at once, not when the first two runs' queues are empty: its first job
+// starts before either of them starts its last.
+func TestSSHThirdRunArrivingLate(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 3})
+	inv := l.Inventory("")
+	job := fmt.Sprintf(exclusiveJob, "1") + "\n"
+	start := func(logs string, jobs int) (*exec.Cmd, *bytes.Buffer) {
+		cmd := labCmd(t, l, "", "-i", inv, "-o", logs, "--busy-recheck", "200ms")
+		stdin, errOut := startCmd(t, cmd)
+		io.WriteString(stdin, strings.Repeat(job, jobs))
+		stdin.Close()
+		return cmd, errOut
+	}
+	a, aErr := start("logsA", 15)
+	waitForFile(t, filepath.Join(l.Dir, "logsA", "3.out"), func(string) bool { return true })
+	b, bErr := start("logsB", 15)
+	waitForFile(t, filepath.Join(l.Dir, "logsB", "1.out"), func(string) bool { return true })
+	c, cErr := start("logsC", 4)
+	for _, r := range []struct {
+		cmd *exec.Cmd
+		err *bytes.Buffer
+	}{{a, aErr}, {b, bErr}, {c, cErr}} {
+		if err := waitExit(t, r.cmd, r.err, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(noCollisions(t, l)["node1"]); n != 34 {
+		t.Errorf("%d jobs done, want 34", n)
+	}
+	starts := func(dir string) []time.Time {
+		var out []time.Time
+		for _, e := range journal(t, filepath.Join(l.Dir, dir)) {
+			if e["event"] == "started" {
+				at, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(e["start"]))
+				out = append(out, at)
+			}
+		}
+		slices.SortFunc(out, time.Time.Compare)
+		return out
+	}
+	as, bs, cs := starts("logsA"), starts("logsB"), starts("logsC")
+	if len(as) != 15 || len(bs) != 15 || len(cs) != 4 {
+		t.Fatalf("started: %d, %d, %d", len(as), len(bs), len(cs))
+	}
+	if !cs[0].Before(as[14]) || !cs[0].Before(bs[14]) {
+		t.Errorf("the third run's first job started at %v, after the others' last (%v, %v): no share for it", cs[0].Format("15:04:05.000"), as[14].Format("15:04:05.000"), bs[14].Format("15:04:05.000"))
+	}
 }
 
 // A run whose queue empties gives its share back at once: run B, one job
