@@ -24,8 +24,8 @@ const DefaultRecheck = 10 * time.Second
 // GPUs left without a job of this run since the last turn of the loop:
 // their locks are let go of at its end unless a job took the GPU again
 // meanwhile; releasing counts the locks being let go of, and the hosts
-// being told that the run waits there no more (stopWaiting), which the
-// run waits for as it ends.
+// being told whether the run waits there (sayWaiting), which the run
+// waits for as it ends.
 type locking struct {
 	claims    chan claimResult
 	rechecks  chan recheck
@@ -393,28 +393,34 @@ func (r *run) watchShare(h *hostSlots, lock executor.GPULock) {
 	}()
 }
 
-// stopWaiting tells each host where another run's lock kept a GPU from
-// this run, and where no job of its queue could run any more, that the
-// run waits there no more: the record of its waiting goes at once, and
-// the runs that gave up GPUs for it keep them, rather than a minute later
-// (a run whose queue empties leaves its share to the others). Once a job
-// for such a host waits again (more input, a retry), the GPUs there set
-// aside for another run's lock are tried again at once: the refusal
-// records again that the run waits.
-func (r *run) stopWaiting() {
+// sayWaiting keeps each host's record of this run's waiting (fair share)
+// as the run's queue is. Another run's lock that keeps a GPU from the run
+// makes the record; so does being held to its share while jobs for the
+// host wait (then the run has its turn at the GPUs that whole shares
+// leave over). Once no job of its queue could run on the host any more,
+// the record goes at once, and the runs that gave up GPUs for it keep
+// them (a run whose queue empties leaves its share to the others); once a
+// job for the host waits again (more input, a retry), the GPUs there set
+// aside for another run's lock are tried again at once, and a refusal
+// makes the record again. What is said goes in order, the latest only,
+// off the loop (a hung host blocks no turn).
+func (r *run) sayWaiting() {
 	w, ok := r.opts.Executor.(executor.Waiter)
 	if !ok || r.sched.table.claiming() {
 		return // a claim may yet be refused, and its job wait again
 	}
 	for _, h := range r.sched.table.hosts {
-		if !h.asked && !h.told {
+		capped := !h.asked && h.overShare()
+		if !h.asked && !h.told && !capped {
 			continue
 		}
 		switch wants := r.sched.wants(h); {
 		case h.asked && !wants:
 			h.asked, h.told = false, true
-			name := h.host.Name
-			r.locking.releasing.Go(func() { w.StopWaiting(name, r.id) })
+			r.say(h, w, false)
+		case capped && wants:
+			h.asked, h.told = true, false
+			r.say(h, w, true)
 		case h.told && wants:
 			h.told = false
 			for _, g := range h.gpus {
@@ -424,6 +430,25 @@ func (r *run) stopWaiting() {
 			}
 		}
 	}
+}
+
+// say tells h's machine, off the loop, that the run waits there (or no
+// more), unless something newer was said meanwhile.
+func (r *run) say(h *hostSlots, w executor.Waiter, waiting bool) {
+	seq := h.said.seq.Add(1)
+	name := h.host.Name
+	r.locking.releasing.Go(func() {
+		h.said.mu.Lock()
+		defer h.said.mu.Unlock()
+		if h.said.seq.Load() != seq {
+			return
+		}
+		if waiting {
+			w.Waiting(name, r.id)
+		} else {
+			w.StopWaiting(name, r.id)
+		}
+	})
 }
 
 // unlockIdle lets go of the locks of GPUs on which no job of this run is.

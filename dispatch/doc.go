@@ -149,12 +149,14 @@
 // at each turn: shares in claim.go): the run keeps no more of the host's
 // GPUs busy than that (hostSlots.overShare), so a GPU it frees is let go
 // of after the turn and goes to the run that waits. Nothing running is
-// stopped for the share. A run that another run's lock kept from a host's
-// GPU, and whose queue holds nothing more for the host, says so at the end
-// of the turn (executor.Waiter: stopWaiting in claim.go), so that its
-// record of waiting goes at once; when jobs for the host wait again, the
-// GPUs set aside there are tried again at once, and a refusal makes the
-// record again.
+// stopped for the share. At the end of each turn the run keeps each
+// host's record of its waiting as its queue is (executor.Waiter:
+// sayWaiting in claim.go): made by another run's lock that refused it a
+// GPU, or said while it is held to its share with jobs for the host (its
+// turn at the GPUs whole shares leave over), and gone at once when no job
+// of its queue could run there any more; when jobs for the host wait
+// again, the GPUs set aside there are tried again at once. A share that
+// changes comes to the loop as news (watchShare).
 //
 // What others use on each GPU is known before a job is placed there
 // (usage.go): a look at each host as it becomes usable, renewed every

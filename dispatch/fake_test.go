@@ -100,6 +100,15 @@ type stopCall struct {
 	started   int
 }
 
+// Waiting implements executor.Waiter.
+func (f *fakeExec) Waiting(host, run string) {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	if f.locks.fair != nil {
+		f.locks.want(host, run)
+	}
+}
+
 // StopWaiting implements executor.Waiter.
 func (f *fakeExec) StopWaiting(host, run string) {
 	f.mu.Lock()
@@ -147,11 +156,12 @@ type fakeLocks struct {
 	// fair, when set, has the holders say shares as lock.sh's share_of
 	// does (fairShare), from the locks held and the runs that wait: fair
 	// gives each host's GPU count, users each run's user (a fakeExec's
-	// user, as it locks), wants the runs that wait, by host; freed is
-	// closed as a slot's lock is let go of.
+	// user, as it locks), wants the runs that wait, by host, with their
+	// place in the line (wantRec); freed is closed as a slot's lock is let
+	// go of.
 	fair  map[string]int
 	users map[string]string
-	wants map[string]map[string]bool
+	wants map[string]map[string]*wantRec
 	freed map[string]chan struct{}
 	// changed, by host, is closed as the locks or records there change
 	// (fakeLock.Changed).
@@ -160,7 +170,28 @@ type fakeLocks struct {
 
 func newFakeLocks() *fakeLocks {
 	return &fakeLocks{holder: map[string]string{}, running: map[string]map[string]int{}, noFlock: map[string]bool{}, shares: map[string]int{},
-		users: map[string]string{}, wants: map[string]map[string]bool{}, freed: map[string]chan struct{}{}, changed: map[string]chan struct{}{}}
+		users: map[string]string{}, wants: map[string]map[string]*wantRec{}, freed: map[string]chan struct{}{}, changed: map[string]chan struct{}{}}
+}
+
+// wantRec is a run's record of waiting as lock.sh keeps it: its time
+// (the run's place in the line for what whole shares leave), when its
+// holder last looked, and whether it is new in the line.
+type wantRec struct {
+	at, looked time.Time
+	fresh      bool
+}
+
+// want records that run waits on host, unless it waited already (l.mu
+// held).
+func (l *fakeLocks) want(host, run string) {
+	if l.wants[host] == nil {
+		l.wants[host] = map[string]*wantRec{}
+	}
+	if _, ok := l.wants[host][run]; !ok {
+		now := time.Now()
+		l.wants[host][run] = &wantRec{at: now, looked: now, fresh: true}
+		l.touch(host)
+	}
 }
 
 // touch says that the locks or records of host changed (l.mu held).
@@ -181,52 +212,119 @@ func (l *fakeLocks) gone(run string) {
 	}
 }
 
-// fairRun is what a host's records say of one run (lock.sh's share_of).
+// fairRun is what a host's records say of one run (lock.sh's share_of):
+// whose it is, the GPUs it holds, and since when it waits (zero: it does
+// not).
 type fairRun struct {
 	user  string
 	holds int
-	waits bool
+	since time.Time
 }
 
 // fairShare is the share of a host of all GPUs that its holder says to
 // run me, and who waits, as lock.sh's share_of says them (a test checks
 // the two against each other): equal between users, then between a
-// user's runs, at least one each; said (else -1) while another run waits
-// holding fewer than its own.
-func fairShare(all int, runs map[string]fairRun, me string) (int, string) {
+// user's runs, at least one each; what whole shares leave goes one GPU at
+// a time to whoever waits longest, between users (a user's oldest record,
+// then its run's id), then between a user's runs (a run's record, then
+// its id). Said (else -1) while another run waits holding fewer than its
+// own. base is me's whole share, without a GPU left over.
+func fairShare(all int, runs map[string]fairRun, me string) (n int, waiting string, base int) {
 	nruns := map[string]int{}
 	for _, r := range runs {
 		nruns[r.user]++
 	}
 	if len(nruns) == 0 || all == 0 {
-		return -1, ""
+		return -1, "", 0
 	}
 	per := max(all/len(nruns), 1)
-	ours, waiting := 0, []string{}
-	for _, k := range slices.Sorted(maps.Keys(runs)) {
-		r := runs[k]
-		n := max(per/nruns[r.user], 1)
-		switch {
-		case k == me:
-			ours = n
-		case r.waits && r.holds < n:
-			waiting = append(waiting, fmt.Sprintf("run %s of %s waits with %d", k, r.user, r.holds))
+	base = max(per/nruns[runs[me].user], 1)
+	// older says whether a record of time ta and run a comes first.
+	older := func(ta time.Time, a string, tb time.Time, b string) bool {
+		return ta.Before(tb) || ta.Equal(tb) && a < b
+	}
+	type line struct {
+		since time.Time
+		who   string
+	}
+	oldest := map[string]line{} // by user
+	for k, r := range runs {
+		if o, ok := oldest[r.user]; !r.since.IsZero() && (!ok || older(r.since, k, o.since, o.who)) {
+			oldest[r.user] = line{r.since, k}
 		}
 	}
-	if len(waiting) == 0 || ours == 0 {
-		return -1, ""
+	total := map[string]int{}
+	for u := range nruns {
+		total[u] = per
 	}
-	return ours, strings.Join(waiting, ", ")
+	for left := all - per*len(nruns); left > 0; left-- {
+		best := ""
+		for u, o := range oldest {
+			if total[u] == per && (best == "" || older(o.since, o.who, oldest[best].since, oldest[best].who)) {
+				best = u
+			}
+		}
+		if best == "" {
+			break
+		}
+		total[best]++
+	}
+	fair, rleft := map[string]int{}, maps.Clone(total)
+	for k, r := range runs {
+		fair[k] = max(total[r.user]/nruns[r.user], 1)
+		rleft[r.user] -= fair[k]
+	}
+	extra := map[string]bool{}
+	for {
+		best := ""
+		for k, r := range runs {
+			if r.since.IsZero() || rleft[r.user] <= 0 || extra[k] {
+				continue
+			}
+			if best == "" || older(r.since, k, runs[best].since, best) {
+				best = k
+			}
+		}
+		if best == "" {
+			break
+		}
+		extra[best] = true
+		fair[best]++
+		rleft[runs[best].user]--
+	}
+	ours, who := 0, []string{}
+	for _, k := range slices.Sorted(maps.Keys(runs)) {
+		r := runs[k]
+		switch {
+		case k == me:
+			ours = fair[k]
+		case !r.since.IsZero() && r.holds < fair[k]:
+			who = append(who, fmt.Sprintf("run %s of %s waits with %d", k, r.user, r.holds))
+		}
+	}
+	if len(who) == 0 || ours == 0 {
+		return -1, "", base
+	}
+	return ours, strings.Join(who, ", "), base
 }
 
 // fairShareOf is fairShare on host for run me, from the locks and records
-// (l.mu held): nothing unless another run waits there.
+// (l.mu held): nothing unless another run waits there. Then, as the
+// holder does at each look, it moves me's record in the line: new, just
+// after the oldest other; holding more than its whole share, back by the GPU
+// time above it since the last look.
 func (l *fakeLocks) fairShareOf(host, me string) (int, string) {
-	others := false
-	for r := range l.wants[host] {
-		others = others || r != me
+	var vmin time.Time
+	for r, w := range l.wants[host] {
+		if r != me && (vmin.IsZero() || w.at.Before(vmin)) {
+			vmin = w.at
+		}
 	}
-	if !others {
+	mine, wanting := l.wants[host][me]
+	if vmin.IsZero() {
+		if wanting {
+			mine.looked = time.Now()
+		}
 		return -1, ""
 	}
 	runs := map[string]fairRun{}
@@ -237,12 +335,24 @@ func (l *fakeLocks) fairShareOf(host, me string) (int, string) {
 			runs[r] = fr
 		}
 	}
-	for r := range l.wants[host] {
+	for r, w := range l.wants[host] {
 		fr := runs[r]
-		fr.user, fr.waits = l.users[r], true
+		fr.user, fr.since = l.users[r], w.at
 		runs[r] = fr
 	}
-	return fairShare(l.fair[host], runs, me)
+	n, waiting, base := fairShare(l.fair[host], runs, me)
+	if wanting {
+		now := time.Now()
+		if v := vmin.Add(time.Microsecond); mine.fresh && v.Before(mine.at) {
+			mine.at, mine.looked = v, now // just after the oldest, from now on
+		}
+		mine.fresh = false
+		if over := runs[me].holds - base; over > 0 {
+			mine.at = mine.at.Add(now.Sub(mine.looked) * time.Duration(over))
+		}
+		mine.looked = now
+	}
+	return n, waiting
 }
 
 // enter and leave count a job of run on slot.
@@ -354,11 +464,7 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu executor.GPUID,
 		f.locks.denied++
 		var freed chan struct{}
 		if f.locks.fair != nil {
-			if f.locks.wants[host] == nil {
-				f.locks.wants[host] = map[string]bool{}
-			}
-			f.locks.wants[host][run] = true
-			f.locks.touch(host)
+			f.locks.want(host, run)
 			if freed = f.locks.freed[slot]; freed == nil {
 				freed = make(chan struct{})
 				f.locks.freed[slot] = freed

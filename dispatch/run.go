@@ -531,7 +531,7 @@ func (r *run) turn(ctx context.Context) {
 		return
 	}
 	r.shares()
-	defer r.stopWaiting()
+	defer r.sayWaiting()
 	// A job put back because another job of the same pass is claiming
 	// its GPU may fit elsewhere: pass again until none is put back.
 	for again := true; again; {

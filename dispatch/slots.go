@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
@@ -112,11 +114,16 @@ type hostSlots struct {
 	// changes (watchShare), shareLock that lock.
 	shareWatch <-chan struct{}
 	shareLock  executor.GPULock
-	// asked is set once another run's lock kept a GPU of the host from
-	// this run: the host's lock holder keeps a record that the run waits
-	// there, until it is told that the run waits no more (stopWaiting:
-	// then told is set, until a job for the host waits again).
+	// asked is set while the host's lock holder keeps a record that the
+	// run waits there (another run's lock kept a GPU from it, or it is held
+	// to its share with jobs for the host: sayWaiting); told once it was
+	// told that the run waits no more, until a job for the host waits
+	// again. said orders what the machine is told (say).
 	asked, told bool
+	said        struct {
+		mu  sync.Mutex
+		seq atomic.Int64
+	}
 	// opening is set while the host is still being opened: it is down
 	// (why says so), with no host-down timeout and no host event.
 	opening bool

@@ -78,15 +78,35 @@ func (l *Lab) LockGPU(ctx context.Context, host string, gpu executor.GPUID, run 
 	return r.LockGPU(ctx, gpu, run)
 }
 
+// Waiting implements executor.Waiter: a host whose GPUs are locked (not a
+// Slurm cluster's) keeps a record that run waits there.
+func (l *Lab) Waiting(host, run string) {
+	if w := l.waiter(host); w != nil {
+		w.Waiting(run)
+	}
+}
+
 // StopWaiting implements executor.Waiter: a host whose GPUs are locked
 // (not a Slurm cluster's) lets go of run's record of waiting there.
 func (l *Lab) StopWaiting(host, run string) {
+	if w := l.waiter(host); w != nil {
+		w.StopWaiting(run)
+	}
+}
+
+// waiter is host's machine, when its GPUs are locked.
+func (l *Lab) waiter(host string) interface {
+	Waiting(run string)
+	StopWaiting(run string)
+} {
 	l.mu.RLock()
 	r := l.runners[host]
 	l.mu.RUnlock()
-	if w, ok := r.(interface{ StopWaiting(run string) }); ok {
-		w.StopWaiting(run)
-	}
+	w, _ := r.(interface {
+		Waiting(run string)
+		StopWaiting(run string)
+	})
+	return w
 }
 
 // ProbeGPUs asks nvidia-smi on host what its GPUs hold now.

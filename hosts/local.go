@@ -96,6 +96,13 @@ func (l *Local) LockGPU(ctx context.Context, gpu executor.GPUID, run string) (ex
 	return l.locks.Lock(ctx, gpu, run)
 }
 
+// Waiting says that run, held to its share, waits for more of this
+// machine's GPUs (see gpulock.Lockers.Waiting).
+func (l *Local) Waiting(run string) {
+	l.init()
+	l.locks.Waiting(run)
+}
+
 // StopWaiting says that run waits for none of this machine's GPUs any
 // more (see gpulock.Lockers.StopWaiting).
 func (l *Local) StopWaiting(run string) {

@@ -134,6 +134,10 @@ func (r *Remote) Close() {
 	r.locks.Close()
 }
 
+// Waiting says that run, held to its share, waits for more of the
+// machine's GPUs (see gpulock.Lockers.Waiting).
+func (r *Remote) Waiting(run string) { r.locks.Waiting(run) }
+
 // StopWaiting says that run waits for none of the machine's GPUs any more
 // (see gpulock.Lockers.StopWaiting).
 func (r *Remote) StopWaiting(run string) { r.locks.StopWaiting(run) }

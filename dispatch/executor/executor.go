@@ -73,6 +73,10 @@ type ShareWatcher interface {
 // the runs that wait for a host's GPUs (fair share: the runs holding them
 // give up their share's excess as jobs end).
 type Waiter interface {
+	// Waiting says that run, held to its fair share of host's GPUs, has
+	// more jobs for the host: it waits there too, for its turn at the GPUs
+	// that whole shares leave over. It may block on the network.
+	Waiting(host, run string)
 	// StopWaiting says that run waits for none of host's GPUs any more
 	// (its queue holds no job that could run there): its record goes at
 	// once, so that the runs there keep their GPUs. It may block on the

@@ -11,9 +11,11 @@
 // index-N) in the lock dir, answering on its stdout; "release N" lets go at once.
 // What it is told comes in records (spawn.Record), as for every script.
 // It also keeps its run's fair share of the host (lock.sh): a record in
-// the lock dir while its run waits for a GPU another run holds there (till
-// told "unwant": StopWaiting, the run's queue holds nothing more for the
-// machine), and,
+// the lock dir while its run waits for a GPU another run holds there, or
+// is held to its share with more jobs for the machine ("want": Waiting),
+// till told "unwant" (StopWaiting: its queue holds nothing more for the
+// machine), its time the run's place in the line for the GPUs whole shares
+// leave over, and,
 // once a second while it holds locks and another run's such record is
 // there, its run's share of the host's GPUs, said to the coordinator
 // ("share") and read through executor.GPULock.Share.

@@ -29,8 +29,8 @@ func TestGoldenWhatIsSent(t *testing.T) {
 		ls := New(nil, "node1", "/var/lib/gpudispatch-locks", 10*time.Second, 25*time.Second, 20*time.Second, tc.find)
 		b.WriteString("== holder, " + tc.name + ":\n" + spawntest.Records(ls.input("ada@laptop", 4242)))
 	}
-	b.WriteString("== requests: lock 2, release 2, unwant, a heartbeat, exit:\n")
-	for _, r := range [][]string{{"lock", "2"}, {"release", "2"}, {"unwant"}, {}, {"exit"}} {
+	b.WriteString("== requests: lock 2, release 2, want, unwant, a heartbeat, exit:\n")
+	for _, r := range [][]string{{"lock", "2"}, {"release", "2"}, {"want"}, {"unwant"}, {}, {"exit"}} {
 		b.WriteString(spawntest.Records(spawn.Record(r...)))
 	}
 	b.WriteString("== the check of a lock dir:\n" + spawntest.Records(checkInput("/var/lib/gpudispatch-locks")))

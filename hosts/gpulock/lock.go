@@ -258,6 +258,18 @@ func (ls *Lockers) Close() {
 	}
 }
 
+// Waiting tells run's holder on the machine, if it has one, that the run,
+// held to its fair share there, has more jobs for the machine: it keeps a
+// record that the run waits, which gives it its turn at the GPUs that
+// whole shares leave over.
+func (ls *Lockers) Waiting(run string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if h := ls.holders[run]; h != nil && !ls.NoShare {
+		h.send("want")
+	}
+}
+
 // StopWaiting tells run's holder on the machine, if it has one, that the
 // run waits for none of the machine's GPUs any more (its queue holds no
 // job for it): the record of its waiting goes at once, and the runs that

@@ -10,9 +10,11 @@
 # the GPUs as the coordinator just saw them (nvidia-smi's "index, uuid,
 # name, memory.total, memory.used" lines, or empty: then nvidia-smi is
 # asked), and "1" when the run takes part in fair share (below); then
-# requests, a record each: "lock" and N, "release" and N, "unwant" (the
-# run waits for none of this machine's GPUs any more: its record of
-# waiting goes, unanswered), "exit", or none (no field) as a heartbeat. GPU N's lock is named by its UUID as the login shell's
+# requests, a record each: "lock" and N, "release" and N, "want" (the run
+# waits for more of this machine's GPUs than its share lets it keep:
+# its record of waiting is made, unanswered), "unwant" (it waits for none
+# any more: the record goes, unanswered), "exit", or none (no field) as a
+# heartbeat. GPU N's lock is named by its UUID as the login shell's
 # nvidia-smi reports it, else "index-N". N at 65536 and above is a MIG
 # instance, 65536 + 256 × GPU + its device number: its lock is its GPU's
 # name with "-migD" after it.
@@ -242,21 +244,28 @@ flush() {
 # waits for this host: its holder says so in the lock dir, with a record
 # of its own (gpudispatch-want-HOST~PID~RUN~WHO, HOST the lock's name of
 # the host's first GPU: a lock dir may be shared by hosts, over NFS or
-# here in tests, and a host counts its own records), kept while the run asks again
-# within a minute (a waiting job asks again at least every Recheck, and
-# as soon as the lock it waits for looks free), and gone with the holder.
+# here in tests, and a host counts its own records), made too when the
+# coordinator says that the run, held to its share, has more jobs for the
+# host ("want"), kept until it says the run waits no more ("unwant"), and
+# gone with the holder. The record's time is the run's place in the line
+# for the GPUs that whole shares leave over: a record new in the line
+# takes the time just after the oldest waiting record's, and a run that holds more than
+# its whole share moves back by the GPU time it has above it (start-time
+# fair queueing: over time, each has as much of those as the others).
 # Every second while it holds locks, and another run's record is there,
 # the holder works out each run's share of the host's GPUs: equal between
 # the users holding or waiting for them (a user is a record's owner, not
 # what its name says: a forged record is one user more at most), then
-# equal between one user's runs, at least one each. While a run below its
+# equal between one user's runs, at least one each; the GPUs those whole
+# shares leave go one each to the runs first in that line, so that they
+# go round as jobs end (three runs on four GPUs). While a run below its
 # share waits, the holder tells its coordinator its run's own share
 # ("share" N and who waits, each "run ID of WHO waits with M": it keeps at
 # most N of the host's GPUs busy, starting no new job on a GPU it frees
 # past that), and "share" "-" once none does. A
 # record whose holder is gone is no one's. Nothing running is stopped. A
 # run that takes no part (--no-share) leaves no record and hears no share.
-wanted='' wanted_at=0 shared='- ' here=''
+wanted='' base=0 vmin='' wtag=0 wlast=0 fresh='' shared='- ' here=''
 # mine sets here to the host's name in want records, and keys to its GPUs'
 # locks' names, once. Where nvidia-smi lists no GPU (GPUs given by hand),
 # the host's GPUs are those whose locks are named by index (keyless).
@@ -275,20 +284,29 @@ mine() {
 }
 want() {
   [ -n "$sharing" ] || return 0
-  wanted_at=$SECONDS
   [ -z "$wanted" ] || return 0
   mine
   wanted=$pdir/gpudispatch-want-$here~$$~$run~$who
   mkdir -m 0755 -- "$wanted" 2>/dev/null || wanted=''
+  wtag=${EPOCHREALTIME//[!0-9]/} wlast=${EPOCHREALTIME//[!0-9]/} fresh=1
+}
+# older TIME ID TIME2 ID2 reports whether a record of TIME (find's %T@) and
+# run ID comes before one of TIME2 and ID2 in the line for what whole
+# shares leave.
+older() {
+  [[ $1 < $3 ]] || { [ "$1" = "$3" ] && [[ $2 < $4 ]]; }
 }
 # share_of sets share to this run's share of the host's GPUs, or "-" when
-# no other run below its own waits for them, and why to who waits.
+# no other run below its own waits for them, why to who waits, base to
+# the run's whole share (without a GPU left over), and vmin to the time
+# of the oldest other run's record of waiting ("" for none).
 share_of() {
-  local u f kind pid r w k n all=${#keys[@]} users=0 ours=0 per waiting=''
-  local -A owner=() holds=() waits=() nruns=() counted=() named=()
+  local u t f kind pid r w k n all=${#keys[@]} users=0 ours=0 per waiting='' left best
+  local -A owner=() holds=() waits=() nruns=() counted=() named=() fair=() extra=()
+  local -A usince=() uwho=() utot=() uextra=() rleft=()
   # A run is its user's and its id's: another user's record naming this
   # run's id is another run. Only this host's records count.
-  while IFS=' ' read -r u f; do
+  while IFS=' ' read -r u t f; do
     IFS='~' read -r kind pid r w _ <<<"$f"
     case $kind in
       "gpudispatch-want-$here") ;;
@@ -305,10 +323,10 @@ share_of() {
     owner[$k]=$u
     named[$k]="run $r of $w"
     case $kind in
-      gpudispatch-want-*) waits[$k]=1 ;;
+      gpudispatch-want-*) waits[$k]=$t ;;
       *) holds[$k]=$((${holds[$k]:-0} + 1)) ;;
     esac
-  done < <(find "$pdir" -mindepth 1 -maxdepth 1 \( -name 'gpudispatch-held-*~*' -o -name "gpudispatch-want-$here~*" \) -printf '%U %f\n' 2>/dev/null)
+  done < <(find "$pdir" -mindepth 1 -maxdepth 1 \( -name 'gpudispatch-held-*~*' -o -name "gpudispatch-want-$here~*" \) -printf '%U %T@ %f\n' 2>/dev/null)
   for k in "${!owner[@]}"; do
     u=${owner[$k]}
     [ -n "${nruns[$u]:-}" ] || users=$((users + 1))
@@ -318,9 +336,51 @@ share_of() {
   [ "$users" -gt 0 ] && [ "$all" -gt 0 ] || return 0
   per=$((all / users))
   [ "$per" -gt 0 ] || per=1
+  base=$((per / ${nruns[$EUID]:-1}))
+  [ "$base" -gt 0 ] || base=1
+  # What whole shares leave goes one GPU at a time to whoever waits
+  # longest: between users (a user's oldest record, then its run's id)
+  # first, then between a user's runs (a run's record, then its id).
+  left=$((all - per * users))
+  vmin=''
+  for k in "${!waits[@]}"; do
+    if [ "$k" != "$EUID~$run" ] && { [ -z "$vmin" ] || [[ ${waits[$k]} < $vmin ]]; }; then
+      vmin=${waits[$k]}
+    fi
+    u=${owner[$k]}
+    if [ -z "${usince[$u]:-}" ] || older "${waits[$k]}" "${k#*~}" "${usince[$u]}" "${uwho[$u]}"; then
+      usince[$u]=${waits[$k]} uwho[$u]=${k#*~}
+    fi
+  done
+  for u in "${!nruns[@]}"; do utot[$u]=$per; done
+  while [ "$left" -gt 0 ]; do
+    best=''
+    for u in "${!usince[@]}"; do
+      [ -z "${uextra[$u]:-}" ] || continue
+      if [ -z "$best" ] || older "${usince[$u]}" "${uwho[$u]}" "${usince[$best]}" "${uwho[$best]}"; then best=$u; fi
+    done
+    [ -n "$best" ] || break
+    uextra[$best]=1 utot[$best]=$((utot[$best] + 1)) left=$((left - 1))
+  done
   for k in "${!owner[@]}"; do
-    n=$((per / ${nruns[${owner[$k]}]}))
+    u=${owner[$k]}
+    n=$((utot[$u] / nruns[$u]))
     [ "$n" -gt 0 ] || n=1
+    fair[$k]=$n
+    rleft[$u]=$((${rleft[$u]:-${utot[$u]}} - n))
+  done
+  while :; do
+    best=''
+    for k in "${!waits[@]}"; do
+      if [ "${rleft[${owner[$k]}]}" -le 0 ] || [ -n "${extra[$k]:-}" ]; then continue; fi
+      if [ -z "$best" ] || older "${waits[$k]}" "${k#*~}" "${waits[$best]}" "${best#*~}"; then best=$k; fi
+    done
+    [ -n "$best" ] || break
+    extra[$best]=1 fair[$best]=$((fair[$best] + 1))
+    rleft[${owner[$best]}]=$((rleft[${owner[$best]}] - 1))
+  done
+  for k in "${!owner[@]}"; do
+    n=${fair[$k]}
     if [ "$k" = "$EUID~$run" ]; then
       ours=$n
     elif [ -n "${waits[$k]:-}" ] && [ "${holds[$k]:-0}" -lt "$n" ]; then
@@ -335,10 +395,6 @@ share_of() {
 share_tick() {
   local f others='' share=- why=
   [ -n "$sharing" ] || return 0
-  if [ -n "$wanted" ] && ((SECONDS - wanted_at > 60)); then
-    rmdir -- "$wanted" 2>/dev/null
-    wanted=''
-  fi
   if [ ${#fds[@]} -gt 0 ]; then
     mine
     for f in "$pdir"/gpudispatch-want-"$here"~*; do
@@ -349,6 +405,30 @@ share_tick() {
     done
   fi
   [ -z "$others" ] || share_of
+  # The run's place in the line (its record's time, in microseconds
+  # here): new, just after the oldest (from this look on); holding more
+  # than its whole share, moved back by the GPU time above it since the
+  # last look.
+  if [ -n "$wanted" ]; then
+    local now=${EPOCHREALTIME//[!0-9]/} moved='' v
+    if [ -n "$others" ]; then
+      if [ -n "$fresh" ] && [ -n "$vmin" ]; then
+        # Just after the oldest (a microsecond, past what its time has
+        # below one).
+        v=${vmin#*.}000000
+        v=$((10#${vmin%.*}${v:0:6} + 1))
+        if [ "$v" -lt "$wtag" ]; then
+          wtag=$v wlast=$now moved=1
+        fi
+      fi
+      fresh=''
+      if [ ${#fds[@]} -gt "$base" ]; then
+        wtag=$((wtag + (now - wlast) * (${#fds[@]} - base))) moved=1
+      fi
+    fi
+    wlast=$now
+    [ -z "$moved" ] || touch -c -d "@${wtag:0:${#wtag}-6}.${wtag: -6}" -- "$wanted" 2>/dev/null
+  fi
   if [ "$share $why" != "$shared" ]; then
     shared="$share $why"
     _g_send share "$share" "$why"
@@ -387,6 +467,7 @@ while :; do
       _g_encode rec released "${_g_f[1]-}"
       said+=("$rec")
       ;;
+    want) want ;;
     unwant)
       if [ -n "$wanted" ]; then
         rmdir -- "$wanted" 2>/dev/null

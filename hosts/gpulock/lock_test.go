@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -593,6 +594,72 @@ func TestStopWaiting(t *testing.T) {
 		t.Fatalf("run B again: %v, want locked", err)
 	}
 	waitForShare(t, held[0], 2)
+	for _, l := range held {
+		l.Release()
+	}
+}
+
+// The GPUs that whole shares leave over go round: three runs on four GPUs
+// each have one, and the fourth goes to the first in the line of runs
+// waiting for more. A run that holds it moves back in the line by the GPU
+// time it has above its whole share (its record's time moves on), so
+// that it soon hears a share of one while the others wait for theirs of
+// two, and lets the fourth go as its job there ends.
+func TestLeftOverGPUGoesRound(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "locks")
+	ctx := context.Background()
+	a := local(t, "workstation", dir, linger)
+	held := lockAll(t, a, 2, "runA")
+	for i, run := range []string{"runB", "runC"} {
+		ls := local(t, "workstation", dir, linger)
+		own, err := ls.Lock(ctx, executor.GPUID(2+i), run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer own.Release()
+		if _, err := ls.Lock(ctx, 0, run); !errors.Is(err, executor.ErrGPULocked) {
+			t.Fatalf("%s: %v, want locked", run, err)
+		}
+	}
+	// A, held to its share, has more jobs: it waits too, a while later.
+	// Its record, new in the line, takes a time just after the oldest's
+	// (B's); holding one GPU more than its whole share, it moves back a
+	// second a second, and the turn of B or C, first in the line, makes
+	// A's share one.
+	time.Sleep(1500 * time.Millisecond)
+	a.Waiting("runA")
+	timeOf := func(run string) time.Time {
+		m, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*~"+run+"~*"))
+		if len(m) != 1 {
+			return time.Time{}
+		}
+		st, err := os.Stat(m[0])
+		if err != nil {
+			return time.Time{}
+		}
+		return st.ModTime()
+	}
+	b := timeOf("runB")
+	if b.IsZero() {
+		t.Fatal("run B has no record of waiting")
+	}
+	await := func(what string, ok func(at time.Time) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if at := timeOf("runA"); !at.IsZero() && ok(at) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("run A's record: %s (its time %v, B's %v)", what, timeOf("runA"), b)
+			}
+		}
+	}
+	await("not just after the oldest", func(at time.Time) bool { return at.Before(b.Add(900 * time.Millisecond)) })
+	await("not moved back past B", func(at time.Time) bool { return at.After(b.Add(1500 * time.Millisecond)) })
+	if waiting := waitForShare(t, held[0], 1); !regexp.MustCompile(`^run run[BC] of \S+ waits with 1$`).MatchString(waiting) {
+		t.Errorf("who waits: %q, want run B or C (which came first is a matter of microseconds), holding one", waiting)
+	}
 	for _, l := range held {
 		l.Release()
 	}
