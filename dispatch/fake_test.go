@@ -328,8 +328,12 @@ func (l *fakeLocks) fairShareOf(host, me string) (int, string) {
 		return -1, ""
 	}
 	runs := map[string]fairRun{}
+	counted := map[string]bool{} // run and GPU: a MIG instance's is its GPU's
 	for slot, r := range l.holder {
-		if h, _, _ := strings.Cut(slot, ":"); h == host {
+		h, id, _ := strings.Cut(slot, ":")
+		gpu, _, _ := strings.Cut(id, ":")
+		if h == host && !counted[r+" "+gpu] {
+			counted[r+" "+gpu] = true
 			fr := runs[r]
 			fr.user, fr.holds = l.users[r], fr.holds+1
 			runs[r] = fr

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // A run whose share of a host's GPUs the host's holder says (another run
@@ -335,14 +337,24 @@ func TestShareChangeTakenUpAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		inv := lab("a:0,1")
 		f := newFakeExec(inv)
-		f.locks.shares["a"] = 1
 		start := time.Now()
-		go func() {
-			time.Sleep(2 * time.Second)
+		share := func(at time.Duration, n int) {
+			time.Sleep(time.Until(start.Add(at)))
 			f.locks.mu.Lock()
-			delete(f.locks.shares, "a")
+			if n < 0 {
+				delete(f.locks.shares, "a")
+			} else {
+				f.locks.shares["a"] = n
+			}
 			f.locks.touch("a")
 			f.locks.mu.Unlock()
+		}
+		// No share as the first wave starts (one job on each GPU), a share
+		// of one from 0.5 s (the short job's GPU goes as it ends, at 1 s),
+		// none from 2 s.
+		go func() {
+			share(500*time.Millisecond, 1)
+			share(2*time.Second, -1)
 		}()
 		runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: t.TempDir()}, "sleep 10s\nsleep 1s\nsleep 1s\n")
 		starts := make([]time.Duration, 0, 3)
@@ -359,7 +371,8 @@ func TestShareChangeTakenUpAtOnce(t *testing.T) {
 // The fake holders' fairShare says what lock.sh's share_of says, for the
 // same records: a table of cases and random ones, share_of run by bash
 // with find(1) answering the records (owner uid, time and name) of the
-// case.
+// case, with records of MIG instances of GPUs the runs hold (a share
+// counts GPUs).
 func TestFairShareIsLockSh(t *testing.T) {
 	t.Parallel()
 	code, err := os.ReadFile(filepath.Join("..", "hosts", "gpulock", "lock.sh"))
@@ -434,9 +447,14 @@ func TestFairShareIsLockSh(t *testing.T) {
 		others := false
 		for _, k := range slices.Sorted(maps.Keys(c.runs)) {
 			r := c.runs[k]
-			for range r.holds {
+			for i := range r.holds {
 				keys = append(keys, fmt.Sprint("GPU-", key))
-				recs = append(recs, fmt.Sprintf("%s 1764300000.0000000000 gpudispatch-held-GPU-%d~$$~%s~%s@lab", uid[r.user], key, k, r.user))
+				held := fmt.Sprintf("%s 1764300000.0000000000 gpudispatch-held-GPU-%d", uid[r.user], key)
+				recs = append(recs, fmt.Sprintf("%s~$$~%s~%s@lab", held, k, r.user))
+				if i == 0 && key%2 == 0 {
+					// Two MIG instances of a GPU it holds: still that GPU.
+					recs = append(recs, fmt.Sprintf("%s-mig1~$$~%s~%s@lab", held, k, r.user), fmt.Sprintf("%s-mig2~$$~%s~%s@lab", held, k, r.user))
+				}
 				key++
 			}
 			if !r.since.IsZero() {
@@ -476,4 +494,45 @@ func quoteAll(s []string) []string {
 		q[i] = `"` + x + `"`
 	}
 	return q
+}
+
+// A share counts GPUs, whatever the run has on them: MIG instances of one
+// GPU count once, as jobs packed on one GPU do; held to its share, a run
+// still starts jobs on instances of the GPUs it uses, never on another GPU.
+func TestShareCountsGPUsNotInstances(t *testing.T) {
+	t.Parallel()
+	mig := func(g, d int) *gpu { return &gpu{id: executor.MIGID(g, d), cap: 1} }
+	for _, tt := range []struct {
+		name  string
+		share int
+		gpus  []*gpu
+		busy  []int // indexes of gpus with a job
+		over  bool
+		takes []int // indexes of the GPUs a new job may go to when over
+	}{
+		{"two instances of GPU 0 busy, a share of one", 1, []*gpu{mig(0, 1), mig(0, 2), mig(0, 3), {id: 1, cap: 1}}, []int{0, 1}, true, []int{2}},
+		{"two instances of GPU 0 busy, a share of two", 2, []*gpu{mig(0, 1), mig(0, 2), mig(0, 3), {id: 1, cap: 1}}, []int{0, 1}, false, nil},
+		{"an instance of each GPU busy, a share of two", 2, []*gpu{mig(0, 1), mig(1, 1), mig(1, 2), {id: 2, cap: 1}}, []int{0, 1}, true, []int{2}},
+		{"whole GPUs, a share of one", 1, []*gpu{{id: 0, cap: 1}, {id: 1, cap: 1}}, []int{0}, true, nil},
+	} {
+		h := &hostSlots{share: tt.share, gpus: tt.gpus}
+		for _, i := range tt.busy {
+			tt.gpus[i].used = 1
+		}
+		if got := h.overShare(); got != tt.over {
+			t.Errorf("%s: over its share %v, want %v", tt.name, got, tt.over)
+		}
+		if !tt.over {
+			continue
+		}
+		var takes []int
+		for i, g := range tt.gpus {
+			if g.used == 0 && h.inUse(g, nil) {
+				takes = append(takes, i)
+			}
+		}
+		if !slices.Equal(takes, tt.takes) {
+			t.Errorf("%s: a new job may go to %v, want %v", tt.name, takes, tt.takes)
+		}
+	}
 }

@@ -537,12 +537,12 @@ func (t *slotTable) setUp(h *hostSlots) {
 func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 	var gs []*gpu
 	mem := h.memOf(j)
-	capped := h.overShare() || t.maxGPUs > 0 && t.busyGPUs >= t.maxGPUs
+	shared, maxed := h.overShare(), t.maxGPUs > 0 && t.busyGPUs >= t.maxGPUs
 	for _, g := range h.gpus {
 		if mem == 0 && g.used >= g.cap {
 			continue // full: the most common case in a busy lab
 		}
-		if capped && g.jobs() == 0 {
+		if shared && !h.inUse(g, nil) || maxed && g.jobs() == 0 {
 			continue // a GPU it frees goes to the run that waits
 		}
 		if g.open() && t.takes(g, mem, hd) && g.mayRun(j) {
@@ -589,18 +589,33 @@ func (t *slotTable) claiming() bool {
 
 // overShare reports whether the run keeps as many of h's GPUs busy as its
 // fair share while another run waits for them: then it starts no job on a
-// GPU of h it has none on.
+// GPU of h it has none on. A share counts GPUs, whatever the run has on
+// them: MIG instances of one GPU count once, as jobs packed on one do.
 func (h *hostSlots) overShare() bool {
 	if h.share < 0 {
 		return false
 	}
 	busy := 0
-	for _, g := range h.gpus {
-		if g.jobs() > 0 {
+	for i, g := range h.gpus {
+		if g.jobs() > 0 && !h.inUse(g, h.gpus[:i]) {
 			busy++
 		}
 	}
 	return busy >= h.share
+}
+
+// inUse reports whether one of gs (all of h's GPUs when nil) is g's GPU,
+// or an instance of it, with a job of the run.
+func (h *hostSlots) inUse(g *gpu, gs []*gpu) bool {
+	if gs == nil {
+		gs = h.gpus
+	}
+	for _, o := range gs {
+		if o.jobs() > 0 && o.id.GPU() == g.id.GPU() {
+			return true
+		}
+	}
+	return false
 }
 
 // place finds slots for j outside what is held, or reports false. A job

@@ -301,22 +301,25 @@ older() {
 # the run's whole share (without a GPU left over), and vmin to the time
 # of the oldest other run's record of waiting ("" for none).
 share_of() {
-  local u t f kind pid r w k n all=${#keys[@]} users=0 ours=0 per waiting='' left best
-  local -A owner=() holds=() waits=() nruns=() counted=() named=() fair=() extra=()
+  local u t f kind pid r w k n pk all=${#keys[@]} users=0 ours=0 per waiting='' left best
+  local -A owner=() holds=() waits=() nruns=() counted=() named=() fair=() extra=() phys=()
   local -A usince=() uwho=() utot=() uextra=() rleft=()
   # A run is its user's and its id's: another user's record naming this
-  # run's id is another run. Only this host's records count.
+  # run's id is another run. Only this host's records count. A share
+  # counts GPUs: the MIG instances a run holds of one GPU count once.
   while IFS=' ' read -r u t f; do
     IFS='~' read -r kind pid r w _ <<<"$f"
+    pk=${kind#gpudispatch-held-}
+    pk=${pk%-mig*}
     case $kind in
       "gpudispatch-want-$here") ;;
-      gpudispatch-held-index-*) [ -n "$keyless" ] || [ -n "${keys[${kind#gpudispatch-held-}]:-}" ] || continue ;;
-      gpudispatch-held-*) [ -n "${keys[${kind#gpudispatch-held-}]:-}" ] || continue ;;
+      gpudispatch-held-index-*) [ -n "$keyless" ] || [ -n "${keys[$pk]:-}" ] || continue ;;
+      gpudispatch-held-*) [ -n "${keys[$pk]:-}" ] || continue ;;
       *) continue ;;
     esac
     [ -d "/proc/$pid" ] || continue
-    if [ -n "$keyless" ] && [ -z "${counted[$kind]:-}" ] && [ "$kind" != "gpudispatch-want-$here" ]; then
-      counted[$kind]=1
+    if [ -n "$keyless" ] && [ -z "${counted[$pk]:-}" ] && [ "$kind" != "gpudispatch-want-$here" ]; then
+      counted[$pk]=1
       all=$((all + 1))
     fi
     k=$u~$r
@@ -324,7 +327,12 @@ share_of() {
     named[$k]="run $r of $w"
     case $kind in
       gpudispatch-want-*) waits[$k]=$t ;;
-      *) holds[$k]=$((${holds[$k]:-0} + 1)) ;;
+      *)
+        if [ -z "${phys[$k~$pk]:-}" ]; then
+          phys[$k~$pk]=1
+          holds[$k]=$((${holds[$k]:-0} + 1))
+        fi
+        ;;
     esac
   done < <(find "$pdir" -mindepth 1 -maxdepth 1 \( -name 'gpudispatch-held-*~*' -o -name "gpudispatch-want-$here~*" \) -printf '%U %T@ %f\n' 2>/dev/null)
   for k in "${!owner[@]}"; do
@@ -410,7 +418,13 @@ share_tick() {
   # than its whole share, moved back by the GPU time above it since the
   # last look.
   if [ -n "$wanted" ]; then
-    local now=${EPOCHREALTIME//[!0-9]/} moved='' v
+    local now=${EPOCHREALTIME//[!0-9]/} moved='' v g n=0
+    local -A pg=()
+    for g in "${!fds[@]}"; do
+      ((g < 65536)) || g=$(((g - 65536) / 256))
+      [ -n "${pg[$g]:-}" ] || n=$((n + 1))
+      pg[$g]=1
+    done
     if [ -n "$others" ]; then
       if [ -n "$fresh" ] && [ -n "$vmin" ]; then
         # Just after the oldest (a microsecond, past what its time has
@@ -422,8 +436,8 @@ share_tick() {
         fi
       fi
       fresh=''
-      if [ ${#fds[@]} -gt "$base" ]; then
-        wtag=$((wtag + (now - wlast) * (${#fds[@]} - base))) moved=1
+      if [ "$n" -gt "$base" ]; then
+        wtag=$((wtag + (now - wlast) * (n - base))) moved=1
       fi
     fi
     wlast=$now
