@@ -359,6 +359,14 @@ func (r *run) shares() {
 				share, waiting = n, w
 			}
 		}
+		if !read && h.asked {
+			// It waits there with no lock: the holder says its share too.
+			if w, ok := r.opts.Executor.(executor.Waiter); ok {
+				n, why, changed := w.Share(h.host.Name, r.id)
+				read, share, waiting = true, n, why
+				r.watchChanges(h, changed, nil)
+			}
+		}
 		if read {
 			h.share, h.waiting = share, waiting
 		}
@@ -370,16 +378,23 @@ func (r *run) shares() {
 // loop as news (shareNews): a run takes up a share lifted, or lowered, at
 // once rather than when one of its jobs there ends.
 func (r *run) watchShare(h *hostSlots, lock executor.GPULock) {
-	w, ok := lock.(executor.ShareWatcher)
-	if !ok {
-		return
+	if w, ok := lock.(executor.ShareWatcher); ok {
+		r.watchChanges(h, w.Changed(), lock)
 	}
-	ch := w.Changed()
-	if ch == h.shareWatch && lock == h.shareLock {
+}
+
+// watchChanges sends news once ch is closed, unless ch (and lock, through
+// which it was had: nil for none) is watched already; a lost lock ends the
+// watch, and the next one is watched.
+func (r *run) watchChanges(h *hostSlots, ch <-chan struct{}, lock executor.GPULock) {
+	if ch == nil || ch == h.shareWatch && lock == h.shareLock {
 		return
 	}
 	h.shareWatch, h.shareLock = ch, lock
-	lost := lock.Lost()
+	var lost <-chan struct{}
+	if lock != nil {
+		lost = lock.Lost()
+	}
 	go func() {
 		select {
 		case <-ch:

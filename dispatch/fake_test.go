@@ -109,6 +109,17 @@ func (f *fakeExec) Waiting(host, run string) {
 	}
 }
 
+// Share implements executor.Waiter.
+func (f *fakeExec) Share(host, run string) (int, string, <-chan struct{}) {
+	f.locks.mu.Lock()
+	defer f.locks.mu.Unlock()
+	n, waiting := f.locks.shareOf(host, run)
+	if f.locks.changed[host] == nil {
+		f.locks.changed[host] = make(chan struct{})
+	}
+	return n, waiting, f.locks.changed[host]
+}
+
 // StopWaiting implements executor.Waiter.
 func (f *fakeExec) StopWaiting(host, run string) {
 	f.mu.Lock()
@@ -224,7 +235,7 @@ type fairRun struct {
 // fairShare is the share of a host of all GPUs that its holder says to
 // run me, and who waits, as lock.sh's share_of says them (a test checks
 // the two against each other): equal between users, then between a
-// user's runs, at least one each; what whole shares leave goes one GPU at
+// user's runs (none where they are more than its GPUs); what whole shares leave goes one GPU at
 // a time to whoever waits longest, between users (a user's oldest record,
 // then its run's id), then between a user's runs (a run's record, then
 // its id). Said (else -1) while another run waits holding fewer than its
@@ -237,8 +248,8 @@ func fairShare(all int, runs map[string]fairRun, me string) (n int, waiting stri
 	if len(nruns) == 0 || all == 0 {
 		return -1, "", 0
 	}
-	per := max(all/len(nruns), 1)
-	base = max(per/nruns[runs[me].user], 1)
+	per := all / len(nruns)
+	base = per / nruns[runs[me].user]
 	// older says whether a record of time ta and run a comes first.
 	older := func(ta time.Time, a string, tb time.Time, b string) bool {
 		return ta.Before(tb) || ta.Equal(tb) && a < b
@@ -271,7 +282,7 @@ func fairShare(all int, runs map[string]fairRun, me string) (n int, waiting stri
 	}
 	fair, rleft := map[string]int{}, maps.Clone(total)
 	for k, r := range runs {
-		fair[k] = max(total[r.user]/nruns[r.user], 1)
+		fair[k] = total[r.user] / nruns[r.user]
 		rleft[r.user] -= fair[k]
 	}
 	extra := map[string]bool{}
@@ -302,7 +313,7 @@ func fairShare(all int, runs map[string]fairRun, me string) (n int, waiting stri
 			who = append(who, fmt.Sprintf("run %s of %s waits with %d", k, r.user, r.holds))
 		}
 	}
-	if len(who) == 0 || ours == 0 {
+	if len(who) == 0 {
 		return -1, "", base
 	}
 	return ours, strings.Join(who, ", "), base
@@ -403,10 +414,16 @@ func (l *fakeLock) Share() (int, string) {
 	l.locks.mu.Lock()
 	defer l.locks.mu.Unlock()
 	host, _, _ := strings.Cut(l.slot, ":")
-	if l.locks.fair != nil {
-		return l.locks.fairShareOf(host, l.run)
+	return l.locks.shareOf(host, l.run)
+}
+
+// shareOf is run's share of host, as its holder says it: from the policy
+// (fair), else as a test set it (l.mu held).
+func (l *fakeLocks) shareOf(host, run string) (int, string) {
+	if l.fair != nil {
+		return l.fairShareOf(host, run)
 	}
-	if n, ok := l.locks.shares[host]; ok {
+	if n, ok := l.shares[host]; ok {
 		return n, "run other of bob@laptop waits with 0"
 	}
 	return -1, ""

@@ -163,6 +163,9 @@ func TestStopWaiting(t *testing.T) {
 // length on each GPU a run may hold (the newest run reaches its share as
 // the jobs before it end), and one more for the GPUs that whole shares
 // leave over (three runs on four GPUs): those go round one job at a time.
+// With more runs than GPUs, every GPU goes round: no run starves, but the
+// bound is not met (the line's times move at each look, which come at
+// jobs' ends; up to 3 job lengths off seen).
 func TestFairShareSimulated(t *testing.T) {
 	t.Parallel()
 	for _, sc := range []struct {
@@ -181,6 +184,9 @@ func TestFairShareSimulated(t *testing.T) {
 		{6, []string{"ann", "ann", "bob"}},
 		{5, []string{"ann", "bob"}},
 		{8, []string{"ann", "bob", "cat"}},
+		// More runs than GPUs: the GPUs go round too.
+		{4, []string{"ann", "bob", "cat", "dan", "eve"}},
+		{2, []string{"ann", "ann", "bob"}},
 	} {
 		for seed := range 4 {
 			name := fmt.Sprintf("%d GPUs, runs of %s, seed %d", sc.gpus, strings.Join(sc.users, ","), seed)
@@ -272,7 +278,15 @@ func simulateShare(t *testing.T, gpus int, users []string, seed uint64) {
 			frac := 1 / float64(len(nruns)) / float64(nruns[u])
 			want := time.Duration(frac * float64(total))
 			share := int(math.Ceil(frac * float64(gpus)))
-			if d := got[i] - want; d.Abs() > time.Duration(share+1)*longestJob {
+			switch d := got[i] - want; {
+			case len(users) > gpus:
+				// More runs than GPUs: every GPU goes round at each job's
+				// end, and the bound is not met (up to 3 job lengths off
+				// seen); none starves.
+				if got[i] == 0 {
+					t.Errorf("run %d (%s) had no GPU time while all waited (of %v): it starved", i, u, total)
+				}
+			case d.Abs() > time.Duration(share+1)*longestJob:
 				t.Errorf("run %d (%s) had %v of GPU time while all waited, an equal share is %v (of %v): off by more than one job's length on each of its %d GPUs and one more", i, u, got[i], want, total, share)
 			}
 		}
@@ -338,24 +352,10 @@ func TestShareChangeTakenUpAtOnce(t *testing.T) {
 		inv := lab("a:0,1")
 		f := newFakeExec(inv)
 		start := time.Now()
-		share := func(at time.Duration, n int) {
-			time.Sleep(time.Until(start.Add(at)))
-			f.locks.mu.Lock()
-			if n < 0 {
-				delete(f.locks.shares, "a")
-			} else {
-				f.locks.shares["a"] = n
-			}
-			f.locks.touch("a")
-			f.locks.mu.Unlock()
-		}
 		// No share as the first wave starts (one job on each GPU), a share
 		// of one from 0.5 s (the short job's GPU goes as it ends, at 1 s),
 		// none from 2 s.
-		go func() {
-			share(500*time.Millisecond, 1)
-			share(2*time.Second, -1)
-		}()
+		go f.locks.shareAt(start, "a", shareChange{500 * time.Millisecond, 1}, shareChange{2 * time.Second, -1})
 		runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: t.TempDir()}, "sleep 10s\nsleep 1s\nsleep 1s\n")
 		starts := make([]time.Duration, 0, 3)
 		for _, s := range f.spans {
@@ -534,5 +534,57 @@ func TestShareCountsGPUsNotInstances(t *testing.T) {
 		if !slices.Equal(takes, tt.takes) {
 			t.Errorf("%s: a new job may go to %v, want %v", tt.name, takes, tt.takes)
 		}
+	}
+}
+
+// A share of none (more runs than GPUs, and others first in the line)
+// holds the run off a host, also once it holds no lock there; the host's
+// holder still tells it its share, and when it changes, so that the run
+// takes its turn.
+func TestShareOfNone(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0")
+		f := newFakeExec(inv)
+		start := time.Now()
+		go f.locks.shareAt(start, "a", shareChange{500 * time.Millisecond, 0}, shareChange{3 * time.Second, -1})
+		// A minute (of virtual time) at most: a run that never hears the
+		// share lifted would wait for ever.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		s, err := Run(ctx, Options{Inventory: inv, Executor: f, LogDir: t.TempDir()}, []Input{{R: strings.NewReader("sleep 1s\nsleep 1s\n")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var starts []time.Duration
+		for _, s := range f.spans {
+			starts = append(starts, s.start.Sub(start))
+		}
+		slices.Sort(starts)
+		if want := []time.Duration{0, 3 * time.Second}; s.Counts[EventFinished] != 2 || !slices.Equal(starts, want) {
+			t.Errorf("jobs started at %v (%d finished), want %v (the second once the share of none is lifted)", starts, s.Counts[EventFinished], want)
+		}
+	})
+}
+
+// shareChange is a share a test's holders say from a time on (-1: none).
+type shareChange struct {
+	at time.Duration
+	n  int
+}
+
+// shareAt has host's holders say each change's share from its time on,
+// counted from start (shares).
+func (l *fakeLocks) shareAt(start time.Time, host string, changes ...shareChange) {
+	for _, c := range changes {
+		time.Sleep(time.Until(start.Add(c.at)))
+		l.mu.Lock()
+		if c.n < 0 {
+			delete(l.shares, host)
+		} else {
+			l.shares[host] = c.n
+		}
+		l.touch(host)
+		l.mu.Unlock()
 	}
 }

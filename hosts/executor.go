@@ -94,18 +94,29 @@ func (l *Lab) StopWaiting(host, run string) {
 	}
 }
 
-// waiter is host's machine, when its GPUs are locked.
-func (l *Lab) waiter(host string) interface {
+// Share implements executor.Waiter: run's share of host as the holder
+// there last said it; (-1, "", nil) for a host whose GPUs are not locked.
+func (l *Lab) Share(host, run string) (int, string, <-chan struct{}) {
+	if w := l.waiter(host); w != nil {
+		return w.Share(run)
+	}
+	return -1, "", nil
+}
+
+// machineWaiter is a machine whose GPUs are locked: its holders keep the
+// runs' records of waiting.
+type machineWaiter interface {
 	Waiting(run string)
 	StopWaiting(run string)
-} {
+	Share(run string) (int, string, <-chan struct{})
+}
+
+// waiter is host's machine, when its GPUs are locked.
+func (l *Lab) waiter(host string) machineWaiter {
 	l.mu.RLock()
 	r := l.runners[host]
 	l.mu.RUnlock()
-	w, _ := r.(interface {
-		Waiting(run string)
-		StopWaiting(run string)
-	})
+	w, _ := r.(machineWaiter)
 	return w
 }
 

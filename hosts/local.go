@@ -103,6 +103,12 @@ func (l *Local) Waiting(run string) {
 	l.locks.Waiting(run)
 }
 
+// Share is run's fair share of this machine (see gpulock.Lockers.Share).
+func (l *Local) Share(run string) (int, string, <-chan struct{}) {
+	l.init()
+	return l.locks.Share(run)
+}
+
 // StopWaiting says that run waits for none of this machine's GPUs any
 // more (see gpulock.Lockers.StopWaiting).
 func (l *Local) StopWaiting(run string) {

@@ -142,6 +142,9 @@ func (r *Remote) Waiting(run string) { r.locks.Waiting(run) }
 // (see gpulock.Lockers.StopWaiting).
 func (r *Remote) StopWaiting(run string) { r.locks.StopWaiting(run) }
 
+// Share is run's fair share of the machine (see gpulock.Lockers.Share).
+func (r *Remote) Share(run string) (int, string, <-chan struct{}) { return r.locks.Share(run) }
+
 // LockGPU implements Runner.
 func (r *Remote) LockGPU(ctx context.Context, gpu executor.GPUID, run string) (executor.GPULock, error) {
 	return r.locks.Lock(ctx, gpu, run)

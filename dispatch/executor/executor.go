@@ -77,6 +77,11 @@ type Waiter interface {
 	// more jobs for the host: it waits there too, for its turn at the GPUs
 	// that whole shares leave over. It may block on the network.
 	Waiting(host, run string)
+	// Share is run's fair share of host's GPUs, as GPULock.Share says it,
+	// for a run that holds no lock there but waits (a share of 0 keeps it
+	// off the host till its turn); changed is closed once it changes
+	// (nil: it never will).
+	Share(host, run string) (n int, waiting string, changed <-chan struct{})
 	// StopWaiting says that run waits for none of host's GPUs any more
 	// (its queue holds no job that could run there): its record goes at
 	// once, so that the runs there keep their GPUs. It may block on the

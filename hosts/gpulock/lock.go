@@ -270,6 +270,23 @@ func (ls *Lockers) Waiting(run string) {
 	}
 }
 
+// Share is run's fair share of the machine's GPUs as its holder last said
+// it, who waits, and a channel closed once that changes; (-1, "", nil)
+// with no holder. It is said with no lock held too, to a run that waits
+// there (a share of 0 keeps it off the machine till its turn).
+func (ls *Lockers) Share(run string) (int, string, <-chan struct{}) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	h := ls.holders[run]
+	if h == nil {
+		return -1, "", nil
+	}
+	if h.changed == nil {
+		h.changed = make(chan struct{})
+	}
+	return h.share, h.waiting, h.changed
+}
+
 // StopWaiting tells run's holder on the machine, if it has one, that the
 // run waits for none of the machine's GPUs any more (its queue holds no
 // job for it): the record of its waiting goes at once, and the runs that

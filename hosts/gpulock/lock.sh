@@ -256,9 +256,11 @@ flush() {
 # the holder works out each run's share of the host's GPUs: equal between
 # the users holding or waiting for them (a user is a record's owner, not
 # what its name says: a forged record is one user more at most), then
-# equal between one user's runs, at least one each; the GPUs those whole
-# shares leave go one each to the runs first in that line, so that they
-# go round as jobs end (three runs on four GPUs). While a run below its
+# equal between one user's runs (none, where they are more than its
+# GPUs); the GPUs those whole shares leave go one each to the runs first
+# in that line, so that they go round as jobs end (three runs on four
+# GPUs, or five on four). A run that waits with no lock here hears its
+# share too (none till its turn). While a run below its
 # share waits, the holder tells its coordinator its run's own share
 # ("share" N and who waits, each "run ID of WHO waits with M": it keeps at
 # most N of the host's GPUs busy, starting no new job on a GPU it frees
@@ -343,9 +345,7 @@ share_of() {
   share=-
   [ "$users" -gt 0 ] && [ "$all" -gt 0 ] || return 0
   per=$((all / users))
-  [ "$per" -gt 0 ] || per=1
   base=$((per / ${nruns[$EUID]:-1}))
-  [ "$base" -gt 0 ] || base=1
   # What whole shares leave goes one GPU at a time to whoever waits
   # longest: between users (a user's oldest record, then its run's id)
   # first, then between a user's runs (a run's record, then its id).
@@ -373,7 +373,6 @@ share_of() {
   for k in "${!owner[@]}"; do
     u=${owner[$k]}
     n=$((utot[$u] / nruns[$u]))
-    [ "$n" -gt 0 ] || n=1
     fair[$k]=$n
     rleft[$u]=$((${rleft[$u]:-${utot[$u]}} - n))
   done
@@ -396,14 +395,14 @@ share_of() {
       why+="${why:+, }${named[$k]} waits with ${holds[$k]:-0}"
     fi
   done
-  [ -z "$waiting" ] || [ "$ours" = 0 ] || share=$ours
+  [ -z "$waiting" ] || share=$ours
 }
 # share_tick renews (or lets go) this run's own record and says its share
 # when it changed.
 share_tick() {
   local f others='' share=- why=
   [ -n "$sharing" ] || return 0
-  if [ ${#fds[@]} -gt 0 ]; then
+  if [ ${#fds[@]} -gt 0 ] || [ -n "$wanted" ]; then
     mine
     for f in "$pdir"/gpudispatch-want-"$here"~*; do
       if [ -e "$f" ] && [ "$f" != "$wanted" ]; then

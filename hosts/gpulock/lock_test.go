@@ -665,6 +665,47 @@ func TestLeftOverGPUGoesRound(t *testing.T) {
 	}
 }
 
+// More runs than GPUs: a run holding one while a run with none waits for
+// its turn hears a share of none (it lets the GPU go as its job ends),
+// where "at least one each" kept the third run waiting for a queue to
+// empty. And a run that waits with no lock hears its share too.
+func TestShareOfNone(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "locks")
+	ctx := context.Background()
+	a := local(t, "workstation", dir, linger)
+	heldA := lockAll(t, a, 1, "runA")[0]
+	defer heldA.Release()
+	b := local(t, "workstation", dir, linger)
+	heldB, err := b.Lock(ctx, 1, "runB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer heldB.Release()
+	c := local(t, "workstation", dir, linger)
+	if _, err := c.Lock(ctx, 0, "runC"); !errors.Is(err, executor.ErrGPULocked) {
+		t.Fatalf("run C: %v, want locked", err)
+	}
+	if waiting := waitForShare(t, heldA, 0); !strings.HasPrefix(waiting, "run runC of ") {
+		t.Errorf("who waits: %q, want run C", waiting)
+	}
+	// D waits too, after C: C, with no lock, first in the line for one of
+	// the two GPUs, hears its share of one while D waits with none.
+	d := local(t, "workstation", dir, linger)
+	if _, err := d.Lock(ctx, 1, "runD"); !errors.Is(err, executor.ErrGPULocked) {
+		t.Fatalf("run D: %v, want locked", err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n, waiting, _ := c.Share("runC")
+		if n == 1 && strings.HasPrefix(waiting, "run runD of ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run C, waiting with no lock, hears share %d (%q), want 1 while D waits", n, waiting)
+		}
+	}
+}
+
 // A run out of fair share (NoShare) leaves no record of waiting, so a run
 // that holds the GPUs it wants hears no share; and one that holds GPUs
 // hears none either while another run waits.
