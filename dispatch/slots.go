@@ -39,7 +39,7 @@ type gpu struct {
 	busyEpoch int
 	reported  string
 	// lockedOut is set while it is busy because another run holds its
-	// lock (stopWaiting).
+	// lock (sayWaiting).
 	lockedOut bool
 	// sharedSaid is set once the run said that others use the GPU.
 	sharedSaid bool

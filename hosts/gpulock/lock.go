@@ -289,8 +289,8 @@ func (ls *Lockers) Share(run string) (int, string, <-chan struct{}) {
 
 // StopWaiting tells run's holder on the machine, if it has one, that the
 // run waits for none of the machine's GPUs any more (its queue holds no
-// job for it): the record of its waiting goes at once, and the runs that
-// gave up GPUs for it keep them again, rather than a minute later.
+// job for it): the record of its waiting goes at once (else it stays as
+// long as the holder), and the runs that gave up GPUs for it keep them.
 func (ls *Lockers) StopWaiting(run string) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()

@@ -563,7 +563,7 @@ func TestShareSaidWhileAnotherRunWaits(t *testing.T) {
 // A run that stops waiting (its queue holds nothing more for the machine)
 // while its holder stays, holding a GPU of its own, takes its record of
 // waiting away at once: the run that gave up GPUs for it hears no share
-// within the holders' next looks, not a minute later, and is told so
+// within the holders' next looks, and is told so
 // (Changed). Asking again makes the record again.
 func TestStopWaiting(t *testing.T) {
 	t.Parallel()
