@@ -588,3 +588,38 @@ func (l *fakeLocks) shareAt(start time.Time, host string, changes ...shareChange
 		l.mu.Unlock()
 	}
 }
+
+// --max-gpus counts GPUs, whatever the run has on them: the MIG instances
+// of one GPU count once, so a cap of two GPUs runs a job on each of GPU
+// 0's four instances and one on another GPU, never on all three GPUs.
+func TestMaxGPUsCountsGPUs(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0,1,2")
+		f := newFakeExec(inv)
+		f.usage["a"] = append(h100MIG(), executor.GPU{Index: 2, UUID: "GPU-2", Name: "NVIDIA H100 80GB HBM3", MemoryTotalMB: 81559})
+		_, s := runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), MaxGPUs: 2, Recheck: time.Hour}, repeat("sleep 10ms", 30))
+		if s.Counts[EventFinished] != 30 {
+			t.Fatalf("summary %+v", s)
+		}
+		// At each job's start, the GPUs with a job.
+		for _, a := range f.spans {
+			busy := map[string]bool{}
+			for _, b := range f.spans {
+				if !b.start.After(a.start) && b.end.After(a.start) {
+					for _, slot := range b.slots {
+						_, id, _ := strings.Cut(slot, ":")
+						gpu, _, _ := strings.Cut(id, ":")
+						busy[gpu] = true
+					}
+				}
+			}
+			if len(busy) > 2 {
+				t.Fatalf("GPUs %v busy at once, past --max-gpus 2", slices.Sorted(maps.Keys(busy)))
+			}
+		}
+		if f.peakTotal < 3 {
+			t.Errorf("at most %d jobs at once: the instances of one GPU were counted as GPUs", f.peakTotal)
+		}
+	})
+}

@@ -222,9 +222,10 @@ type slotTable struct {
 	minMem     int
 	// hostMinMem is the least mem: of a host (0: none has one).
 	hostMinMem int
-	// busyGPUs counts the GPUs with a job of the run, all hosts; with
-	// maxGPUs of them busy (Options.MaxGPUs, 0: no cap), a job goes only
-	// to a GPU that has one already.
+	// busyGPUs counts the GPUs with a job of the run, all hosts (the MIG
+	// instances of one GPU count once); with maxGPUs of them busy
+	// (Options.MaxGPUs, 0: no cap), a job goes only to a GPU that has one
+	// already, or to an instance of one.
 	busyGPUs, maxGPUs int
 }
 
@@ -542,7 +543,7 @@ func (t *slotTable) freeGPUs(h *hostSlots, j *Job, hd held) []*gpu {
 		if mem == 0 && g.used >= g.cap {
 			continue // full: the most common case in a busy lab
 		}
-		if shared && !h.inUse(g, nil) || maxed && g.jobs() == 0 {
+		if (shared || maxed) && !h.inUse(g, nil) {
 			continue // a GPU it frees goes to the run that waits
 		}
 		if g.open() && t.takes(g, mem, hd) && g.mayRun(j) {
@@ -737,8 +738,8 @@ func (hd held) total() int {
 func (t *slotTable) take(p placement) {
 	t.tick++
 	for _, g := range p.gpus {
-		if g.jobs() == 0 {
-			t.busyGPUs++
+		if !p.host.inUse(g, nil) {
+			t.busyGPUs++ // a GPU: its MIG instances count once
 		}
 		before := t.contrib(g)
 		if p.mem > 0 {
@@ -762,7 +763,7 @@ func (t *slotTable) release(p placement) {
 		} else {
 			g.used--
 		}
-		if g.jobs() == 0 {
+		if !p.host.inUse(g, nil) {
 			t.busyGPUs--
 		}
 		t.freeSlots += t.contrib(g) - before
