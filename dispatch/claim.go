@@ -421,13 +421,20 @@ func (r *run) watchChanges(h *hostSlots, ch <-chan struct{}, lock executor.GPULo
 // off the loop (a hung host blocks no turn).
 func (r *run) sayWaiting() {
 	w, ok := r.opts.Executor.(executor.Waiter)
-	if !ok || r.sched.table.claiming() {
-		return // a claim may yet be refused, and its job wait again
+	if !ok {
+		return
 	}
+	looked := false // whether a claim is under way, once asked
 	for _, h := range r.sched.table.hosts {
 		capped := !h.asked && h.overShare()
 		if !h.asked && !h.told && !capped {
-			continue
+			continue // the common case: nothing to say, nothing looked at
+		}
+		if !looked {
+			if r.sched.table.claiming() {
+				return // a claim may yet be refused, and its job wait again
+			}
+			looked = true
 		}
 		switch wants := r.sched.wants(h); {
 		case h.asked && !wants:

@@ -184,18 +184,7 @@ func TestSSHThirdRunArrivingLate(t *testing.T) {
 	if n := len(noCollisions(t, l)["node1"]); n != 34 {
 		t.Errorf("%d jobs done, want 34", n)
 	}
-	starts := func(dir string) []time.Time {
-		var out []time.Time
-		for _, e := range journal(t, filepath.Join(l.Dir, dir)) {
-			if e["event"] == "started" {
-				at, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(e["start"]))
-				out = append(out, at)
-			}
-		}
-		slices.SortFunc(out, time.Time.Compare)
-		return out
-	}
-	as, bs, cs := starts("logsA"), starts("logsB"), starts("logsC")
+	as, bs, cs := jobStarts(t, l, "logsA"), jobStarts(t, l, "logsB"), jobStarts(t, l, "logsC")
 	if len(as) != 15 || len(bs) != 15 || len(cs) != 4 {
 		t.Fatalf("started: %d, %d, %d", len(as), len(bs), len(cs))
 	}
@@ -286,17 +275,7 @@ func twoRunsOnAHost(t *testing.T, firstArgs ...string) (a, b []time.Time) {
 	if n := len(done["node1"]); n != 20 {
 		t.Errorf("%d jobs done, want 20", n)
 	}
-	starts := func(dir string) []time.Time {
-		var out []time.Time
-		for _, e := range journal(t, filepath.Join(l.Dir, dir)) {
-			if e["event"] == "started" {
-				at, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(e["start"]))
-				out = append(out, at)
-			}
-		}
-		return out
-	}
-	a, b = starts("logsA"), starts("logsB")
+	a, b = jobStarts(t, l, "logsA"), jobStarts(t, l, "logsB")
 	if len(a) != 10 || len(b) != 10 {
 		t.Fatalf("%d and %d starts, want 10 each", len(a), len(b))
 	}
@@ -483,4 +462,19 @@ func TestSSHSharedGPUWarned(t *testing.T) {
 	if n := strings.Count(r.stderr, "is used by others too"); n != 1 || !strings.Contains(r.stderr, want) {
 		t.Errorf("%d warnings; want one:\n%s\ngot:\n%s", n, want, r.stderr)
 	}
+}
+
+// jobStarts is when the jobs of the run logged in the lab's dir started,
+// in order.
+func jobStarts(t *testing.T, l *sshtest.Lab, dir string) []time.Time {
+	t.Helper()
+	var out []time.Time
+	for _, e := range journal(t, filepath.Join(l.Dir, dir)) {
+		if e["event"] == "started" {
+			at, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(e["start"]))
+			out = append(out, at)
+		}
+	}
+	slices.SortFunc(out, time.Time.Compare)
+	return out
 }
