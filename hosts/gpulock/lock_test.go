@@ -93,9 +93,7 @@ func TestLockOutlivesSilentCoordinatorBriefly(t *testing.T) {
 	}
 	a.(*heldLock).h.hush() // the coordinator freezes: no more heartbeats
 	start := time.Now()
-	if _, err := l.Lock(ctx, 3, "runB"); !errors.Is(err, executor.ErrGPULocked) {
-		t.Fatalf("right after: %v, want still locked", err)
-	}
+	lockRefused(t, l, 3, "runB")
 	select {
 	case <-a.Lost():
 	case <-time.After(10 * time.Second):
@@ -380,9 +378,7 @@ func TestLockTakenOverBySameRun(t *testing.T) {
 		t.Fatal("the cut-off holder did not linger")
 	}
 	ls2 := local(t, "node", dir, long)
-	if _, err := ls2.Lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
-		t.Fatalf("another run while the old holder lingers: %v, want locked", err)
-	}
+	lockRefused(t, ls2, 0, "runB")
 	start := time.Now()
 	b, err := ls2.Lock(ctx, 0, "runA")
 	if err != nil {
@@ -541,15 +537,12 @@ func TestShareSaidWhileAnotherRunWaits(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "locks")
 	a := local(t, "workstation", dir, linger)
-	ctx := context.Background()
 	held := lockAll(t, a, 2, "runA")
 	if n, _ := held[0].Share(); n != -1 {
 		t.Errorf("share %d while no one waits, want -1", n)
 	}
 	b := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, Finding{Login: true})
-	if _, err := b.Lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
-		t.Fatalf("run B: %v, want locked", err)
-	}
+	lockRefused(t, b, 0, "runB")
 	if waiting := waitForShare(t, held[0], 1); !strings.HasPrefix(waiting, "run runB of ") || !strings.HasSuffix(waiting, " waits with 0") {
 		t.Errorf("who waits: %q, want run runB, holding none", waiting)
 	}
@@ -577,9 +570,7 @@ func TestStopWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer own.Release()
-	if _, err := b.Lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
-		t.Fatalf("run B: %v, want locked", err)
-	}
+	lockRefused(t, b, 0, "runB")
 	// Four GPUs, two runs of one user: two each; B holds one.
 	waitForShare(t, held[0], 2)
 	changed := held[0].(executor.ShareWatcher).Changed()
@@ -590,9 +581,7 @@ func TestStopWaiting(t *testing.T) {
 		t.Fatal("the share changed, and Changed was not closed")
 	}
 	waitForShare(t, held[0], -1)
-	if _, err := b.Lock(ctx, 1, "runB"); !errors.Is(err, executor.ErrGPULocked) {
-		t.Fatalf("run B again: %v, want locked", err)
-	}
+	lockRefused(t, b, 1, "runB")
 	waitForShare(t, held[0], 2)
 	for _, l := range held {
 		l.Release()
@@ -618,9 +607,7 @@ func TestLeftOverGPUGoesRound(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer own.Release()
-		if _, err := ls.Lock(ctx, 0, run); !errors.Is(err, executor.ErrGPULocked) {
-			t.Fatalf("%s: %v, want locked", run, err)
-		}
+		lockRefused(t, ls, 0, run)
 	}
 	// A, held to its share, has more jobs: it waits too, a while later.
 	// Its record, new in the line, takes a time just after the oldest's
@@ -683,18 +670,14 @@ func TestShareOfNone(t *testing.T) {
 	}
 	defer heldB.Release()
 	c := local(t, "workstation", dir, linger)
-	if _, err := c.Lock(ctx, 0, "runC"); !errors.Is(err, executor.ErrGPULocked) {
-		t.Fatalf("run C: %v, want locked", err)
-	}
+	lockRefused(t, c, 0, "runC")
 	if waiting := waitForShare(t, heldA, 0); !strings.HasPrefix(waiting, "run runC of ") {
 		t.Errorf("who waits: %q, want run C", waiting)
 	}
 	// D waits too, after C: C, with no lock, first in the line for one of
 	// the two GPUs, hears its share of one while D waits with none.
 	d := local(t, "workstation", dir, linger)
-	if _, err := d.Lock(ctx, 1, "runD"); !errors.Is(err, executor.ErrGPULocked) {
-		t.Fatalf("run D: %v, want locked", err)
-	}
+	lockRefused(t, d, 1, "runD")
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		n, waiting, _ := c.Share("runC")
 		if n == 1 && strings.HasPrefix(waiting, "run runD of ") {
@@ -712,7 +695,6 @@ func TestShareOfNone(t *testing.T) {
 func TestNoShare(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "locks")
-	ctx := context.Background()
 	for _, tc := range []struct {
 		name          string
 		holder, asker bool // NoShare of each
@@ -725,9 +707,7 @@ func TestNoShare(t *testing.T) {
 		held := lockAll(t, a, 2, "runA")
 		b := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, Finding{Login: true})
 		b.NoShare = tc.asker
-		if _, err := b.Lock(ctx, 0, "runB"); !errors.Is(err, executor.ErrGPULocked) {
-			t.Fatalf("%s: run B: %v, want locked", tc.name, err)
-		}
+		lockRefused(t, b, 0, "runB")
 		time.Sleep(2500 * time.Millisecond) // two of the holders' looks
 		if n, _ := held[0].Share(); n != -1 {
 			t.Errorf("%s: share %d, want none", tc.name, n)
@@ -737,6 +717,15 @@ func TestNoShare(t *testing.T) {
 			l.Release()
 		}
 		a.Close()
+	}
+}
+
+// lockRefused fails t unless ls's lock of gpu for run is refused because
+// another run holds it (the refusal makes run's record of waiting).
+func lockRefused(t *testing.T, ls *Lockers, gpu executor.GPUID, run string) {
+	t.Helper()
+	if _, err := ls.Lock(context.Background(), gpu, run); !errors.Is(err, executor.ErrGPULocked) {
+		t.Fatalf("%s asking for GPU %s: %v, want it locked by another run", run, gpu, err)
 	}
 }
 
