@@ -203,6 +203,7 @@ type settings struct {
 	tags              []string
 	returns           []string
 	shell             string
+	ncclIfname        string
 	env               map[string]string
 	slotsPerGPU       int
 	// mem is the jobs' default GPU memory (MiB); memoryMB, reserveMB and
@@ -232,6 +233,7 @@ func (c *checker) settingsFields(s *settings) map[string]func(string, *node) {
 		"return":        c.returns(&s.returns),
 		"shell":         c.oneOf(&s.shell, ShellLogin, ShellInteractive),
 		"env":           c.env(&s.env),
+		"nccl_ifname":   c.str(&s.ncclIfname),
 	}
 }
 
@@ -460,6 +462,7 @@ func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 	fields := c.settingsFields(&s)
 	fields["name"] = c.str(&h.Name)
 	fields["hostname"] = c.str(&s.Hostname)
+	fields["address"] = c.str(&h.Address)
 	fields["local"] = c.boolean(&h.Local)
 	fields["gpus"] = func(_ string, v *node) { gpus = v }
 	fields["slurm"] = func(key string, v *node) { h.Slurm = c.slurm(v, key) }
@@ -511,6 +514,7 @@ func (c *checker) host(n *node, path string, defaults settings) (Host, bool) {
 		h.Modules = s.modules
 	}
 	h.Interactive = cmp.Or(s.shell, defaults.shell) == ShellInteractive
+	h.NCCLIfname = cmp.Or(s.ncclIfname, defaults.ncclIfname)
 	if h.Slurm != nil && h.Interactive {
 		c.fail(n, path+".shell", "a Slurm cluster's jobs run in batch scripts: shell: interactive does not apply (load what you need with conda:, venv:, modules: or setup:)")
 	}

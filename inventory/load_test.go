@@ -228,3 +228,23 @@ hosts:
 		}
 	}
 }
+
+// address: is a host's own; nccl_ifname: a host's, else the defaults'.
+func TestLoadJobsOverHostsKeys(t *testing.T) {
+	t.Parallel()
+	inv, err := Parse("lab.yaml", []byte(`defaults: {nccl_ifname: ib0}
+hosts:
+  - {name: a, gpus: 1, address: 10.1.0.1, nccl_ifname: eth1}
+  - {name: b, gpus: 1}
+`), "yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := inv.Hosts[0], inv.Hosts[1]
+	if a.Address != "10.1.0.1" || b.Address != "" || a.NCCLIfname != "eth1" || b.NCCLIfname != "ib0" {
+		t.Errorf("a: %q %q, b: %q %q", a.Address, a.NCCLIfname, b.Address, b.NCCLIfname)
+	}
+	if _, err := Parse("lab.yaml", []byte("defaults: {address: x}\nhosts:\n  - {name: a, gpus: 1}\n"), "yaml"); err == nil || !strings.Contains(err.Error(), "defaults.address: unknown key") {
+		t.Errorf("address: under defaults: %v, want it refused (one address per host)", err)
+	}
+}

@@ -94,6 +94,12 @@ type Host struct {
 	Venv        string
 	Modules     []string
 	Interactive bool
+	// Address is the host's address as the other hosts reach it (address:;
+	// "": its ssh HostName): part 0 of a job over several hosts there is
+	// their MASTER_ADDR. NCCLIfname, when set, is the network interface
+	// NCCL uses there (nccl_ifname:, NCCL_SOCKET_IFNAME for its jobs).
+	Address    string
+	NCCLIfname string
 }
 
 // DefaultReserveMB is the GPU memory a host keeps free of declared
