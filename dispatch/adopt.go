@@ -113,13 +113,20 @@ func (r *run) adoptedPlace(e Event) (placement, bool) {
 	if h.cluster {
 		return placement{host: h, gpus: h.gpus[:1]}, true
 	}
+	// Every part of a job over several hosts, in rank order.
 	var gs []*gpu
-	for _, id := range e.GPUs {
-		g := h.byID[id]
-		if g == nil {
+	for _, pl := range e.Places() {
+		ph := r.sched.table.byName[pl.Host]
+		if ph == nil || ph.removed || ph.cluster || len(pl.GPUs) == 0 {
 			return placement{}, false
 		}
-		gs = append(gs, g)
+		for _, id := range pl.GPUs {
+			g := ph.byID[id]
+			if g == nil {
+				return placement{}, false
+			}
+			gs = append(gs, g)
+		}
 	}
 	return placement{host: h, gpus: gs}, len(gs) > 0
 }
@@ -134,8 +141,21 @@ func (r *run) adopt(q *queued, e Event) bool {
 		return false
 	}
 	logs, outOff, errOff, err := appendLogs(e.Stdout, e.Stderr, r.fileMode)
+	offs := [][2]int64{{outOff, errOff}}
+	for _, pt := range e.Parts {
+		if err != nil {
+			break
+		}
+		var pl logFiles
+		pl, outOff, errOff, err = appendLogs(pt.Stdout, pt.Stderr, r.fileMode)
+		logs.parts = append(logs.parts, pl)
+		offs = append(offs, [2]int64{outOff, errOff})
+	}
 	if err != nil {
-		r.record(r.warning("", q.job.ID(), fmt.Sprintf("cannot follow attempt %d, which may still run on %s: %v; it is run again", e.Attempt, e.Host, err)))
+		if logs.out != nil {
+			logs.close()
+		}
+		r.record(r.warning("", q.job.ID(), fmt.Sprintf("cannot follow attempt %d, which may still run on %s: %v; it is run again", e.Attempt, Where(e.Places()), err)))
 		return false
 	}
 	p.mem = p.host.memOf(q.job)
@@ -151,6 +171,7 @@ func (r *run) adopt(q *queued, e Event) bool {
 	}
 	ev := r.event(EventStarted, q.job, q.attempts)
 	ev.Host, ev.GPUs, ev.Tag, ev.SlurmJobID, ev.Snapshot, ev.Tree = e.Host, e.GPUs, q.tag, e.SlurmJobID, e.Snapshot, e.Tree
+	ev.Parts = e.Parts
 	ev.Stdout, ev.Stderr, ev.Start = logs.out.Name(), logs.err.Name(), &start
 	ev.Message = "re-adopted: attempt of run " + e.Run + ", followed where it runs"
 	q.launched, q.pending, q.ran, q.slurmID = ev, false, &start, e.SlurmJobID
@@ -165,14 +186,36 @@ func (r *run) adopt(q *queued, e Event) bool {
 	q.kill = kill
 	r.attempts.inFlight++
 	a := assignment{q: q, p: p}
+	// Each part is followed where it runs (a job on one host is part 0
+	// alone), and ended with the others as a started job's are.
+	hosts := []string{e.Host}
+	tags := []string{q.tag}
+	parts := []logFiles{logs}
+	for _, pt := range e.Parts {
+		hosts, tags = append(hosts, pt.Host), append(tags, cmp.Or(pt.Tag, partTag(q.tag, pt.Rank)))
+	}
+	parts = append(parts, logs.parts...)
 	go func() {
 		defer kill(nil)
-		c := executor.Command{Tag: q.tag, Progress: r.progressOf(q)}
-		code, end, err := r.opts.Executor.Adopt(jctx, e.Host, c, outOff, errOff, logs.out, logs.err)
+		progress := r.progressOf(q)
+		ends := make([]time.Time, len(hosts))
+		follow := func(ctx context.Context, k int) (int, error) {
+			c := executor.Command{Tag: tags[k], Progress: func(p executor.Progress) { progress(hosts[k], p) }}
+			code, end, err := r.opts.Executor.Adopt(ctx, hosts[k], c, offs[k][0], offs[k][1], parts[k].out, parts[k].err)
+			ends[k] = end
+			return code, err
+		}
+		var code, rank int
+		var err error
+		if len(hosts) == 1 {
+			code, err = follow(jctx, 0)
+		} else {
+			code, rank, err = runParts(jctx, hosts, follow)
+		}
 		if cerr := logs.close(); err == nil && cerr != nil {
 			err = cerr
 		}
-		r.hand(result{a: a, code: code, err: err, start: start, end: end, logs: logs})
+		r.hand(result{a: a, code: code, err: err, rank: rank, start: start, end: ends[rank], logs: logs})
 	}()
 	return true
 }

@@ -41,10 +41,11 @@ type locking struct {
 // work is on GPUs where no job of this run is (not vetted).
 type claim struct {
 	a assignment
-	// host is the job's host's name: settle runs off the loop, which owns
-	// the slot table (a reload rewrites hostSlots.host). A gpu's id never
-	// changes, so settle may read it.
-	host  string
+	// hosts names each GPU's host (a job over several hosts has GPUs on
+	// each): settle runs off the loop, which owns the slot table (a
+	// reload rewrites hostSlots.host). A gpu's id never changes, so
+	// settle may read it.
+	hosts map[*gpu]string
 	lock  []*gpu
 	check []*gpu
 	// unlocked are the Lost channels of locks of these GPUs that this run
@@ -62,21 +63,25 @@ type claimResult struct {
 	holders map[*gpu]string
 	// freed are closed as the locks found taken look free.
 	freed map[*gpu]<-chan struct{}
-	// noLocks is set when the host cannot lock (executor.ErrNoLocks), noProbe
-	// when its nvidia-smi cannot be asked: the job goes on regardless.
-	noLocks, noProbe error
-	// err is set when the host could not be reached, or the run ended.
-	err error
+	// noLocks says which hosts cannot lock (executor.ErrNoLocks), noProbe
+	// those whose nvidia-smi cannot be asked: the job goes on regardless.
+	noLocks, noProbe map[string]error
+	// err is set when a host (down) could not be reached, or the run
+	// ended.
+	err  error
+	down string
 }
 
 // needs says what must be settled before a can start.
 func (r *run) needs(a assignment) claim {
 	h := a.p.host
-	c := claim{a: a, host: h.host.Name}
+	c := claim{a: a, hosts: map[*gpu]string{}}
 	if h.cluster {
 		return c // Slurm gives the GPUs
 	}
 	for _, g := range a.p.gpus {
+		h := g.host
+		c.hosts[g] = h.host.Name
 		if g.lock != nil {
 			// A loss the loop has not heard of yet still counts.
 			select {
@@ -127,8 +132,7 @@ func (r *run) launch(ctx context.Context, a assignment) bool {
 
 // settle takes the locks and asks nvidia-smi, off the loop.
 func (r *run) settle(ctx context.Context, c claim) claimResult {
-	res := claimResult{claim: c, locks: map[*gpu]executor.GPULock{}, busy: map[*gpu]string{}, holders: map[*gpu]string{}, freed: map[*gpu]<-chan struct{}{}}
-	host := c.host
+	res := claimResult{claim: c, locks: map[*gpu]executor.GPULock{}, busy: map[*gpu]string{}, holders: map[*gpu]string{}, freed: map[*gpu]<-chan struct{}{}, noLocks: map[string]error{}, noProbe: map[string]error{}}
 	for _, ch := range c.unlocked {
 		select {
 		case <-ch:
@@ -138,14 +142,15 @@ func (r *run) settle(ctx context.Context, c claim) claimResult {
 		}
 	}
 	for _, g := range c.lock {
+		host := c.hosts[g]
 		l, err := r.opts.Executor.LockGPU(ctx, host, g.id, r.id)
 		switch {
 		case err == nil:
 			res.locks[g] = l
 		case errors.Is(err, executor.ErrNoLocks):
-			res.noLocks = err
+			res.noLocks[host] = err
 		case unreachable(err) || ctx.Err() != nil:
-			res.err = err
+			res.err, res.down = err, host
 			return res
 		default:
 			// Taken by another run, or the lock file cannot be used: either
@@ -158,25 +163,49 @@ func (r *run) settle(ctx context.Context, c claim) claimResult {
 			}
 		}
 	}
-	if len(res.busy) > 0 || len(c.check) == 0 {
+	if len(res.busy) > 0 {
 		return res
 	}
+	// One look at each host's GPUs, in the order of the job's parts.
+	var hosts []string
+	for _, g := range c.check {
+		if !slices.Contains(hosts, c.hosts[g]) {
+			hosts = append(hosts, c.hosts[g])
+		}
+	}
+	for _, host := range hosts {
+		r.look(ctx, &res, host)
+		if res.err != nil {
+			return res
+		}
+	}
+	return res
+}
+
+// look asks nvidia-smi on host whether the GPUs of c.check there are
+// busy with other work, for settle.
+func (r *run) look(ctx context.Context, res *claimResult, host string) {
 	gpus, err := r.opts.Executor.ProbeGPUs(ctx, host)
 	switch {
 	case unreachable(err) || ctx.Err() != nil:
-		res.err = err
-		return res
+		res.err, res.down = err, host
+		return
 	case errors.Is(err, executor.ErrProbeTimeout):
 		// A sick host: its GPUs are set aside, and tried again later.
-		for _, g := range c.check {
-			res.busy[g] = fmt.Sprintf("%s: %v; no new job on GPU %s until it answers", host, err, g.id)
+		for _, g := range res.check {
+			if res.hosts[g] == host {
+				res.busy[g] = fmt.Sprintf("%s: %v; no new job on GPU %s until it answers", host, err, g.id)
+			}
 		}
-		return res
+		return
 	case err != nil:
-		res.noProbe = err
-		return res
+		res.noProbe[host] = err
+		return
 	}
-	for _, g := range c.check {
+	for _, g := range res.check {
+		if res.hosts[g] != host {
+			continue
+		}
 		for _, info := range gpus {
 			// A MIG instance's own use is not in nvidia-smi's answer.
 			if why := info.BusyWhy(r.opts.BusyMemoryMB); executor.GPUID(info.Index) == g.id && why != "" {
@@ -184,7 +213,6 @@ func (r *run) settle(ctx context.Context, c claim) claimResult {
 			}
 		}
 	}
-	return res
 }
 
 // unreachable reports whether err means the host could not be reached.
@@ -197,7 +225,6 @@ func unreachable(err error) bool {
 // or the host went away.
 func (r *run) onClaim(ctx context.Context, res claimResult) {
 	a := res.a
-	h := a.p.host
 	for _, g := range a.p.gpus {
 		r.sched.table.setBlocked(g, func() { g.claiming = false })
 	}
@@ -205,7 +232,7 @@ func (r *run) onClaim(ctx context.Context, res claimResult) {
 	relock := false
 	for g, l := range res.locks {
 		g.lock, g.unlocked = l, nil
-		r.sharing(h, g, l.UsedMB())
+		r.sharing(g.host, g, l.UsedMB())
 		go r.watchLock(g, l)
 		select {
 		case <-l.Lost():
@@ -215,13 +242,16 @@ func (r *run) onClaim(ctx context.Context, res claimResult) {
 		default:
 		}
 	}
-	if res.noLocks != nil && h.noLocks == nil {
-		h.noLocks = res.noLocks
-		r.record(r.hostWarning(h, res.noLocks))
-	}
-	if res.noProbe != nil && !h.noProbe {
-		h.noProbe = true
-		r.record(r.hostWarning(h, fmt.Errorf("cannot tell whether its GPUs are busy, so --skip-busy does not apply there: %w", res.noProbe)))
+	for _, h := range a.p.parts() {
+		h := h.host
+		if err := res.noLocks[h.host.Name]; err != nil && h.noLocks == nil {
+			h.noLocks = err
+			r.record(r.hostWarning(h, err))
+		}
+		if err := res.noProbe[h.host.Name]; err != nil && !h.noProbe {
+			h.noProbe = true
+			r.record(r.hostWarning(h, fmt.Errorf("cannot tell whether its GPUs are busy, so --skip-busy does not apply there: %w", err)))
+		}
 	}
 	if a.q.cancelAsked {
 		r.attempts.inFlight--
@@ -232,7 +262,7 @@ func (r *run) onClaim(ctx context.Context, res claimResult) {
 	if res.err != nil || len(res.busy) > 0 || relock || r.stopping {
 		r.attempts.inFlight--
 		r.release(a.p)
-		if unreachable(res.err) {
+		if h := r.sched.table.byName[res.down]; h != nil && unreachable(res.err) {
 			r.hostDown(h, res.err)
 		}
 		gs := make([]*gpu, 0, len(res.busy))

@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"slices"
 	"strings"
 	"time"
 
@@ -145,6 +146,65 @@ type Event struct {
 	// Spec is how a served job was queued (on queued and priority events
 	// of serve): with Text it rebuilds the job after a restart.
 	Spec *JobSpec `json:"spec,omitempty"`
+	// Parts, on the events of an attempt of a job over several hosts
+	// ([nodes=N]), are its parts from rank 1 on (Host, GPUs, Stdout,
+	// Stderr and Tag are part 0's). FailedPart, on the event that ends
+	// such an attempt, is the part whose end ended it.
+	Parts      []Part `json:"parts,omitempty"`
+	FailedPart *int   `json:"failed_part,omitempty"`
+}
+
+// ranOn reports whether the attempt e is about runs on host, in whole or
+// in part.
+func (e Event) ranOn(host string) bool {
+	return slices.ContainsFunc(e.Places(), func(p Place) bool { return p.Host == host })
+}
+
+// Place is a host and the GPUs of it where an attempt, or a part of one,
+// runs (none on a Slurm cluster, where Slurm gives them).
+type Place struct {
+	Host string
+	GPUs []executor.GPUID
+}
+
+// Places lists where e's attempt runs: its host and GPUs, then, for a job
+// over several hosts, its other parts'. None for an event about no
+// attempt.
+func (e Event) Places() []Place { return places(e.Host, e.GPUs, e.Parts) }
+
+func places(host string, gpus []executor.GPUID, parts []Part) []Place {
+	if host == "" {
+		return nil
+	}
+	out := []Place{{host, gpus}}
+	for _, p := range parts {
+		out = append(out, Place{p.Host, p.GPUs})
+	}
+	return out
+}
+
+// Where says where places are: "node1:2", "hpc" (a Slurm cluster), or
+// "node1:0,1+node2:0,1" for a job over several hosts; "" for none.
+func Where(places []Place) string {
+	s := make([]string, len(places))
+	for i, p := range places {
+		s[i] = p.Host
+		if len(p.GPUs) > 0 {
+			s[i] += ":" + executor.GPUIDs(p.GPUs)
+		}
+	}
+	return strings.Join(s, "+")
+}
+
+// Part is one part, on one host, of an attempt of a job over several
+// hosts: its rank (NODE_RANK), where it runs, its logs and its tag.
+type Part struct {
+	Rank   int              `json:"rank"`
+	Host   string           `json:"host"`
+	GPUs   []executor.GPUID `json:"gpus,omitempty"`
+	Stdout string           `json:"stdout,omitempty"`
+	Stderr string           `json:"stderr,omitempty"`
+	Tag    string           `json:"tag,omitempty"`
 }
 
 // JobSpec is where a job may run and in what order, as it was queued.

@@ -86,6 +86,8 @@ type fakeExec struct {
 	// each sleep job ran, and on which GPUs.
 	user  string
 	spans []span
+	// ports counts FreePort's answers.
+	ports int
 }
 
 // span is when a job ran, and where.
@@ -792,6 +794,16 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 	case "exit":
 		n, _ := strconv.Atoi(arg)
 		return n, nil
+	case "rankexit":
+		// Part R of a job over several hosts exits N at once; the others
+		// run until they are stopped.
+		r, n, _ := strings.Cut(arg, " ")
+		if envValue(c.Env, "NODE_RANK") == r {
+			code, _ := strconv.Atoi(n)
+			return code, nil
+		}
+		<-ctx.Done()
+		return 143, fmt.Errorf("job stopped: %w", context.Cause(ctx))
 	case "flaky":
 		// Exits 3 on its first N attempts, then 0.
 		n, _ := strconv.Atoi(arg)
@@ -888,6 +900,17 @@ func runJobsWith(t *testing.T, f *fakeExec, opts Options, input string) (*fakeEx
 func repeat(line string, n int) string {
 	return strings.Repeat(line+"\n", n)
 }
+
+// FreePort gives each job over several hosts a port of its own.
+func (f *fakeExec) FreePort(ctx context.Context, host string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ports++
+	return 29500 + f.ports, nil
+}
+
+// Address is none: a host's name is its address.
+func (f *fakeExec) Address(string) string { return "" }
 
 // Adopt follows an attempt of detached, or finds nothing.
 func (f *fakeExec) Adopt(ctx context.Context, host string, c executor.Command, outOff, _ int64, stdout, _ io.Writer) (int, time.Time, error) {

@@ -26,17 +26,17 @@ type expiry struct {
 	episode int
 }
 
-// cutOff takes the host of q's job out of use at once when the job's
-// connection was cut at when: the host is down, and says how many jobs are
-// presumed running there, until it answers again.
-func (r *run) cutOff(q *queued, when time.Time, why string) {
-	h := r.sched.table.byName[q.launched.Host]
+// cutOff takes host out of use at once when the connection of a job (or
+// part of one) there was cut at when: the host is down, and says how many
+// jobs are presumed running there, until it answers again.
+func (r *run) cutOff(host string, when time.Time, why string) {
+	h := r.sched.table.byName[host]
 	if h == nil || h.down {
 		return
 	}
 	running := 0
 	for _, o := range r.serving.jobs {
-		if o.kill != nil && o.launched.Host == h.host.Name {
+		if o.kill != nil && o.launched.ranOn(h.host.Name) {
 			running++ // a job over several GPUs counts once
 		}
 	}

@@ -32,6 +32,10 @@ type Job struct {
 	GPU  int
 	// GPUs is how many GPUs of one host the job needs together (at least 1).
 	GPUs int
+	// Nodes is how many hosts the job runs on at once ([nodes=N], at
+	// least 1): one part on each, GPUs GPUs there, all started together
+	// and ended together.
+	Nodes int
 	// Timeout is the job's own limit (0: the run's --timeout).
 	Timeout time.Duration
 	// Priority orders the queue: higher first, equal ones in arrival order.

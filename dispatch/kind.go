@@ -140,7 +140,12 @@ func (t *slotTable) checkKind(j *Job) (final bool, err error) {
 	if !j.needsKind() {
 		return true, nil
 	}
+	// A job over N hosts needs N hosts with GPUs enough of its kind.
+	need, unknown := max(j.Nodes, 1), false
 	for _, h := range t.candidates(j) {
+		if !h.fits(j) {
+			continue
+		}
 		if h.cluster && !h.watched && !h.removed && len(j.Models) > 0 && j.VRAMMB == 0 && h.hasTags(j) {
 			return false, nil // its GPU types are known once it is opened
 		}
@@ -151,7 +156,8 @@ func (t *slotTable) checkKind(j *Job) (final bool, err error) {
 			return true, nil
 		}
 		if h.unseen || h.opening || h.down && !h.looked {
-			return false, nil // not known yet
+			unknown = true // not known yet
+			continue
 		}
 		n := 0
 		for _, g := range h.gpus {
@@ -160,10 +166,18 @@ func (t *slotTable) checkKind(j *Job) (final bool, err error) {
 			}
 		}
 		if n >= h.need(j) {
-			return true, nil
+			if need--; need == 0 {
+				return true, nil
+			}
 		}
 	}
+	if unknown {
+		return false, nil
+	}
 	final = t.unseenUp == 0
+	if j.Nodes > 1 {
+		return final, fmt.Errorf("%s: fewer than %d hosts have %s of that kind (the lab has: %s)", kindWords(j), j.Nodes, Count(j.GPUs, "GPU"), t.labKinds())
+	}
 	return final, fmt.Errorf("%s: no GPU of the lab is one (the lab has: %s)", kindWords(j), t.labKinds())
 }
 

@@ -9,9 +9,11 @@ import (
 	"strconv"
 )
 
-// logFiles are one attempt's stdout and stderr files.
+// logFiles are one attempt's stdout and stderr files; parts are those of
+// its parts 1.. when it runs over several hosts.
 type logFiles struct {
 	out, err *logWriter
+	parts    []logFiles
 }
 
 // logWriter writes a job's output to its log file. A write that fails (a
@@ -73,7 +75,11 @@ func create(path string, mode fs.FileMode) (*os.File, error) {
 
 // close closes both files and reports the first write that failed.
 func (l logFiles) close() error {
-	return errors.Join(l.out.failed, l.err.failed, l.out.f.Close(), l.err.f.Close())
+	errs := []error{l.out.failed, l.err.failed, l.out.f.Close(), l.err.f.Close()}
+	for _, p := range l.parts {
+		errs = append(errs, p.close())
+	}
+	return errors.Join(errs...)
 }
 
 // remove deletes both files, for an attempt that never ran.
@@ -83,4 +89,7 @@ func (l logFiles) remove() {
 	}
 	os.Remove(l.out.Name())
 	os.Remove(l.err.Name())
+	for _, p := range l.parts {
+		p.remove()
+	}
 }

@@ -24,6 +24,9 @@ const MaxJobBytes = 128*1024 - 1
 // maxGPUsPerJob bounds gpus=N; no host has more.
 const maxGPUsPerJob = 1024
 
+// maxNodesPerJob bounds nodes=N.
+const maxNodesPerJob = 1024
+
 // LineError is a job line that was rejected; the other lines still run.
 type LineError struct {
 	// Job has Seq, File, Line and Text set; the rest may be empty.
@@ -160,7 +163,7 @@ func (p *parser) next() (*Job, error) {
 		}
 	}
 	*p.seq++
-	j := &Job{Seq: *p.seq, File: p.file, Line: first, Text: string(text), GPU: -1, GPUs: 1, PreferGPU: -1, Retries: -1}
+	j := &Job{Seq: *p.seq, File: p.file, Line: first, Text: string(text), GPU: -1, GPUs: 1, Nodes: 1, PreferGPU: -1, Retries: -1}
 	p.seen[j.Text]++
 	j.Occurrence = p.seen[j.Text]
 	if tooLong || len(text) > MaxJobBytes {
@@ -254,6 +257,10 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]*$`)
 // number).
 var attemptRE = regexp.MustCompile(`^[0-9]+$|\.([2-9]|[1-9][0-9]+)$`)
 
+// rankRE matches the names that the logs of a job's other parts have
+// ([nodes=N]: ID.rank1.out, ID.2.rank1.out).
+var rankRE = regexp.MustCompile(`\.rank[0-9]+$`)
+
 // logDirSuffixRE matches the names of the files a log dir holds beside
 // its jobs' directories (ID.out, ID.err, journal.jsonl, gpudispatch.lock,
 // gpudispatch.sock).
@@ -327,6 +334,12 @@ func parseOptions(j *Job, words []string) error {
 				return fmt.Errorf("[%s]: want a number of GPUs from 1 to %d", w, maxGPUsPerJob)
 			}
 			j.GPUs = n
+		case "nodes":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 || n > maxNodesPerJob {
+				return fmt.Errorf("[%s]: want a number of hosts from 1 to %d", w, maxNodesPerJob)
+			}
+			j.Nodes = n
 		case "name":
 			if !nameRE.MatchString(val) {
 				return fmt.Errorf("[%s]: a name is letters, digits, '.', '_' and '-', not starting with '.' (it names the log files)", w)
@@ -339,6 +352,9 @@ func parseOptions(j *Job, words []string) error {
 					instead = "job" + val
 				}
 				return fmt.Errorf("[%s]: a name must not be a number, nor end in .N for a number N from 2 (ID.N.out is attempt N of job ID): write %s for instance", w, instead)
+			}
+			if rankRE.MatchString(val) {
+				return fmt.Errorf("[%s]: a name must not end in .rankN (ID.rankN.out is part N of a job over several hosts): write %s for instance", w, strings.ReplaceAll(val, ".", "_"))
 			}
 			// A job's returned files go in LOGDIR/ID/: that directory
 			// must not be a log or the log dir's own file.
@@ -438,11 +454,25 @@ func parseOptions(j *Job, words []string) error {
 	if j.GPU >= 0 && j.GPUs > 1 {
 		return fmt.Errorf("gpu=%d and gpus=%d: pin one GPU or ask for several, not both", j.GPU, j.GPUs)
 	}
+	if j.Nodes > 1 {
+		// One job over several hosts: each part is placed by the
+		// scheduler, in a place the options of one host cannot name.
+		switch {
+		case j.Host != "":
+			return fmt.Errorf("host=%s and nodes=%d: a job over %d hosts cannot be pinned to one (tags= or model= choose the hosts)", j.Host, j.Nodes, j.Nodes)
+		case j.GPU >= 0:
+			return fmt.Errorf("gpu=%d and nodes=%d: a job over several hosts cannot pin a GPU (gpus= says how many on each)", j.GPU, j.Nodes)
+		case j.Prefer != "":
+			return fmt.Errorf("prefer=%s and nodes=%d: a job over several hosts goes where its hosts are free together", j.Prefer, j.Nodes)
+		case j.MemMB > 0:
+			return fmt.Errorf("mem= and nodes=%d: a job over several hosts takes whole GPUs (gpus= on each host)", j.Nodes)
+		}
+	}
 	return nil
 }
 
 // optionNames are the keys a [key=value ...] prefix knows.
-var optionNames = []string{"host", "gpu", "gpus", "name", "timeout", "priority", "prefer", "conda", "return", "after", "after_any", "mem", "model", "vram", "tags", "retries"}
+var optionNames = []string{"host", "gpu", "gpus", "nodes", "name", "timeout", "priority", "prefer", "conda", "return", "after", "after_any", "mem", "model", "vram", "tags", "retries"}
 
 // OptionNames are the keys of a job line's [key=value ...] prefix.
 func OptionNames() []string { return slices.Clone(optionNames) }

@@ -81,6 +81,8 @@ func TestParseJobs(t *testing.T) {
 			want: []Job{
 				{Seq: 1, Line: 1, GPU: -1, GPUs: 1, Priority: 5, Prefer: "n2", PreferGPU: 1, Command: "x", Text: "[priority=5 prefer=n2:1] x", Occurrence: 1},
 				{Seq: 2, Line: 2, GPU: -1, GPUs: 1, Priority: -3, Prefer: "n1", PreferGPU: -1, Command: "y", Text: "[priority=-3 prefer=n1] y", Occurrence: 1}}},
+		{name: "over several hosts", input: "[nodes=2 gpus=4] torchrun --nnodes \"$NNODES\" train.py\n",
+			want: []Job{{Seq: 1, Line: 1, GPU: -1, GPUs: 4, Nodes: 2, Command: "torchrun --nnodes \"$NNODES\" train.py", Text: "[nodes=2 gpus=4] torchrun --nnodes \"$NNODES\" train.py", Occurrence: 1}}},
 		{name: "test builtin is a command", input: "[ -f done ] || python a.py\n",
 			want: []Job{{Seq: 1, Line: 1, GPU: -1, GPUs: 1, Command: "[ -f done ] || python a.py", Text: "[ -f done ] || python a.py", Occurrence: 1}}},
 		{name: "occurrences", input: "x\ny\nx\n",
@@ -106,6 +108,9 @@ func TestParseJobs(t *testing.T) {
 				}
 				if w.Retries == 0 {
 					w.Retries = -1 // the run's
+				}
+				if w.Nodes == 0 {
+					w.Nodes = 1
 				}
 				if !reflect.DeepEqual(*j, w) {
 					t.Errorf("job %d:\n got %+v\nwant %+v", i, *j, w)
@@ -133,8 +138,13 @@ func TestParseRejects(t *testing.T) {
 		{"\n[gpus=0] x", `cmds.txt:2: [gpus=0]: want a number of GPUs from 1 to 1024`, 2},
 		{"[retries=101] x", `cmds.txt:1: [retries=101]: want how many times a job that fails is run again, from 0 to 100`, 1},
 		{"[retries=-1] x", `cmds.txt:1: [retries=-1]: want how many times a job that fails is run again, from 0 to 100`, 1},
-		{"[colour=red] x", `cmds.txt:1: [colour=red]: unknown option "colour" (known: host, gpu, gpus, name, timeout, priority, prefer, conda, return, after, after_any, mem, model, vram, tags, retries)`, 1},
+		{"[colour=red] x", `cmds.txt:1: [colour=red]: unknown option "colour" (known: host, gpu, gpus, nodes, name, timeout, priority, prefer, conda, return, after, after_any, mem, model, vram, tags, retries)`, 1},
 		{"[gpu=1 gpus=2 host=a] x", `cmds.txt:1: gpu=1 and gpus=2: pin one GPU or ask for several, not both`, 1},
+		{"[nodes=0] x", `cmds.txt:1: [nodes=0]: want a number of hosts from 1 to 1024`, 1},
+		{"@a [nodes=2] x", `cmds.txt:1: host=a and nodes=2: a job over 2 hosts cannot be pinned to one (tags= or model= choose the hosts)`, 1},
+		{"[nodes=2 prefer=a] x", `cmds.txt:1: prefer=a and nodes=2: a job over several hosts goes where its hosts are free together`, 1},
+		{"[nodes=2 mem=4G] x", `cmds.txt:1: mem= and nodes=2: a job over several hosts takes whole GPUs (gpus= on each host)`, 1},
+		{"[name=train.rank1] x", `cmds.txt:1: [name=train.rank1]: a name must not end in .rankN (ID.rankN.out is part N of a job over several hosts): write train_rank1 for instance`, 1},
 		{"[name=../x] x", `cmds.txt:1: [name=../x]: a name is letters, digits, '.', '_' and '-', not starting with '.' (it names the log files)`, 1},
 		{"[name=12] x", `cmds.txt:1: [name=12]: a name must not be a number, nor end in .N for a number N from 2 (ID.N.out is attempt N of job ID): write job12 for instance`, 1},
 		{"[name=train.2] x", `cmds.txt:1: [name=train.2]: a name must not be a number, nor end in .N for a number N from 2 (ID.N.out is attempt N of job ID): write train_2 for instance`, 1},

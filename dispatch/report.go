@@ -7,8 +7,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // TextReporter writes one line per job start and end, for a log or a
@@ -33,10 +31,7 @@ func (t *TextReporter) Report(e Event) {
 // remembers the lock waits it said, so that each host and holder is said
 // once: call it once per event.
 func (t *TextReporter) Line(e Event) (string, bool) {
-	where := e.Host
-	if len(e.GPUs) > 0 {
-		where += ":" + executor.GPUIDs(e.GPUs)
-	}
+	where := Where(e.Places())
 	var line string
 	switch e.Event {
 	case EventQueued:

@@ -211,9 +211,12 @@ type attempts struct {
 
 // result is a job attempt that ended.
 type result struct {
-	a          assignment
-	code       int
-	err        error
+	a    assignment
+	code int
+	err  error
+	// rank is the part of a job over several hosts whose end is the
+	// attempt's (0: part 0, or a job on one host).
+	rank       int
 	start, end time.Time
 	logs       logFiles
 }
@@ -580,7 +583,7 @@ func (r *run) verdict(p parsed) (j *Job, kind EventKind, why error) {
 	case r.past.done[jobKey{j.Text, j.Occurrence}]:
 		return j, skipped, nil
 	}
-	if e, ok := r.past.open[jobKey{j.Text, j.Occurrence}]; ok && (r.adoptable(e) || r.sched.table.opening(e.Host)) {
+	if e, ok := r.past.open[jobKey{j.Text, j.Occurrence}]; ok && (r.adoptable(e) || r.opening(e)) {
 		return j, adopted, nil
 	}
 	if _, derr := r.resolveDeps(j); derr != nil {
@@ -643,11 +646,17 @@ func (r *run) admit(p parsed) (j *Job, kind EventKind, why error) {
 // opened, once it is (adoptLater); it reports false when the attempt
 // cannot be followed, and the job is the caller's to queue again.
 func (r *run) follow(a adoption) bool {
-	if r.sched.table.opening(a.attempt.Host) {
+	if r.opening(a.attempt) {
 		r.past.adoptLater = append(r.past.adoptLater, a)
 		return true
 	}
 	return r.adopt(a.q, a.attempt)
+}
+
+// opening reports whether a host where attempt e runs (or part of it) is
+// still being opened: its GPUs are not known yet.
+func (r *run) opening(e Event) bool {
+	return slices.ContainsFunc(e.Places(), func(p Place) bool { return r.sched.table.opening(p.Host) })
 }
 
 // queue records q as queued and puts it in the queue.
@@ -664,7 +673,9 @@ func (r *run) queue(q *queued, message string) {
 func (r *run) start(ctx context.Context, a assignment) {
 	q, j := a.q, a.q.job
 	q.attempts++
+	q.launched.Parts = nil // an earlier attempt's, until this one is launched
 	h := a.p.host.host
+	parts := a.p.parts()
 	e := r.event(EventStarted, j, q.attempts)
 	e.Host, e.GPUs = h.Name, a.p.gpuIDs()
 	logs, err := openLogs(r.opts.LogDir, j.ID(), r.fileMode)
@@ -672,48 +683,56 @@ func (r *run) start(ctx context.Context, a assignment) {
 		go r.hand(result{a: a, code: -1, err: err})
 		return
 	}
-	code := r.opts.Snapshots[h.Sync]
-	if j.Code != nil {
-		code = j.Code // the submit's own snapshot
+	if len(parts) > 1 {
+		err = openPartLogs(&logs, len(parts), r.fileMode)
 	}
-	if h.Sync != "" && code == nil {
-		err := fmt.Errorf("sync: no snapshot of %s was taken (the directory was named after the run started): start a new run", h.Sync)
+	q.tag = r.tag(j, q.attempts)
+	cmds := make([]part, len(parts))
+	tags := make([]string, len(parts))
+	for k, pt := range parts {
+		if err != nil {
+			break
+		}
+		tags[k] = partTag(q.tag, k)
+		cmds[k], err = r.command(pt, j, tags[k], q.attempts)
+		cmds[k].logs = logs
+		if len(parts) > 1 {
+			cmds[k].c.Env = append(cmds[k].c.Env, gangEnv(parts, k, j, r.masterAddr(h))...)
+			cmds[k].c.About += fmt.Sprintf(", part %d of %d", k, len(parts))
+		}
+		if k > 0 {
+			cmds[k].logs = logs.parts[k-1]
+		}
+	}
+	if err != nil {
 		logs.close()
 		go r.hand(result{a: a, code: -1, err: err, logs: logs})
 		return
 	}
+	c := cmds[0].c
 	e.Stdout, e.Stderr = logs.out.Name(), logs.err.Name()
 	e.MemMB = a.p.mem
+	e.Parts = partEvents(a.p, tags, logs)
 	start := time.Now()
 	e.Start = &start
-	q.tag = r.tag(j, q.attempts)
 	e.Tag = q.tag
-	c := executor.Command{
-		Script:  j.Command,
-		Env:     jobEnv(h, j, a.p),
-		Prelude: prelude(h, j),
-		Tag:     q.tag,
-		GPUs:    j.GPUs,
-		GPUType: a.p.host.gresType(j),
+	if c.Code != nil {
+		e.Snapshot, e.Tree = c.Code.ID, r.tree
 	}
-	if code != nil {
-		c.Code, e.Snapshot = code.Code(), code.ID
-		c.Tree, e.Tree = r.tree, r.tree
-	}
-	timeout := r.opts.Timeout
-	if j.Timeout > 0 {
-		timeout = j.Timeout
-	}
-	// The time limit is kept where the job runs, with or without this
-	// coordinator; this one times it too (the first to act ends it).
-	c.Timeout = timeout
-	c.About = fmt.Sprintf("log dir %s, run %s, job %s, attempt %d", r.logDirAbs, r.id, j.ID(), q.attempts)
+	timeout := c.Timeout
 	// The job is pending until its host says it runs: a job shell once it
 	// is set up (at once when one is ready), Slurm once it starts it. An
-	// attempt that never ran is never said to have started.
+	// attempt that never ran is never said to have started; one over
+	// several hosts runs once every part does.
 	q.launched, q.pending, q.ran, q.endedAt = e, true, nil, time.Time{}
 	e.Event, e.Start, e.Message, e.SettingUp = EventPending, nil, "its shell is being set up on "+h.Name, true
-	c.Progress = r.progressOf(q)
+	if len(parts) > 1 {
+		e.Message = fmt.Sprintf("its shells are being set up on %d hosts", len(parts))
+	}
+	progress := partsProgress(len(parts), r.progressOf(q))
+	for k := range cmds {
+		cmds[k].c.Progress = progress(cmds[k].host)
+	}
 	if a.p.host.cluster {
 		// Slurm holds the job until it runs it, and times it itself.
 		e.Message, e.SettingUp = "submitting to Slurm", false
@@ -730,15 +749,69 @@ func (r *run) start(ctx context.Context, a assignment) {
 			jctx, cancel = context.WithTimeoutCause(ctx, timeout, errJobTimeout)
 			defer cancel()
 		}
-		code, err := -1, r.withDeps(jctx, &c, h.Local, j.ID(), deps)
-		if err == nil {
-			code, err = r.opts.Executor.Run(jctx, h.Name, c, logs.out, logs.err)
+		var err error
+		for k, pt := range parts {
+			if err == nil {
+				err = r.withDeps(jctx, &cmds[k].c, pt.host.host.Local, j.ID(), deps)
+			}
+		}
+		code, rank := -1, 0
+		switch {
+		case err != nil:
+		case len(cmds) == 1:
+			code, err = r.opts.Executor.Run(jctx, cmds[0].host, cmds[0].c, logs.out, logs.err)
+		default:
+			var port int
+			if port, err = r.masterPort(jctx, cmds[0].host); err == nil {
+				for k := range cmds {
+					cmds[k].c.Env = append(cmds[k].c.Env, "MASTER_PORT="+strconv.Itoa(port))
+				}
+				hosts := make([]string, len(cmds))
+				for k, c := range cmds {
+					hosts[k] = c.host
+				}
+				code, rank, err = runParts(jctx, hosts, func(ctx context.Context, k int) (int, error) {
+					c := cmds[k]
+					return r.opts.Executor.Run(ctx, c.host, c.c, c.logs.out, c.logs.err)
+				})
+			}
 		}
 		if cerr := logs.close(); err == nil && cerr != nil {
 			err = cerr
 		}
-		r.hand(result{a: a, code: code, err: err, start: start, end: time.Now(), logs: logs})
+		r.hand(result{a: a, code: code, err: err, rank: rank, start: start, end: time.Now(), logs: logs})
 	}()
+}
+
+// command is what part pt of an attempt of j runs (the whole of it, for a
+// job on one host): the line, the environment of its host (and, for a
+// part, of the job's other parts), its set-up, its code and time limit.
+func (r *run) command(pt placement, j *Job, tag string, attempt int) (part, error) {
+	h := pt.host.host
+	code := r.opts.Snapshots[h.Sync]
+	if j.Code != nil {
+		code = j.Code // the submit's own snapshot
+	}
+	if h.Sync != "" && code == nil {
+		return part{}, fmt.Errorf("sync: no snapshot of %s was taken (the directory was named after the run started): start a new run", h.Sync)
+	}
+	c := executor.Command{
+		Script:  j.Command,
+		Env:     jobEnv(h, j, pt),
+		Prelude: prelude(h, j),
+		Tag:     tag,
+		GPUs:    j.GPUs,
+		GPUType: pt.host.gresType(j),
+		// The time limit is kept where the job runs, with or without this
+		// coordinator; this one times it too (the first to act ends it).
+		Timeout: cmp.Or(j.Timeout, r.opts.Timeout),
+		About:   fmt.Sprintf("log dir %s, run %s, job %s, attempt %d", r.logDirAbs, r.id, j.ID(), attempt),
+	}
+	if code != nil {
+		c.Code = code.Code()
+		c.Tree = r.tree
+	}
+	return part{host: h.Name, c: c}, nil
 }
 
 // hand gives the loop the result of an attempt, or drops it once Run has
@@ -782,6 +855,9 @@ func jobEnv(h inventory.Host, j *Job, p placement) []string {
 		env = append(env, j.CallerEnv...)
 	}
 	env = append(env, h.Env...)
+	if h.NCCLIfname != "" {
+		env = append(env, "NCCL_SOCKET_IFNAME="+h.NCCLIfname)
+	}
 	if !p.host.cluster {
 		env = append(env, "CUDA_VISIBLE_DEVICES="+p.visible())
 	}
@@ -802,15 +878,18 @@ func jobEnv(h inventory.Host, j *Job, p placement) []string {
 type progress struct {
 	q       *queued
 	attempt int
+	// host is where the part of the attempt that said it runs (the
+	// attempt's host, but for a job over several hosts).
+	host string
 	executor.Progress
 }
 
 // progressOf passes what a host says of q's current attempt to the run.
-func (r *run) progressOf(q *queued) func(executor.Progress) {
+func (r *run) progressOf(q *queued) func(host string, p executor.Progress) {
 	attempt := q.attempts
-	return func(p executor.Progress) {
+	return func(host string, p executor.Progress) {
 		select {
-		case r.attempts.progress <- progress{q, attempt, p}:
+		case r.attempts.progress <- progress{q, attempt, host, p}:
 		case <-r.bg.Done():
 		}
 	}
@@ -825,9 +904,9 @@ func (r *run) onProgress(p progress) {
 	}
 	switch {
 	case !p.CutOff.IsZero():
-		r.cutOff(q, p.CutOff, p.Why)
+		r.cutOff(p.host, p.CutOff, p.Why)
 		return
-	case !p.Ended.IsZero():
+	case !p.Ended.IsZero() && p.host == q.launched.Host:
 		q.endedAt = p.Ended
 		return
 	case !q.pending:
@@ -863,8 +942,11 @@ func (r *run) onResult(res result) {
 	o := outcomeOf(res.code, res.err)
 	q, p := res.a.q, res.a.p
 	q.kill = nil
+	// The host whose answer this is: the job's, or that of the part of a
+	// job over several hosts that ended it.
+	at := p.parts()[res.rank].host
 	if o.hostDown {
-		r.hostDown(p.host, res.err)
+		r.hostDown(at, res.err)
 	}
 	if p.host.cluster {
 		r.sched.table.limit(p.host, o.limited)
@@ -885,7 +967,7 @@ func (r *run) onResult(res result) {
 			r.final(r.event(EventCancelled, q.job, q.attempts))
 			return
 		}
-		r.setUnfit(p.host, q, res.err)
+		r.setUnfit(at, q, res.err)
 		return
 	}
 	if !o.unstopped {
@@ -953,8 +1035,16 @@ func (r *run) ended(o outcome, res result) Event {
 	if o.kind == EventFailed && res.code == exitNotFound && e.Stderr != "" {
 		e.Hint = hint(e.Stderr, e.Host, p.host.host.Local)
 	}
+	e.Parts = q.launched.Parts
+	if pe := (*PartError)(nil); errors.As(res.err, &pe) && !o.notStarted {
+		e.FailedPart = &pe.Rank
+	}
 	if o.unstopped {
-		e.Unstopped, e.Tag = true, q.tag
+		// A fence stops it once its host answers: the host, for a job over
+		// several hosts, of the part that could not be told to stop, whose
+		// tag names it there (the others were).
+		e.Unstopped, e.Tag = true, partTag(q.tag, res.rank)
+		e.Host = p.parts()[res.rank].host.host.Name
 		r.putUp(fence{ended: e, p: p, held: true})
 	}
 	if o.notStarted {

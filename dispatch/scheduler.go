@@ -106,12 +106,12 @@ type assignment struct {
 // H100 jobs before the one A100 job that a freed A100 slot is for costs
 // one look at the lab, not one per job).
 type shape struct {
-	host, conda, models, tags string
-	gpu, gpus, mem, vram      int
+	host, conda, models, tags   string
+	gpu, gpus, nodes, mem, vram int
 }
 
 func shapeOf(j *Job) shape {
-	return shape{j.Host, j.Conda, strings.Join(j.Models, "|"), strings.Join(j.Tags, ","), j.GPU, j.GPUs, j.MemMB, j.VRAMMB}
+	return shape{j.Host, j.Conda, strings.Join(j.Models, "|"), strings.Join(j.Tags, ","), j.GPU, j.GPUs, j.Nodes, j.MemMB, j.VRAMMB}
 }
 
 // next makes one pass over the waiting jobs and returns those that can start

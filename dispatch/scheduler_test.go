@@ -410,6 +410,10 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 				if rng.IntN(3) == 0 {
 					j.MemMB = 1024 * (1 + rng.IntN(40))
 				}
+				if j.Host == "" && rng.IntN(5) == 0 {
+					// A job over several hosts.
+					j.Nodes, j.Prefer, j.PreferGPU, j.MemMB = 2+rng.IntN(2), "", -1, 0
+				}
 				switch rng.IntN(6) {
 				case 0:
 					j.Models = []string{[]string{"a100", "H100", "4090", "H200", "1g.", "MIG"}[rng.IntN(6)]}
@@ -439,9 +443,18 @@ func FuzzNoJobWaitsForever(f *testing.F) {
 				if a.p.host.down {
 					t.Fatalf("job %+v placed on %s, which is down", *a.q.job, a.p.host.host.Name)
 				}
-				for _, g := range a.p.gpus {
-					if !g.mayRun(a.q.job) || !a.p.host.tagged(a.q.job) || g.split || g.mig != "" && len(a.p.gpus) > 1 {
-						t.Fatalf("job %+v placed on %s:%s of %d, a %s of %d MiB with tags %v", *a.q.job, a.p.host.host.Name, g.id, len(a.p.gpus), g.model, g.vramMB, a.p.host.host.Tags)
+				parts := a.p.parts()
+				if n := max(a.q.job.Nodes, 1); len(parts) != n {
+					t.Fatalf("job %+v placed on %s: %d hosts, want %d", *a.q.job, a.p, len(parts), n)
+				}
+				for i, pt := range parts {
+					if pt.host.down || slices.ContainsFunc(parts[:i], func(o placement) bool { return o.host == pt.host }) {
+						t.Fatalf("job %+v placed on %s: %s is down or has two parts", *a.q.job, a.p, pt.host.host.Name)
+					}
+					for _, g := range pt.gpus {
+						if !g.mayRun(a.q.job) || !pt.host.tagged(a.q.job) || g.split || g.mig != "" && len(pt.gpus) > 1 || len(pt.gpus) != pt.host.need(a.q.job) {
+							t.Fatalf("job %+v placed on %s:%s of %d, a %s of %d MiB with tags %v", *a.q.job, pt.host.host.Name, g.id, len(pt.gpus), g.model, g.vramMB, pt.host.host.Tags)
+						}
 					}
 				}
 				started[a.q.job.Seq] = true

@@ -125,7 +125,7 @@ type adoption struct {
 // the placement, and spec (when the job was served) what was given beside
 // it (submit's defaults, a changed priority).
 func rebuild(e Event, spec *JobSpec) (*Job, error) {
-	j := &Job{Seq: e.Seq, Text: e.Text, Occurrence: e.Occurrence, GPU: -1, GPUs: 1, PreferGPU: -1, Retries: -1}
+	j := &Job{Seq: e.Seq, Text: e.Text, Occurrence: e.Occurrence, GPU: -1, GPUs: 1, Nodes: 1, PreferGPU: -1, Retries: -1}
 	j.File, j.Line = splitSource(e.Source)
 	if err := parsePrefix(j); err != nil {
 		return nil, err

@@ -162,8 +162,14 @@ type hostSlots struct {
 }
 
 // fits reports whether j, by the number of GPUs it asks for, can ever run
-// on h.
-func (h *hostSlots) fits(j *Job) bool { return h.cluster || h.live() >= j.GPUs }
+// on h. A part of a job over several hosts runs on a machine of its own,
+// not on a Slurm cluster.
+func (h *hostSlots) fits(j *Job) bool {
+	if h.cluster {
+		return j.Nodes <= 1
+	}
+	return h.live() >= j.GPUs
+}
 
 // slots is how many slots g has: those the inventory gives it, or none
 // while nvidia-smi does not list it or it is split into MIG instances.
@@ -362,6 +368,23 @@ func (t *slotTable) check(j *Job) error {
 	if j.GPU >= 0 {
 		return fmt.Errorf("gpu=%d without a host: say which host too (@HOST:%d)", j.GPU, j.GPU)
 	}
+	if j.Nodes > 1 {
+		var fit []string
+		for _, h := range t.hosts {
+			if !h.removed && h.fits(j) {
+				fit = append(fit, h.host.Name)
+			}
+		}
+		if len(fit) < j.Nodes {
+			have := "no host has"
+			if len(fit) > 0 {
+				have = fmt.Sprintf("only %s (%s)", Count(len(fit), "host"), strings.Join(fit, ", "))
+				have += map[bool]string{true: " has", false: " have"}[len(fit) == 1]
+			}
+			return fmt.Errorf("nodes=%d gpus=%d: %s %s or more (a Slurm cluster takes no part of a job over several hosts)", j.Nodes, j.GPUs, have, Count(j.GPUs, "GPU"))
+		}
+		return nil
+	}
 	most := 0
 	for _, h := range t.hosts {
 		if h.cluster && !h.removed {
@@ -418,25 +441,51 @@ type placement struct {
 	mem  int
 }
 
-// String is "node1:2" or "node1:0,1", or "hpc" on a Slurm cluster.
+// String is "node1:2" or "node1:0,1", or "hpc" on a Slurm cluster;
+// "node1:0,1+node2:0,1" for a job over several hosts.
 func (p placement) String() string {
 	if p.host.cluster {
 		return p.host.host.Name
 	}
-	return p.host.host.Name + ":" + executor.GPUIDs(p.gpuIDs())
+	parts := p.parts()
+	s := make([]string, len(parts))
+	for i, pt := range parts {
+		s[i] = pt.host.host.Name + ":" + executor.GPUIDs(pt.gpuIDs())
+	}
+	return strings.Join(s, "+")
 }
 
-// gpuIDs are the GPUs p gives its job: none on a Slurm cluster, where
-// Slurm picks them (its one slot-holding pseudo-GPU is not one).
+// gpuIDs are the GPUs p gives its job (on a job over several hosts, part
+// 0's: the others are in parts): none on a Slurm cluster, where Slurm
+// picks them (its one slot-holding pseudo-GPU is not one).
 func (p placement) gpuIDs() []executor.GPUID {
 	if p.host.cluster {
 		return nil
 	}
-	ids := make([]executor.GPUID, len(p.gpus))
-	for i, g := range p.gpus {
-		ids[i] = g.id
+	var ids []executor.GPUID
+	for _, g := range p.gpus {
+		if g.host == p.host {
+			ids = append(ids, g.id)
+		}
 	}
 	return ids
+}
+
+// parts splits p by host, in rank order: one placement for a job on one
+// host, one per part of a job over several ([nodes=N]), part 0 first
+// (p.host's). Its GPUs are grouped by host, in that order.
+func (p placement) parts() []placement {
+	if len(p.gpus) == 0 {
+		return []placement{p}
+	}
+	var out []placement
+	for _, g := range p.gpus {
+		if n := len(out); n == 0 || out[n-1].host != g.host {
+			out = append(out, placement{host: g.host, mem: p.mem})
+		}
+		out[len(out)-1].gpus = append(out[len(out)-1].gpus, g)
+	}
+	return out
 }
 
 // held counts the slots reserved for the oldest waiting job.
@@ -466,17 +515,24 @@ func (t *slotTable) candidates(j *Job) []*hostSlots {
 // (all have been down past the host-down timeout), or returns "".
 func (t *slotTable) unrunnable(j *Job, timeout time.Duration) string {
 	var why []string
+	left := max(j.Nodes, 1) // hosts not given up on that it needs
 	for _, h := range t.candidates(j) {
 		if h.removed || !h.fits(j) {
 			continue // never a place for j
 		}
 		if !h.expired {
-			return ""
+			if left--; left == 0 {
+				return ""
+			}
+			continue
 		}
 		why = append(why, fmt.Sprintf("%s down since %s: %s", h.host.Name, h.since.Format(time.TimeOnly), h.why))
 	}
 	which := "its host"
-	if len(why) > 1 {
+	switch {
+	case j.Nodes > 1:
+		which = fmt.Sprintf("too many of the hosts it fits on (it needs %d)", j.Nodes)
+	case len(why) > 1:
 		which = "every host it fits on"
 	}
 	return fmt.Sprintf("%s stayed down longer than --host-down-timeout %s (%s)", which, timeout, strings.Join(why, "; "))
@@ -624,6 +680,9 @@ func (h *hostSlots) inUse(g *gpu, gs []*gpu) bool {
 // Otherwise, among hosts with room it picks the one whose best GPU is least
 // loaded and least recently used, so single-GPU jobs spread over hosts.
 func (t *slotTable) place(j *Job, hd held) (placement, bool) {
+	if j.Nodes > 1 {
+		return t.placeGang(j, hd)
+	}
 	if p, ok := t.preferred(j, hd); ok {
 		return p, true
 	}
@@ -643,6 +702,63 @@ func (t *slotTable) place(j *Job, hd held) (placement, bool) {
 	// CUDA_VISIBLE_DEVICES lists a job's GPUs in id order.
 	sort.Slice(best.gpus, func(a, b int) bool { return best.gpus[a].id < best.gpus[b].id })
 	return best, best.host != nil
+}
+
+// hostGPUs is a host and GPUs of it a job may take.
+type hostGPUs struct {
+	h  *hostSlots
+	gs []*gpu
+}
+
+// gangHosts lists, in inventory order, the hosts that may take a part of
+// j ([nodes=N]) now, each with its free GPUs j may use, best first.
+func (t *slotTable) gangHosts(j *Job, hd held) []hostGPUs {
+	var out []hostGPUs
+	for _, h := range t.candidates(j) {
+		if h.usable(j) && h.fits(j) {
+			out = append(out, hostGPUs{h, t.freeGPUs(h, j, hd)})
+		}
+	}
+	return out
+}
+
+// placeGang places a job over several hosts ([nodes=N]): N hosts with
+// GPUs GPUs free each, or nothing. It picks the hosts whose best GPUs
+// are least loaded (as place does), and gives the parts their ranks in
+// inventory order, so that a job's hosts always come in one order.
+func (t *slotTable) placeGang(j *Job, hd held) (placement, bool) {
+	var room []hostGPUs
+	for _, c := range t.gangHosts(j, hd) {
+		if len(c.gs) >= j.GPUs {
+			room = append(room, hostGPUs{c.h, c.gs[:j.GPUs]})
+		}
+	}
+	if len(room) < j.Nodes {
+		return placement{}, false
+	}
+	chosen := slices.Clone(room)
+	slices.SortStableFunc(chosen, func(a, b hostGPUs) int {
+		switch {
+		case better(a.gs[0], b.gs[0]):
+			return -1
+		case better(b.gs[0], a.gs[0]):
+			return 1
+		}
+		return 0
+	})
+	chosen = chosen[:j.Nodes]
+	p := placement{}
+	for _, c := range room {
+		if slices.ContainsFunc(chosen, func(o hostGPUs) bool { return o.h == c.h }) {
+			if p.host == nil {
+				p.host = c.h
+			}
+			gs := slices.Clone(c.gs)
+			sort.Slice(gs, func(a, b int) bool { return gs[a].id < gs[b].id })
+			p.gpus = append(p.gpus, gs...)
+		}
+	}
+	return p, true
 }
 
 // preferred places j where it prefers to go, if it has a preference and
@@ -710,6 +826,19 @@ func (t *slotTable) hold(j *Job, hd held) {
 	if t.holdMemory(j, hd) {
 		return
 	}
+	if j.Nodes > 1 {
+		// The N hosts where it is closest to fitting (the first in
+		// inventory order among equals): their free GPUs only grow for it
+		// as jobs end there, so it fits in the end.
+		near := t.gangHosts(j, hd)
+		slices.SortStableFunc(near, func(a, b hostGPUs) int { return len(b.gs) - len(a.gs) })
+		for _, c := range near[:min(len(near), j.Nodes)] {
+			for _, g := range c.gs[:min(len(c.gs), j.GPUs)] {
+				hd[g]++
+			}
+		}
+		return
+	}
 	var target []*gpu
 	need := 0
 	for _, h := range t.candidates(j) {
@@ -738,7 +867,7 @@ func (hd held) total() int {
 func (t *slotTable) take(p placement) {
 	t.tick++
 	for _, g := range p.gpus {
-		if !p.host.inUse(g, nil) {
+		if !g.host.inUse(g, nil) {
 			t.busyGPUs++ // a GPU: its MIG instances count once
 		}
 		before := t.contrib(g)
@@ -763,7 +892,7 @@ func (t *slotTable) release(p placement) {
 		} else {
 			g.used--
 		}
-		if !p.host.inUse(g, nil) {
+		if !g.host.inUse(g, nil) {
 			t.busyGPUs--
 		}
 		t.freeSlots += t.contrib(g) - before
@@ -820,6 +949,8 @@ func (t *slotTable) whyWaiting(j *Job, ahead int) string {
 	}
 	switch {
 	case why != "":
+	case j.Nodes > 1:
+		why = fmt.Sprintf("waits for %d hosts with %s free each, together", j.Nodes, Count(j.GPUs, "GPU"))
 	case j.GPUs > 1 && j.Host != "":
 		why = fmt.Sprintf("waits for %d GPUs of host %s together", j.GPUs, j.Host)
 	case j.GPUs > 1:
@@ -840,12 +971,14 @@ func (t *slotTable) whyWaiting(j *Job, ahead int) string {
 	return fmt.Sprintf("%s; %s ahead of it", why, Count(ahead, "job"))
 }
 
-// allDown reports whether every host j may run on is down.
+// allDown reports whether every host j may run on is down (for a job over
+// N hosts, all but fewer than N).
 func (t *slotTable) allDown(j *Job) bool {
+	up := 0
 	for _, h := range t.candidates(j) {
 		if !h.down && !h.removed && h.fits(j) {
-			return false
+			up++
 		}
 	}
-	return true
+	return up < max(j.Nodes, 1)
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // JobStatus is where one job stands according to a journal.
@@ -23,6 +24,9 @@ type JobStatus struct {
 	Command string           `json:"command"`
 	Host    string           `json:"host,omitempty"`
 	GPUs    []executor.GPUID `json:"gpus,omitempty"`
+	// Parts are the other parts of the latest attempt of a job over
+	// several hosts (Host and GPUs are part 0's).
+	Parts []Part `json:"parts,omitempty"`
 	// Snapshot is the ID of the snapshot of the code the latest attempt
 	// ran in (a run with sync).
 	Snapshot string `json:"snapshot,omitempty"`
@@ -162,7 +166,7 @@ func (s *JobStatus) apply(e Event) {
 		}
 		if e.NotStarted {
 			s.Attempts = s.before + e.Attempt
-			s.Host, s.GPUs, s.Start, s.Stdout, s.Stderr = "", nil, nil, "", ""
+			s.Host, s.GPUs, s.Parts, s.Start, s.Stdout, s.Stderr = "", nil, nil, nil, "", ""
 		}
 		if e.Event == EventPending {
 			// Submitted to a Slurm cluster, where it waits.
@@ -180,7 +184,7 @@ func (s *JobStatus) apply(e Event) {
 		s.Exit, s.End, s.Error, s.Hint, s.Why = e.Exit, e.End, e.Error, e.Hint, ""
 	}
 	if e.Host != "" {
-		s.Host, s.GPUs = e.Host, e.GPUs
+		s.Host, s.GPUs, s.Parts = e.Host, e.GPUs, e.Parts
 	}
 	if e.Start != nil {
 		s.Start = e.Start
@@ -225,7 +229,7 @@ func (st *Status) WriteTable(w io.Writer, jobs []JobStatus, width int) error {
 	for _, j := range jobs {
 		where, exit, took := "-", "-", "-"
 		if j.Host != "" {
-			where = j.Host + ":" + executor.GPUIDs(j.GPUs)
+			where = Where(places(j.Host, j.GPUs, j.Parts))
 		}
 		if j.Exit != nil {
 			exit = fmt.Sprint(*j.Exit)

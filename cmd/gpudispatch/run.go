@@ -74,10 +74,11 @@ func newRunCommand(s streams, runF func(context.Context, streams, runOptions) er
 	cmd.Long = `Run one shell command per line on every free host:gpu slot.
 
 Job lines: "cmd", "@HOST cmd", "@HOST:GPU cmd", or "[OPTIONS] cmd", with options
-host=H gpu=G gpus=N name=NAME timeout=DUR priority=N prefer=HOST[:GPU] mem=SIZE
-model=A100|H100 vram=SIZE tags=T,... after=ID,... after_any=ID,... return=PATH,...
-conda=ENV retries=N. A job starts as soon as its line arrives and a slot is free. Every
-flag can also be set as GPUDISPATCH_<FLAG> (e.g. GPUDISPATCH_LOG_DIR).
+host=H gpu=G gpus=N nodes=N name=NAME timeout=DUR priority=N prefer=HOST[:GPU]
+mem=SIZE model=A100|H100 vram=SIZE tags=T,... after=ID,... after_any=ID,...
+return=PATH,... conda=ENV retries=N. A job starts as soon as its line arrives and a
+slot is free. Every flag can also be set as GPUDISPATCH_<FLAG> (e.g.
+GPUDISPATCH_LOG_DIR).
 
 ` + exitHelp(func(c exitCode) string { return c.run })
 	cmd.Example = `  gpudispatch --gpus 0,1,2 < jobs.txt               # the GPUs of this machine

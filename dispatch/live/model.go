@@ -137,14 +137,17 @@ func gpuRank(id executor.GPUID) int {
 	return id.GPU()*(executor.MIGDevices+1) + dev + 1
 }
 
-// keys are the slot keys of e's job: its GPUs, or a cluster's place.
+// keys are the slot keys of e's job: its GPUs (on every host of a job over
+// several), or a cluster's place.
 func keys(e dispatch.Event) []gpuKey {
-	if len(e.GPUs) == 0 {
-		return []gpuKey{{e.Host, noGPU}}
-	}
-	ks := make([]gpuKey, len(e.GPUs))
-	for i, id := range e.GPUs {
-		ks[i] = gpuKey{e.Host, id}
+	var ks []gpuKey
+	for _, p := range e.Places() {
+		if len(p.GPUs) == 0 {
+			ks = append(ks, gpuKey{p.Host, noGPU})
+		}
+		for _, id := range p.GPUs {
+			ks = append(ks, gpuKey{p.Host, id})
+		}
 	}
 	return ks
 }

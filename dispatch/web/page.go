@@ -98,7 +98,10 @@ func (s *Server) build(o *dispatch.Overview, ended bool, now time.Time, live, ti
 		case j.Pending:
 			p.Held = append(p.Held, j)
 		case j.State == dispatch.StateRunning:
-			running[j.Host] = append(running[j.Host], j)
+			// A job over several hosts is on each host's card.
+			for _, pl := range j.Places() {
+				running[pl.Host] = append(running[pl.Host], j)
+			}
 		}
 	}
 	byID := func(a, b *jobInfo) int { return cmp.Compare(a.Source+"\x00"+a.ID, b.Source+"\x00"+b.ID) }

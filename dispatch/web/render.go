@@ -8,8 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 //go:embed assets/page.html assets/style.css assets/app.js
@@ -22,7 +20,6 @@ var parts = []string{"progress", "timeline", "hosts", "queue", "finished"}
 var tmpl = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"unixMilli": func(t time.Time) int64 { return t.UnixMilli() },
 	"num":       func(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) },
-	"gpus":      executor.GPUIDs,
 	"jobAt":     func(p *page, j *jobInfo) jobView { return jobView{Page: p, Job: j, Back: "/"} },
 	"head":      func(title, base string) headView { return headView{Title: title, Base: base} },
 }).ParseFS(assets, "assets/page.html"))

@@ -19,6 +19,8 @@ type jobInfo struct {
 	Reason  string
 	Host    string
 	GPUs    []executor.GPUID
+	// Parts are the other parts of a job over several hosts.
+	Parts   []dispatch.Part
 	Attempt int
 	Start   time.Time
 	End     time.Time
@@ -57,7 +59,7 @@ func (s *Server) apply(e dispatch.Event) {
 	j.Source = firstNonEmpty(e.Source, j.Source)
 	if e.Event == dispatch.EventQueued || e.Event == dispatch.EventRetried {
 		// A new attempt: nothing of the last one holds.
-		j.Host, j.GPUs, j.Start, j.End, j.Exit, j.Error, j.SlurmID = "", nil, time.Time{}, time.Time{}, nil, "", ""
+		j.Host, j.GPUs, j.Parts, j.Start, j.End, j.Exit, j.Error, j.SlurmID = "", nil, nil, time.Time{}, time.Time{}, nil, "", ""
 		j.Returned = nil
 	}
 	j.State, j.Pending, j.Reason = state, e.Event == dispatch.EventPending && !e.SettingUp, ""
@@ -65,7 +67,7 @@ func (s *Server) apply(e dispatch.Event) {
 		j.Reason = e.Message
 	}
 	if e.Host != "" {
-		j.Host, j.GPUs = e.Host, e.GPUs
+		j.Host, j.GPUs, j.Parts = e.Host, e.GPUs, e.Parts
 	}
 	j.Attempt = max(j.Attempt, e.Attempt)
 	j.Stdout, j.Stderr = firstNonEmpty(e.Stdout, j.Stdout), firstNonEmpty(e.Stderr, j.Stderr)
@@ -103,6 +105,16 @@ func (j *jobInfo) copy() *jobInfo {
 	c := *j
 	return &c
 }
+
+// Places are where its latest attempt runs: its host and GPUs, and its
+// other parts' for a job over several hosts.
+func (j *jobInfo) Places() []dispatch.Place {
+	return (dispatch.Event{Host: j.Host, GPUs: j.GPUs, Parts: j.Parts}).Places()
+}
+
+// Where says where its latest attempt runs: "node1:0,1", or
+// "node1:0,1+node2:0,1" for a job over several hosts.
+func (j *jobInfo) Where() string { return dispatch.Where(j.Places()) }
 
 // Duration is how long the job ran, or has run by now.
 func (j *jobInfo) Duration(now time.Time) time.Duration {

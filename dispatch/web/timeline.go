@@ -98,12 +98,16 @@ func buildTimeline(jobs map[string]*jobInfo, hosts []dispatch.HostView, now time
 		} else {
 			t.Span = max(t.Span, sec(end))
 		}
-		gpus := j.GPUs
-		if len(gpus) == 0 {
-			gpus = []executor.GPUID{-1} // a Slurm cluster's job
+		var at []place
+		for _, pl := range j.Places() {
+			if len(pl.GPUs) == 0 {
+				at = append(at, place{pl.Host, -1}) // a Slurm cluster's job
+			}
+			for _, g := range pl.GPUs {
+				at = append(at, place{pl.Host, g})
+			}
 		}
-		for _, g := range gpus {
-			p := place{j.Host, g}
+		for _, p := range at {
 			add(p)
 			// The first row free at its start: a slot.
 			i := slices.IndexFunc(laneEnd[p], func(e float64) bool { return e <= bar.X })

@@ -353,3 +353,7 @@ func (p *Pool) Close() {
 	p.notify()
 	p.closeAgent()
 }
+
+// Hostname is the address the pool connects to: ssh_config's HostName for
+// the host (or the inventory's hostname:), else its name.
+func (p *Pool) Hostname() string { return p.target.Hostname }

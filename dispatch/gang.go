@@ -1,0 +1,230 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/inventory"
+)
+
+// A job over several hosts ([nodes=N]) is one attempt of one job, as any
+// other: one queued job, one placement (GPUs on N hosts, grouped by host
+// in rank order: placement.parts), one claim on all its GPUs, one result
+// and one outcome. What differs is how it runs: N parts, one per host,
+// each a Command of its own with the ranks' variables, started together
+// once every GPU is claimed, and ended together: the first part that
+// fails, times out or is lost ends the others (runParts). Part 0's
+// output is the job's logs (ID.out, ID.err), part K's ID.rankK.out and
+// ID.rankK.err.
+
+// part is one part of a job over several hosts, as its attempt starts it.
+type part struct {
+	host string
+	c    executor.Command
+	logs logFiles
+}
+
+// gangEnv is what every part of a job over several hosts is told of the
+// others (MASTER_PORT comes later, from masterPort): NODE_RANK, NNODES,
+// MASTER_ADDR (part 0's host as the others reach it), WORLD_SIZE and
+// GPUDISPATCH_NODES (the hosts, in rank order).
+func gangEnv(parts []placement, rank int, j *Job, master string) []string {
+	names := make([]string, len(parts))
+	for i, p := range parts {
+		names[i] = p.host.host.Name
+	}
+	env := []string{
+		"NODE_RANK=" + strconv.Itoa(rank),
+		"NNODES=" + strconv.Itoa(len(parts)),
+		"MASTER_ADDR=" + master,
+		"WORLD_SIZE=" + strconv.Itoa(len(parts)*j.GPUs),
+		"GPUDISPATCH_NODES=" + strings.Join(names, ","),
+	}
+	return env
+}
+
+// PortFinder is implemented by an Executor that can find a TCP port no
+// one listens on, on one of its hosts: a job over several hosts gets one
+// on part 0's host as its MASTER_PORT. Address is the host's address as
+// other hosts reach it ("" when the Executor cannot say).
+type PortFinder interface {
+	FreePort(ctx context.Context, host string) (int, error)
+	Address(host string) string
+}
+
+// masterAddr is h's address as the other hosts of a job reach it: its
+// inventory address:, else what the Executor connects to, else its name.
+func (r *run) masterAddr(h inventory.Host) string {
+	if h.Address != "" {
+		return h.Address
+	}
+	if pf, ok := r.opts.Executor.(PortFinder); ok {
+		if a := pf.Address(h.Name); a != "" {
+			return a
+		}
+	}
+	return h.Name
+}
+
+// masterPort finds a free port on part 0's host, for every part.
+func (r *run) masterPort(ctx context.Context, host string) (int, error) {
+	pf, ok := r.opts.Executor.(PortFinder)
+	if !ok {
+		return 0, fmt.Errorf("%s: cannot look for a free port there for a job over several hosts", host)
+	}
+	port, err := pf.FreePort(ctx, host)
+	if err != nil {
+		return 0, fmt.Errorf("looking for a free MASTER_PORT on %s: %w", host, err)
+	}
+	return port, nil
+}
+
+// openPartLogs opens the logs of parts 1.. of an attempt whose own logs
+// (part 0's) are l: base.rank1.out, base.rank1.err...
+func openPartLogs(l *logFiles, n int, mode fs.FileMode) error {
+	base := strings.TrimSuffix(l.out.Name(), ".out")
+	for k := 1; k < n; k++ {
+		out, err := create(base+".rank"+strconv.Itoa(k)+".out", mode)
+		if err != nil {
+			return err
+		}
+		errf, err := create(base+".rank"+strconv.Itoa(k)+".err", mode)
+		if err != nil {
+			out.Close()
+			return err
+		}
+		l.parts = append(l.parts, logFiles{out: &logWriter{f: out}, err: &logWriter{f: errf}})
+	}
+	return nil
+}
+
+// PartError says which part of a job over several hosts ended it, and
+// how: the job's end is that part's (its exit status, its error).
+type PartError struct {
+	Rank int
+	Host string
+	Code int
+	Err  error
+}
+
+func (e *PartError) Error() string {
+	what := "exited " + strconv.Itoa(e.Code)
+	if e.Err != nil {
+		what = e.Err.Error()
+	}
+	return fmt.Sprintf("part %d on %s: %s", e.Rank, e.Host, what)
+}
+
+// Unwrap is the part's own error.
+func (e *PartError) Unwrap() error { return e.Err }
+
+// errPartEnded ends the other parts of a job whose part ended it.
+var errPartEnded = errors.New("another part of the job ended it")
+
+// runParts runs the n parts of one attempt together (run runs part k,
+// on hosts[k]) and returns once every part has ended: the first that
+// fails, times out or is lost ends the others (through their context:
+// TERM, then KILL after the grace period, as any cancel), and the
+// attempt's end is that part's (rank). When every part exits 0, or the
+// attempt is ended from outside (a cancel, the run's time limit), it is
+// part 0's. A part whose host could not be told to stop
+// (executor.ErrCancelUnreached) comes first: its GPUs may still be in
+// use.
+func runParts(ctx context.Context, hosts []string, run func(ctx context.Context, k int) (int, error)) (code, rank int, err error) {
+	pctx, end := context.WithCancelCause(ctx)
+	defer end(nil)
+	type ended struct {
+		rank, code int
+		err        error
+	}
+	ends := make(chan ended, len(hosts))
+	for k := range hosts {
+		go func() {
+			code, err := run(pctx, k)
+			ends <- ended{k, code, err}
+		}()
+	}
+	codes, errs := make([]int, len(hosts)), make([]error, len(hosts))
+	first := -1
+	for range hosts {
+		e := <-ends
+		codes[e.rank], errs[e.rank] = e.code, e.err
+		if first < 0 && ctx.Err() == nil && (e.code != 0 || e.err != nil) {
+			first = e.rank
+			end(errPartEnded)
+		}
+	}
+	for k, err := range errs {
+		if errors.Is(err, executor.ErrCancelUnreached) {
+			first = k
+			break
+		}
+	}
+	if first < 0 {
+		return codes[0], 0, errs[0]
+	}
+	return codes[first], first, &PartError{Rank: first, Host: hosts[first], Code: codes[first], Err: errs[first]}
+}
+
+// partsProgress tells progress that the attempt runs once every one of
+// its n parts said so (its start is the last one's); what a part says
+// that is not that goes on as it is, with the part's host.
+func partsProgress(n int, progress func(host string, p executor.Progress)) func(host string) func(executor.Progress) {
+	var mu sync.Mutex
+	running := map[string]bool{}
+	var last time.Time
+	return func(host string) func(executor.Progress) {
+		return func(p executor.Progress) {
+			if !p.Running {
+				progress(host, p)
+				return
+			}
+			mu.Lock()
+			running[host] = true
+			started := p.Started
+			if started.IsZero() {
+				started = time.Now()
+			}
+			if started.After(last) {
+				last = started
+			}
+			all, at := len(running) == n, last
+			mu.Unlock()
+			if all {
+				p.Started = at
+				progress(host, p)
+			}
+		}
+	}
+}
+
+// partEvents lists parts 1.. of an attempt placed at p, for its events.
+func partEvents(p placement, tags []string, logs logFiles) []Part {
+	var out []Part
+	for k, pt := range p.parts()[1:] {
+		e := Part{Rank: k + 1, Host: pt.host.host.Name, GPUs: pt.gpuIDs()}
+		if k < len(tags)-1 {
+			e.Tag = tags[k+1]
+		}
+		if k < len(logs.parts) {
+			e.Stdout, e.Stderr = logs.parts[k].out.Name(), logs.parts[k].err.Name()
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// partTag names part rank of the attempt tagged tag on its host.
+func partTag(tag string, rank int) string {
+	if rank == 0 {
+		return tag
+	}
+	return tag + ".rank" + strconv.Itoa(rank)
+}
