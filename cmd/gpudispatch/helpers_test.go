@@ -8,15 +8,17 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
 )
 
 // binary is the gpudispatch built for these tests.
@@ -277,4 +279,27 @@ func runWithin(t *testing.T, cmd *exec.Cmd, limit time.Duration, waitedFor strin
 		t.Fatalf("the run still waited for %s after %s:\n%s", waitedFor, limit, out.String())
 	}
 	return out.String()
+}
+
+// waitPids waits until the file at path holds n pids, one a word, and
+// returns them.
+func waitPids(t *testing.T, path string, n int) []int {
+	t.Helper()
+	text := waitForFile(t, path, func(s string) bool { return len(strings.Fields(s)) == n })
+	var pids []int
+	for _, f := range strings.Fields(text) {
+		p, _ := strconv.Atoi(f)
+		pids = append(pids, p)
+	}
+	return pids
+}
+
+// ticks is what a job that printed "tick 1" to "tick n", a line each,
+// wrote.
+func ticks(n int) string {
+	var b strings.Builder
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "tick %d\n", i)
+	}
+	return b.String()
 }

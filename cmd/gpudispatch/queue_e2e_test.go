@@ -278,11 +278,7 @@ func TestE2EServeDetachThenResume(t *testing.T) {
 	}
 	serve, errOut = startServe(t, dir, "--gpus", "0", "--resume")
 	events := waitJournal(t, logs, func(ev []map[string]any) bool { return count(ev, "failed") >= 1 })
-	var want strings.Builder
-	for i := 1; i <= 30; i++ {
-		fmt.Fprintf(&want, "tick %d\n", i)
-	}
-	if got := readFile(t, filepath.Join(logs, "1.out")); got != want.String() {
+	if got := readFile(t, filepath.Join(logs, "1.out")); got != ticks(30) {
 		t.Errorf("1.out is %q; want every tick once", got)
 	}
 	if got := readFile(t, effects); got != "ran\n" {
@@ -313,12 +309,7 @@ func TestE2EServeSSH(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("submit: %d %s", r.code, r.stderr)
 	}
-	text := waitForFile(t, pids, func(s string) bool { return len(strings.Fields(s)) == 2 })
-	var pidList []int
-	for _, f := range strings.Fields(text) {
-		p, _ := strconv.Atoi(f)
-		pidList = append(pidList, p)
-	}
+	pidList := waitPids(t, pids, 2)
 	r = submit("", "--wait", "--gpus", "2", "--host", "node2", "--", `echo "$GPUDISPATCH_HOST $CUDA_VISIBLE_DEVICES"`)
 	if r.code != 0 {
 		t.Fatalf("submit --wait: %d %s\n%s", r.code, r.stderr, errOut)

@@ -234,13 +234,7 @@ func remotePIDs(t *testing.T, l *sshtest.Lab, args ...string) (*exec.Cmd, []int,
 	cmd := labCmd(t, l, "", append([]string{"-i", l.Inventory(""), "-o", "logs"}, args...)...)
 	stdin, errOut := startCmd(t, cmd)
 	io.WriteString(stdin, job+job)
-	text := waitForFile(t, pidFile, func(s string) bool { return len(strings.Fields(s)) == 6 })
-	var pids []int
-	for _, f := range strings.Fields(text) {
-		p, _ := strconv.Atoi(f)
-		pids = append(pids, p)
-	}
-	return cmd, pids, errOut
+	return cmd, waitPids(t, pidFile, 6), errOut
 }
 
 // Ctrl-C twice: the remote process groups are killed, even children that
@@ -293,11 +287,7 @@ func TestSSHCoordinatorKilledJobsRunOnAndAreReadopted(t *testing.T) {
 	if got := readFile(t, effects); strings.Count(got, "1\n") != 1 || strings.Count(got, "2\n") != 1 {
 		t.Errorf("each job ran %q; want once each", got)
 	}
-	var want strings.Builder
-	for i := 1; i <= 40; i++ {
-		fmt.Fprintf(&want, "tick %d\n", i)
-	}
-	if got := readFile(t, filepath.Join(logDir, "1.out")); got != want.String() {
+	if got := readFile(t, filepath.Join(logDir, "1.out")); got != ticks(40) {
 		t.Errorf("1.out is %q; want every tick once, in order", got)
 	}
 	if got := readFile(t, filepath.Join(logDir, "2.out")); got != "two\n" {
