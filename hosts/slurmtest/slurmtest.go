@@ -36,13 +36,20 @@ type Options struct {
 	// CPUs is the node's CPUs (default 2); jobs may share them
 	// (OverSubscribe), so that the GPUs are what limits them.
 	CPUs int
+	// Nodes, above 1, makes a cluster of that many nodes, each with GPUs
+	// and CPUs of its own: a slurmd each on this machine (Debian's Slurm
+	// is built with multiple-slurmd), named gpd1, gpd2...
+	Nodes int
 }
 
 // Cluster is a running test cluster of one node.
 type Cluster struct {
-	Dir       string
-	Conf      string // its slurm.conf: SLURM_CONF for every command
-	Node      string // the node's name: this machine's host name
+	Dir  string
+	Conf string // its slurm.conf: SLURM_CONF for every command
+	// Node is the node's name: this machine's host name; Nodes are all
+	// the nodes' (gpd1, gpd2... for a cluster of several).
+	Node      string
+	Nodes     []string
 	Partition string // "gpu", the default
 	GPUs      int
 	t         testing.TB
@@ -74,11 +81,30 @@ func Start(t testing.TB, opts Options) *Cluster {
 	}
 	dir := t.TempDir()
 	c := &Cluster{Dir: dir, Conf: filepath.Join(dir, "slurm.conf"), Node: strings.SplitN(host, ".", 2)[0], Partition: "gpu", GPUs: opts.GPUs, t: t}
-	for i := range opts.GPUs {
-		// Clones of /dev/null: Slurm only sets CUDA_VISIBLE_DEVICES for
-		// GPUs that are character devices.
-		if err := syscall.Mknod(filepath.Join(dir, fmt.Sprintf("nvidia%d", i)), syscall.S_IFCHR|0o666, 1<<8|3); err != nil {
-			t.Fatalf("mknod: %v", err)
+	c.Nodes = []string{c.Node}
+	// Node lines: one node named as this machine, or several of their own
+	// names, each its own slurmd's (port, spool, GPUs).
+	node := fmt.Sprintf("NodeName=%s CPUs=%d RealMemory=1000 Gres=gpu:fake:%d State=UNKNOWN\n", c.Node, opts.CPUs, opts.GPUs)
+	gres := fmt.Sprintf("NodeName=%s Name=gpu Type=fake File=%s/nvidia[0-%d]\n", c.Node, dir, opts.GPUs-1)
+	devices := []string{"nvidia"}
+	if opts.Nodes > 1 {
+		c.Nodes, node, gres, devices = nil, "", "", nil
+		for i := range opts.Nodes {
+			name := fmt.Sprintf("gpd%d", i+1)
+			c.Nodes = append(c.Nodes, name)
+			node += fmt.Sprintf("NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d RealMemory=1000 Gres=gpu:fake:%d State=UNKNOWN\n", name, c.Node, freePort(t), opts.CPUs, opts.GPUs)
+			gres += fmt.Sprintf("NodeName=%s Name=gpu Type=fake File=%s/%s-nvidia[0-%d]\n", name, dir, name, opts.GPUs-1)
+			devices = append(devices, name+"-nvidia")
+		}
+		c.Node = c.Nodes[0]
+	}
+	for _, d := range devices {
+		for i := range opts.GPUs {
+			// Clones of /dev/null: Slurm only sets CUDA_VISIBLE_DEVICES for
+			// GPUs that are character devices.
+			if err := syscall.Mknod(filepath.Join(dir, fmt.Sprintf("%s%d", d, i)), syscall.S_IFCHR|0o666, 1<<8|3); err != nil {
+				t.Fatalf("mknod: %v", err)
+			}
 		}
 	}
 	ctld, slurmd := freePort(t), freePort(t)
@@ -89,11 +115,11 @@ SlurmdPort=%[3]d
 SlurmUser=root
 AuthType=auth/munge
 StateSaveLocation=%[4]s/state
-SlurmdSpoolDir=%[4]s/spool
+SlurmdSpoolDir=%[4]s/spool/%%n
 SlurmctldPidFile=%[4]s/slurmctld.pid
-SlurmdPidFile=%[4]s/slurmd.pid
+SlurmdPidFile=%[4]s/slurmd-%%n.pid
 SlurmctldLogFile=%[4]s/slurmctld.log
-SlurmdLogFile=%[4]s/slurmd.log
+SlurmdLogFile=%[4]s/slurmd-%%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -105,26 +131,28 @@ JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
 SchedulerParameters=sched_interval=1
 MinJobAge=300
-NodeName=%[1]s CPUs=%[5]d RealMemory=1000 Gres=gpu:fake:%[6]d State=UNKNOWN
-PartitionName=gpu Nodes=%[1]s Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
-`, c.Node, ctld, slurmd, dir, opts.CPUs, opts.GPUs)
-	gres := fmt.Sprintf("NodeName=%s Name=gpu Type=fake File=%s/nvidia[0-%d]\n", c.Node, dir, opts.GPUs-1)
+%[5]sPartitionName=gpu Nodes=%[6]s Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:8
+`, strings.SplitN(host, ".", 2)[0], ctld, slurmd, dir, node, strings.Join(c.Nodes, ","))
 	for name, text := range map[string]string{"slurm.conf": conf, "gres.conf": gres} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, sub := range []string{"state", "spool"} {
-		if err := os.Mkdir(filepath.Join(dir, sub), 0o755); err != nil {
+	for _, sub := range append([]string{"state"}, c.Nodes...) {
+		if err := os.MkdirAll(filepath.Join(dir, "spool", sub), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c.daemon("slurmctld", "-D", "-i")
-	c.daemon("slurmd", "-D")
+	c.daemon("slurmctld", "slurmctld", "-D", "-i")
+	for _, n := range c.Nodes {
+		c.daemon("slurmd-"+n, "slurmd", "-D", "-N", n)
+	}
 	// Cleanups run last first: the jobs go before the daemons. slurmstepd,
 	// which runs a job, outlives slurmd.
 	t.Cleanup(c.cancelAll)
-	c.WaitNode("idle", 30*time.Second)
+	for _, n := range c.Nodes {
+		c.waitNode(n, "idle", 30*time.Second)
+	}
 	return c
 }
 
@@ -179,25 +207,32 @@ func (c *Cluster) Run(name string, args ...string) string {
 	return string(out)
 }
 
-// NodeState is the node's state as sinfo says it ("idle", "mixed",
-// "down*"...).
-func (c *Cluster) NodeState() string {
-	out, _ := c.Command("sinfo", "-h", "-n", c.Node, "-o", "%T").Output()
+// NodeState is the (first) node's state as sinfo says it ("idle",
+// "mixed", "down*"...).
+func (c *Cluster) NodeState() string { return c.nodeState(c.Node) }
+
+func (c *Cluster) nodeState(node string) string {
+	out, _ := c.Command("sinfo", "-h", "-n", node, "-o", "%T").Output()
 	return strings.TrimSpace(string(out))
 }
 
-// WaitNode waits until the node's state is state.
+// WaitNode waits until the (first) node's state is state.
 func (c *Cluster) WaitNode(state string, timeout time.Duration) {
+	c.t.Helper()
+	c.waitNode(c.Node, state, timeout)
+}
+
+func (c *Cluster) waitNode(node, state string, timeout time.Duration) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if c.NodeState() == state {
+		if c.nodeState(node) == state {
 			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	log, _ := os.ReadFile(filepath.Join(c.Dir, "slurmd.log"))
-	c.t.Fatalf("node %s is %q, never %q\nslurmd.log:\n%s", c.Node, c.NodeState(), state, log)
+	log, _ := os.ReadFile(filepath.Join(c.Dir, "slurmd-"+node+".log"))
+	c.t.Fatalf("node %s is %q, never %q\nslurmd-%s.log:\n%s", node, c.nodeState(node), state, node, log)
 }
 
 // SetNode changes the node's state, as an administrator would (down with a
@@ -211,11 +246,12 @@ func (c *Cluster) SetNode(state, reason string) {
 	c.Run("scontrol", args...)
 }
 
-// daemon starts a daemon of the cluster in the foreground; the test's end
-// stops it (and with slurmd, the jobs it runs).
-func (c *Cluster) daemon(name string, args ...string) {
+// daemon starts a daemon of the cluster (bin, its output in name.out) in
+// the foreground; the test's end stops it (and with slurmd, the jobs it
+// runs).
+func (c *Cluster) daemon(name, bin string, args ...string) {
 	c.t.Helper()
-	cmd := exec.Command("/usr/sbin/"+name, args...)
+	cmd := exec.Command("/usr/sbin/"+bin, args...)
 	cmd.Env = c.Env()
 	out, err := os.Create(filepath.Join(c.Dir, name+".out"))
 	if err != nil {
