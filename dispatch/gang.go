@@ -50,22 +50,13 @@ func gangEnv(parts []placement, rank int, j *Job, master string) []string {
 	return env
 }
 
-// PortFinder is implemented by an Executor that can find a TCP port no
-// one listens on, on one of its hosts: a job over several hosts gets one
-// on part 0's host as its MASTER_PORT. Address is the host's address as
-// other hosts reach it ("" when the Executor cannot say).
-type PortFinder interface {
-	FreePort(ctx context.Context, host string) (int, error)
-	Address(host string) string
-}
-
 // masterAddr is h's address as the other hosts of a job reach it: its
 // inventory address:, else what the Executor connects to, else its name.
 func (r *run) masterAddr(h inventory.Host) string {
 	if h.Address != "" {
 		return h.Address
 	}
-	if pf, ok := r.opts.Executor.(PortFinder); ok {
+	if pf, ok := r.opts.Executor.(executor.PortFinder); ok {
 		if a := pf.Address(h.Name); a != "" {
 			return a
 		}
@@ -75,7 +66,7 @@ func (r *run) masterAddr(h inventory.Host) string {
 
 // masterPort finds a free port on part 0's host, for every part.
 func (r *run) masterPort(ctx context.Context, host string) (int, error) {
-	pf, ok := r.opts.Executor.(PortFinder)
+	pf, ok := r.opts.Executor.(executor.PortFinder)
 	if !ok {
 		return 0, fmt.Errorf("%s: cannot look for a free port there for a job over several hosts", host)
 	}

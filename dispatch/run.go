@@ -802,6 +802,7 @@ func (r *run) command(pt placement, j *Job, tag string, attempt int) (part, erro
 		Tag:     tag,
 		GPUs:    j.GPUs,
 		GPUType: pt.host.gresType(j),
+		Nodes:   pt.host.hostsOf(j), // a Slurm cluster runs all the parts
 		// The time limit is kept where the job runs, with or without this
 		// coordinator; this one times it too (the first to act ends it).
 		Timeout: cmp.Or(j.Timeout, r.opts.Timeout),

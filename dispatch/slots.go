@@ -162,13 +162,17 @@ type hostSlots struct {
 }
 
 // fits reports whether j, by the number of GPUs it asks for, can ever run
-// on h. A part of a job over several hosts runs on a machine of its own,
-// not on a Slurm cluster.
-func (h *hostSlots) fits(j *Job) bool {
+// on h (a Slurm cluster: always, a job over several hosts as one batch
+// job of that many nodes).
+func (h *hostSlots) fits(j *Job) bool { return h.cluster || h.live() >= j.GPUs }
+
+// hostsOf is how many of the hosts a job over several hosts needs h
+// stands for: all of them on a Slurm cluster (its nodes), else one.
+func (h *hostSlots) hostsOf(j *Job) int {
 	if h.cluster {
-		return j.Nodes <= 1
+		return max(j.Nodes, 1)
 	}
-	return h.live() >= j.GPUs
+	return 1
 }
 
 // slots is how many slots g has: those the inventory gives it, or none
@@ -371,6 +375,9 @@ func (t *slotTable) check(j *Job) error {
 	if j.Nodes > 1 {
 		var fit []string
 		for _, h := range t.hosts {
+			if !h.removed && h.cluster {
+				return nil
+			}
 			if !h.removed && h.fits(j) {
 				fit = append(fit, h.host.Name)
 			}
@@ -381,7 +388,7 @@ func (t *slotTable) check(j *Job) error {
 				have = fmt.Sprintf("only %s (%s)", Count(len(fit), "host"), strings.Join(fit, ", "))
 				have += map[bool]string{true: " has", false: " have"}[len(fit) == 1]
 			}
-			return fmt.Errorf("nodes=%d gpus=%d: %s %s or more (a Slurm cluster takes no part of a job over several hosts)", j.Nodes, j.GPUs, have, Count(j.GPUs, "GPU"))
+			return fmt.Errorf("nodes=%d gpus=%d: %s %s or more", j.Nodes, j.GPUs, have, Count(j.GPUs, "GPU"))
 		}
 		return nil
 	}
@@ -521,7 +528,7 @@ func (t *slotTable) unrunnable(j *Job, timeout time.Duration) string {
 			continue // never a place for j
 		}
 		if !h.expired {
-			if left--; left == 0 {
+			if left -= h.hostsOf(j); left <= 0 {
 				return ""
 			}
 			continue
@@ -710,22 +717,23 @@ type hostGPUs struct {
 	gs []*gpu
 }
 
-// gangHosts lists, in inventory order, the hosts that may take a part of
-// j ([nodes=N]) now, each with its free GPUs j may use, best first.
+// gangHosts lists, in inventory order, the machines that may take a part
+// of j ([nodes=N]) now, each with its free GPUs j may use, best first.
 func (t *slotTable) gangHosts(j *Job, hd held) []hostGPUs {
 	var out []hostGPUs
 	for _, h := range t.candidates(j) {
-		if h.usable(j) && h.fits(j) {
+		if !h.cluster && h.usable(j) && h.fits(j) {
 			out = append(out, hostGPUs{h, t.freeGPUs(h, j, hd)})
 		}
 	}
 	return out
 }
 
-// placeGang places a job over several hosts ([nodes=N]): N hosts with
-// GPUs GPUs free each, or nothing. It picks the hosts whose best GPUs
-// are least loaded (as place does), and gives the parts their ranks in
-// inventory order, so that a job's hosts always come in one order.
+// placeGang places a job over several hosts ([nodes=N]): N machines with
+// GPUs GPUs free each, else a Slurm cluster's slot (one batch job of N
+// nodes), or nothing. It picks the machines whose best GPUs are least
+// loaded (as place does), and gives the parts their ranks in inventory
+// order, so that a job's hosts always come in one order.
 func (t *slotTable) placeGang(j *Job, hd held) (placement, bool) {
 	var room []hostGPUs
 	for _, c := range t.gangHosts(j, hd) {
@@ -734,6 +742,13 @@ func (t *slotTable) placeGang(j *Job, hd held) (placement, bool) {
 		}
 	}
 	if len(room) < j.Nodes {
+		for _, h := range t.candidates(j) {
+			if h.cluster && h.usable(j) {
+				if gs := t.freeGPUs(h, j, hd); len(gs) > 0 {
+					return placement{host: h, gpus: gs[:1]}, true
+				}
+			}
+		}
 		return placement{}, false
 	}
 	chosen := slices.Clone(room)
@@ -977,7 +992,7 @@ func (t *slotTable) allDown(j *Job) bool {
 	up := 0
 	for _, h := range t.candidates(j) {
 		if !h.down && !h.removed && h.fits(j) {
-			up++
+			up += h.hostsOf(j)
 		}
 	}
 	return up < max(j.Nodes, 1)

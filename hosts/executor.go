@@ -15,8 +15,9 @@ import (
 
 // Lab is what dispatch runs jobs through.
 var (
-	_ executor.Executor = (*Lab)(nil)
-	_ executor.GPUTyper = (*Lab)(nil)
+	_ executor.Executor   = (*Lab)(nil)
+	_ executor.GPUTyper   = (*Lab)(nil)
+	_ executor.PortFinder = (*Lab)(nil)
 )
 
 // The Lab runs each job on the Runner of the host it names: these methods

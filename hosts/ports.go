@@ -9,26 +9,8 @@ import (
 	"strings"
 
 	"github.com/gpudispatch/gpudispatch/hosts/slurm"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
-
-// freePortScript prints a TCP port from 29500 up (torchrun's default and
-// the ports after it, below Linux's ephemeral range) that no socket on the
-// machine uses, in any state, by /proc/net/tcp and tcp6: a job over
-// several hosts gets it as its MASTER_PORT. It looks from a random place
-// in the range (two jobs started together on one host do not pick the
-// same one) and goes round it once. Plain sh and awk (mawk too), as the
-// login shell may be any.
-const freePortScript = `cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk -v lo=29500 -v n=3000 -v r="$(od -An -N2 -tu2 /dev/urandom)" '
-{ split($2, a, ":"); used[a[2]] = 1 }
-END {
-  for (i = 0; i < n; i++) {
-    p = lo + (r + i) % n
-    if (!(sprintf("%04X", p) in used)) { print p; exit 0 }
-  }
-  print "no free port from " lo " to " lo + n - 1 > "/dev/stderr"
-  exit 1
-}'
-`
 
 // FreePort finds a TCP port no one uses on host, for a job over several
 // hosts whose part 0 runs there (its MASTER_PORT).
@@ -50,7 +32,7 @@ func (l *Lab) FreePort(ctx context.Context, host string) (int, error) {
 		defer ln.Close()
 		return ln.Addr().(*net.TCPAddr).Port, nil
 	}
-	out, code, err := probe(ctx, r, freePortScript)
+	out, code, err := probe(ctx, r, spawn.FreePort)
 	if err != nil {
 		return 0, err
 	}

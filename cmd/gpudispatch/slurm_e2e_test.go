@@ -587,3 +587,30 @@ func TestE2ESlurmGPUTypes(t *testing.T) {
 		t.Errorf("the A100 job is not rejected with %q:\n%s", want, errOut)
 	}
 }
+
+// A job over two hosts in a lab of one workstation and a two-node Slurm
+// cluster goes to the cluster as one batch job of two nodes: its line runs
+// on each node with its rank, and its output comes home in its logs.
+func TestE2ESlurmJobOverTwoNodes(t *testing.T) {
+	t.Parallel()
+	sc := slurmtest.Start(t, slurmtest.Options{Nodes: 2, GPUs: 1})
+	dir := t.TempDir()
+	r := slurmRun{sc: sc, dir: dir, lab: slurmLab(t, dir, sc, ""), logDir: filepath.Join(dir, "logs")}
+	logJournalOnFailure(t, r.logDir)
+	cmd, stdin, errOut := r.start(t)
+	io.WriteString(stdin, `[nodes=2 name=dist] echo "rank=$NODE_RANK of $NNODES master=$MASTER_ADDR world=$WORLD_SIZE"`+"\n")
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit %v\n%s", err, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(readFile(t, filepath.Join(r.logDir, "dist.out"))), "\n")
+	sort.Strings(lines)
+	if want := []string{"rank=0 of 2 master=gpd1 world=2", "rank=1 of 2 master=gpd1 world=2"}; !slices.Equal(lines, want) {
+		t.Errorf("dist.out: %q, want %q", lines, want)
+	}
+	for _, e := range journal(t, r.logDir) {
+		if e["event"] == "started" && e["host"] != "hpc" {
+			t.Errorf("started on %v, want the cluster", e["host"])
+		}
+	}
+}

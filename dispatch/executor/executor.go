@@ -69,6 +69,17 @@ type ShareWatcher interface {
 	Changed() <-chan struct{}
 }
 
+// PortFinder is implemented by an Executor that can find a TCP port no
+// one uses on one of its hosts: a job over several hosts gets one on part
+// 0's host as its MASTER_PORT.
+type PortFinder interface {
+	// FreePort is a port no socket uses on host now.
+	FreePort(ctx context.Context, host string) (int, error)
+	// Address is host's address as the other hosts reach it ("" when the
+	// Executor cannot say).
+	Address(host string) string
+}
+
 // Waiter is implemented by an Executor whose GPU locks keep a record of
 // the runs that wait for a host's GPUs (fair share: the runs holding them
 // give up their share's excess as jobs end).
@@ -148,6 +159,12 @@ type Command struct {
 	// the type the batch system names them by (a Slurm gres type, "a100").
 	GPUs    int
 	GPUType string
+	// Nodes is how many nodes a batch system runs the job over ([nodes=N];
+	// 0 or 1: one), GPUs GPUs on each: the line runs once on every node,
+	// told its rank and the others (NODE_RANK, NNODES, MASTER_ADDR,
+	// MASTER_PORT, WORLD_SIZE, GPUDISPATCH_NODES), and a node's part that
+	// fails ends the others.
+	Nodes int
 	// Timeout is the job's time limit (0: none, or a batch system's
 	// default), kept where the job runs so that it holds with no
 	// coordinator there. A job ended by it makes Run's error wrap

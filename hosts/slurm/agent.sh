@@ -18,7 +18,8 @@
 #
 # Then one command a record, its fields:
 #   h                                  heartbeat
-#   s TAG GPUS TIME SCRIPT             submit that batch script (TIME "-": none)
+#   s TAG GPUS NODES TIME SCRIPT       submit that batch script, GPUS on each of
+#                                      NODES nodes (TIME "-": none)
 #   t TAG ID OUT ERR                   track a job submitted by an earlier agent,
 #                                      OUT/ERR bytes of its output already home
 #                                      (ID "-": not known, found by its name)
@@ -92,11 +93,12 @@ _a_tailed=-1
 _a_eof=
 _g_send r
 
-_a_sbatch() { # TAG GPUS TIME SCRIPT
-  local tag=$1 out time=()
-  [ "$3" = - ] || time=(--time="$3")
+_a_sbatch() { # TAG GPUS NODES TIME SCRIPT
+  local tag=$1 out time=() nodes=()
+  [ "$4" = - ] || time=(--time="$4")
+  [ "$3" = 1 ] || nodes=(--nodes="$3" --ntasks-per-node=1)
   if out=$(sbatch --parsable --no-requeue --job-name="gpd-$tag" --output="$tag.out" --error="$tag.err" \
-    --gres="gpu:$2" "${time[@]}" "${_a_args[@]}" <<<"$4" 2>&1); then
+    --gres="gpu:$2" "${nodes[@]}" "${time[@]}" "${_a_args[@]}" <<<"$5" 2>&1); then
     out=${out%%;*}
     _a_id[$tag]=$out _a_out[$tag]=0 _a_err[$tag]=0 _a_state[$tag]=PENDING _a_why[$tag]=
     _g_send S "$tag" "$out"
@@ -209,7 +211,7 @@ while :; do
   if [ "${_a_owner:-}" != $$ ]; then exit 0; fi # a later agent took over
   set -- "${_g_f[@]}"
   case ${1-} in
-    s) _a_sbatch "$2" "$3" "$4" "$5" ;;
+    s) _a_sbatch "$2" "$3" "$4" "$5" "$6" ;;
     t) _a_id[$2]=$3 _a_out[$2]=$4 _a_err[$2]=$5 _a_state[$2]=PENDING _a_why[$2]= ;;
     c) shift && scancel -- "$@" 2>/dev/null ;;
     q)

@@ -280,7 +280,8 @@ func (c *Cluster) submit(ctx context.Context, run string, j *job, cmd executor.C
 		gres = cmd.GPUType + ":" + gres
 	}
 	c.jobs[j.tag] = j
-	if err := c.ag.send(submitting(j.tag, gres, timeLimit(cmd, c.o.Slurm.Time), script)...); err != nil {
+	nodes := strconv.Itoa(max(cmd.Nodes, 1))
+	if err := c.ag.send(submitting(j.tag, gres, nodes, timeLimit(cmd, c.o.Slurm.Time), script)...); err != nil {
 		delete(c.jobs, j.tag)
 		return fmt.Errorf("%s: %w: %v", c.o.Name, executor.ErrHostDown, err)
 	}
@@ -529,8 +530,8 @@ type agent struct {
 // batch script (time "-": none), track a job an earlier agent submitted
 // with out and err of its bytes home (id "-": found by its name), cancel
 // jobs; "h" is a heartbeat, "q" says to quit.
-func submitting(tag, gres, time, script string) []string {
-	return []string{"s", tag, gres, time, script}
+func submitting(tag, gres, nodes, time, script string) []string {
+	return []string{"s", tag, gres, nodes, time, script}
 }
 
 func tracking(tag, id string, out, err int64) []string {

@@ -5,6 +5,7 @@ package slurm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -117,5 +118,44 @@ func TestReapCancelsTheJobInSlurm(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the job is still %q in squeue after Reap", state())
 		}
+	}
+}
+
+// A job over two nodes of a real two-node cluster is one batch job: its
+// line runs once on each node, told its rank and the job's shape, with
+// the node's GPUs; a part that fails ends the other (srun
+// --kill-on-bad-exit) and the job ends with its exit status.
+func TestRunOverTwoNodes(t *testing.T) {
+	sc := slurmtest.Start(t, slurmtest.Options{Nodes: 2, GPUs: 2})
+	c := localCluster(t, sc, inventory.Slurm{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var out, errs sshtest.Buffer
+	cmd := executor.Command{Script: `echo "rank=$NODE_RANK of $NNODES master=$MASTER_ADDR port=$MASTER_PORT world=$WORLD_SIZE nodes=$GPUDISPATCH_NODES cvd=$CUDA_VISIBLE_DEVICES"`,
+		Tag: "R3-1-1", GPUs: 2, Nodes: 2}
+	code, err := c.Run(ctx, cmd, &out, &errs)
+	if err != nil || code != 0 {
+		t.Fatalf("got %d, %v: %s", code, err, errs.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	slices.Sort(lines)
+	if len(lines) != 2 {
+		t.Fatalf("output %q, want a line from each node", out.String())
+	}
+	port := strings.Fields(lines[0])[4]
+	for i, line := range lines {
+		want := fmt.Sprintf("rank=%d of 2 master=gpd1 %s world=4 nodes=gpd1,gpd2 cvd=0,1", i, port)
+		if line != want || port == "port=" {
+			t.Errorf("node %d said %q, want %q", i, line, want)
+		}
+	}
+	begin := time.Now()
+	cmd = executor.Command{Script: `if [ "$NODE_RANK" = 1 ]; then exit 7; fi; sleep 120`, Tag: "R3-2-1", GPUs: 1, Nodes: 2}
+	code, err = c.Run(ctx, cmd, &out, &errs)
+	if err != nil || code != 7 {
+		t.Fatalf("a job whose part 1 exits 7: got %d, %v", code, err)
+	}
+	if took := time.Since(begin); took > 60*time.Second {
+		t.Errorf("the job took %s: its other part was not ended", took)
 	}
 }

@@ -20,7 +20,7 @@ func TestGoldenWhatIsSent(t *testing.T) {
 	b.WriteString("== a check:\n" + spawntest.Records(c.arguments("check")))
 	b.WriteString("== submit, track, cancel, heartbeat, quit:\n")
 	for _, cmd := range [][]string{
-		submitting("20261129T120000.000000Z-7-1", "a100:2", "90", "#!/bin/bash\n#SBATCH --job-name=gpd-7\npython train.py\n"),
+		submitting("20261129T120000.000000Z-7-1", "a100:2", "2", "90", "#!/bin/bash\n#SBATCH --job-name=gpd-7\npython train.py\n"),
 		tracking("20261129T120000.000000Z-6-1", "4242", 1024, 0),
 		cancelling("4242"),
 		{"h"},

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
+	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
 
 // batchScript is the batch script of the job c, tagged tag: it exports the
@@ -36,11 +37,30 @@ func batchScript(c executor.Command, tag string) string {
 	if c.Setup != "" {
 		pre += "{ " + c.Setup + "\n} || exit\n"
 	}
+	if c.Nodes > 1 {
+		// A job over several nodes: the script runs on the first, which
+		// is part 0's (MASTER_ADDR, and its free port); srun runs the line
+		// once on every node (one task each, with the node's GPUs), each
+		// told its rank, and ends them all once one fails.
+		b.WriteString(`_g_nodes=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | paste -sd, -)` + "\n")
+		b.WriteString(`export NNODES="$SLURM_JOB_NUM_NODES" MASTER_ADDR="${_g_nodes%%,*}" GPUDISPATCH_NODES="$_g_nodes"` + "\n")
+		b.WriteString(fmt.Sprintf(`export WORLD_SIZE=$((SLURM_JOB_NUM_NODES * %d))`, max(c.GPUs, 1)) + "\n")
+		b.WriteString("MASTER_PORT=$(" + strings.TrimSpace(spawn.FreePort) + ") || _g_end 1\nexport MASTER_PORT\n")
+		// The first part to fail says its exit status, which is the job's
+		// (srun's own is the highest of all, the parts it ended included).
+		b.WriteString(`_g_first="$SLURM_SUBMIT_DIR/` + tag + `.first"` + "\nexport _g_first\n")
+		b.WriteString(`srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c 'export NODE_RANK=$SLURM_NODEID; "$@"; s=$?; ` +
+			`if [ "$s" != 0 ] && mkdir "$_g_first" 2>/dev/null; then echo "$s" >"$_g_first/code"; fi; exit "$s"' bash `)
+	}
 	// The job line is evaluated from the login shell's first line, with no
 	// positional parameters: bash's messages about it give its own line
 	// numbers, as under bash -c, not those of the activation before it.
 	b.WriteString(`"${SHELL:-/bin/bash}" -lc 'eval "$1" || exit; _g_s=$2; set --; eval "unset -v _g_s; $_g_s"' bash ` +
 		shellescape.Quote(pre) + " " + shellescape.Quote(c.Script) + "\n")
+	if c.Nodes > 1 {
+		b.WriteString(`_g_s=$?; if [ -s "$_g_first/code" ]; then _g_s=$(cat "$_g_first/code"); fi; rm -rf "$_g_first"; _g_end "$_g_s"` + "\n")
+		return b.String()
+	}
 	b.WriteString("_g_end $?\n")
 	return b.String()
 }
