@@ -794,6 +794,22 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 	case "exit":
 		n, _ := strconv.Atoi(arg)
 		return n, nil
+	case "ranklose":
+		// Part R of a job over several hosts is lost on the job's first
+		// attempt (its slots held until reaped); the others run until
+		// stopped; later attempts succeed.
+		_, rest, _ := strings.Cut(c.Tag, "-")
+		_, att, _ := strings.Cut(rest, "-")
+		att, _, _ = strings.Cut(att, ".")
+		if att != "1" {
+			return 0, nil
+		}
+		if envValue(c.Env, "NODE_RANK") == arg {
+			lost = true
+			return -1, fmt.Errorf("%s: %w", host, executor.ErrConnectionLost)
+		}
+		<-ctx.Done()
+		return 143, fmt.Errorf("job stopped: %w", context.Cause(ctx))
 	case "rankexit":
 		// Part R of a job over several hosts exits N at once; the others
 		// run until they are stopped.

@@ -151,3 +151,32 @@ func TestJobOverSeveralHostsAddress(t *testing.T) {
 		}
 	}
 }
+
+// A part lost with its host ends the others, and the job is lost and run
+// again whole (--retries) once the lost part is stopped where it ran
+// (its GPUs are held till then).
+func TestPartLostEndsTheJob(t *testing.T) {
+	inv := lab("a:0 b:0")
+	dir := t.TempDir()
+	f, s := runJobs(t, inv, "[nodes=2] ranklose 1\n", func(o *Options) { o.LogDir = dir })
+	if s.Counts[EventFinished] != 1 {
+		t.Fatalf("summary %+v", s)
+	}
+	var kinds []string
+	for _, e := range readJournal(t, dir) {
+		if e.Job == "1" && e.Event != EventPending {
+			kinds = append(kinds, string(e.Event))
+			if e.Event == EventLost && (e.FailedPart == nil || *e.FailedPart != 1 || e.Host != "b" || !e.Unstopped) {
+				t.Errorf("lost event %+v: want part 1 on b, unstopped", e)
+			}
+		}
+	}
+	if got := strings.Join(kinds, " "); got != "queued started lost retried stopped started finished" {
+		t.Errorf("the job's story: %s", got)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.reaps) != 1 || !strings.HasSuffix(f.reaps[0], ".rank1") {
+		t.Errorf("reaps %v, want part 1's", f.reaps)
+	}
+}

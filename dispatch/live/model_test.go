@@ -55,6 +55,28 @@ func TestModelView(t *testing.T) {
 			},
 		},
 		{
+			name: "a job over two hosts on every GPU it holds, till it ends",
+			events: []dispatch.Event{
+				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"},
+				{Event: dispatch.EventStarted, Job: "1", Host: "n1", GPUs: []executor.GPUID{0}, Command: "torchrun", Start: at(0),
+					Parts: []dispatch.Part{{Rank: 1, Host: "n2", GPUs: []executor.GPUID{0}}}},
+				{Event: dispatch.EventStarted, Job: "2", Host: "n1", GPUs: []executor.GPUID{1}, Command: "torchrun", Start: at(0),
+					Parts: []dispatch.Part{{Rank: 1, Host: "n2", GPUs: []executor.GPUID{0}}}},
+				{Event: dispatch.EventFailed, Job: "2", Host: "n1", GPUs: []executor.GPUID{1}, Command: "torchrun", Start: at(0), End: at(5),
+					Parts: []dispatch.Part{{Rank: 1, Host: "n2", GPUs: []executor.GPUID{0}}}},
+			},
+			after: 10 * time.Second,
+			want: []string{
+				"[##########----------] 1/2 done · 1 failed · 1 running · 6.0 jobs/min · ETA 10s",
+				"n1:0         job 1          10s  torchrun",
+				"n1:1         idle",
+				"n2:0         job 1          10s  torchrun",
+				"n2:0         idle",
+				"hpc          idle",
+				"hpc          idle",
+			},
+		},
+		{
 			name: "jobs that declare GPU memory share a GPU, each with what it declared",
 			events: []dispatch.Event{
 				{Event: dispatch.EventQueued, Job: "1"}, {Event: dispatch.EventQueued, Job: "2"},

@@ -127,7 +127,7 @@ func (s *Server) build(o *dispatch.Overview, ended bool, now time.Time, live, ti
 				}
 			}
 			for _, j := range jobs {
-				if slices.Contains(j.GPUs, g.ID) {
+				if slices.Contains(j.gpusOn(h.Name), g.ID) {
 					row.Jobs = append(row.Jobs, j)
 				}
 			}

@@ -112,6 +112,17 @@ func (j *jobInfo) Places() []dispatch.Place {
 	return (dispatch.Event{Host: j.Host, GPUs: j.GPUs, Parts: j.Parts}).Places()
 }
 
+// gpusOn are the GPUs of host that its latest attempt holds (a part's,
+// for a job over several hosts).
+func (j *jobInfo) gpusOn(host string) []executor.GPUID {
+	for _, pl := range j.Places() {
+		if pl.Host == host {
+			return pl.GPUs
+		}
+	}
+	return nil
+}
+
 // Where says where its latest attempt runs: "node1:0,1", or
 // "node1:0,1+node2:0,1" for a job over several hosts.
 func (j *jobInfo) Where() string { return dispatch.Where(j.Places()) }

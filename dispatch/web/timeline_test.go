@@ -100,3 +100,40 @@ func TestGPUChart(t *testing.T) {
 		t.Errorf("%d samples kept, want the two of the last hour", len(h))
 	}
 }
+
+// A job over several hosts is on the page at every place it holds: a bar
+// on each of its GPUs' rows, a line on each of its hosts' GPUs.
+func TestJobOverSeveralHostsOnThePage(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 28, 20, 0, 0, 0, time.UTC)
+	j := &jobInfo{ID: "1", State: dispatch.StateRunning, Host: "n1", GPUs: []executor.GPUID{1}, Start: t0, Command: "torchrun",
+		Parts: []dispatch.Part{{Rank: 1, Host: "n2", GPUs: []executor.GPUID{0}}}}
+	hosts := []dispatch.HostView{
+		{Name: "n1", GPUs: []dispatch.GPUView{{ID: 0}, {ID: 1}}},
+		{Name: "n2", GPUs: []dispatch.GPUView{{ID: 0}, {ID: 1}}},
+	}
+	tl := buildTimeline(map[string]*jobInfo{"1": j}, hosts, t0.Add(10*time.Second), false)
+	var rows []string
+	for _, r := range tl.Rows {
+		rows = append(rows, r.Label)
+	}
+	if strings.Join(rows, " ") != "n1:1 n2:0" {
+		t.Errorf("timeline rows %v, want n1:1 n2:0", rows)
+	}
+	s := &Server{jobs: map[string]*jobInfo{"1": j}}
+	p := s.build(&dispatch.Overview{Hosts: hosts}, false, t0, false, false)
+	var on []string
+	for _, c := range p.Hosts {
+		for _, g := range c.GPUs {
+			if len(g.Jobs) > 0 {
+				on = append(on, c.Name+":"+g.ID.String())
+			}
+		}
+	}
+	if strings.Join(on, " ") != "n1:1 n2:0" {
+		t.Errorf("the job is on %v, want n1:1 n2:0", on)
+	}
+	if j.Where() != "n1:1+n2:0" {
+		t.Errorf("Where %q", j.Where())
+	}
+}
