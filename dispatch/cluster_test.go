@@ -245,23 +245,26 @@ func TestClusterGPUTypes(t *testing.T) {
 	}
 }
 
-// A job over several hosts on a Slurm cluster is one batch job of that
-// many nodes, in one slot: the cluster runs its parts, the coordinator
-// gives them no ranks of its own.
+// A job over several hosts on a Slurm cluster (or pinned to one) is one
+// batch job of that many nodes, in one slot: the cluster runs its parts,
+// the coordinator gives them no ranks of its own.
 func TestClusterJobOverNodes(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		ex := &clusterExec{attempts: map[string]int{}}
 		sum, err := Run(context.Background(), Options{Inventory: clusterInventory(2), Executor: ex, LogDir: t.TempDir()},
-			[]Input{{Name: "jobs", R: strings.NewReader("[nodes=3 gpus=4] ok\n")}})
+			[]Input{{Name: "jobs", R: strings.NewReader("[nodes=3 gpus=4] ok\n@hpc [nodes=2] pinned\n")}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if sum.Counts[EventFinished] != 1 || len(ex.cmds) != 1 {
+		if sum.Counts[EventFinished] != 2 || len(ex.cmds) != 2 {
 			t.Fatalf("counts %v, %d submitted", sum.Counts, len(ex.cmds))
 		}
-		if c := ex.cmds[0]; c.Nodes != 3 || c.GPUs != 4 || slices.ContainsFunc(c.Env, func(kv string) bool { return strings.HasPrefix(kv, "NODE_RANK=") }) {
-			t.Errorf("submitted %d nodes of %d GPUs, env %v; want 3 of 4, no rank from the coordinator", c.Nodes, c.GPUs, c.Env)
+		for _, c := range ex.cmds {
+			want := map[string][2]int{"ok": {3, 4}, "pinned": {2, 1}}[c.Script]
+			if c.Nodes != want[0] || c.GPUs != want[1] || slices.ContainsFunc(c.Env, func(kv string) bool { return strings.HasPrefix(kv, "NODE_RANK=") }) {
+				t.Errorf("%s: submitted %d nodes of %d GPUs, env %v; want %v, no rank from the coordinator", c.Script, c.Nodes, c.GPUs, c.Env, want)
+			}
 		}
 	})
 }

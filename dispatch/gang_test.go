@@ -180,3 +180,18 @@ func TestPartLostEndsTheJob(t *testing.T) {
 		t.Errorf("reaps %v, want part 1's", f.reaps)
 	}
 }
+
+// A job over several hosts may be pinned to a Slurm cluster (one batch
+// job of N nodes there), not to one machine; a time limit ends every part.
+func TestJobOverSeveralHostsPinnedOrTimed(t *testing.T) {
+	inv := lab("a:0 b:0")
+	_, s := runJobs(t, inv, "@a [nodes=2] sleep 1ms\n[nodes=2 timeout=200ms] sleep 30s\n", nil)
+	if s.Counts[EventRejected] != 1 || s.Counts[EventTimeout] != 1 {
+		t.Fatalf("summary %+v", s)
+	}
+	for _, e := range s.Unsuccessful {
+		if e.Event == EventRejected && !strings.Contains(e.Error, "host=a and nodes=2: a job over several hosts may be pinned only to a Slurm cluster") {
+			t.Errorf("rejected with %q", e.Error)
+		}
+	}
+}

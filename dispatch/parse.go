@@ -458,8 +458,6 @@ func parseOptions(j *Job, words []string) error {
 		// One job over several hosts: each part is placed by the
 		// scheduler, in a place the options of one host cannot name.
 		switch {
-		case j.Host != "":
-			return fmt.Errorf("host=%s and nodes=%d: a job over %d hosts cannot be pinned to one (tags= or model= choose the hosts)", j.Host, j.Nodes, j.Nodes)
 		case j.GPU >= 0:
 			return fmt.Errorf("gpu=%d and nodes=%d: a job over several hosts cannot pin a GPU (gpus= says how many on each)", j.GPU, j.Nodes)
 		case j.Prefer != "":

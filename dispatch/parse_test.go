@@ -141,7 +141,6 @@ func TestParseRejects(t *testing.T) {
 		{"[colour=red] x", `cmds.txt:1: [colour=red]: unknown option "colour" (known: host, gpu, gpus, nodes, name, timeout, priority, prefer, conda, return, after, after_any, mem, model, vram, tags, retries)`, 1},
 		{"[gpu=1 gpus=2 host=a] x", `cmds.txt:1: gpu=1 and gpus=2: pin one GPU or ask for several, not both`, 1},
 		{"[nodes=0] x", `cmds.txt:1: [nodes=0]: want a number of hosts from 1 to 1024`, 1},
-		{"@a [nodes=2] x", `cmds.txt:1: host=a and nodes=2: a job over 2 hosts cannot be pinned to one (tags= or model= choose the hosts)`, 1},
 		{"[nodes=2 prefer=a] x", `cmds.txt:1: prefer=a and nodes=2: a job over several hosts goes where its hosts are free together`, 1},
 		{"[nodes=2 mem=4G] x", `cmds.txt:1: mem= and nodes=2: a job over several hosts takes whole GPUs (gpus= on each host)`, 1},
 		{"[name=train.rank1] x", `cmds.txt:1: [name=train.rank1]: a name must not end in .rankN (ID.rankN.out is part N of a job over several hosts): write train_rank1 for instance`, 1},

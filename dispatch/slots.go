@@ -366,6 +366,8 @@ func (t *slotTable) check(j *Job) error {
 			return fmt.Errorf("host %s has no GPU %d (its GPUs: %s)", j.Host, j.GPU, h.ids())
 		case !h.fits(j):
 			return fmt.Errorf("gpus=%d: host %s has only %d GPUs", j.GPUs, j.Host, h.live())
+		case j.Nodes > 1 && !h.cluster:
+			return fmt.Errorf("host=%s and nodes=%d: a job over several hosts may be pinned only to a Slurm cluster (tags= or model= choose machines)", j.Host, j.Nodes)
 		}
 		return nil
 	}

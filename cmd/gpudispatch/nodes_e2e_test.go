@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -281,5 +282,33 @@ func TestSSHJobsOverHostsAmongSmallOnes(t *testing.T) {
 	}
 	if n != 24+4 || bigs != 4 {
 		t.Errorf("%d lines done (%d of the big jobs' parts), want 24 small jobs and 4 parts: %v", n, bigs, done)
+	}
+}
+
+// Two runs started together, each with a job over both hosts of the lab
+// among one-GPU jobs: neither deadlocks (a part's GPU found locked lets
+// go of the others), both end, and no GPU ever runs two jobs.
+func TestSSHTwoRunsJobsOverHosts(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 2})
+	small := fmt.Sprintf(exclusiveJob, "0.2")
+	big := `[nodes=2 gpus=2] for g in 0 1; do mkdir $HOME/on-gpu.$g || echo "$GPUDISPATCH_JOB_ID $g" >> $HOME/collisions; done; sleep 0.5; rmdir $HOME/on-gpu.0 $HOME/on-gpu.1; echo "$GPUDISPATCH_JOB_ID big" >> $HOME/done`
+	input := strings.Repeat(small+"\n", 4) + big + "\n" + strings.Repeat(small+"\n", 4)
+	results := make([]result, 2)
+	var wg sync.WaitGroup
+	for i := range results {
+		wg.Go(func() {
+			results[i] = labRun(t, l, input, "-i", l.Inventory(""), "-o", fmt.Sprintf("logs%d", i), "--busy-recheck", "200ms")
+		})
+	}
+	wg.Wait()
+	for i, r := range results {
+		if r.code != 0 {
+			t.Errorf("run %d: exit %d\n%s", i, r.code, r.stderr)
+		}
+	}
+	done := noCollisions(t, l)
+	if n := len(done["node1"]) + len(done["node2"]); n != 2*(8+2) {
+		t.Errorf("%d lines done, want 8 one-GPU jobs and 2 parts for each run: %v", n, done)
 	}
 }
