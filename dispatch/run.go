@@ -740,6 +740,10 @@ func (r *run) start(ctx context.Context, a assignment) {
 	}
 	r.record(e)
 	deps := r.depFiles(j)
+	local := make([]bool, len(parts)) // read here: a reload rewrites hostSlots.host
+	for k, pt := range parts {
+		local[k] = pt.host.host.Local
+	}
 	jctx, kill := context.WithCancelCause(ctx)
 	q.kill = kill
 	go func() {
@@ -750,9 +754,9 @@ func (r *run) start(ctx context.Context, a assignment) {
 			defer cancel()
 		}
 		var err error
-		for k, pt := range parts {
+		for k := range cmds {
 			if err == nil {
-				err = r.withDeps(jctx, &cmds[k].c, pt.host.host.Local, j.ID(), deps)
+				err = r.withDeps(jctx, &cmds[k].c, local[k], j.ID(), deps)
 			}
 		}
 		code, rank := -1, 0
