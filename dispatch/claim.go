@@ -466,13 +466,16 @@ func (r *run) sayWaiting() {
 			}
 			looked = true
 		}
-		switch wants := r.sched.wants(h); {
+		need := r.sched.needOn(h)
+		switch wants := need > 0; {
 		case h.asked && !wants:
-			h.asked, h.told = false, true
-			r.say(h, w, false)
-		case capped && wants:
-			h.asked, h.told = true, false
-			r.say(h, w, true)
+			h.asked, h.told, h.needSaid = false, true, 0
+			r.say(h, w, 0)
+		case capped && wants, h.asked && wants && need != max(h.needSaid, 1):
+			// Waiting, or waiting for a job that needs another number of
+			// GPUs together than the one said.
+			h.asked, h.told, h.needSaid = true, false, need
+			r.say(h, w, need)
 		case h.told && wants:
 			h.told = false
 			for _, g := range h.gpus {
@@ -484,9 +487,10 @@ func (r *run) sayWaiting() {
 	}
 }
 
-// say tells h's machine, off the loop, that the run waits there (or no
-// more), unless something newer was said meanwhile.
-func (r *run) say(h *hostSlots, w executor.Waiter, waiting bool) {
+// say tells h's machine, off the loop, that the run waits there for a job
+// of need GPUs (or, need 0, no more), unless something newer was said
+// meanwhile.
+func (r *run) say(h *hostSlots, w executor.Waiter, need int) {
 	seq := h.said.seq.Add(1)
 	name := h.host.Name
 	r.locking.releasing.Go(func() {
@@ -495,8 +499,8 @@ func (r *run) say(h *hostSlots, w executor.Waiter, waiting bool) {
 		if h.said.seq.Load() != seq {
 			return
 		}
-		if waiting {
-			w.Waiting(name, r.id)
+		if need > 0 {
+			w.Waiting(name, r.id, need)
 		} else {
 			w.StopWaiting(name, r.id)
 		}

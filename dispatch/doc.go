@@ -153,7 +153,9 @@
 // host's record of its waiting as its queue is (executor.Waiter:
 // sayWaiting in claim.go): made by another run's lock that refused it a
 // GPU, or said while it is held to its share with jobs for the host (its
-// turn at the GPUs whole shares leave over), and gone at once when no job
+// turn at the GPUs whole shares leave over), saying what the first of
+// them needs there together (a run that cannot use its share for that
+// job waits with none, and the others use it), and gone at once when no job
 // of its queue could run there any more; when jobs for the host wait
 // again, the GPUs set aside there are tried again at once. A share that
 // changes comes to the loop as news (watchShare).

@@ -102,12 +102,14 @@ type stopCall struct {
 	started   int
 }
 
+var _ executor.Waiter = (*fakeExec)(nil)
+
 // Waiting implements executor.Waiter.
-func (f *fakeExec) Waiting(host, run string) {
+func (f *fakeExec) Waiting(host, run string, need int) {
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
 	if f.locks.fair != nil {
-		f.locks.want(host, run)
+		f.locks.want(host, run, need)
 	}
 }
 
@@ -188,23 +190,31 @@ func newFakeLocks() *fakeLocks {
 
 // wantRec is a run's record of waiting as lock.sh keeps it: its time
 // (the run's place in the line for what whole shares leave), when its
-// holder last looked, and whether it is new in the line.
+// holder last looked, whether it is new in the line, and the GPUs its
+// first job for the host needs together.
 type wantRec struct {
 	at, looked time.Time
 	fresh      bool
+	need       int
 }
 
-// want records that run waits on host, unless it waited already (l.mu
-// held).
-func (l *fakeLocks) want(host, run string) {
+// want records that run waits on host, unless it waited already, and
+// what its first job there needs (need 0: as said before, else 1), as
+// lock.sh's want does (l.mu held).
+func (l *fakeLocks) want(host, run string, need int) {
 	if l.wants[host] == nil {
 		l.wants[host] = map[string]*wantRec{}
 	}
-	if _, ok := l.wants[host][run]; !ok {
+	w, ok := l.wants[host][run]
+	if !ok {
 		now := time.Now()
-		l.wants[host][run] = &wantRec{at: now, looked: now, fresh: true}
-		l.touch(host)
+		w = &wantRec{at: now, looked: now, fresh: true, need: 1}
+		l.wants[host][run] = w
 	}
+	if need > 0 {
+		w.need = need
+	}
+	l.touch(host)
 }
 
 // touch says that the locks or records of host changed (l.mu held).
@@ -226,32 +236,75 @@ func (l *fakeLocks) gone(run string) {
 }
 
 // fairRun is what a host's records say of one run (lock.sh's share_of):
-// whose it is, the GPUs it holds, and since when it waits (zero: it does
-// not).
+// whose it is, the GPUs it holds, since when it waits (zero: it does
+// not), and the GPUs its first job there needs together (0 or 1: one).
 type fairRun struct {
 	user  string
 	holds int
 	since time.Time
+	need  int
 }
 
 // fairShare is the share of a host of all GPUs that its holder says to
 // run me, and who waits, as lock.sh's share_of says them (a test checks
-// the two against each other): equal between users, then between a
-// user's runs (none where they are more than its GPUs); what whole shares leave goes one GPU at
-// a time to whoever waits longest, between users (a user's oldest record,
-// then its run's id), then between a user's runs (a run's record, then
-// its id). Said (else -1) while another run waits holding fewer than its
-// own. base is me's whole share, without a GPU left over.
+// the two against each other): split's, but that a run whose first job
+// needs more GPUs together than its share cannot use that share: it
+// waits with none, and the others share the GPUs without it. Said (else
+// -1) while another run waits holding fewer than its own. base is me's
+// whole share, without a GPU left over, of all the runs' split.
 func fairShare(all int, runs map[string]fairRun, me string) (n int, waiting string, base int) {
+	users := map[string]bool{}
+	for _, r := range runs {
+		users[r.user] = true
+	}
+	if len(users) == 0 || all == 0 {
+		return -1, "", 0
+	}
+	nruns := 0
+	for _, r := range runs {
+		if r.user == runs[me].user {
+			nruns++
+		}
+	}
+	base = all / len(users) / max(nruns, 1)
+	fair := split(all, runs)
+	can := maps.Clone(runs)
+	for k, r := range runs {
+		if !r.since.IsZero() && max(r.need, 1) > fair[k] {
+			delete(can, k)
+		}
+	}
+	if len(can) < len(runs) {
+		fair = split(all, can)
+	}
+	ours, who := fair[me], []string{}
+	for _, k := range slices.Sorted(maps.Keys(runs)) {
+		if r := runs[k]; k != me && !r.since.IsZero() && r.holds < fair[k] {
+			who = append(who, fmt.Sprintf("run %s of %s waits with %d", k, r.user, r.holds))
+		}
+	}
+	if len(who) == 0 {
+		return -1, "", base
+	}
+	return ours, strings.Join(who, ", "), base
+}
+
+// split shares all GPUs between runs, as lock.sh's split does: equal
+// between users, then between a user's runs (none where they are more
+// than its GPUs); what whole shares leave goes one GPU at a time to
+// whoever waits longest, between users (a user's oldest record, then its
+// run's id), then between a user's runs (a run's record, then its id).
+// The runs not in runs have none.
+func split(all int, runs map[string]fairRun) map[string]int {
 	nruns := map[string]int{}
 	for _, r := range runs {
 		nruns[r.user]++
 	}
-	if len(nruns) == 0 || all == 0 {
-		return -1, "", 0
+	fair := map[string]int{}
+	if len(nruns) == 0 {
+		return fair
 	}
 	per := all / len(nruns)
-	base = per / nruns[runs[me].user]
 	// older says whether a record of time ta and run a comes first.
 	older := func(ta time.Time, a string, tb time.Time, b string) bool {
 		return ta.Before(tb) || ta.Equal(tb) && a < b
@@ -282,7 +335,7 @@ func fairShare(all int, runs map[string]fairRun, me string) (n int, waiting stri
 		}
 		total[best]++
 	}
-	fair, rleft := map[string]int{}, maps.Clone(total)
+	rleft := maps.Clone(total)
 	for k, r := range runs {
 		fair[k] = total[r.user] / nruns[r.user]
 		rleft[r.user] -= fair[k]
@@ -305,20 +358,7 @@ func fairShare(all int, runs map[string]fairRun, me string) (n int, waiting stri
 		fair[best]++
 		rleft[runs[best].user]--
 	}
-	ours, who := 0, []string{}
-	for _, k := range slices.Sorted(maps.Keys(runs)) {
-		r := runs[k]
-		switch {
-		case k == me:
-			ours = fair[k]
-		case !r.since.IsZero() && r.holds < fair[k]:
-			who = append(who, fmt.Sprintf("run %s of %s waits with %d", k, r.user, r.holds))
-		}
-	}
-	if len(who) == 0 {
-		return -1, "", base
-	}
-	return ours, strings.Join(who, ", "), base
+	return fair
 }
 
 // fairShareOf is fairShare on host for run me, from the locks and records
@@ -354,7 +394,7 @@ func (l *fakeLocks) fairShareOf(host, me string) (int, string) {
 	}
 	for r, w := range l.wants[host] {
 		fr := runs[r]
-		fr.user, fr.since = l.users[r], w.at
+		fr.user, fr.since, fr.need = l.users[r], w.at, w.need
 		runs[r] = fr
 	}
 	n, waiting, base := fairShare(l.fair[host], runs, me)
@@ -487,7 +527,7 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu executor.GPUID,
 		f.locks.denied++
 		var freed chan struct{}
 		if f.locks.fair != nil {
-			f.locks.want(host, run)
+			f.locks.want(host, run, 0)
 			if freed = f.locks.freed[slot]; freed == nil {
 				freed = make(chan struct{})
 				f.locks.freed[slot] = freed

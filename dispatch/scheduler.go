@@ -56,20 +56,21 @@ type queued struct {
 	deps *depWait
 }
 
-// wants reports whether a job of the queue could run on h: h is one of its
-// hosts, with GPUs enough, one of which it may run on.
-func (s *scheduler) wants(h *hostSlots) bool {
+// needOn is how many of h's GPUs the first job of the queue that could
+// run on h needs there together (h is one of its hosts, with GPUs
+// enough, one of which it may run on); 0 when none could.
+func (s *scheduler) needOn(h *hostSlots) int {
 	for _, q := range s.waiting {
 		if q.job.Host != "" && q.job.Host != h.host.Name || !h.fits(q.job) {
 			continue
 		}
 		for _, g := range h.gpus {
 			if g.mayRun(q.job) {
-				return true
+				return h.need(q.job)
 			}
 		}
 	}
-	return false
+	return 0
 }
 
 // ahead reports whether a comes before b in the queue: the higher

@@ -298,6 +298,51 @@ func simulateShare(t *testing.T, gpus int, users []string, seed uint64) {
 	})
 }
 
+// A run whose first job needs more GPUs together than its share cannot
+// use that share: the other run keeps every GPU busy meanwhile (before,
+// two of four stood idle, kept for a job of four that could not start
+// while the other run waited), and the big job runs once the other's
+// queue is done.
+func TestShareNoneCanUseSimulated(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0,1,2,3")
+	synctest.Test(t, func(t *testing.T) {
+		locks := newFakeLocks()
+		locks.fair = map[string]int{"a": 4}
+		inputs := []string{repeat("sleep 20ms", 40), "[gpus=4] sleep 20ms\n" + repeat("sleep 20ms", 4)}
+		fakes := make([]*fakeExec, 2)
+		arrive := make([]time.Time, 2)
+		begin := time.Now()
+		var wg sync.WaitGroup
+		for i, user := range []string{"ann", "bob"} {
+			f := newFakeExec(inv)
+			f.locks, f.user, fakes[i] = locks, user, f
+			arrive[i] = begin.Add(time.Duration(1+30*i) * time.Millisecond)
+			wg.Go(func() {
+				time.Sleep(time.Until(arrive[i]))
+				s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), Recheck: time.Minute}, []Input{{R: strings.NewReader(inputs[i])}})
+				if err != nil || s.Counts[EventFinished] != strings.Count(inputs[i], "\n") {
+					t.Errorf("run %d: %v %+v", i, err, s)
+				}
+			})
+		}
+		wg.Wait()
+		for _, f := range fakes {
+			f.check(t)
+		}
+		// Ann's jobs wait from her arrival to her last start: every GPU
+		// must be busy meanwhile, from Bob's arrival on.
+		var lastStart time.Time
+		for _, sp := range fakes[0].spans {
+			lastStart = later(lastStart, sp.start)
+		}
+		one := []*fakeExec{{spans: append(slices.Clone(fakes[0].spans), fakes[1].spans...)}}
+		if idle := idleWhileWaiting(one, []time.Time{arrive[1]}, []time.Time{lastStart}, 4); idle > 0 {
+			t.Errorf("GPUs stood idle for %v in all while Ann's jobs waited", idle)
+		}
+	})
+}
+
 // later and earlier are the later and the earlier of a and b.
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
@@ -381,7 +426,7 @@ func TestFairShareIsLockSh(t *testing.T) {
 	}
 	text := string(code)
 	var shareOf string
-	for _, fn := range []string{"older", "share_of"} {
+	for _, fn := range []string{"older", "share_of", "split"} {
 		begin := strings.Index(text, "\n"+fn+"() {\n")
 		if begin < 0 {
 			t.Fatalf("no %s in lock.sh", fn)
@@ -397,14 +442,18 @@ func TestFairShareIsLockSh(t *testing.T) {
 	at := func(sec int) time.Time { return time.Unix(1764400000+int64(sec), 0) }
 	never := time.Time{}
 	cases := []tcase{
-		{4, map[string]fairRun{"me": {"ann", 4, never}, "r2": {"ann", 0, at(1)}}},
-		{4, map[string]fairRun{"me": {"ann", 3, never}, "r2": {"bob", 1, at(1)}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(3)}, "r2": {"ann", 1, at(1)}, "r3": {"bob", 1, at(2)}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(1)}, "r2": {"ann", 1, at(2)}, "r3": {"bob", 1, at(3)}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(1)}, "r2": {"ann", 1, at(1)}, "r3": {"bob", 1, at(1)}}},
-		{4, map[string]fairRun{"me": {"ann", 2, never}, "r2": {"bob", 2, at(1)}}},
-		{2, map[string]fairRun{"me": {"ann", 2, never}, "r2": {"bob", 0, at(1)}, "r3": {"cat", 0, at(2)}, "r4": {"dan", 0, at(3)}}},
-		{8, map[string]fairRun{"me": {"bob", 5, never}, "r2": {"ann", 1, at(1)}, "r3": {"ann", 1, at(2)}, "r4": {"ann", 1, at(3)}}},
+		{4, map[string]fairRun{"me": {"ann", 4, never, 1}, "r2": {"ann", 0, at(1), 1}}},
+		{4, map[string]fairRun{"me": {"ann", 3, never, 1}, "r2": {"bob", 1, at(1), 1}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(3), 1}, "r2": {"ann", 1, at(1), 1}, "r3": {"bob", 1, at(2), 1}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1}, "r2": {"ann", 1, at(2), 1}, "r3": {"bob", 1, at(3), 1}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1}, "r2": {"ann", 1, at(1), 1}, "r3": {"bob", 1, at(1), 1}}},
+		{4, map[string]fairRun{"me": {"ann", 2, never, 1}, "r2": {"bob", 2, at(1), 1}}},
+		{2, map[string]fairRun{"me": {"ann", 2, never, 1}, "r2": {"bob", 0, at(1), 1}, "r3": {"cat", 0, at(2), 1}, "r4": {"dan", 0, at(3), 1}}},
+		{8, map[string]fairRun{"me": {"bob", 5, never, 1}, "r2": {"ann", 1, at(1), 1}, "r3": {"ann", 1, at(2), 1}, "r4": {"ann", 1, at(3), 1}}},
+		// A run whose first job needs more than its share waits with none.
+		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1}, "r2": {"bob", 0, at(2), 4}}},
+		{4, map[string]fairRun{"me": {"ann", 2, never, 1}, "r2": {"bob", 0, at(1), 3}, "r3": {"cat", 0, at(2), 1}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(2), 2}, "r2": {"bob", 2, at(1), 2}}},
 	}
 	rng := rand.New(rand.NewPCG(7, 7))
 	users := []string{"ann", "bob", "cat"}
@@ -421,9 +470,10 @@ func TestFairShareIsLockSh(t *testing.T) {
 				holds = max(holds, 1) // a holder looks only while it holds a lock
 			}
 			left -= holds
-			r := fairRun{users[rng.IntN(len(users))], holds, never}
+			r := fairRun{users[rng.IntN(len(users))], holds, never, 1}
 			if rng.IntN(2) == 0 {
 				r.since = at(rng.IntN(3)) // ties too
+				r.need = 1 + rng.IntN(3)
 			}
 			if r.holds > 0 || !r.since.IsZero() { // else it has no record: no run
 				c.runs[name] = r
@@ -459,7 +509,11 @@ func TestFairShareIsLockSh(t *testing.T) {
 			}
 			if !r.since.IsZero() {
 				others = others || k != "me"
-				recs = append(recs, fmt.Sprintf("%s %d.0000000000 gpudispatch-want-host~$$~%s~%s@lab", uid[r.user], r.since.Unix(), k, r.user))
+				want := fmt.Sprintf("%s %d.0000000000 gpudispatch-want-host~$$~%s~%s@lab", uid[r.user], r.since.Unix(), k, r.user)
+				if r.need > 1 || k == "r2" {
+					want += fmt.Sprint("~", r.need) // without: 1, as an older holder's
+				}
+				recs = append(recs, want)
 			}
 		}
 		for ; key < c.all; key++ {

@@ -81,9 +81,9 @@ func (l *Lab) LockGPU(ctx context.Context, host string, gpu executor.GPUID, run 
 
 // Waiting implements executor.Waiter: a host whose GPUs are locked (not a
 // Slurm cluster's) keeps a record that run waits there.
-func (l *Lab) Waiting(host, run string) {
+func (l *Lab) Waiting(host, run string, need int) {
 	if w := l.waiter(host); w != nil {
-		w.Waiting(run)
+		w.Waiting(run, need)
 	}
 }
 
@@ -107,7 +107,7 @@ func (l *Lab) Share(host, run string) (int, string, <-chan struct{}) {
 // machineWaiter is a machine whose GPUs are locked: its holders keep the
 // runs' records of waiting.
 type machineWaiter interface {
-	Waiting(run string)
+	Waiting(run string, need int)
 	StopWaiting(run string)
 	Share(run string) (int, string, <-chan struct{})
 }

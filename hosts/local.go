@@ -98,9 +98,9 @@ func (l *Local) LockGPU(ctx context.Context, gpu executor.GPUID, run string) (ex
 
 // Waiting says that run, held to its share, waits for more of this
 // machine's GPUs (see gpulock.Lockers.Waiting).
-func (l *Local) Waiting(run string) {
+func (l *Local) Waiting(run string, need int) {
 	l.init()
-	l.locks.Waiting(run)
+	l.locks.Waiting(run, need)
 }
 
 // Share is run's fair share of this machine (see gpulock.Lockers.Share).

@@ -483,3 +483,72 @@ func jobStarts(t *testing.T, l *sshtest.Lab, dir string) []time.Time {
 	slices.SortFunc(out, time.Time.Compare)
 	return out
 }
+
+// A run whose first job needs more GPUs together than its share (a job
+// of two GPUs, its share one of two) cannot use that share: the run that
+// holds the host keeps both GPUs busy meanwhile (before, one stood idle,
+// kept for a job that could not start), and the big job runs once that
+// run's queue is done; no GPU ever runs two jobs.
+func TestSSHJobTooBigForItsShare(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
+	inv := l.Inventory("")
+	job := fmt.Sprintf(exclusiveJob, "0.6") + "\n"
+	cmd := labCmd(t, l, "", "-i", inv, "-o", "logsA", "--busy-recheck", "200ms")
+	stdin, errOut := startCmd(t, cmd)
+	io.WriteString(stdin, strings.Repeat(job, 12))
+	stdin.Close()
+	waitForFile(t, filepath.Join(l.Dir, "logsA", "2.out"), func(string) bool { return true })
+	big := `[gpus=2] for g in 0 1; do mkdir $HOME/on-gpu.$g || echo "$GPUDISPATCH_JOB_ID $g" >> $HOME/collisions; done; sleep 0.3; rmdir $HOME/on-gpu.0 $HOME/on-gpu.1; echo "$GPUDISPATCH_JOB_ID big" >> $HOME/done` + "\n"
+	second := labRun(t, l, big, "-i", inv, "-o", "logsB", "--busy-recheck", "200ms")
+	if err := waitExit(t, cmd, errOut, time.Minute); err != nil || second.code != 0 {
+		t.Fatalf("runs: %v; exit %d\n%s", err, second.code, second.stderr)
+	}
+	if done := noCollisions(t, l); len(done["node1"]) != 13 {
+		t.Errorf("%d jobs done, want 13", len(done["node1"]))
+	}
+	// A's jobs started once B had asked (its first lock refused, and a
+	// second and a half for A's holder to look and A to hear it): two of
+	// them ran at once.
+	var asked time.Time
+	for _, e := range journal(t, filepath.Join(l.Dir, "logsB")) {
+		if e["event"] == "gpu_busy" && asked.IsZero() {
+			asked, _ = time.Parse(time.RFC3339Nano, fmt.Sprint(e["time"]))
+		}
+	}
+	if asked.IsZero() {
+		t.Fatal("B never found a GPU locked: the runs did not contend, the test proves nothing")
+	}
+	type span struct{ start, end time.Time }
+	var spans []span
+	for _, e := range journal(t, filepath.Join(l.Dir, "logsA")) {
+		if e["event"] == "finished" {
+			s, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(e["start"]))
+			f, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(e["end"]))
+			if s.After(asked.Add(1500 * time.Millisecond)) {
+				spans = append(spans, span{s, f})
+			}
+		}
+	}
+	// The time two of them ran at once, against the time they ran.
+	var both, any time.Duration
+	for i, a := range spans {
+		any += a.end.Sub(a.start)
+		for _, b := range spans[i+1:] {
+			from, to := a.start, a.end
+			if b.start.After(from) {
+				from = b.start
+			}
+			if b.end.Before(to) {
+				to = b.end
+			}
+			if to.After(from) {
+				both += to.Sub(from)
+			}
+		}
+	}
+	t.Logf("A's %d jobs after B asked: two at once %.0f%% of the time", len(spans), 100*2*both.Seconds()/any.Seconds())
+	if len(spans) < 4 || 2*both < any/2 {
+		t.Errorf("run A's %d jobs started after B asked ran two at once only %v of %v: a GPU stood idle for B's job of two", len(spans), 2*both, any)
+	}
+}

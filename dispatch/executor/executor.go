@@ -85,9 +85,12 @@ type PortFinder interface {
 // give up their share's excess as jobs end).
 type Waiter interface {
 	// Waiting says that run, held to its fair share of host's GPUs, has
-	// more jobs for the host: it waits there too, for its turn at the GPUs
-	// that whole shares leave over. It may block on the network.
-	Waiting(host, run string)
+	// more jobs for the host, the first of which needs need GPUs there
+	// together: it waits there too, for its turn at the GPUs that whole
+	// shares leave over (a run whose first job needs more than its share
+	// cannot use that share: it waits with none, and the others use it).
+	// It may block on the network.
+	Waiting(host, run string, need int)
 	// Share is run's fair share of host's GPUs, as GPULock.Share says it,
 	// for a run that holds no lock there but waits (a share of 0 keeps it
 	// off the host till its turn); changed is closed once it changes

@@ -259,14 +259,15 @@ func (ls *Lockers) Close() {
 }
 
 // Waiting tells run's holder on the machine, if it has one, that the run,
-// held to its fair share there, has more jobs for the machine: it keeps a
-// record that the run waits, which gives it its turn at the GPUs that
-// whole shares leave over.
-func (ls *Lockers) Waiting(run string) {
+// held to its fair share there, has more jobs for the machine, the first
+// needing need GPUs together: it keeps a record that the run waits (and
+// of need), which gives it its turn at the GPUs that whole shares leave
+// over.
+func (ls *Lockers) Waiting(run string, need int) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if h := ls.holders[run]; h != nil && !ls.NoShare {
-		h.send("want")
+		h.send("want", strconv.Itoa(max(need, 1)))
 	}
 }
 

@@ -10,9 +10,10 @@
 # the GPUs as the coordinator just saw them (nvidia-smi's "index, uuid,
 # name, memory.total, memory.used" lines, or empty: then nvidia-smi is
 # asked), and "1" when the run takes part in fair share (below); then
-# requests, a record each: "lock" and N, "release" and N, "want" (the run
-# waits for more of this machine's GPUs than its share lets it keep:
-# its record of waiting is made, unanswered), "unwant" (it waits for none
+# requests, a record each: "lock" and N, "release" and N, "want" and NEED
+# (the run waits for more of this machine's GPUs than its share lets it
+# keep, its first job for them needing NEED GPUs together: its record of
+# waiting is made, or renamed, unanswered), "unwant" (it waits for none
 # any more: the record goes, unanswered), "exit", or none (no field) as a
 # heartbeat. GPU N's lock is named by its UUID as the login shell's
 # nvidia-smi reports it, else "index-N". N at 65536 and above is a MIG
@@ -242,12 +243,13 @@ flush() {
 }
 # Fair share. A run that asked for a GPU here that another run holds
 # waits for this host: its holder says so in the lock dir, with a record
-# of its own (gpudispatch-want-HOST~PID~RUN~WHO, HOST the lock's name of
-# the host's first GPU: a lock dir may be shared by hosts, over NFS or
-# here in tests, and a host counts its own records), made too when the
-# coordinator says that the run, held to its share, has more jobs for the
-# host ("want"), kept until it says the run waits no more ("unwant"), and
-# gone with the holder. The record's time is the run's place in the line
+# of its own (gpudispatch-want-HOST~PID~RUN~WHO~NEED, HOST the lock's name
+# of the host's first GPU: a lock dir may be shared by hosts, over NFS or
+# here in tests, and a host counts its own records; NEED the GPUs the run's
+# first job for the host needs together, 1 where it is not said), made too
+# when the coordinator says that the run, held to its share, has more jobs
+# for the host ("want"), kept until it says the run waits no more
+# ("unwant"), and gone with the holder. The record's time is the run's place in the line
 # for the GPUs that whole shares leave over: a record new in the line
 # takes the time just after the oldest waiting record's, and a run that holds more than
 # its whole share moves back by the GPU time it has above it (start-time
@@ -259,7 +261,10 @@ flush() {
 # equal between one user's runs (none, where they are more than its
 # GPUs); the GPUs those whole shares leave go one each to the runs first
 # in that line, so that they go round as jobs end (three runs on four
-# GPUs, or five on four). A run that waits with no lock here hears its
+# GPUs, or five on four). A run whose first job needs more GPUs together
+# than its share cannot use that share: it waits with none, and the
+# others share the GPUs without it (no GPU stands idle for a job that
+# cannot start). A run that waits with no lock here hears its
 # share too (none till its turn). While a run below its
 # share waits, the holder tells its coordinator its run's own share
 # ("share" N and who waits, each "run ID of WHO waits with M": it keeps at
@@ -284,11 +289,24 @@ mine() {
   [ ${#keys[@]} -gt 0 ] || keyless=1
   host_key "$uuids"
 }
+# want [NEED] makes the run's record of waiting, or, given NEED (the GPUs
+# the run's first job for the host needs there) and a record, renames it
+# to say so: its place in the line is kept.
 want() {
+  local need=${1:-} to
   [ -n "$sharing" ] || return 0
-  [ -z "$wanted" ] || return 0
+  [ -z "$wanted" ] || [ -n "$need" ] || return 0
+  case $need in '' | *[!0-9]*) need=1 ;; esac
   mine
-  wanted=$pdir/gpudispatch-want-$here~$$~$run~$who
+  to=$pdir/gpudispatch-want-$here~$$~$run~$who~$need
+  if [ -n "$wanted" ]; then
+    if [ "$to" != "$wanted" ] && mv -T -- "$wanted" "$to" 2>/dev/null; then
+      wanted=$to
+      touch -c -d "@${wtag:0:${#wtag}-6}.${wtag: -6}" -- "$wanted" 2>/dev/null
+    fi
+    return 0
+  fi
+  wanted=$to
   mkdir -m 0755 -- "$wanted" 2>/dev/null || wanted=''
   wtag=${EPOCHREALTIME//[!0-9]/} wlast=${EPOCHREALTIME//[!0-9]/} fresh=1
 }
@@ -303,14 +321,13 @@ older() {
 # the run's whole share (without a GPU left over), and vmin to the time
 # of the oldest other run's record of waiting ("" for none).
 share_of() {
-  local u t f kind pid r w k n pk all=${#keys[@]} users=0 ours=0 per waiting='' left best
-  local -A owner=() holds=() waits=() nruns=() counted=() named=() fair=() extra=() phys=()
-  local -A usince=() uwho=() utot=() uextra=() rleft=()
+  local u t f kind pid r w nd k n pk all=${#keys[@]} users=0 ours=0 waiting=''
+  local -A owner=() holds=() waits=() need=() nruns=() counted=() named=() fair=() phys=() in=() cannot=()
   # A run is its user's and its id's: another user's record naming this
   # run's id is another run. Only this host's records count. A share
   # counts GPUs: the MIG instances a run holds of one GPU count once.
   while IFS=' ' read -r u t f; do
-    IFS='~' read -r kind pid r w _ <<<"$f"
+    IFS='~' read -r kind pid r w nd _ <<<"$f"
     pk=${kind#gpudispatch-held-}
     pk=${pk%-mig*}
     case $kind in
@@ -328,7 +345,11 @@ share_of() {
     owner[$k]=$u
     named[$k]="run $r of $w"
     case $kind in
-      gpudispatch-want-*) waits[$k]=$t ;;
+      gpudispatch-want-*)
+        waits[$k]=$t
+        case $nd in '' | *[!0-9]*) nd=1 ;; esac
+        need[$k]=$nd
+        ;;
       *)
         if [ -z "${phys[$k~$pk]:-}" ]; then
           phys[$k~$pk]=1
@@ -341,51 +362,31 @@ share_of() {
     u=${owner[$k]}
     [ -n "${nruns[$u]:-}" ] || users=$((users + 1))
     nruns[$u]=$((${nruns[$u]:-0} + 1))
+    in[$k]=1
   done
   share=-
   [ "$users" -gt 0 ] && [ "$all" -gt 0 ] || return 0
-  per=$((all / users))
-  base=$((per / ${nruns[$EUID]:-1}))
-  # What whole shares leave goes one GPU at a time to whoever waits
-  # longest: between users (a user's oldest record, then its run's id)
-  # first, then between a user's runs (a run's record, then its id).
-  left=$((all - per * users))
+  base=$((all / users / ${nruns[$EUID]:-1}))
   vmin=''
   for k in "${!waits[@]}"; do
     if [ "$k" != "$EUID~$run" ] && { [ -z "$vmin" ] || [[ ${waits[$k]} < $vmin ]]; }; then
       vmin=${waits[$k]}
     fi
-    u=${owner[$k]}
-    if [ -z "${usince[$u]:-}" ] || older "${waits[$k]}" "${k#*~}" "${usince[$u]}" "${uwho[$u]}"; then
-      usince[$u]=${waits[$k]} uwho[$u]=${k#*~}
+  done
+  split "$all"
+  # A run whose first job for the host needs more GPUs than its share
+  # (a job of several GPUs) cannot use that share: it waits with none,
+  # and the others share the GPUs without it.
+  for k in "${!waits[@]}"; do
+    if [ "${need[$k]}" -gt "${fair[$k]}" ]; then
+      cannot[$k]=1
+      unset "in[$k]"
     fi
   done
-  for u in "${!nruns[@]}"; do utot[$u]=$per; done
-  while [ "$left" -gt 0 ]; do
-    best=''
-    for u in "${!usince[@]}"; do
-      [ -z "${uextra[$u]:-}" ] || continue
-      if [ -z "$best" ] || older "${usince[$u]}" "${uwho[$u]}" "${usince[$best]}" "${uwho[$best]}"; then best=$u; fi
-    done
-    [ -n "$best" ] || break
-    uextra[$best]=1 utot[$best]=$((utot[$best] + 1)) left=$((left - 1))
-  done
-  for k in "${!owner[@]}"; do
-    u=${owner[$k]}
-    n=$((utot[$u] / nruns[$u]))
-    fair[$k]=$n
-    rleft[$u]=$((${rleft[$u]:-${utot[$u]}} - n))
-  done
-  while :; do
-    best=''
-    for k in "${!waits[@]}"; do
-      if [ "${rleft[${owner[$k]}]}" -le 0 ] || [ -n "${extra[$k]:-}" ]; then continue; fi
-      if [ -z "$best" ] || older "${waits[$k]}" "${k#*~}" "${waits[$best]}" "${best#*~}"; then best=$k; fi
-    done
-    [ -n "$best" ] || break
-    extra[$best]=1 fair[$best]=$((fair[$best] + 1))
-    rleft[${owner[$best]}]=$((rleft[${owner[$best]}] - 1))
-  done
+  if [ ${#cannot[@]} -gt 0 ]; then
+    split "$all"
+    for k in "${!cannot[@]}"; do fair[$k]=0; done
+  fi
   for k in "${!owner[@]}"; do
     n=${fair[$k]}
     if [ "$k" = "$EUID~$run" ]; then
@@ -396,6 +397,59 @@ share_of() {
     fi
   done
   [ -z "$waiting" ] || share=$ours
+}
+# split N sets fair, for each run of in, to its share of N GPUs: equal
+# between the users of those runs (a user is a record's owner, not what
+# its name says), then equal between one user's runs (none, where they
+# are more than its GPUs); what whole shares leave goes one GPU at a time
+# to whoever waits longest: between users (a user's oldest record, then
+# its run's id) first, then between a user's runs (a run's record, then
+# its id). It reads share_of's owner and waits.
+split() {
+  local n=$1 k u users=0 per left best
+  local -A nr=() usince=() uwho=() utot=() uextra=() rleft=() extra=()
+  for k in "${!in[@]}"; do
+    u=${owner[$k]}
+    [ -n "${nr[$u]:-}" ] || users=$((users + 1))
+    nr[$u]=$((${nr[$u]:-0} + 1))
+  done
+  [ "$users" -gt 0 ] || return 0
+  per=$((n / users))
+  left=$((n - per * users))
+  for k in "${!in[@]}"; do
+    [ -n "${waits[$k]:-}" ] || continue
+    u=${owner[$k]}
+    if [ -z "${usince[$u]:-}" ] || older "${waits[$k]}" "${k#*~}" "${usince[$u]}" "${uwho[$u]}"; then
+      usince[$u]=${waits[$k]} uwho[$u]=${k#*~}
+    fi
+  done
+  for u in "${!nr[@]}"; do utot[$u]=$per; done
+  while [ "$left" -gt 0 ]; do
+    best=''
+    for u in "${!usince[@]}"; do
+      [ -z "${uextra[$u]:-}" ] || continue
+      if [ -z "$best" ] || older "${usince[$u]}" "${uwho[$u]}" "${usince[$best]}" "${uwho[$best]}"; then best=$u; fi
+    done
+    [ -n "$best" ] || break
+    uextra[$best]=1 utot[$best]=$((utot[$best] + 1)) left=$((left - 1))
+  done
+  for k in "${!in[@]}"; do
+    u=${owner[$k]}
+    n=$((utot[$u] / nr[$u]))
+    fair[$k]=$n
+    rleft[$u]=$((${rleft[$u]:-${utot[$u]}} - n))
+  done
+  while :; do
+    best=''
+    for k in "${!in[@]}"; do
+      [ -n "${waits[$k]:-}" ] || continue
+      if [ "${rleft[${owner[$k]}]}" -le 0 ] || [ -n "${extra[$k]:-}" ]; then continue; fi
+      if [ -z "$best" ] || older "${waits[$k]}" "${k#*~}" "${waits[$best]}" "${best#*~}"; then best=$k; fi
+    done
+    [ -n "$best" ] || break
+    extra[$best]=1 fair[$best]=$((fair[$best] + 1))
+    rleft[${owner[$best]}]=$((rleft[${owner[$best]}] - 1))
+  done
 }
 # share_tick renews (or lets go) this run's own record and says its share
 # when it changed.
@@ -480,7 +534,7 @@ while :; do
       _g_encode rec released "${_g_f[1]-}"
       said+=("$rec")
       ;;
-    want) want ;;
+    want) want "${_g_f[1]-}" ;;
     unwant)
       if [ -n "$wanted" ]; then
         rmdir -- "$wanted" 2>/dev/null

@@ -588,6 +588,32 @@ func TestStopWaiting(t *testing.T) {
 	}
 }
 
+// A run whose first job needs more GPUs together than its share cannot
+// use that share: it waits with none, and the run that holds the GPUs
+// keeps them all (no GPU stands idle for a job that cannot start). Its
+// record says what it needs, renamed in place as that changes.
+func TestShareNoneCanUse(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "locks")
+	a := local(t, "workstation", dir, linger)
+	held := lockAll(t, a, 4, "runA")
+	b := local(t, "workstation", dir, linger)
+	lockRefused(t, b, 0, "runB")
+	// Four GPUs, two runs of one user: two each; B holds none.
+	waitForShare(t, held[0], 2)
+	b.Waiting("runB", 3)
+	waitForShare(t, held[0], -1)
+	if m, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*~runB~*~3")); len(m) != 1 {
+		all, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*"))
+		t.Errorf("B's record of waiting: %v, want one that says 3", all)
+	}
+	b.Waiting("runB", 2)
+	waitForShare(t, held[0], 2)
+	for _, l := range held {
+		l.Release()
+	}
+}
+
 // The GPUs that whole shares leave over go round: three runs on four GPUs
 // each have one, and the fourth goes to the first in the line of runs
 // waiting for more. A run that holds it moves back in the line by the GPU
@@ -615,7 +641,7 @@ func TestLeftOverGPUGoesRound(t *testing.T) {
 	// second a second, and the turn of B or C, first in the line, makes
 	// A's share one.
 	time.Sleep(1500 * time.Millisecond)
-	a.Waiting("runA")
+	a.Waiting("runA", 1)
 	timeOf := func(run string) time.Time {
 		m, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*~"+run+"~*"))
 		if len(m) != 1 {

@@ -27,7 +27,7 @@ done
 host_key "$uuids"
 for e in "$pdir/gpudispatch-want-$here~"*; do
   [ -e "$e" ] || continue
-  IFS='~' read -r _ wpid wrun wwho <<<"${e##*/}"
+  IFS='~' read -r _ wpid wrun wwho _ <<<"${e##*/}"
   case $wpid in '' | *[!0-9]*) continue ;; esac
   [ -d "/proc/$wpid" ] || continue
   _g_send waits "run $wrun of $wwho"
