@@ -147,9 +147,10 @@ func (r *run) adopt(q *queued, e Event) bool {
 			break
 		}
 		var pl logFiles
-		pl, outOff, errOff, err = appendLogs(pt.Stdout, pt.Stderr, r.fileMode)
-		logs.parts = append(logs.parts, pl)
-		offs = append(offs, [2]int64{outOff, errOff})
+		if pl, outOff, errOff, err = appendLogs(pt.Stdout, pt.Stderr, r.fileMode); err == nil {
+			logs.parts = append(logs.parts, pl)
+			offs = append(offs, [2]int64{outOff, errOff})
+		}
 	}
 	if err != nil {
 		if logs.out != nil {

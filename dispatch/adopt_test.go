@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,6 +82,65 @@ func TestResumeAdoptsOpenAttempt(t *testing.T) {
 		}
 		if n := countKind(events, EventLost); n != 1 {
 			t.Errorf("%d lost events, want job 3's", n)
+		}
+	})
+}
+
+// --resume follows every part of a job over several hosts that an earlier
+// run left running; one whose part's log cannot be opened is not
+// followed, with a warning, and runs again.
+func TestResumeAdoptsEveryPart(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		dir := t.TempDir()
+		inv := lab("a:0,1 b:0,1")
+		start := time.Now().Add(-time.Hour)
+		logs := func(id string) (string, string) {
+			return filepath.Join(dir, id+".out"), filepath.Join(dir, id+".err")
+		}
+		var lines []string
+		for i, rank1 := range []string{"1.rank1", "nodir/2.rank1"} {
+			id := fmt.Sprint(i + 1)
+			out, errs := logs(id)
+			rout, rerr := logs(rank1)
+			e := Event{Event: EventStarted, Run: "old", Job: id, Seq: i + 1, Text: "[nodes=2] sleep 1ms #" + id, Occurrence: 1, Command: "sleep 1ms #" + id,
+				Host: "a", GPUs: []executor.GPUID{executor.GPUID(i)}, Attempt: 1, Start: &start, Stdout: out, Stderr: errs, Tag: "old-" + id + "-1",
+				Parts: []Part{{Rank: 1, Host: "b", GPUs: []executor.GPUID{executor.GPUID(i)}, Stdout: rout, Stderr: rerr, Tag: "old-" + id + "-1.rank1"}}}
+			b, err := json.Marshal(e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, string(b)+"\n")
+		}
+		os.WriteFile(filepath.Join(dir, JournalName), []byte(strings.Join(lines, "")), 0o600)
+		f := newFakeExec(inv)
+		f.detached = map[string]detached{"old-1-1": {out: "zero\n"}, "old-1-1.rank1": {out: "one\n"}, "old-2-1": {}, "old-2-1.rank1": {}}
+		s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: dir, Resume: true},
+			[]Input{{R: strings.NewReader("[nodes=2] sleep 1ms #1\n[nodes=2] sleep 1ms #2\n")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Counts[EventFinished] != 2 {
+			t.Errorf("summary %+v", s)
+		}
+		for _, want := range [][2]string{{"1.out", "zero\n"}, {"1.rank1.out", "one\n"}} {
+			if b, _ := os.ReadFile(filepath.Join(dir, want[0])); string(b) != want[1] {
+				t.Errorf("%s: %q, want %q", want[0], b, want[1])
+			}
+		}
+		var ran []string
+		for _, st := range f.starts {
+			ran = append(ran, st.command)
+		}
+		if strings.Join(ran, ",") != "sleep 1ms #2,sleep 1ms #2" {
+			t.Errorf("parts started %v, want job 2's two (its part's log could not be opened), not job 1's", ran)
+		}
+		warned := false
+		for _, e := range readJournal(t, dir) {
+			warned = warned || e.Event == EventWarning && strings.Contains(e.Error, "cannot follow attempt 1, which may still run on a:1+b:1")
+		}
+		if !warned {
+			t.Error("no warning that job 2's attempt could not be followed")
 		}
 	})
 }

@@ -74,14 +74,12 @@ type claimResult struct {
 
 // needs says what must be settled before a can start.
 func (r *run) needs(a assignment) claim {
-	h := a.p.host
-	c := claim{a: a, hosts: map[*gpu]string{}}
-	if h.cluster {
+	c := claim{a: a}
+	if a.p.host.cluster {
 		return c // Slurm gives the GPUs
 	}
 	for _, g := range a.p.gpus {
 		h := g.host
-		c.hosts[g] = h.host.Name
 		if g.lock != nil {
 			// A loss the loop has not heard of yet still counts.
 			select {
@@ -100,6 +98,12 @@ func (r *run) needs(a assignment) claim {
 		// one after another, the first is checked and the others join it.
 		if r.opts.SkipBusy && !g.vetted {
 			c.check = append(c.check, g)
+		}
+		if len(c.lock)+len(c.check) > 0 && c.hosts[g] == "" {
+			if c.hosts == nil {
+				c.hosts = map[*gpu]string{} // only for a claim to settle
+			}
+			c.hosts[g] = h.host.Name
 		}
 	}
 	return c

@@ -40,14 +40,13 @@ func gangEnv(parts []placement, rank int, j *Job, master string) []string {
 	for i, p := range parts {
 		names[i] = p.host.host.Name
 	}
-	env := []string{
+	return []string{
 		"NODE_RANK=" + strconv.Itoa(rank),
 		"NNODES=" + strconv.Itoa(len(parts)),
 		"MASTER_ADDR=" + master,
 		"WORLD_SIZE=" + strconv.Itoa(len(parts)*j.GPUs),
 		"GPUDISPATCH_NODES=" + strings.Join(names, ","),
 	}
-	return env
 }
 
 // masterAddr is h's address as the other hosts of a job reach it: its
@@ -166,8 +165,14 @@ func runParts(ctx context.Context, hosts []string, run func(ctx context.Context,
 
 // partsProgress tells progress that the attempt runs once every one of
 // its n parts said so (its start is the last one's); what a part says
-// that is not that goes on as it is, with the part's host.
+// that is not that goes on as it is, with the part's host. A job on one
+// host is its one part: what it says goes on as it is.
 func partsProgress(n int, progress func(host string, p executor.Progress)) func(host string) func(executor.Progress) {
+	if n == 1 {
+		return func(host string) func(executor.Progress) {
+			return func(p executor.Progress) { progress(host, p) }
+		}
+	}
 	var mu sync.Mutex
 	running := map[string]bool{}
 	var last time.Time
@@ -196,10 +201,11 @@ func partsProgress(n int, progress func(host string, p executor.Progress)) func(
 	}
 }
 
-// partEvents lists parts 1.. of an attempt placed at p, for its events.
-func partEvents(p placement, tags []string, logs logFiles) []Part {
+// partEvents lists parts 1.. of an attempt (of parts, its placement's),
+// for its events.
+func partEvents(parts []placement, tags []string, logs logFiles) []Part {
 	var out []Part
-	for k, pt := range p.parts()[1:] {
+	for k, pt := range parts[1:] {
 		e := Part{Rank: k + 1, Host: pt.host.host.Name, GPUs: pt.gpuIDs()}
 		if k < len(tags)-1 {
 			e.Tag = tags[k+1]

@@ -689,6 +689,10 @@ func (r *run) start(ctx context.Context, a assignment) {
 	q.tag = r.tag(j, q.attempts)
 	cmds := make([]part, len(parts))
 	tags := make([]string, len(parts))
+	var master string
+	if len(parts) > 1 {
+		master = r.masterAddr(h)
+	}
 	for k, pt := range parts {
 		if err != nil {
 			break
@@ -697,7 +701,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 		cmds[k], err = r.command(pt, j, tags[k], q.attempts)
 		cmds[k].logs = logs
 		if len(parts) > 1 {
-			cmds[k].c.Env = append(cmds[k].c.Env, gangEnv(parts, k, j, r.masterAddr(h))...)
+			cmds[k].c.Env = append(cmds[k].c.Env, gangEnv(parts, k, j, master)...)
 			cmds[k].c.About += fmt.Sprintf(", part %d of %d", k, len(parts))
 		}
 		if k > 0 {
@@ -712,7 +716,9 @@ func (r *run) start(ctx context.Context, a assignment) {
 	c := cmds[0].c
 	e.Stdout, e.Stderr = logs.out.Name(), logs.err.Name()
 	e.MemMB = a.p.mem
-	e.Parts = partEvents(a.p, tags, logs)
+	if len(parts) > 1 {
+		e.Parts = partEvents(parts, tags, logs)
+	}
 	start := time.Now()
 	e.Start = &start
 	e.Tag = q.tag
@@ -949,7 +955,7 @@ func (r *run) onResult(res result) {
 	q.kill = nil
 	// The host whose answer this is: the job's, or that of the part of a
 	// job over several hosts that ended it.
-	at := p.parts()[res.rank].host
+	at := p.partHost(res.rank)
 	if o.hostDown {
 		r.hostDown(at, res.err)
 	}
@@ -1049,7 +1055,7 @@ func (r *run) ended(o outcome, res result) Event {
 		// several hosts, of the part that could not be told to stop, whose
 		// tag names it there (the others were).
 		e.Unstopped, e.Tag = true, partTag(q.tag, res.rank)
-		e.Host = p.parts()[res.rank].host.host.Name
+		e.Host = p.partHost(res.rank).host.Name
 		r.putUp(fence{ended: e, p: p, held: true})
 	}
 	if o.notStarted {

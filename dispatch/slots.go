@@ -389,9 +389,12 @@ func (t *slotTable) check(j *Job) error {
 		}
 		if len(fit) < j.Nodes {
 			have := "no host has"
-			if len(fit) > 0 {
-				have = fmt.Sprintf("only %s (%s)", Count(len(fit), "host"), strings.Join(fit, ", "))
-				have += map[bool]string{true: " has", false: " have"}[len(fit) == 1]
+			switch len(fit) {
+			case 0:
+			case 1:
+				have = fmt.Sprintf("only host %s has", fit[0])
+			default:
+				have = fmt.Sprintf("only %d hosts (%s) have", len(fit), strings.Join(fit, ", "))
 			}
 			return fmt.Errorf("nodes=%d gpus=%d: %s %s or more", j.Nodes, j.GPUs, have, Count(j.GPUs, "GPU"))
 		}
@@ -474,13 +477,27 @@ func (p placement) gpuIDs() []executor.GPUID {
 	if p.host.cluster {
 		return nil
 	}
-	var ids []executor.GPUID
+	ids := make([]executor.GPUID, 0, len(p.gpus))
 	for _, g := range p.gpus {
 		if g.host == p.host {
 			ids = append(ids, g.id)
 		}
 	}
 	return ids
+}
+
+// partHost is the host of p's part rank (p.host for a job on one host).
+func (p placement) partHost(rank int) *hostSlots {
+	h := p.host
+	for _, g := range p.gpus {
+		if g.host != h {
+			h, rank = g.host, rank-1
+		}
+		if rank == 0 {
+			break
+		}
+	}
+	return h
 }
 
 // parts splits p by host, in rank order: one placement for a job on one
