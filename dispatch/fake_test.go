@@ -86,8 +86,10 @@ type fakeExec struct {
 	// each sleep job ran, and on which GPUs.
 	user  string
 	spans []span
-	// ports counts FreePort's answers.
-	ports int
+	// ports counts FreePort's answers; noPort are the hosts where it
+	// finds none.
+	ports  int
+	noPort map[string]bool
 }
 
 // span is when a job ran, and where.
@@ -957,10 +959,14 @@ func repeat(line string, n int) string {
 	return strings.Repeat(line+"\n", n)
 }
 
-// FreePort gives each job over several hosts a port of its own.
+// FreePort gives each job over several hosts a port of its own, but on
+// a host of noPort.
 func (f *fakeExec) FreePort(ctx context.Context, host string) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.noPort[host] {
+		return 0, fmt.Errorf("%s: exit status 1: no free port from 29500 to 32499", host)
+	}
 	f.ports++
 	return 29500 + f.ports, nil
 }

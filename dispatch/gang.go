@@ -63,17 +63,23 @@ func (r *run) masterAddr(h inventory.Host) string {
 	return h.Name
 }
 
-// masterPort finds a free port on part 0's host, for every part.
+// masterPort finds a free port on part 0's host, for every part. A host
+// that answers and finds none (or whose look hangs) is set aside as one
+// that cannot set up the job is (an executor.UnfitError): nothing ran, and
+// the job waits again.
 func (r *run) masterPort(ctx context.Context, host string) (int, error) {
 	pf, ok := r.opts.Executor.(executor.PortFinder)
 	if !ok {
-		return 0, fmt.Errorf("%s: cannot look for a free port there for a job over several hosts", host)
+		return 0, &executor.UnfitError{Where: host, Why: "cannot look for a free port there for part 0 of a job over several hosts"}
 	}
 	port, err := pf.FreePort(ctx, host)
-	if err != nil {
+	switch {
+	case err == nil:
+		return port, nil
+	case unreachable(err) || ctx.Err() != nil:
 		return 0, fmt.Errorf("looking for a free MASTER_PORT on %s: %w", host, err)
 	}
-	return port, nil
+	return 0, &executor.UnfitError{Where: host, Why: "no free MASTER_PORT found there for part 0 of a job over several hosts: " + err.Error()}
 }
 
 // openPartLogs opens the logs of parts 1.. of an attempt whose own logs

@@ -32,6 +32,8 @@ func (l *Lab) FreePort(ctx context.Context, host string) (int, error) {
 		defer ln.Close()
 		return ln.Addr().(*net.TCPAddr).Port, nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, l.opts.ProbeTimeout)
+	defer cancel()
 	out, code, err := probe(ctx, r, spawn.FreePort)
 	if err != nil {
 		return 0, err
