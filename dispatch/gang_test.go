@@ -121,8 +121,11 @@ func TestJobOverSeveralHostsNotStarved(t *testing.T) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	big := slices.IndexFunc(f.starts, func(s start) bool { return envValue(s.env, "NNODES") == "2" })
-	if big < 0 || big > 12 {
-		t.Errorf("the job over two hosts started after %d others, want it before the jobs that came after it took every GPU", big)
+	// Held for, it starts as the first jobs' GPUs free up (a few of the
+	// later jobs run on the third host meanwhile); starved, it would
+	// start last, after all 36.
+	if big < 0 || big > 24 {
+		t.Errorf("the job over two hosts started after %d others, want it before most of the jobs that came after it", big)
 	}
 }
 
