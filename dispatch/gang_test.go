@@ -1,11 +1,14 @@
 package dispatch
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -203,26 +206,40 @@ func TestJobOverSeveralHostsPinnedOrTimed(t *testing.T) {
 // set aside, said once, and the job runs elsewhere without using an
 // attempt.
 func TestNoFreePortForPartZero(t *testing.T) {
-	inv := lab("a:0 b:0 c:0")
-	dir := t.TempDir()
-	f := newFakeExec(inv)
-	f.noPort = map[string]bool{"a": true}
-	_, s := runJobsWith(t, f, Options{Inventory: inv, Executor: f, LogDir: dir, Recheck: time.Minute}, "[nodes=2] sleep 1ms\n")
-	if s.Counts[EventFinished] != 1 {
-		t.Fatalf("summary %+v", s)
-	}
-	parts := partsOf(f, "sleep 1ms")
-	if parts["0"].host != "b" || parts["1"].host != "c" {
-		t.Errorf("parts on %s and %s, want b and c", parts["0"].host, parts["1"].host)
-	}
-	warned := false
-	for _, e := range readJournal(t, dir) {
-		if e.Event == EventStarted && e.Attempt != 1 {
-			t.Errorf("started attempt %d: a part 0 that found no port used an attempt", e.Attempt)
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0 b:0 c:0")
+		dir := t.TempDir()
+		f := newFakeExec(inv)
+		f.noPort = map[string]bool{"a": true}
+		// The job comes once every host is open, so that a, first of the
+		// idle hosts, is where part 0 is placed first.
+		in, w := io.Pipe()
+		go func() {
+			time.Sleep(time.Second)
+			io.WriteString(w, "[nodes=2] sleep 1ms\n")
+			w.Close()
+		}()
+		s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: dir, Recheck: time.Minute}, []Input{{R: in}})
+		if err != nil {
+			t.Fatal(err)
 		}
-		warned = warned || e.Event == EventWarning && strings.Contains(e.Error, "no free MASTER_PORT found there")
-	}
-	if !warned {
-		t.Error("no word of host a's missing port")
-	}
+		f.check(t)
+		if s.Counts[EventFinished] != 1 {
+			t.Fatalf("summary %+v", s)
+		}
+		parts := partsOf(f, "sleep 1ms")
+		if parts["0"].host != "b" || parts["1"].host != "c" {
+			t.Errorf("parts on %s and %s, want b and c", parts["0"].host, parts["1"].host)
+		}
+		warned := false
+		for _, e := range readJournal(t, dir) {
+			if e.Event == EventStarted && e.Attempt != 1 {
+				t.Errorf("started attempt %d: a part 0 that found no port used an attempt", e.Attempt)
+			}
+			warned = warned || e.Event == EventWarning && strings.Contains(e.Error, "no free MASTER_PORT found there")
+		}
+		if !warned {
+			t.Error("no word of host a's missing port")
+		}
+	})
 }
