@@ -496,7 +496,7 @@ func TestSSHJobTooBigForItsShare(t *testing.T) {
 	job := fmt.Sprintf(exclusiveJob, "0.6") + "\n"
 	cmd := labCmd(t, l, "", "-i", inv, "-o", "logsA", "--busy-recheck", "200ms")
 	stdin, errOut := startCmd(t, cmd)
-	io.WriteString(stdin, strings.Repeat(job, 12))
+	io.WriteString(stdin, strings.Repeat(job, 16))
 	stdin.Close()
 	waitForFile(t, filepath.Join(l.Dir, "logsA", "2.out"), func(string) bool { return true })
 	big := `[gpus=2] for g in 0 1; do mkdir $HOME/on-gpu.$g || echo "$GPUDISPATCH_JOB_ID $g" >> $HOME/collisions; done; sleep 0.3; rmdir $HOME/on-gpu.0 $HOME/on-gpu.1; echo "$GPUDISPATCH_JOB_ID big" >> $HOME/done` + "\n"
@@ -504,8 +504,8 @@ func TestSSHJobTooBigForItsShare(t *testing.T) {
 	if err := waitExit(t, cmd, errOut, time.Minute); err != nil || second.code != 0 {
 		t.Fatalf("runs: %v; exit %d\n%s", err, second.code, second.stderr)
 	}
-	if done := noCollisions(t, l); len(done["node1"]) != 13 {
-		t.Errorf("%d jobs done, want 13", len(done["node1"]))
+	if done := noCollisions(t, l); len(done["node1"]) != 17 {
+		t.Errorf("%d jobs done, want 17", len(done["node1"]))
 	}
 	// A's jobs started once B had asked (its first lock refused, and a
 	// second and a half for A's holder to look and A to hear it): two of
@@ -548,7 +548,7 @@ func TestSSHJobTooBigForItsShare(t *testing.T) {
 		}
 	}
 	t.Logf("A's %d jobs after B asked: two at once %.0f%% of the time", len(spans), 100*2*both.Seconds()/any.Seconds())
-	if len(spans) < 4 || 2*both < any/2 {
+	if len(spans) < 2 || 2*both < any/2 {
 		t.Errorf("run A's %d jobs started after B asked ran two at once only %v of %v: a GPU stood idle for B's job of two", len(spans), 2*both, any)
 	}
 }
