@@ -2,6 +2,7 @@ package hosts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -32,17 +33,23 @@ func (l *Lab) FreePort(ctx context.Context, host string) (int, error) {
 		defer ln.Close()
 		return ln.Addr().(*net.TCPAddr).Port, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.opts.ProbeTimeout)
-	defer cancel()
-	out, code, err := probe(ctx, r, spawn.FreePort)
+	// A look like those at the GPUs: within --probe-timeout, and none
+	// while an earlier one still hangs there.
+	v, err := l.probes.run(ctx, host, "the look for a free port", l.opts.ProbeTimeout, func(ctx context.Context) (any, error) {
+		out, code, err := probe(ctx, r, spawn.FreePort)
+		if err != nil {
+			return 0, err
+		}
+		port, perr := strconv.Atoi(strings.TrimSpace(out))
+		if code != 0 || perr != nil || port <= 0 {
+			return 0, errors.New(strings.TrimSpace(out))
+		}
+		return port, nil
+	})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%s: %w", host, err)
 	}
-	port, perr := strconv.Atoi(strings.TrimSpace(out))
-	if code != 0 || perr != nil || port <= 0 {
-		return 0, fmt.Errorf("%s: %s", host, strings.TrimSpace(out))
-	}
-	return port, nil
+	return v.(int), nil
 }
 
 // Address is host's address as other machines reach it: what the pool

@@ -2,12 +2,19 @@ package hosts
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 	"github.com/gpudispatch/gpudispatch/hosts/sshtest"
+	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
 // FreePort finds a port no socket uses on a real host, from 29500 up, and
@@ -52,5 +59,30 @@ func TestFreePort(t *testing.T) {
 	}
 	if !got[free] {
 		t.Errorf("FreePort said %v, want %d, the one port of the range left free", got, free)
+	}
+}
+
+// A look for a free port has --probe-timeout: a login profile that hangs
+// is said in words, and holds nothing up.
+func TestFreePortHung(t *testing.T) {
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	t.Setenv("SSH_AUTH_SOCK", "")
+	inv, err := inventory.Load(l.Inventory(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lab, _, err := openAll(context.Background(), inv, Options{Keepalive: 200 * time.Millisecond, Grace: 300 * time.Millisecond, ConnectTimeout: 2 * time.Second, LockDir: l.Dir, ProbeTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lab.Close)
+	os.WriteFile(filepath.Join(l.Hosts[0].Home, ".bash_profile"), []byte("sleep 30\n"), 0o644)
+	begin := time.Now()
+	_, err = lab.FreePort(context.Background(), "node1")
+	if err == nil || !strings.Contains(err.Error(), "node1: the look for a free port did not answer within 1s") || !errors.Is(err, executor.ErrProbeTimeout) {
+		t.Errorf("FreePort with a hung profile: %v", err)
+	}
+	if took := time.Since(begin); took > 15*time.Second {
+		t.Errorf("FreePort took %s", took)
 	}
 }
