@@ -187,21 +187,30 @@ func (r *run) adopt(q *queued, e Event) bool {
 	q.kill = kill
 	r.attempts.inFlight++
 	a := assignment{q: q, p: p}
-	// Each part is followed where it runs (a job on one host is part 0
-	// alone), and ended with the others as a started job's are.
+	// Each part is followed where it runs (a job on one host, or on a
+	// Slurm cluster, is part 0 alone: the cluster's job brings its parts'
+	// output), and ended with the others as a started job's are.
 	hosts := []string{e.Host}
 	tags := []string{q.tag}
 	parts := []logFiles{logs}
-	for _, pt := range e.Parts {
+	var partLogs []executor.PartLog
+	for k, pt := range e.Parts {
+		if p.host.cluster {
+			l := logs.parts[k]
+			partLogs = append(partLogs, executor.PartLog{Stdout: l.out, Stderr: l.err, OutOff: offs[k+1][0], ErrOff: offs[k+1][1]})
+			continue
+		}
 		hosts, tags = append(hosts, pt.Host), append(tags, cmp.Or(pt.Tag, partTag(q.tag, pt.Rank)))
 	}
-	parts = append(parts, logs.parts...)
+	if !p.host.cluster {
+		parts = append(parts, logs.parts...)
+	}
 	go func() {
 		defer kill(nil)
 		progress := r.progressOf(q)
 		ends := make([]time.Time, len(hosts))
 		follow := func(ctx context.Context, k int) (int, error) {
-			c := executor.Command{Tag: tags[k], Progress: func(p executor.Progress) { progress(hosts[k], p) }}
+			c := executor.Command{Tag: tags[k], Progress: func(p executor.Progress) { progress(hosts[k], p) }, PartLogs: partLogs}
 			code, end, err := r.opts.Executor.Adopt(ctx, hosts[k], c, offs[k][0], offs[k][1], parts[k].out, parts[k].err)
 			ends[k] = end
 			return code, err

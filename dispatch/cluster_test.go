@@ -262,8 +262,8 @@ func TestClusterJobOverNodes(t *testing.T) {
 		}
 		for _, c := range ex.cmds {
 			want := map[string][2]int{"ok": {3, 4}, "pinned": {2, 1}}[c.Script]
-			if c.Nodes != want[0] || c.GPUs != want[1] || slices.ContainsFunc(c.Env, func(kv string) bool { return strings.HasPrefix(kv, "NODE_RANK=") }) {
-				t.Errorf("%s: submitted %d nodes of %d GPUs, env %v; want %v, no rank from the coordinator", c.Script, c.Nodes, c.GPUs, c.Env, want)
+			if c.Nodes != want[0] || c.GPUs != want[1] || len(c.PartLogs) != want[0]-1 || slices.ContainsFunc(c.Env, func(kv string) bool { return strings.HasPrefix(kv, "NODE_RANK=") }) {
+				t.Errorf("%s: submitted %d nodes of %d GPUs, %d parts' logs, env %v; want %v, no rank from the coordinator", c.Script, c.Nodes, c.GPUs, len(c.PartLogs), c.Env, want)
 			}
 		}
 	})

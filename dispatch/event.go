@@ -178,7 +178,9 @@ func places(host string, gpus []executor.GPUID, parts []Part) []Place {
 	}
 	out := []Place{{host, gpus}}
 	for _, p := range parts {
-		out = append(out, Place{p.Host, p.GPUs})
+		if p.Host != "" { // a part of a Slurm job: the cluster's place
+			out = append(out, Place{p.Host, p.GPUs})
+		}
 	}
 	return out
 }
@@ -197,7 +199,9 @@ func Where(places []Place) string {
 }
 
 // Part is one part, on one host, of an attempt of a job over several
-// hosts: its rank (NODE_RANK), where it runs, its logs and its tag.
+// hosts: its rank (NODE_RANK), where it runs, its logs and its tag (no
+// place and no tag on a Slurm cluster, where the parts are one batch
+// job's).
 type Part struct {
 	Rank   int              `json:"rank"`
 	Host   string           `json:"host"`

@@ -683,8 +683,14 @@ func (r *run) start(ctx context.Context, a assignment) {
 		go r.hand(result{a: a, code: -1, err: err})
 		return
 	}
-	if len(parts) > 1 {
-		err = openPartLogs(&logs, len(parts), r.fileMode)
+	// Its parts: one a host, or, on a Slurm cluster, one a node of its
+	// one batch job.
+	nparts := len(parts)
+	if a.p.host.cluster {
+		nparts = max(j.Nodes, 1)
+	}
+	if nparts > 1 {
+		err = openPartLogs(&logs, nparts, r.fileMode)
 	}
 	q.tag = r.tag(j, q.attempts)
 	cmds := make([]part, len(parts))
@@ -716,8 +722,16 @@ func (r *run) start(ctx context.Context, a assignment) {
 	c := cmds[0].c
 	e.Stdout, e.Stderr = logs.out.Name(), logs.err.Name()
 	e.MemMB = a.p.mem
-	if len(parts) > 1 {
+	switch {
+	case len(parts) > 1:
 		e.Parts = partEvents(parts, tags, logs)
+	case nparts > 1:
+		// The cluster runs the parts: their logs are the run's, their
+		// places Slurm's.
+		for k, l := range logs.parts {
+			e.Parts = append(e.Parts, Part{Rank: k + 1, Stdout: l.out.Name(), Stderr: l.err.Name()})
+			cmds[0].c.PartLogs = append(cmds[0].c.PartLogs, executor.PartLog{Stdout: l.out, Stderr: l.err})
+		}
 	}
 	start := time.Now()
 	e.Start = &start

@@ -66,7 +66,13 @@ type slurmRun struct {
 // (slurmKeys are more keys of the slurm block).
 func newSlurmRun(t *testing.T, gpus int, slurmKeys string) slurmRun {
 	t.Helper()
-	sc := slurmtest.Start(t, slurmtest.Options{GPUs: gpus})
+	return newSlurmRunOf(t, slurmtest.Options{GPUs: gpus}, slurmKeys)
+}
+
+// newSlurmRunOf starts a cluster as o says and writes its lab.
+func newSlurmRunOf(t *testing.T, o slurmtest.Options, slurmKeys string) slurmRun {
+	t.Helper()
+	sc := slurmtest.Start(t, o)
 	dir := t.TempDir()
 	r := slurmRun{sc: sc, dir: dir, lab: slurmLab(t, dir, sc, slurmKeys), logDir: filepath.Join(dir, "logs")}
 	logJournalOnFailure(t, r.logDir)
@@ -590,27 +596,58 @@ func TestE2ESlurmGPUTypes(t *testing.T) {
 
 // A job over two hosts in a lab of one workstation and a two-node Slurm
 // cluster goes to the cluster as one batch job of two nodes: its line runs
-// on each node with its rank, and its output comes home in its logs.
+// on each node with its rank, and each part's output comes home in its
+// own logs.
 func TestE2ESlurmJobOverTwoNodes(t *testing.T) {
 	t.Parallel()
-	sc := slurmtest.Start(t, slurmtest.Options{Nodes: 2, GPUs: 1})
-	dir := t.TempDir()
-	r := slurmRun{sc: sc, dir: dir, lab: slurmLab(t, dir, sc, ""), logDir: filepath.Join(dir, "logs")}
-	logJournalOnFailure(t, r.logDir)
+	r := newSlurmRunOf(t, slurmtest.Options{Nodes: 2, GPUs: 1}, "")
 	cmd, stdin, errOut := r.start(t)
 	io.WriteString(stdin, `[nodes=2 name=dist] echo "rank=$NODE_RANK of $NNODES master=$MASTER_ADDR world=$WORLD_SIZE"`+"\n")
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit %v\n%s", err, errOut)
 	}
-	lines := strings.Split(strings.TrimSpace(readFile(t, filepath.Join(r.logDir, "dist.out"))), "\n")
-	sort.Strings(lines)
-	if want := []string{"rank=0 of 2 master=gpd1 world=2", "rank=1 of 2 master=gpd1 world=2"}; !slices.Equal(lines, want) {
-		t.Errorf("dist.out: %q, want %q", lines, want)
+	for log, want := range map[string]string{"dist.out": "rank=0 of 2 master=gpd1 world=2\n", "dist.rank1.out": "rank=1 of 2 master=gpd1 world=2\n"} {
+		if got := readFile(t, filepath.Join(r.logDir, log)); got != want {
+			t.Errorf("%s: %q, want %q", log, got, want)
+		}
 	}
 	for _, e := range journal(t, r.logDir) {
 		if e["event"] == "started" && e["host"] != "hpc" {
 			t.Errorf("started on %v, want the cluster", e["host"])
 		}
 	}
+}
+
+// A job over two nodes of a cluster outlives its coordinator as any
+// cluster job does: --resume tracks it again and completes both parts'
+// logs from the bytes that were home.
+func TestE2ESlurmJobOverTwoNodesReadopted(t *testing.T) {
+	t.Parallel()
+	r := newSlurmRunOf(t, slurmtest.Options{Nodes: 2, GPUs: 1}, "")
+	gate := filepath.Join(r.dir, "go")
+	line := fmt.Sprintf("[nodes=2 name=dist] echo start $NODE_RANK; while [ ! -e %s ]; do sleep 0.2; done; echo end $NODE_RANK\n", gate)
+	cmd, stdin, _ := r.start(t)
+	io.WriteString(stdin, line)
+	for _, log := range []string{"dist.out", "dist.rank1.out"} {
+		waitForFile(t, filepath.Join(r.logDir, log), func(s string) bool { return strings.HasPrefix(s, "start") })
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	os.WriteFile(gate, nil, 0o644)
+	resumed, in, errOut := r.start(t, "--resume")
+	io.WriteString(in, line)
+	in.Close()
+	if err := resumed.Wait(); err != nil {
+		t.Fatalf("resume: exit %v\n%s", err, errOut)
+	}
+	for log, want := range map[string]string{"dist.out": "start 0\nend 0\n", "dist.rank1.out": "start 1\nend 1\n"} {
+		if got := readFile(t, filepath.Join(r.logDir, log)); got != want {
+			t.Errorf("%s: %q, want %q", log, got, want)
+		}
+	}
+	if n := count(journal(t, r.logDir), "finished"); n != 1 {
+		t.Errorf("%d finished, want 1", n)
+	}
+	waitQueueEmpty(t, r.sc, 10*time.Second)
 }

@@ -166,8 +166,10 @@ type Command struct {
 	// 0 or 1: one), GPUs GPUs on each: the line runs once on every node,
 	// told its rank and the others (NODE_RANK, NNODES, MASTER_ADDR,
 	// MASTER_PORT, WORLD_SIZE, GPUDISPATCH_NODES), and a node's part that
-	// fails ends the others.
-	Nodes int
+	// fails ends the others. Part 0 writes to Run's writers; PartLogs are
+	// where parts 1.. write, and, for Adopt, how far their logs reached.
+	Nodes    int
+	PartLogs []PartLog
 	// Timeout is the job's time limit (0: none, or a batch system's
 	// default), kept where the job runs so that it holds with no
 	// coordinator there. A job ended by it makes Run's error wrap
@@ -192,6 +194,14 @@ type Command struct {
 	// whether anything of it is left: letters, digits, '.', '_' and '-',
 	// unique among the commands of a coordinator ("" for none).
 	Tag string
+}
+
+// PartLog is where a part of a job over several nodes of a batch system
+// writes its stdout and stderr, and, for Adopt, the bytes of each already
+// home.
+type PartLog struct {
+	Stdout, Stderr io.Writer
+	OutOff, ErrOff int64
 }
 
 // Prelude is what a job's shell sets up before the job runs: where it

@@ -20,9 +20,10 @@
 #   h                                  heartbeat
 #   s TAG GPUS NODES TIME SCRIPT       submit that batch script, GPUS on each of
 #                                      NODES nodes (TIME "-": none)
-#   t TAG ID OUT ERR                   track a job submitted by an earlier agent,
+#   t TAG ID OUT ERR [OUT ERR]...      track a job submitted by an earlier agent,
 #                                      OUT/ERR bytes of its output already home
-#                                      (ID "-": not known, found by its name)
+#                                      (ID "-": not known, found by its name),
+#                                      then of its parts 1.. (a job of nodes)
 #   c ID...                            scancel those jobs
 #   q                                  quit (the jobs still tracked run on)
 # stdout, records (written by _g_send; O and E are followed by their bytes):
@@ -31,7 +32,9 @@
 #   P TAG REASON                       pending in Slurm, and why
 #   R TAG START                        running since START (seconds since
 #                                      1970, "-" if Slurm does not say)
-#   O TAG N | E TAG N  + N bytes       new stdout | stderr bytes
+#   O TAG N | E TAG N  + N bytes       new stdout | stderr bytes (TAG.rankK:
+#                                      of part K of a job over several nodes,
+#                                      which writes TAG.rankK.out and .err)
 #   X TAG STATE CODE                   ended: Slurm's last state (GONE when it
 #                                      left the queue), exit file's code or -
 # A later agent of the same run writes its pid to .gpd-RUN.agent: an
@@ -86,7 +89,7 @@ case $_a_run in cancel-*)
 esac
 _a_pidfile=.gpd-$_a_run.agent
 echo $$ >"$_a_pidfile.$$" && mv -f "$_a_pidfile.$$" "$_a_pidfile"
-declare -A _a_id _a_out _a_err _a_state _a_why
+declare -A _a_id _a_out _a_err _a_state _a_why _a_nodes
 _a_heard=$SECONDS
 _a_polled=-1000000
 _a_tailed=-1
@@ -100,7 +103,8 @@ _a_sbatch() { # TAG GPUS NODES TIME SCRIPT
   if out=$(sbatch --parsable --no-requeue --job-name="gpd-$tag" --output="$tag.out" --error="$tag.err" \
     --gres="gpu:$2" "${nodes[@]}" "${time[@]}" "${_a_args[@]}" <<<"$5" 2>&1); then
     out=${out%%;*}
-    _a_id[$tag]=$out _a_out[$tag]=0 _a_err[$tag]=0 _a_state[$tag]=PENDING _a_why[$tag]=
+    _a_id[$tag]=$out _a_out[$tag]=0 _a_err[$tag]=0 _a_state[$tag]=PENDING _a_why[$tag]='' _a_nodes[$tag]=$3
+    _a_parts "$tag"
     _g_send S "$tag" "$out"
   else
     _g_send F "$tag" "${out//$'\n'/ }"
@@ -118,15 +122,40 @@ _a_send() { # KIND TAG FILE OFFSETVAR: the bytes of FILE past the offset
   fi
 }
 
+_a_parts() { # TAG [OUT ERR]...: the offsets of its parts 1.. (0 when not given)
+  local tag=$1 k
+  shift
+  for ((k = 1; k < ${_a_nodes[$tag]:-1}; k++)); do
+    _a_out[$tag.rank$k]=${1:-0} _a_err[$tag.rank$k]=${2:-0}
+    if [ $# -ge 2 ]; then shift 2; else set --; fi
+  done
+}
+
+_a_files() { # TAG: sets _a_f to its output files, and its parts'
+  local k
+  _a_f=("$1.out" "$1.err")
+  for ((k = 1; k < ${_a_nodes[$1]:-1}; k++)); do _a_f+=("$1.rank$k.out" "$1.rank$k.err"); done
+}
+
 _a_flush() { # TAG
-  _a_send O "$1" "$1.out" "_a_out[$1]"
-  _a_send E "$1" "$1.err" "_a_err[$1]"
+  local f
+  _a_files "$1"
+  for f in "${_a_f[@]}"; do
+    if [ "${f##*.}" = out ]; then
+      _a_send O "${f%.*}" "$f" "_a_out[${f%.*}]"
+    else
+      _a_send E "${f%.*}" "$f" "_a_err[${f%.*}]"
+    fi
+  done
 }
 
 _a_tail() { # the running jobs' new output; one stat for all of them
   local tag size name files=()
   for tag in "${!_a_state[@]}"; do
-    if [ "${_a_state[$tag]}" = RUNNING ]; then files+=("$tag.out" "$tag.err"); fi
+    if [ "${_a_state[$tag]}" = RUNNING ]; then
+      _a_files "$tag"
+      files+=("${_a_f[@]}")
+    fi
   done
   if [ ${#files[@]} -eq 0 ]; then return; fi
   while read -r size name; do
@@ -149,7 +178,9 @@ _a_end() { # TAG STATE START
   _a_flush "$1"
   if [ -r "$1.exit" ]; then read -r code <"$1.exit" || code=-; fi
   _g_send X "$1" "$2" "${code:--}"
-  unset "_a_id[$1]" "_a_out[$1]" "_a_err[$1]" "_a_state[$1]" "_a_why[$1]"
+  local k
+  for ((k = 1; k < ${_a_nodes[$1]:-1}; k++)); do unset "_a_out[$1.rank$k]" "_a_err[$1.rank$k]"; done
+  unset "_a_id[$1]" "_a_out[$1]" "_a_err[$1]" "_a_state[$1]" "_a_why[$1]" "_a_nodes[$1]"
 }
 
 _a_poll() {
@@ -212,7 +243,10 @@ while :; do
   set -- "${_g_f[@]}"
   case ${1-} in
     s) _a_sbatch "$2" "$3" "$4" "$5" "$6" ;;
-    t) _a_id[$2]=$3 _a_out[$2]=$4 _a_err[$2]=$5 _a_state[$2]=PENDING _a_why[$2]= ;;
+    t)
+      _a_id[$2]=$3 _a_out[$2]=$4 _a_err[$2]=$5 _a_state[$2]=PENDING _a_why[$2]='' _a_nodes[$2]=$((($# - 5) / 2 + 1))
+      _a_parts "$2" "${@:6}"
+      ;;
     c) shift && scancel -- "$@" 2>/dev/null ;;
     q)
       rm -f -- "$_a_pidfile"

@@ -83,11 +83,42 @@ type job struct {
 	id             string // Slurm's, once known
 	stdout, stderr io.Writer
 	outN, errN     int64 // bytes home
-	progress       func(executor.Progress)
+	// parts are the output of parts 1.. of a job over several nodes.
+	parts    []*output
+	progress func(executor.Progress)
 	// events brings the agent's records about the job to Run, until gone
 	// is closed as Run returns.
 	events chan record
 	gone   chan struct{}
+}
+
+// output is where a part of a job writes, and the bytes of it home.
+type output struct {
+	stdout, stderr io.Writer
+	outN, errN     int64
+}
+
+// writer is where the output of tag goes ("TAG", or "TAG.rankK" for part
+// K of a job over several nodes), and its count of bytes home; nil, nil
+// for no job of the run. c.mu is held.
+func (c *Cluster) writer(tag string, stderr bool) (io.Writer, *int64) {
+	if j := c.jobs[tag]; j != nil {
+		if stderr {
+			return j.stderr, &j.errN
+		}
+		return j.stdout, &j.outN
+	}
+	base, rank, _ := strings.Cut(tag, ".rank")
+	k, err := strconv.Atoi(rank)
+	j := c.jobs[base]
+	if err != nil || j == nil || k < 1 || k > len(j.parts) {
+		return nil, nil
+	}
+	o := j.parts[k-1]
+	if stderr {
+		return o.stderr, &o.errN
+	}
+	return o.stdout, &o.outN
 }
 
 // deliver hands r to j's Run, unless Run has returned.
@@ -247,6 +278,9 @@ func (c *Cluster) newJob(cmd executor.Command, stdout, stderr io.Writer) (string
 	}
 	j := &job{tag: cmd.Tag, stdout: stdout, stderr: stderr, progress: cmd.Progress,
 		events: make(chan record, 16), gone: make(chan struct{})}
+	for _, p := range cmd.PartLogs {
+		j.parts = append(j.parts, &output{p.Stdout, p.Stderr, p.OutOff, p.ErrOff})
+	}
 	if j.progress == nil {
 		j.progress = func(executor.Progress) {}
 	}
@@ -452,7 +486,10 @@ func (c *Cluster) Adopt(ctx context.Context, cmd executor.Command, outOff, errOf
 		return -1, time.Now(), err
 	}
 	if had {
-		ag.send(tracking(tag, "-", outOff, errOff)...)
+		c.mu.Lock()
+		t := j.tracking("-")
+		c.mu.Unlock()
+		ag.send(t...)
 	}
 	code, err := c.wait(ctx, j)
 	return code, time.Now(), err
@@ -534,8 +571,14 @@ func submitting(tag, gres, nodes, time, script string) []string {
 	return []string{"s", tag, gres, nodes, time, script}
 }
 
-func tracking(tag, id string, out, err int64) []string {
-	return []string{"t", tag, id, strconv.FormatInt(out, 10), strconv.FormatInt(err, 10)}
+// tracking is the agent's command to track j (Slurm's id, "-": not known)
+// from the bytes of its output home, and of its parts'. c.mu is held.
+func (j *job) tracking(id string) []string {
+	t := []string{"t", j.tag, id, strconv.FormatInt(j.outN, 10), strconv.FormatInt(j.errN, 10)}
+	for _, p := range j.parts {
+		t = append(t, strconv.FormatInt(p.outN, 10), strconv.FormatInt(p.errN, 10))
+	}
+	return t
 }
 
 func cancelling(ids ...string) []string { return append([]string{"c"}, ids...) }
@@ -597,7 +640,7 @@ func (c *Cluster) startAgent(ctx context.Context) (*agent, error) {
 		if id == "" {
 			id = "-"
 		}
-		ag.send(tracking(j.tag, id, j.outN, j.errN)...)
+		ag.send(j.tracking(id)...)
 	}
 	go c.heartbeat(ag)
 	return ag, nil
@@ -695,23 +738,18 @@ func (c *Cluster) records(ag *agent, br *bufio.Reader, ready chan<- error) error
 			if err != nil {
 				return fmt.Errorf("agent: bad record %q", f)
 			}
-			w := io.Discard
-			if j != nil {
-				w = j.stdout
-				if kind == "E" {
-					w = j.stderr
-				}
+			c.mu.Lock()
+			w, home := c.writer(tag, kind == "E")
+			c.mu.Unlock()
+			if w == nil {
+				w = io.Discard
 			}
 			if _, err := io.CopyN(w, br, n); err != nil {
 				return err
 			}
-			if j != nil {
+			if home != nil {
 				c.mu.Lock()
-				if kind == "O" {
-					j.outN += n
-				} else {
-					j.errN += n
-				}
+				*home += n
 				c.mu.Unlock()
 			}
 			continue

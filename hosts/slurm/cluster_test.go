@@ -123,25 +123,25 @@ func TestReapCancelsTheJobInSlurm(t *testing.T) {
 
 // A job over two nodes of a real two-node cluster is one batch job: its
 // line runs once on each node, told its rank and the job's shape, with
-// the node's GPUs; a part that fails ends the other (srun
-// --kill-on-bad-exit) and the job ends with its exit status.
+// the node's GPUs, each part's output home in its own writers; a part
+// that fails ends the other (srun --kill-on-bad-exit) and the job ends
+// with its exit status.
 func TestRunOverTwoNodes(t *testing.T) {
 	sc := slurmtest.Start(t, slurmtest.Options{Nodes: 2, GPUs: 2})
 	c := localCluster(t, sc, inventory.Slurm{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	var out, errs sshtest.Buffer
-	cmd := executor.Command{Script: `echo "rank=$NODE_RANK of $NNODES master=$MASTER_ADDR port=$MASTER_PORT world=$WORLD_SIZE nodes=$GPUDISPATCH_NODES cvd=$CUDA_VISIBLE_DEVICES"`,
-		Tag: "R3-1-1", GPUs: 2, Nodes: 2}
+	var out, errs, out1, errs1 sshtest.Buffer
+	cmd := executor.Command{Script: `echo "rank=$NODE_RANK of $NNODES master=$MASTER_ADDR port=$MASTER_PORT world=$WORLD_SIZE nodes=$GPUDISPATCH_NODES cvd=$CUDA_VISIBLE_DEVICES"; echo "err $NODE_RANK" >&2`,
+		Tag: "R3-1-1", GPUs: 2, Nodes: 2, PartLogs: []executor.PartLog{{Stdout: &out1, Stderr: &errs1}}}
 	code, err := c.Run(ctx, cmd, &out, &errs)
 	if err != nil || code != 0 {
 		t.Fatalf("got %d, %v: %s", code, err, errs.String())
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	slices.Sort(lines)
-	if len(lines) != 2 {
-		t.Fatalf("output %q, want a line from each node", out.String())
+	if errs.String() != "err 0\n" || errs1.String() != "err 1\n" {
+		t.Errorf("stderr of part 0 %q, of part 1 %q", errs.String(), errs1.String())
 	}
+	lines := []string{strings.TrimSpace(out.String()), strings.TrimSpace(out1.String())}
 	port := strings.Fields(lines[0])[4]
 	for i, line := range lines {
 		want := fmt.Sprintf("rank=%d of 2 master=gpd1 %s world=4 nodes=gpd1,gpd2 cvd=0,1", i, port)

@@ -21,7 +21,8 @@ func TestGoldenWhatIsSent(t *testing.T) {
 	b.WriteString("== submit, track, cancel, heartbeat, quit:\n")
 	for _, cmd := range [][]string{
 		submitting("20261129T120000.000000Z-7-1", "a100:2", "2", "90", "#!/bin/bash\n#SBATCH --job-name=gpd-7\npython train.py\n"),
-		tracking("20261129T120000.000000Z-6-1", "4242", 1024, 0),
+		(&job{tag: "20261129T120000.000000Z-6-1", outN: 1024}).tracking("4242"),
+		(&job{tag: "20261129T120000.000000Z-5-1", outN: 10, errN: 2, parts: []*output{{outN: 5}}}).tracking("4241"),
 		cancelling("4242"),
 		{"h"},
 		{"q"},

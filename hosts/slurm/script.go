@@ -48,8 +48,11 @@ func batchScript(c executor.Command, tag string) string {
 		b.WriteString("MASTER_PORT=$(" + strings.TrimSpace(spawn.FreePort) + ") || _g_end 1\nexport MASTER_PORT\n")
 		// The first part to fail says its exit status, which is the job's
 		// (srun's own is the highest of all, the parts it ended included).
-		b.WriteString(`_g_first="$SLURM_SUBMIT_DIR/` + tag + `.first"` + "\nexport _g_first\n")
-		b.WriteString(`srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c 'export NODE_RANK=$SLURM_NODEID; "$@"; s=$?; ` +
+		// Part K writes TAG.rankK.out and .err, which the agent sends
+		// home as the batch job's own output.
+		b.WriteString(`_g_part="$SLURM_SUBMIT_DIR/` + tag + `" _g_first="$SLURM_SUBMIT_DIR/` + tag + `.first"` + "\nexport _g_part _g_first\n")
+		b.WriteString(`srun --kill-on-bad-exit=1 --ntasks-per-node=1 bash -c 'export NODE_RANK=$SLURM_NODEID; ` +
+			`if [ "$NODE_RANK" != 0 ]; then exec >"$_g_part.rank$NODE_RANK.out" 2>"$_g_part.rank$NODE_RANK.err"; fi; "$@"; s=$?; ` +
 			`if [ "$s" != 0 ] && mkdir "$_g_first" 2>/dev/null; then echo "$s" >"$_g_first/code"; fi; exit "$s"' bash `)
 	}
 	// The job line is evaluated from the login shell's first line, with no
