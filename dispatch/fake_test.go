@@ -87,9 +87,12 @@ type fakeExec struct {
 	user  string
 	spans []span
 	// ports counts FreePort's answers; noPort are the hosts where it
-	// finds none.
+	// finds none. gates are Go's, by tag; ran lists the commands that
+	// ran past their gate, with their host.
 	ports  int
 	noPort map[string]bool
+	gates  map[string]chan struct{}
+	ran    []string
 }
 
 // span is when a job ran, and where.
@@ -798,6 +801,26 @@ func (f *fakeExec) Run(ctx context.Context, host string, c executor.Command, std
 	if c.Progress != nil {
 		c.Progress(executor.Progress{Running: true})
 	}
+	if c.Gated {
+		f.mu.Lock()
+		gate := f.gate(c.Tag)
+		f.mu.Unlock()
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			f.mu.Lock()
+			for _, s := range slots {
+				f.now[s]--
+				f.locks.leave(s, strings.SplitN(c.Tag, "-", 2)[0])
+			}
+			f.total--
+			f.mu.Unlock()
+			return 143, fmt.Errorf("job stopped before it ran: %w", context.Cause(ctx))
+		}
+	}
+	f.mu.Lock()
+	f.ran = append(f.ran, host+" "+c.Script)
+	f.mu.Unlock()
 	lost := false
 	began := time.Now()
 	defer func() {
@@ -973,6 +996,25 @@ func (f *fakeExec) FreePort(ctx context.Context, host string) (int, error) {
 
 // Address is none: a host's name is its address.
 func (f *fakeExec) Address(string) string { return "" }
+
+// Go lets the gated command tagged tag run.
+func (f *fakeExec) Go(ctx context.Context, host, tag string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	close(f.gate(tag))
+	return nil
+}
+
+// gate is the channel Go closes for tag (f.mu held).
+func (f *fakeExec) gate(tag string) chan struct{} {
+	if f.gates == nil {
+		f.gates = map[string]chan struct{}{}
+	}
+	if f.gates[tag] == nil {
+		f.gates[tag] = make(chan struct{})
+	}
+	return f.gates[tag]
+}
 
 // Adopt follows an attempt of detached, or finds nothing.
 func (f *fakeExec) Adopt(ctx context.Context, host string, c executor.Command, outOff, _ int64, stdout, _ io.Writer) (int, time.Time, error) {

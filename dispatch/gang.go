@@ -55,7 +55,7 @@ func (r *run) masterAddr(h inventory.Host) string {
 	if h.Address != "" {
 		return h.Address
 	}
-	if pf, ok := r.opts.Executor.(executor.PortFinder); ok {
+	if pf, ok := r.opts.Executor.(executor.Gang); ok {
 		if a := pf.Address(h.Name); a != "" {
 			return a
 		}
@@ -68,7 +68,7 @@ func (r *run) masterAddr(h inventory.Host) string {
 // that cannot set up the job is (an executor.UnfitError): nothing ran, and
 // the job waits again.
 func (r *run) masterPort(ctx context.Context, host string) (int, error) {
-	pf, ok := r.opts.Executor.(executor.PortFinder)
+	pf, ok := r.opts.Executor.(executor.Gang)
 	if !ok {
 		return 0, &executor.UnfitError{Where: host, Why: "cannot look for a free port there for part 0 of a job over several hosts"}
 	}
@@ -170,10 +170,11 @@ func runParts(ctx context.Context, hosts []string, run func(ctx context.Context,
 }
 
 // partsProgress tells progress that the attempt runs once every one of
-// its n parts said so (its start is the last one's); what a part says
-// that is not that goes on as it is, with the part's host. A job on one
-// host is its one part: what it says goes on as it is.
-func partsProgress(n int, progress func(host string, p executor.Progress)) func(host string) func(executor.Progress) {
+// its n parts said so (its start is the last one's), after ready, which
+// lets them go; what a part says that is not that goes on as it is, with
+// the part's host. A job on one host is its one part: what it says goes
+// on as it is.
+func partsProgress(n int, progress func(host string, p executor.Progress), ready func()) func(host string) func(executor.Progress) {
 	if n == 1 {
 		return func(host string) func(executor.Progress) {
 			return func(p executor.Progress) { progress(host, p) }
@@ -200,11 +201,31 @@ func partsProgress(n int, progress func(host string, p executor.Progress)) func(
 			all, at := len(running) == n, last
 			mu.Unlock()
 			if all {
+				ready()
 				p.Started = at
 				progress(host, p)
 			}
 		}
 	}
+}
+
+// letGo tells every part of an attempt (cmds), each set up and waiting,
+// to run its line, all at once; a part that cannot be told ends the
+// attempt (kill) as a part that could not start: nothing ran.
+func (r *run) letGo(ctx context.Context, cmds []part, kill context.CancelCauseFunc) {
+	g, ok := r.opts.Executor.(executor.Gang)
+	if !ok {
+		return
+	}
+	var wg sync.WaitGroup
+	for k, c := range cmds {
+		wg.Go(func() {
+			if err := g.Go(ctx, c.host, c.c.Tag); err != nil {
+				kill(&PartError{Rank: k, Host: c.host, Code: -1, Err: fmt.Errorf("%w: its part could not be let go: %v", executor.ErrHostDown, err)})
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // partEvents lists parts 1.. of an attempt (of parts, its placement's),

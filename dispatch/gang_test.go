@@ -211,19 +211,7 @@ func TestNoFreePortForPartZero(t *testing.T) {
 		dir := t.TempDir()
 		f := newFakeExec(inv)
 		f.noPort = map[string]bool{"a": true}
-		// The job comes once every host is open, so that a, first of the
-		// idle hosts, is where part 0 is placed first.
-		in, w := io.Pipe()
-		go func() {
-			time.Sleep(time.Second)
-			io.WriteString(w, "[nodes=2] sleep 1ms\n")
-			w.Close()
-		}()
-		s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: dir, Recheck: time.Minute}, []Input{{R: in}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.check(t)
+		s := runOnceOpen(t, f, Options{Inventory: inv, Executor: f, LogDir: dir, Recheck: time.Minute}, "[nodes=2] sleep 1ms\n")
 		if s.Counts[EventFinished] != 1 {
 			t.Fatalf("summary %+v", s)
 		}
@@ -240,6 +228,46 @@ func TestNoFreePortForPartZero(t *testing.T) {
 		}
 		if !warned {
 			t.Error("no word of host a's missing port")
+		}
+	})
+}
+
+// runOnceOpen runs input with opts (in a synctest bubble), the input
+// coming once every host is open, so that the first of the idle hosts
+// in inventory order are where a job over several hosts goes first.
+func runOnceOpen(t *testing.T, f *fakeExec, opts Options, input string) *Summary {
+	t.Helper()
+	in, w := io.Pipe()
+	go func() {
+		time.Sleep(time.Second)
+		io.WriteString(w, input)
+		w.Close()
+	}()
+	s, err := Run(context.Background(), opts, []Input{{R: in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.check(t)
+	return s
+}
+
+// All parts start together or none does: a part whose host cannot set up
+// the job ends the others, which waited, set up, without running their
+// line; the job runs on other hosts without using an attempt.
+func TestPartThatCannotStartLetsNoneRun(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		inv := lab("a:0 b:0 c:0")
+		f := newFakeExec(inv)
+		f.unfit = map[string]map[string]string{"b": {"*": "conda env torch not found"}}
+		s := runOnceOpen(t, f, Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), Recheck: time.Minute}, "[nodes=2] sleep 1ms\n")
+		if s.Counts[EventFinished] != 1 || f.unfitTries != 1 {
+			t.Fatalf("summary %+v, %d tries on b", s, f.unfitTries)
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		slices.Sort(f.ran)
+		if strings.Join(f.ran, ", ") != "a sleep 1ms, c sleep 1ms" {
+			t.Errorf("ran %v, want the parts on a and c once each: none ran with the part on b", f.ran)
 		}
 	})
 }

@@ -709,6 +709,7 @@ func (r *run) start(ctx context.Context, a assignment) {
 		if len(parts) > 1 {
 			cmds[k].c.Env = append(cmds[k].c.Env, gangEnv(parts, k, j, master)...)
 			cmds[k].c.About += fmt.Sprintf(", part %d of %d", k, len(parts))
+			cmds[k].c.Gated = true
 		}
 		if k > 0 {
 			cmds[k].logs = logs.parts[k-1]
@@ -749,10 +750,6 @@ func (r *run) start(ctx context.Context, a assignment) {
 	if len(parts) > 1 {
 		e.Message = fmt.Sprintf("its shells are being set up on %d hosts", len(parts))
 	}
-	progress := partsProgress(len(parts), r.progressOf(q))
-	for k := range cmds {
-		cmds[k].c.Progress = progress(cmds[k].host)
-	}
 	if a.p.host.cluster {
 		// Slurm holds the job until it runs it, and times it itself.
 		e.Message, e.SettingUp = "submitting to Slurm", false
@@ -766,6 +763,12 @@ func (r *run) start(ctx context.Context, a assignment) {
 	}
 	jctx, kill := context.WithCancelCause(ctx)
 	q.kill = kill
+	// Every part waits, set up, until all are: then they are let go
+	// together, and one that cannot be ends the others before any ran.
+	progress := partsProgress(len(parts), r.progressOf(q), func() { r.letGo(ctx, cmds, kill) })
+	for k := range cmds {
+		cmds[k].c.Progress = progress(cmds[k].host)
+	}
 	go func() {
 		defer kill(nil)
 		if timeout > 0 {
@@ -798,6 +801,9 @@ func (r *run) start(ctx context.Context, a assignment) {
 					c := cmds[k]
 					return r.opts.Executor.Run(ctx, c.host, c.c, c.logs.out, c.logs.err)
 				})
+				if pe := (*PartError)(nil); errors.As(err, &pe) {
+					rank = pe.Rank // one that could not be let go
+				}
 			}
 		}
 		if cerr := logs.close(); err == nil && cerr != nil {

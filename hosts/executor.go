@@ -15,9 +15,9 @@ import (
 
 // Lab is what dispatch runs jobs through.
 var (
-	_ executor.Executor   = (*Lab)(nil)
-	_ executor.GPUTyper   = (*Lab)(nil)
-	_ executor.PortFinder = (*Lab)(nil)
+	_ executor.Executor = (*Lab)(nil)
+	_ executor.GPUTyper = (*Lab)(nil)
+	_ executor.Gang     = (*Lab)(nil)
 )
 
 // The Lab runs each job on the Runner of the host it names: these methods
@@ -28,6 +28,9 @@ func (l *Lab) Run(ctx context.Context, host string, c executor.Command, stdout, 
 	r, err := l.lookup(ctx, host)
 	if err != nil {
 		return -1, err
+	}
+	if c.Gated {
+		c.Script = gate(c.Tag) + c.Script
 	}
 	code, err := r.Run(ctx, c, stdout, stderr)
 	return code, named(host, err)

@@ -69,15 +69,19 @@ type ShareWatcher interface {
 	Changed() <-chan struct{}
 }
 
-// PortFinder is implemented by an Executor that can find a TCP port no
-// one uses on one of its hosts: a job over several hosts gets one on part
-// 0's host as its MASTER_PORT.
-type PortFinder interface {
+// Gang is implemented by an Executor that can run the parts of a job
+// over several hosts: it finds a TCP port no one uses on part 0's host
+// (its MASTER_PORT), and starts parts that wait, set up, for the others
+// (Command.Gated).
+type Gang interface {
 	// FreePort is a port no socket uses on host now.
 	FreePort(ctx context.Context, host string) (int, error)
 	// Address is host's address as the other hosts reach it ("" when the
 	// Executor cannot say).
 	Address(host string) string
+	// Go lets the gated command tagged tag on host, set up and waiting,
+	// run its line.
+	Go(ctx context.Context, host, tag string) error
 }
 
 // Waiter is implemented by an Executor whose GPU locks keep a record of
@@ -170,6 +174,11 @@ type Command struct {
 	// where parts 1.. write, and, for Adopt, how far their logs reached.
 	Nodes    int
 	PartLogs []PartLog
+	// Gated makes the command, once its shell is set up (Progress
+	// Running), wait for Gang.Go before its line runs (at most ten
+	// minutes): a part of a job over several hosts runs only once every
+	// part could be set up.
+	Gated bool
 	// Timeout is the job's time limit (0: none, or a batch system's
 	// default), kept where the job runs so that it holds with no
 	// coordinator there. A job ended by it makes Run's error wrap

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -66,4 +67,46 @@ func (l *Lab) Address(host string) string {
 		return name
 	}
 	return ""
+}
+
+// gate is what a gated command's line begins with, on its first line (so
+// that the line's own line numbers stand): it waits, its shell set up, for
+// Go's file ~/.gpudispatch/go-TAG, removes it, and goes on; after ten
+// minutes without it (the coordinator gone before it could say go) it
+// gives up. Plain sh, as the login shell may be any.
+func gate(tag string) string {
+	return `_g_go="$HOME/.gpudispatch/go-` + tag + `" _g_n=0; while [ ! -e "$_g_go" ]; do ` +
+		`_g_n=$((_g_n + 1)); if [ "$_g_n" -gt 6000 ]; then echo "gpudispatch: the job's other parts never started" >&2; exit 1; fi; sleep 0.1; done; ` +
+		`rm -f -- "$_g_go"; unset _g_go _g_n; `
+}
+
+// Go lets the gated command tagged tag on host run: it makes the file its
+// gate waits for (on this machine at once; on a remote host, as a look at
+// it, within --probe-timeout).
+func (l *Lab) Go(ctx context.Context, host, tag string) error {
+	r, err := l.lookup(ctx, host)
+	if err != nil {
+		return err
+	}
+	switch r.(type) {
+	case *slurm.Cluster:
+		return fmt.Errorf("%s: a Slurm cluster runs the parts of a job as one batch job: nothing to let go", host)
+	case *Remote:
+	default:
+		home, err := os.UserHomeDir()
+		if err == nil {
+			err = os.MkdirAll(filepath.Join(home, ".gpudispatch"), 0o700)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(home, ".gpudispatch", "go-"+tag), nil, 0o600)
+		}
+		return err
+	}
+	look, cancel := context.WithTimeout(ctx, l.opts.ProbeTimeout)
+	defer cancel()
+	out, code, err := probe(look, r, `mkdir -p "$HOME/.gpudispatch" && : >"$HOME/.gpudispatch/go-`+tag+`"`)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("%s: %s", host, out)
+	}
+	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -84,5 +85,39 @@ func TestFreePortHung(t *testing.T) {
 	}
 	if took := time.Since(begin); took > 15*time.Second {
 		t.Errorf("FreePort took %s", took)
+	}
+}
+
+// A gated command, set up, waits for Go before its line runs, on its
+// first line (its own line numbers stand).
+func TestGatedCommandWaitsForGo(t *testing.T) {
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	lab := openLab(t, l)
+	var out sshtest.Buffer
+	running := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		c := executor.Command{Script: "echo ran $LINENO", Tag: "R9-1-1", Gated: true,
+			Progress: func(p executor.Progress) {
+				if p.Running {
+					running <- struct{}{}
+				}
+			}}
+		_, err := lab.Run(context.Background(), "node1", c, &out, io.Discard)
+		done <- err
+	}()
+	<-running
+	time.Sleep(500 * time.Millisecond)
+	if out.String() != "" {
+		t.Fatalf("the gated line ran before Go: %q", out.String())
+	}
+	if err := lab.Go(context.Background(), "node1", "R9-1-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil || out.String() != "ran 1\n" {
+		t.Errorf("after Go: %v, output %q, want \"ran 1\"", err, out.String())
+	}
+	if _, err := os.Stat(filepath.Join(l.Hosts[0].Home, ".gpudispatch", "go-R9-1-1")); err == nil {
+		t.Error("the gate's file was left behind")
 	}
 }
