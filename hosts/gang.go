@@ -71,12 +71,13 @@ func (l *Lab) Address(host string) string {
 
 // gate is what a gated command's line begins with, on its first line (so
 // that the line's own line numbers stand): it waits, its shell set up, for
-// Go's file ~/.gpudispatch/go-TAG, removes it, and goes on; after ten
-// minutes without it (the coordinator gone before it could say go) it
+// Go's file ~/.gpudispatch/go-TAG (looking every 20 ms: the parts of a
+// job start within that of each other), removes it, and goes on; after
+// ten minutes without it (the coordinator gone before it could say go) it
 // gives up. Plain sh, as the login shell may be any.
 func gate(tag string) string {
 	return `_g_go="$HOME/.gpudispatch/go-` + tag + `" _g_n=0; while [ ! -e "$_g_go" ]; do ` +
-		`_g_n=$((_g_n + 1)); if [ "$_g_n" -gt 6000 ]; then echo "gpudispatch: the job's other parts never started" >&2; exit 1; fi; sleep 0.1; done; ` +
+		`_g_n=$((_g_n + 1)); if [ "$_g_n" -gt 30000 ]; then echo "gpudispatch: the job's other parts never started" >&2; exit 1; fi; sleep 0.02; done; ` +
 		`rm -f -- "$_g_go"; unset _g_go _g_n; `
 }
 
