@@ -220,6 +220,11 @@ func (r *run) adopt(q *queued, e Event) bool {
 		if len(hosts) == 1 {
 			code, err = follow(jctx, 0)
 		} else {
+			if e.Event == EventStarted {
+				// Every part was set up, and let go: a part the last
+				// coordinator died before it could tell waits for the word.
+				r.letGo(jctx, hosts, tags, kill)
+			}
 			code, rank, err = runParts(jctx, hosts, follow)
 		}
 		if cerr := logs.close(); err == nil && cerr != nil {

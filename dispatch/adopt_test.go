@@ -87,8 +87,9 @@ func TestResumeAdoptsOpenAttempt(t *testing.T) {
 }
 
 // --resume follows every part of a job over several hosts that an earlier
-// run left running; one whose part's log cannot be opened is not
-// followed, with a warning, and runs again.
+// run left running, and tells each to go (it may wait for that word);
+// one whose part's log cannot be opened is not followed, with a warning,
+// and runs again.
 func TestResumeAdoptsEveryPart(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -141,6 +142,17 @@ func TestResumeAdoptsEveryPart(t *testing.T) {
 		}
 		if !warned {
 			t.Error("no warning that job 2's attempt could not be followed")
+		}
+		// A started job's parts were all set up: each is told to go again,
+		// for one the last coordinator died before it could tell.
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, tag := range []string{"old-1-1", "old-1-1.rank1"} {
+			select {
+			case <-f.gates[tag]:
+			default:
+				t.Errorf("part %s was not told to go", tag)
+			}
 		}
 	})
 }

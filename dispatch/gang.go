@@ -209,19 +209,20 @@ func partsProgress(n int, progress func(host string, p executor.Progress), ready
 	}
 }
 
-// letGo tells every part of an attempt (cmds), each set up and waiting,
-// to run its line, all at once; a part that cannot be told ends the
-// attempt (kill) as a part that could not start: nothing ran.
-func (r *run) letGo(ctx context.Context, cmds []part, kill context.CancelCauseFunc) {
+// letGo tells every part of an attempt (part k tagged tags[k] on
+// hosts[k]), each set up and waiting, to run its line, all at once; a
+// part that cannot be told ends the attempt (kill) as a part that could
+// not start: nothing ran.
+func (r *run) letGo(ctx context.Context, hosts, tags []string, kill context.CancelCauseFunc) {
 	g, ok := r.opts.Executor.(executor.Gang)
 	if !ok {
 		return
 	}
 	var wg sync.WaitGroup
-	for k, c := range cmds {
+	for k, host := range hosts {
 		wg.Go(func() {
-			if err := g.Go(ctx, c.host, c.c.Tag); err != nil {
-				kill(&PartError{Rank: k, Host: c.host, Code: -1, Err: fmt.Errorf("%w: its part could not be let go: %v", executor.ErrHostDown, err)})
+			if err := g.Go(ctx, host, tags[k]); err != nil {
+				kill(&PartError{Rank: k, Host: host, Code: -1, Err: fmt.Errorf("%w: its part could not be let go: %v", executor.ErrHostDown, err)})
 			}
 		})
 	}

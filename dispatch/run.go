@@ -765,7 +765,11 @@ func (r *run) start(ctx context.Context, a assignment) {
 	q.kill = kill
 	// Every part waits, set up, until all are: then they are let go
 	// together, and one that cannot be ends the others before any ran.
-	progress := partsProgress(len(parts), r.progressOf(q), func() { r.letGo(ctx, cmds, kill) })
+	hosts := make([]string, len(cmds))
+	for k, c := range cmds {
+		hosts[k] = c.host
+	}
+	progress := partsProgress(len(parts), r.progressOf(q), func() { r.letGo(ctx, hosts, tags, kill) })
 	for k := range cmds {
 		cmds[k].c.Progress = progress(cmds[k].host)
 	}
@@ -792,10 +796,6 @@ func (r *run) start(ctx context.Context, a assignment) {
 			if port, err = r.masterPort(jctx, cmds[0].host); err == nil {
 				for k := range cmds {
 					cmds[k].c.Env = append(cmds[k].c.Env, "MASTER_PORT="+strconv.Itoa(port))
-				}
-				hosts := make([]string, len(cmds))
-				for k, c := range cmds {
-					hosts[k] = c.host
 				}
 				code, rank, err = runParts(jctx, hosts, func(ctx context.Context, k int) (int, error) {
 					c := cmds[k]
