@@ -222,8 +222,10 @@ func (r *run) adopt(q *queued, e Event) bool {
 		} else {
 			if e.Event == EventStarted {
 				// Every part was set up, and let go: a part the last
-				// coordinator died before it could tell waits for the word.
-				r.letGo(jctx, hosts, tags, kill)
+				// coordinator died before it could tell waits for the
+				// word. Told while each is followed from the first: a
+				// part that ends is read to its end.
+				go r.letGo(jctx, hosts, tags, kill)
 			}
 			code, rank, err = runParts(jctx, hosts, follow)
 		}

@@ -145,6 +145,7 @@ func TestResumeAdoptsEveryPart(t *testing.T) {
 		}
 		// A started job's parts were all set up: each is told to go again,
 		// for one the last coordinator died before it could tell.
+		synctest.Wait()
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		for _, tag := range []string{"old-1-1", "old-1-1.rank1"} {

@@ -279,6 +279,7 @@ func (r *run) onClaim(ctx context.Context, res claimResult) {
 			if _, locked := res.holders[g]; locked {
 				g.lockedOut = true
 				g.host.asked = true // its holder there keeps a record that the run waits
+				r.sayNeed(g.host, a.q.job)
 			}
 		}
 		r.sched.add(a.q)
@@ -488,6 +489,18 @@ func (r *run) sayWaiting() {
 				}
 			}
 		}
+	}
+}
+
+// sayNeed tells h's machine, where a lock refused j a GPU (its holder
+// made the run's record of waiting, saying one GPU), what j needs there
+// together, when that is more: at once, as j's claim may come and go
+// while sayWaiting looks at the queue.
+func (r *run) sayNeed(h *hostSlots, j *Job) {
+	w, ok := r.opts.Executor.(executor.Waiter)
+	if need := h.need(j); ok && need > max(h.needSaid, 1) {
+		h.needSaid = need
+		r.say(h, w, need)
 	}
 }
 
