@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpudispatch/gpudispatch/hosts/jobshell"
 	"github.com/gpudispatch/gpudispatch/hosts/slurm"
 	"github.com/gpudispatch/gpudispatch/hosts/spawn"
 )
@@ -35,8 +36,9 @@ func (l *Lab) FreePort(ctx context.Context, host string) (int, error) {
 		return ln.Addr().(*net.TCPAddr).Port, nil
 	}
 	// A look like those at the GPUs: within --probe-timeout, and none
-	// while an earlier one still hangs there.
-	v, err := l.probes.run(ctx, host, "the look for a free port", l.opts.ProbeTimeout, func(ctx context.Context) (any, error) {
+	// while an earlier one still hangs there; two jobs' never share one
+	// (nor its port).
+	v, err := l.probes.alone(ctx, host, "the look for a free port", l.opts.ProbeTimeout, func(ctx context.Context) (any, error) {
 		out, code, err := probe(ctx, r, spawn.FreePort)
 		if err != nil {
 			return 0, err
@@ -82,9 +84,13 @@ func gate(tag string) string {
 }
 
 // Go lets the gated command tagged tag on host run: it makes the file its
-// gate waits for (on this machine at once; on a remote host, as a look at
-// it, within --probe-timeout).
+// gate waits for (on this machine at once; on a remote host as a look at
+// it is made, within --probe-timeout, returning on time even where the
+// login shell hangs).
 func (l *Lab) Go(ctx context.Context, host, tag string) error {
+	if !jobshell.ValidTag(tag) {
+		return fmt.Errorf("%s: bad tag %q", host, tag) // it names a file, in a line of shell
+	}
 	r, err := l.lookup(ctx, host)
 	if err != nil {
 		return err
@@ -103,11 +109,17 @@ func (l *Lab) Go(ctx context.Context, host, tag string) error {
 		}
 		return err
 	}
-	look, cancel := context.WithTimeout(ctx, l.opts.ProbeTimeout)
-	defer cancel()
-	out, code, err := probe(look, r, `mkdir -p "$HOME/.gpudispatch" && : >"$HOME/.gpudispatch/go-`+tag+`"`)
-	if err == nil && code != 0 {
-		err = fmt.Errorf("%s: %s", host, out)
+	// A look like those at the GPUs: within --probe-timeout, and none
+	// while an earlier one still hangs there; each part's word is its own.
+	_, err = l.probes.alone(ctx, host, "the word to a part to start", l.opts.ProbeTimeout, func(ctx context.Context) (any, error) {
+		out, code, err := probe(ctx, r, `mkdir -p "$HOME/.gpudispatch" && : >"$HOME/.gpudispatch/go-`+tag+`"`)
+		if err == nil && code != 0 {
+			err = errors.New(out)
+		}
+		return nil, err
+	})
+	if err != nil {
+		return fmt.Errorf("%s: %w", host, err)
 	}
-	return err
+	return nil
 }

@@ -89,35 +89,65 @@ func TestFreePortHung(t *testing.T) {
 }
 
 // A gated command, set up, waits for Go before its line runs, on its
-// first line (its own line numbers stand).
+// first line (its own line numbers stand). Two told at once on one host
+// each get their own word (a look that joined another's would leave one
+// waiting).
 func TestGatedCommandWaitsForGo(t *testing.T) {
-	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 1})
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
 	lab := openLab(t, l)
-	var out sshtest.Buffer
-	running := make(chan struct{}, 1)
-	done := make(chan error, 1)
-	go func() {
-		c := executor.Command{Script: "echo ran $LINENO", Tag: "R9-1-1", Gated: true,
-			Progress: func(p executor.Progress) {
-				if p.Running {
-					running <- struct{}{}
-				}
-			}}
-		_, err := lab.Run(context.Background(), "node1", c, &out, io.Discard)
-		done <- err
-	}()
-	<-running
+	tags := []string{"R9-1-1", "R9-2-1"}
+	outs := make([]sshtest.Buffer, len(tags))
+	running := make(chan struct{}, len(tags))
+	done := make(chan error, len(tags))
+	for i, tag := range tags {
+		go func() {
+			c := executor.Command{Script: "echo ran $LINENO", Tag: tag, Gated: true,
+				Progress: func(p executor.Progress) {
+					if p.Running {
+						running <- struct{}{}
+					}
+				}}
+			_, err := lab.Run(context.Background(), "node1", c, &outs[i], io.Discard)
+			done <- err
+		}()
+	}
+	for range tags {
+		<-running
+	}
 	time.Sleep(500 * time.Millisecond)
-	if out.String() != "" {
-		t.Fatalf("the gated line ran before Go: %q", out.String())
+	for i := range outs {
+		if outs[i].String() != "" {
+			t.Fatalf("the gated line ran before Go: %q", outs[i].String())
+		}
 	}
-	if err := lab.Go(context.Background(), "node1", "R9-1-1"); err != nil {
-		t.Fatal(err)
+	goErrs := make(chan error, len(tags))
+	for _, tag := range tags {
+		go func() { goErrs <- lab.Go(context.Background(), "node1", tag) }()
 	}
-	if err := <-done; err != nil || out.String() != "ran 1\n" {
-		t.Errorf("after Go: %v, output %q, want \"ran 1\"", err, out.String())
+	for range tags {
+		if err := <-goErrs; err != nil {
+			t.Fatal(err)
+		}
 	}
-	if _, err := os.Stat(filepath.Join(l.Hosts[0].Home, ".gpudispatch", "go-R9-1-1")); err == nil {
-		t.Error("the gate's file was left behind")
+	for range tags {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Error(err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a command told to go still waits")
+		}
+	}
+	for i, tag := range tags {
+		if outs[i].String() != "ran 1\n" {
+			t.Errorf("after Go: output %q, want \"ran 1\"", outs[i].String())
+		}
+		if _, err := os.Stat(filepath.Join(l.Hosts[0].Home, ".gpudispatch", "go-"+tag)); err == nil {
+			t.Errorf("the gate's file of %s was left behind", tag)
+		}
+	}
+	if err := lab.Go(context.Background(), "node1", "bad tag; rm -rf ~"); err == nil || !strings.Contains(err.Error(), "bad tag") {
+		t.Errorf("Go with a tag that is no tag: %v", err)
 	}
 }

@@ -183,6 +183,17 @@ func (p *probes) locks(ctx context.Context, host string, r Runner, dir string, g
 // when ask does not (it goes on, and cancels what it runs, in the
 // background).
 func (p *probes) run(ctx context.Context, host, what string, limit time.Duration, ask func(context.Context) (any, error)) (any, error) {
+	return p.lookAt(ctx, host, what, true, limit, ask)
+}
+
+// alone is run for a look whose answer is its own (a port for one job, a
+// word to one job): it joins no other, and waits for any under way.
+func (p *probes) alone(ctx context.Context, host, what string, limit time.Duration, ask func(context.Context) (any, error)) (any, error) {
+	return p.lookAt(ctx, host, what, false, limit, ask)
+}
+
+// lookAt is run, and alone without join.
+func (p *probes) lookAt(ctx context.Context, host, what string, join bool, limit time.Duration, ask func(context.Context) (any, error)) (any, error) {
 	for {
 		p.mu.Lock()
 		cur := p.cur[host]
@@ -204,7 +215,7 @@ func (p *probes) run(ctx context.Context, host, what string, limit time.Duration
 		select {
 		case <-cur.done:
 			t.Stop()
-			if cur.what == what && !errors.Is(cur.err, context.Canceled) && !errors.Is(cur.err, context.DeadlineExceeded) {
+			if join && cur.what == what && !errors.Is(cur.err, context.Canceled) && !errors.Is(cur.err, context.DeadlineExceeded) {
 				return cur.val, cur.err
 			}
 			// Another kind of look, or one its caller gave up: ask anew.

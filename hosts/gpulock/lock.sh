@@ -300,7 +300,7 @@ want() {
   mine
   to=$pdir/gpudispatch-want-$here~$$~$run~$who~$need
   if [ -n "$wanted" ]; then
-    if [ "$to" != "$wanted" ] && mv -T -- "$wanted" "$to" 2>/dev/null; then
+    if [ "$to" != "$wanted" ] && [ ! -e "$to" ] && mv -- "$wanted" "$to" 2>/dev/null; then
       wanted=$to
       touch -c -d "@${wtag:0:${#wtag}-6}.${wtag: -6}" -- "$wanted" 2>/dev/null
     fi
