@@ -796,6 +796,9 @@ func TestShipRace(t *testing.T) {
 	var thirdStarts int
 	thirdDone := build(third, held, &thirdStarts)
 	<-held.reached
+	// Its shell takes the lock in the background as it starts: the
+	// second must come to it held, whatever the load.
+	waitBaseLocked(t)
 	// The second's has read the base, and waits for the lock.
 	asked := &gated{reached: make(chan struct{}), open: make(chan struct{})}
 	close(asked.open)
@@ -823,6 +826,26 @@ func TestShipRace(t *testing.T) {
 	if thirdStarts != 1 || secondStarts != 2 {
 		t.Errorf("the store shells were started %d and %d times; want 1, and 2 for the build that came second to the base", thirdStarts, secondStarts)
 	}
+}
+
+// waitBaseLocked waits until a build holds the lock of a base of the
+// store in $HOME (flock(1) on base/KEY.lock).
+func waitBaseLocked(t *testing.T) {
+	t.Helper()
+	home, err := os.UserHomeDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2000 {
+		locks, _ := filepath.Glob(filepath.Join(home, ".gpudispatch", "code", "base", "*.lock"))
+		for _, l := range locks {
+			if exec.Command("flock", "-n", l, "true").Run() != nil {
+				return
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("no build took the lock of a base within 10 s")
 }
 
 // A next snapshot that changes and removes thousands of files (lists too
