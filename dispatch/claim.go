@@ -472,11 +472,11 @@ func (r *run) sayWaiting() {
 			looked = true
 		}
 		need := r.sched.needOn(h)
-		switch wants := need > 0; {
+		switch wants := need.GPUs > 0; {
 		case h.asked && !wants:
-			h.asked, h.told, h.needSaid = false, true, 0
-			r.say(h, w, 0)
-		case capped && wants, h.asked && wants && need != max(h.needSaid, 1):
+			h.asked, h.told, h.needSaid = false, true, executor.Need{}
+			r.say(h, w, executor.Need{})
+		case capped && wants, h.asked && wants && (need.GPUs != max(h.needSaid.GPUs, 1) || need.Part != h.needSaid.Part):
 			// Waiting, or waiting for a job that needs another number of
 			// GPUs together than the one said.
 			h.asked, h.told, h.needSaid = true, false, need
@@ -498,16 +498,16 @@ func (r *run) sayWaiting() {
 // while sayWaiting looks at the queue.
 func (r *run) sayNeed(h *hostSlots, j *Job) {
 	w, ok := r.opts.Executor.(executor.Waiter)
-	if need := h.need(j); ok && need > max(h.needSaid, 1) {
+	if need := (executor.Need{GPUs: h.need(j), Part: j.Nodes > 1}); ok && need.GPUs > max(h.needSaid.GPUs, 1) {
 		h.needSaid = need
 		r.say(h, w, need)
 	}
 }
 
 // say tells h's machine, off the loop, that the run waits there for a job
-// of need GPUs (or, need 0, no more), unless something newer was said
-// meanwhile.
-func (r *run) say(h *hostSlots, w executor.Waiter, need int) {
+// that needs need (or, need of 0 GPUs, no more), unless something newer
+// was said meanwhile.
+func (r *run) say(h *hostSlots, w executor.Waiter, need executor.Need) {
 	seq := h.said.seq.Add(1)
 	name := h.host.Name
 	r.locking.releasing.Go(func() {
@@ -516,7 +516,7 @@ func (r *run) say(h *hostSlots, w executor.Waiter, need int) {
 		if h.said.seq.Load() != seq {
 			return
 		}
-		if need > 0 {
+		if need.GPUs > 0 {
 			w.Waiting(name, r.id, need)
 		} else {
 			w.StopWaiting(name, r.id)

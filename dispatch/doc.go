@@ -155,7 +155,10 @@
 // GPU, or said while it is held to its share with jobs for the host (its
 // turn at the GPUs whole shares leave over), saying what the first of
 // them needs there together (a run that cannot use its share for that
-// job waits with none, and the others use it), and gone at once when no job
+// job waits with none, and the others use it, until it is the first in
+// the line of runs waiting: then it has its turn, its job's GPUs its
+// share, which its lock holder takes as they free up; a part of a job
+// over several hosts has no turn), and gone at once when no job
 // of its queue could run there any more; when jobs for the host wait
 // again, the GPUs set aside there are tried again at once. A share that
 // changes comes to the loop as news (watchShare).

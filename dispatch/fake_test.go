@@ -110,7 +110,7 @@ type stopCall struct {
 var _ executor.Waiter = (*fakeExec)(nil)
 
 // Waiting implements executor.Waiter.
-func (f *fakeExec) Waiting(host, run string, need int) {
+func (f *fakeExec) Waiting(host, run string, need executor.Need) {
 	f.locks.mu.Lock()
 	defer f.locks.mu.Unlock()
 	if f.locks.fair != nil {
@@ -195,18 +195,20 @@ func newFakeLocks() *fakeLocks {
 
 // wantRec is a run's record of waiting as lock.sh keeps it: its time
 // (the run's place in the line for what whole shares leave), when its
-// holder last looked, whether it is new in the line, and the GPUs its
-// first job for the host needs together.
+// holder last looked, whether it is new in the line, the GPUs its first
+// job for the host needs together, and whether that job is a part of one
+// over several hosts.
 type wantRec struct {
 	at, looked time.Time
 	fresh      bool
 	need       int
+	part       bool
 }
 
 // want records that run waits on host, unless it waited already, and
-// what its first job there needs (need 0: as said before, else 1), as
+// what its first job there needs (0 GPUs: as said before, else 1), as
 // lock.sh's want does (l.mu held).
-func (l *fakeLocks) want(host, run string, need int) {
+func (l *fakeLocks) want(host, run string, need executor.Need) {
 	if l.wants[host] == nil {
 		l.wants[host] = map[string]*wantRec{}
 	}
@@ -216,8 +218,8 @@ func (l *fakeLocks) want(host, run string, need int) {
 		w = &wantRec{at: now, looked: now, fresh: true, need: 1}
 		l.wants[host][run] = w
 	}
-	if need > 0 {
-		w.need = need
+	if need.GPUs > 0 {
+		w.need, w.part = need.GPUs, need.Part
 	}
 	l.touch(host)
 }
@@ -242,21 +244,26 @@ func (l *fakeLocks) gone(run string) {
 
 // fairRun is what a host's records say of one run (lock.sh's share_of):
 // whose it is, the GPUs it holds, since when it waits (zero: it does
-// not), and the GPUs its first job there needs together (0 or 1: one).
+// not), the GPUs its first job there needs together (0 or 1: one), and
+// whether that job is a part of one over several hosts.
 type fairRun struct {
 	user  string
 	holds int
 	since time.Time
 	need  int
+	part  bool
 }
 
 // fairShare is the share of a host of all GPUs that its holder says to
 // run me, and who waits, as lock.sh's share_of says them (a test checks
 // the two against each other): split's, but that a run whose first job
 // needs more GPUs together than its share cannot use that share: it
-// waits with none, and the others share the GPUs without it. Said (else
-// -1) while another run waits holding fewer than its own. base is me's
-// whole share, without a GPU left over, of all the runs' split.
+// waits with none, and the others share the GPUs without it; unless it
+// is the first in the line of runs waiting, and its job is on the host
+// alone: then it has its turn, its job's GPUs its share, and the others
+// share the rest. Said (else -1) while another run waits holding fewer
+// than its own. base is me's whole share, without a GPU left over, of
+// all the runs' split.
 func fairShare(all int, runs map[string]fairRun, me string) (n int, waiting string, base int) {
 	users := map[string]bool{}
 	for _, r := range runs {
@@ -274,13 +281,29 @@ func fairShare(all int, runs map[string]fairRun, me string) (n int, waiting stri
 	base = all / len(users) / max(nruns, 1)
 	fair := split(all, runs)
 	can := maps.Clone(runs)
+	first := ""
 	for k, r := range runs {
-		if !r.since.IsZero() && max(r.need, 1) > fair[k] {
+		if r.since.IsZero() {
+			continue
+		}
+		if max(r.need, 1) > fair[k] {
 			delete(can, k)
 		}
+		if first == "" || r.since.Before(runs[first].since) || r.since.Equal(runs[first].since) && k < first {
+			first = k
+		}
+	}
+	turn := ""
+	if _, canUse := can[first]; first != "" && !canUse && !runs[first].part && runs[first].need <= all {
+		turn = first
 	}
 	if len(can) < len(runs) {
-		fair = split(all, can)
+		if turn != "" {
+			fair = split(all-runs[turn].need, can)
+			fair[turn] = runs[turn].need
+		} else {
+			fair = split(all, can)
+		}
 	}
 	ours, who := fair[me], []string{}
 	for _, k := range slices.Sorted(maps.Keys(runs)) {
@@ -399,7 +422,7 @@ func (l *fakeLocks) fairShareOf(host, me string) (int, string) {
 	}
 	for r, w := range l.wants[host] {
 		fr := runs[r]
-		fr.user, fr.since, fr.need = l.users[r], w.at, w.need
+		fr.user, fr.since, fr.need, fr.part = l.users[r], w.at, w.need, w.part
 		runs[r] = fr
 	}
 	n, waiting, base := fairShare(l.fair[host], runs, me)
@@ -532,7 +555,7 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu executor.GPUID,
 		f.locks.denied++
 		var freed chan struct{}
 		if f.locks.fair != nil {
-			f.locks.want(host, run, 0)
+			f.locks.want(host, run, executor.Need{})
 			if freed = f.locks.freed[slot]; freed == nil {
 				freed = make(chan struct{})
 				f.locks.freed[slot] = freed

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpudispatch/gpudispatch/dispatch/executor"
 )
 
 // scheduler places waiting jobs on free slots, first come first served,
@@ -56,21 +58,22 @@ type queued struct {
 	deps *depWait
 }
 
-// needOn is how many of h's GPUs the first job of the queue that could
-// run on h needs there together (h is one of its hosts, with GPUs
-// enough, one of which it may run on); 0 when none could.
-func (s *scheduler) needOn(h *hostSlots) int {
+// needOn is what the first job of the queue that could run on h needs
+// there (h is one of its hosts, with GPUs enough, one of which it may run
+// on): how many of h's GPUs together, and whether it is a part of a job
+// over several hosts; 0 GPUs when none could.
+func (s *scheduler) needOn(h *hostSlots) executor.Need {
 	for _, q := range s.waiting {
 		if q.job.Host != "" && q.job.Host != h.host.Name || !h.fits(q.job) {
 			continue
 		}
 		for _, g := range h.gpus {
 			if g.mayRun(q.job) {
-				return h.need(q.job)
+				return executor.Need{GPUs: h.need(q.job), Part: q.job.Nodes > 1}
 			}
 		}
 	}
-	return 0
+	return executor.Need{}
 }
 
 // ahead reports whether a comes before b in the queue: the higher

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gpudispatch/gpudispatch/dispatch/executor"
+	"github.com/gpudispatch/gpudispatch/inventory"
 )
 
 // A run whose share of a host's GPUs the host's holder says (another run
@@ -298,38 +299,23 @@ func simulateShare(t *testing.T, gpus int, users []string, seed uint64) {
 	})
 }
 
-// A run whose first job needs more GPUs together than its share cannot
-// use that share: the other run keeps every GPU busy meanwhile (before,
-// two of four stood idle, kept for a job of four that could not start
-// while the other run waited), and the big job runs once the other's
-// queue is done.
+// A run whose first job needs more GPUs together than its share, and has
+// no turn (a job over two hosts), cannot use that share: the other run
+// keeps every GPU busy meanwhile (before, two of four stood idle, kept for
+// a job that could not start while the other run waited), and the big job
+// runs once the other's queue is done.
 func TestShareNoneCanUseSimulated(t *testing.T) {
 	t.Parallel()
-	inv := lab("a:0,1,2,3")
+	inv := lab("a:0,1 b:0,1")
 	synctest.Test(t, func(t *testing.T) {
 		locks := newFakeLocks()
-		locks.fair = map[string]int{"a": 4}
-		inputs := []string{repeat("sleep 20ms", 40), "[gpus=4] sleep 20ms\n" + repeat("sleep 20ms", 4)}
-		fakes := make([]*fakeExec, 2)
-		arrive := make([]time.Time, 2)
-		begin := time.Now()
-		var wg sync.WaitGroup
-		for i, user := range []string{"ann", "bob"} {
-			f := newFakeExec(inv)
-			f.locks, f.user, fakes[i] = locks, user, f
-			arrive[i] = begin.Add(time.Duration(1+30*i) * time.Millisecond)
-			wg.Go(func() {
-				time.Sleep(time.Until(arrive[i]))
-				s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), Recheck: time.Minute}, []Input{{R: strings.NewReader(inputs[i])}})
-				if err != nil || s.Counts[EventFinished] != strings.Count(inputs[i], "\n") {
-					t.Errorf("run %d: %v %+v", i, err, s)
-				}
-			})
+		locks.fair = map[string]int{"a": 2, "b": 2}
+		var ann strings.Builder
+		for i := range 40 {
+			fmt.Fprintf(&ann, "sleep %dms\n", 10+i%4*10) // a drain would idle GPUs
 		}
-		wg.Wait()
-		for _, f := range fakes {
-			f.check(t)
-		}
+		inputs := []string{ann.String(), "[nodes=2 gpus=2] sleep 20ms\n" + repeat("sleep 20ms", 4)}
+		fakes, arrive := annAndBob(t, inv, locks, inputs)
 		// Ann's jobs wait from her arrival to her last start: every GPU
 		// must be busy meanwhile, from Bob's arrival on.
 		var lastStart time.Time
@@ -341,6 +327,68 @@ func TestShareNoneCanUseSimulated(t *testing.T) {
 			t.Errorf("GPUs stood idle for %v in all while Ann's jobs waited", idle)
 		}
 	})
+}
+
+// A run whose first job needs every GPU of the host has its turn when it
+// is first in the line: the other run, which has a queue of jobs for
+// longer than the test, takes no new job on a GPU it frees, the big job
+// starts once the GPUs the other run had are free (the longest of its
+// jobs at most), and the other run goes on after it. Without turns the
+// big job waited until the other's queue was done.
+func TestTurnSimulated(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0,1,2,3")
+	synctest.Test(t, func(t *testing.T) {
+		locks := newFakeLocks()
+		locks.fair = map[string]int{"a": 4}
+		var ann strings.Builder
+		for i := range 60 {
+			fmt.Fprintf(&ann, "sleep %dms\n", 10+i%4*10)
+		}
+		inputs := []string{ann.String(), "[gpus=4] sleep 20ms\n"}
+		fakes, arrive := annAndBob(t, inv, locks, inputs)
+		var annLast time.Time
+		for _, sp := range fakes[0].spans {
+			annLast = later(annLast, sp.start)
+		}
+		if len(fakes[1].spans) != 1 {
+			t.Fatalf("bob's spans: %v, want his one job", fakes[1].spans)
+		}
+		big := fakes[1].spans[0]
+		// Ann's jobs are 40 ms at most, and a share is heard at once here.
+		if wait := big.start.Sub(arrive[1]); wait > 40*time.Millisecond || !big.start.Before(annLast) {
+			t.Errorf("bob's job of four GPUs started %v after he came, Ann's last job %v after: want it within one of her jobs, before her queue's end", wait, annLast.Sub(arrive[1]))
+		}
+	})
+}
+
+// annAndBob runs inputs[0] as Ann's run, from 1 ms on, and inputs[1] as
+// Bob's, from 31 ms on, on inv with locks (in a synctest bubble); it
+// checks that each ran every job, with no GPU shared, and returns their
+// executors and when they came.
+func annAndBob(t *testing.T, inv *inventory.Inventory, locks *fakeLocks, inputs []string) ([]*fakeExec, []time.Time) {
+	t.Helper()
+	fakes := make([]*fakeExec, 2)
+	arrive := make([]time.Time, 2)
+	begin := time.Now()
+	var wg sync.WaitGroup
+	for i, user := range []string{"ann", "bob"} {
+		f := newFakeExec(inv)
+		f.locks, f.user, fakes[i] = locks, user, f
+		arrive[i] = begin.Add(time.Duration(1+30*i) * time.Millisecond)
+		wg.Go(func() {
+			time.Sleep(time.Until(arrive[i]))
+			s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: t.TempDir(), Recheck: time.Minute}, []Input{{R: strings.NewReader(inputs[i])}})
+			if err != nil || s.Counts[EventFinished] != strings.Count(inputs[i], "\n") {
+				t.Errorf("run %d: %v %+v", i, err, s)
+			}
+		})
+	}
+	wg.Wait()
+	for _, f := range fakes {
+		f.check(t)
+	}
+	return fakes, arrive
 }
 
 // later and earlier are the later and the earlier of a and b.
@@ -442,22 +490,31 @@ func TestFairShareIsLockSh(t *testing.T) {
 	at := func(sec int) time.Time { return time.Unix(1764400000+int64(sec), 0) }
 	never := time.Time{}
 	cases := []tcase{
-		{4, map[string]fairRun{"me": {"ann", 4, never, 1}, "r2": {"ann", 0, at(1), 1}}},
-		{4, map[string]fairRun{"me": {"ann", 3, never, 1}, "r2": {"bob", 1, at(1), 1}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(3), 1}, "r2": {"ann", 1, at(1), 1}, "r3": {"bob", 1, at(2), 1}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1}, "r2": {"ann", 1, at(2), 1}, "r3": {"bob", 1, at(3), 1}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1}, "r2": {"ann", 1, at(1), 1}, "r3": {"bob", 1, at(1), 1}}},
-		{4, map[string]fairRun{"me": {"ann", 2, never, 1}, "r2": {"bob", 2, at(1), 1}}},
-		{2, map[string]fairRun{"me": {"ann", 2, never, 1}, "r2": {"bob", 0, at(1), 1}, "r3": {"cat", 0, at(2), 1}, "r4": {"dan", 0, at(3), 1}}},
-		{8, map[string]fairRun{"me": {"bob", 5, never, 1}, "r2": {"ann", 1, at(1), 1}, "r3": {"ann", 1, at(2), 1}, "r4": {"ann", 1, at(3), 1}}},
+		{4, map[string]fairRun{"me": {"ann", 4, never, 1, false}, "r2": {"ann", 0, at(1), 1, false}}},
+		{4, map[string]fairRun{"me": {"ann", 3, never, 1, false}, "r2": {"bob", 1, at(1), 1, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(3), 1, false}, "r2": {"ann", 1, at(1), 1, false}, "r3": {"bob", 1, at(2), 1, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1, false}, "r2": {"ann", 1, at(2), 1, false}, "r3": {"bob", 1, at(3), 1, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1, false}, "r2": {"ann", 1, at(1), 1, false}, "r3": {"bob", 1, at(1), 1, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, never, 1, false}, "r2": {"bob", 2, at(1), 1, false}}},
+		{2, map[string]fairRun{"me": {"ann", 2, never, 1, false}, "r2": {"bob", 0, at(1), 1, false}, "r3": {"cat", 0, at(2), 1, false}, "r4": {"dan", 0, at(3), 1, false}}},
+		{8, map[string]fairRun{"me": {"bob", 5, never, 1, false}, "r2": {"ann", 1, at(1), 1, false}, "r3": {"ann", 1, at(2), 1, false}, "r4": {"ann", 1, at(3), 1, false}}},
 		// A run whose first job needs more than its share waits with none.
-		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1}, "r2": {"bob", 0, at(2), 4}}},
-		{4, map[string]fairRun{"me": {"ann", 2, never, 1}, "r2": {"bob", 0, at(1), 3}, "r3": {"cat", 0, at(2), 1}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(2), 2}, "r2": {"bob", 2, at(1), 2}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1, false}, "r2": {"bob", 0, at(2), 4, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, never, 1, false}, "r2": {"bob", 0, at(1), 3, false}, "r3": {"cat", 0, at(2), 1, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(2), 2, false}, "r2": {"bob", 2, at(1), 2, false}}},
+		// Unless it is the first in the line: its turn, the others share
+		// the rest; not for a part of a job over several hosts, nor for
+		// more GPUs than the host has.
+		{4, map[string]fairRun{"me": {"ann", 4, never, 1, false}, "r2": {"bob", 0, at(1), 4, false}}},
+		{4, map[string]fairRun{"me": {"ann", 4, never, 1, false}, "r2": {"bob", 0, at(1), 4, true}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(2), 1, false}, "r2": {"bob", 0, at(1), 3, false}, "r3": {"cat", 1, never, 1, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(2), 1, false}, "r2": {"bob", 2, at(1), 1, false}, "r3": {"cat", 0, at(3), 4, false}}},
+		{2, map[string]fairRun{"me": {"ann", 2, never, 1, false}, "r2": {"bob", 0, at(1), 3, false}}},
+		{4, map[string]fairRun{"me": {"ann", 1, at(1), 4, false}, "r2": {"bob", 3, at(2), 1, false}}},
 	}
 	rng := rand.New(rand.NewPCG(7, 7))
 	users := []string{"ann", "bob", "cat"}
-	for range 60 {
+	for range 120 {
 		c := tcase{all: 1 + rng.IntN(8), runs: map[string]fairRun{}}
 		left := c.all
 		for i := range 1 + rng.IntN(4) {
@@ -470,10 +527,11 @@ func TestFairShareIsLockSh(t *testing.T) {
 				holds = max(holds, 1) // a holder looks only while it holds a lock
 			}
 			left -= holds
-			r := fairRun{users[rng.IntN(len(users))], holds, never, 1}
+			r := fairRun{users[rng.IntN(len(users))], holds, never, 1, false}
 			if rng.IntN(2) == 0 {
 				r.since = at(rng.IntN(3)) // ties too
-				r.need = 1 + rng.IntN(3)
+				r.need = 1 + rng.IntN(4)
+				r.part = rng.IntN(4) == 0
 			}
 			if r.holds > 0 || !r.since.IsZero() { // else it has no record: no run
 				c.runs[name] = r
@@ -510,8 +568,11 @@ func TestFairShareIsLockSh(t *testing.T) {
 			if !r.since.IsZero() {
 				others = others || k != "me"
 				want := fmt.Sprintf("%s %d.0000000000 gpudispatch-want-host~$$~%s~%s@lab", uid[r.user], r.since.Unix(), k, r.user)
-				if r.need > 1 || k == "r2" {
+				if r.need > 1 || k == "r2" || r.part {
 					want += fmt.Sprint("~", r.need) // without: 1, as an older holder's
+				}
+				if r.part {
+					want += "p"
 				}
 				recs = append(recs, want)
 			}
@@ -519,7 +580,7 @@ func TestFairShareIsLockSh(t *testing.T) {
 		for ; key < c.all; key++ {
 			keys = append(keys, fmt.Sprint("GPU-", key))
 		}
-		script := "declare -A keys=()\nfor k in " + strings.Join(keys, " ") + "; do keys[$k]=1; done\n" +
+		script := "declare -A keys=() kowners=() barred=()\nfor k in " + strings.Join(keys, " ") + "; do keys[$k]=1; done\n" +
 			"keyless='' here=host run=me pdir=/nonexistent why=''\n" +
 			"find() { printf '%s\\n' " + strings.Join(quoteAll(recs), " ") + "; }\n" +
 			shareOf + "share_of\nprintf '%s\\n' \"$share\"\n"

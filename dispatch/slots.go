@@ -118,11 +118,11 @@ type hostSlots struct {
 	// run waits there (another run's lock kept a GPU from it, or it is held
 	// to its share with jobs for the host: sayWaiting); told once it was
 	// told that the run waits no more, until a job for the host waits
-	// again. needSaid is the GPUs the first of those jobs needs there
-	// together, as said (0: not said, and 1 for a record that a refused
-	// lock made). said orders what the machine is told (say).
+	// again. needSaid is what the first of those jobs needs there, as
+	// said (0 GPUs: not said, and 1 for a record that a refused lock
+	// made). said orders what the machine is told (say).
 	asked, told bool
-	needSaid    int
+	needSaid    executor.Need
 	said        struct {
 		mu  sync.Mutex
 		seq atomic.Int64

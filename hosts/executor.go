@@ -84,7 +84,7 @@ func (l *Lab) LockGPU(ctx context.Context, host string, gpu executor.GPUID, run 
 
 // Waiting implements executor.Waiter: a host whose GPUs are locked (not a
 // Slurm cluster's) keeps a record that run waits there.
-func (l *Lab) Waiting(host, run string, need int) {
+func (l *Lab) Waiting(host, run string, need executor.Need) {
 	if w := l.waiter(host); w != nil {
 		w.Waiting(run, need)
 	}
@@ -110,7 +110,7 @@ func (l *Lab) Share(host, run string) (int, string, <-chan struct{}) {
 // machineWaiter is a machine whose GPUs are locked: its holders keep the
 // runs' records of waiting.
 type machineWaiter interface {
-	Waiting(run string, need int)
+	Waiting(run string, need executor.Need)
 	StopWaiting(run string)
 	Share(run string) (int, string, <-chan struct{})
 }

@@ -98,7 +98,7 @@ func (l *Local) LockGPU(ctx context.Context, gpu executor.GPUID, run string) (ex
 
 // Waiting says that run, held to its share, waits for more of this
 // machine's GPUs (see gpulock.Lockers.Waiting).
-func (l *Local) Waiting(run string, need int) {
+func (l *Local) Waiting(run string, need executor.Need) {
 	l.init()
 	l.locks.Waiting(run, need)
 }

@@ -136,7 +136,7 @@ func (r *Remote) Close() {
 
 // Waiting says that run, held to its share, waits for more of the
 // machine's GPUs (see gpulock.Lockers.Waiting).
-func (r *Remote) Waiting(run string, need int) { r.locks.Waiting(run, need) }
+func (r *Remote) Waiting(run string, need executor.Need) { r.locks.Waiting(run, need) }
 
 // StopWaiting says that run waits for none of the machine's GPUs any more
 // (see gpulock.Lockers.StopWaiting).

@@ -89,12 +89,14 @@ type Gang interface {
 // give up their share's excess as jobs end).
 type Waiter interface {
 	// Waiting says that run, held to its fair share of host's GPUs, has
-	// more jobs for the host, the first of which needs need GPUs there
-	// together: it waits there too, for its turn at the GPUs that whole
+	// more jobs for the host, the first of which needs what need says
+	// there: it waits there too, for its turn at the GPUs that whole
 	// shares leave over (a run whose first job needs more than its share
-	// cannot use that share: it waits with none, and the others use it).
-	// It may block on the network.
-	Waiting(host, run string, need int)
+	// cannot use that share: it waits with none, and the others use it,
+	// until it is first in the line of runs waiting there: then its job's
+	// GPUs are its share, taken for it as they free up, unless the job is
+	// a part of one over several hosts). It may block on the network.
+	Waiting(host, run string, need Need)
 	// Share is run's fair share of host's GPUs, as GPULock.Share says it,
 	// for a run that holds no lock there but waits (a share of 0 keeps it
 	// off the host till its turn); changed is closed once it changes
@@ -105,6 +107,17 @@ type Waiter interface {
 	// once, so that the runs there keep their GPUs. It may block on the
 	// network.
 	StopWaiting(host, run string)
+}
+
+// Need is what a run's first job for a host needs there (Waiter).
+type Need struct {
+	// GPUs is how many GPUs the job needs there together.
+	GPUs int
+	// Part is set when the job is one part of a job over several hosts:
+	// it has no turn at a host's GPUs of its own (two turns on two hosts
+	// could wait for each other), and waits until the others' queues for
+	// the host are done.
+	Part bool
 }
 
 // Return names the files a job sends back once it ends, and where they

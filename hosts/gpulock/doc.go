@@ -16,9 +16,15 @@
 // till told "unwant" (StopWaiting: its queue holds nothing more for the
 // machine), its time the run's place in the line for the GPUs whole shares
 // leave over, and,
-// once a second while it holds locks and another run's such record is
+// once a second while it holds locks or waits, and such a record is
 // there, its run's share of the host's GPUs, said to the coordinator
-// ("share") and read through executor.GPULock.Share.
+// ("share") and read through executor.GPULock.Share. A run whose first
+// job needs more GPUs than its share has its turn, first in that line:
+// its holder locks the host's GPUs as they free up and says each is
+// "free", and the coordinator's lock of one is answered at once; the
+// other holders void a turn under which a GPU stands free and unlocked (a
+// forged record's). The holder of a run that waits stays while it waits,
+// holding nothing.
 // Requests that come together are answered together: their records are
 // made, or removed, by one mkdir or rmdir. One holder per machine, not per
 // GPU, costs the machine one session and one bash, and a flock(1) per GPU.

@@ -295,6 +295,38 @@ func TestShareForgedDemand(t *testing.T) {
 	}
 }
 
+// A forged turn is void: mallory's record of waiting for all four GPUs,
+// older than any, has its turn, and this run takes no new job on a GPU it
+// lets go of; but no holder takes that GPU for mallory, so within a few
+// seconds the turn is found forged, and this run's share is whole again.
+func TestForgedTurnVoid(t *testing.T) {
+	m := sshtest.NewUser(t, "gpdmallory")
+	dir := sshtest.SharedDir(t)
+	os.Chmod(dir, 0o777|os.ModeSticky)
+	ls := New(spawn.Local, "node", dir, heartbeat, linger, 0, seenGPUs(4))
+	t.Cleanup(ls.Close)
+	held := lockAll(t, ls, 4, "runV")
+	asMallory(t, m, fmt.Sprintf(`sleep 60 >/dev/null 2>&1 & r=%s/gpudispatch-want-GPU-turn-0~$!~evil~evil~4; mkdir -m 755 $r && touch -d @1700000000 $r`, dir))
+	waitForShare(t, held[1], 0)
+	held[0].Release()
+	start := time.Now()
+	for deadline := start.Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if n, _ := held[1].Share(); n == -1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			n, _ := held[1].Share()
+			t.Fatalf("share %d 10 s after a GPU stood idle under mallory's turn, want none (the turn void)", n)
+		}
+	}
+	if d := time.Since(start); d < 2*time.Second {
+		t.Errorf("the turn was void %v after the GPU stood idle; want three seconds of looks first", d)
+	}
+	for _, l := range held[1:] {
+		l.Release()
+	}
+}
+
 // waitForShare waits, up to five seconds, for l's share to be want, and
 // returns who it says waits.
 func waitForShare(t *testing.T, l executor.GPULock, want int) string {

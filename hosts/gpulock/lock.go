@@ -121,6 +121,7 @@ type holder struct {
 	held    map[executor.GPUID]*heldLock
 	freed   map[executor.GPUID]chan struct{} // GPUs found locked, closed once they look free
 	retired bool                             // told to exit, or dead: it takes no more requests
+	wanting bool                             // the run waits for the host's GPUs (Waiting, until StopWaiting)
 	share   int                              // the run's fair share of the host's GPUs (lock.sh), -1: none
 	waiting string                           // who waits for them, as the holder said
 	changed chan struct{}                    // closed once share or waiting change (Changed)
@@ -260,14 +261,19 @@ func (ls *Lockers) Close() {
 
 // Waiting tells run's holder on the machine, if it has one, that the run,
 // held to its fair share there, has more jobs for the machine, the first
-// needing need GPUs together: it keeps a record that the run waits (and
-// of need), which gives it its turn at the GPUs that whole shares leave
-// over.
-func (ls *Lockers) Waiting(run string, need int) {
+// needing what need says: it keeps a record that the run waits (and of
+// need), which gives it its turn at the GPUs that whole shares leave
+// over, and at all its job needs when that is more than its share.
+func (ls *Lockers) Waiting(run string, need executor.Need) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	if h := ls.holders[run]; h != nil && !ls.NoShare {
-		h.send("want", strconv.Itoa(max(need, 1)))
+		h.wanting = true
+		if need.Part {
+			h.send("want", strconv.Itoa(max(need.GPUs, 1)), "part")
+		} else {
+			h.send("want", strconv.Itoa(max(need.GPUs, 1)))
+		}
 	}
 }
 
@@ -297,6 +303,8 @@ func (ls *Lockers) StopWaiting(run string) {
 	defer ls.mu.Unlock()
 	if h := ls.holders[run]; h != nil && !ls.NoShare {
 		h.send("unwant")
+		h.wanting = false
+		h.idle()
 	}
 }
 
@@ -376,9 +384,10 @@ func (h *holder) answer(f []string) {
 }
 
 // idle retires the holder once it holds, is asked for and watches
-// nothing. ls.mu is held.
+// nothing, and its run waits for no GPU of the machine (its holder keeps
+// the record of that, and takes GPUs for the run's turn). ls.mu is held.
 func (h *holder) idle() {
-	if !h.retired && len(h.asked) == 0 && len(h.held) == 0 && len(h.freed) == 0 {
+	if !h.retired && !h.wanting && len(h.asked) == 0 && len(h.held) == 0 && len(h.freed) == 0 {
 		h.retire()
 	}
 }

@@ -12,8 +12,9 @@
 # asked), and "1" when the run takes part in fair share (below); then
 # requests, a record each: "lock" and N, "release" and N, "want" and NEED
 # (the run waits for more of this machine's GPUs than its share lets it
-# keep, its first job for them needing NEED GPUs together: its record of
-# waiting is made, or renamed, unanswered), "unwant" (it waits for none
+# keep, its first job for them needing NEED GPUs together, and "part"
+# after it when that job is a part of one over several hosts: its record
+# of waiting is made, or renamed, unanswered), "unwant" (it waits for none
 # any more: the record goes, unanswered), "exit", or none (no field) as a
 # heartbeat. GPU N's lock is named by its UUID as the login shell's
 # nvidia-smi reports it, else "index-N". N at 65536 and above is a MIG
@@ -24,7 +25,8 @@
 # (MIB: the memory used on GPU N as the holder started, "-" if unknown),
 # "busy" N KEY WHY (and later "free" N once that lock looks free) when
 # another run holds the lock (WHY names it), "failed" N WHY when something
-# else is in its place, or "released" N. Exit $_g_x_notfound when flock(1) is
+# else is in its place, or "released" N; unasked, "free" N for a GPU it
+# took for the run's turn (see share_tick). Exit $_g_x_notfound when flock(1) is
 # missing, $_g_x_unsafe when the lock dir is not safe (stderr says why).
 # (spawn/prelude.sh names the statuses.) Told "exit", the holder lets go of everything
 # at once. One whose coordinator went silent (stdin ended or no heartbeat
@@ -93,14 +95,36 @@ made=()     # the records of the locks taken since the last flush
 gone=()     # the records of the locks let go since then
 shut=()     # the open lock directories of those
 said=()     # the answers to say then
-# take locks GPU $1 and says how it went.
+reserved=() # by GPU index: the GPUs held for the run's turn (reserve)
+# take locks GPU $1 and says how it went. A GPU this holder took for the
+# run's turn (reserve) is the run's at once.
 take() {
-  local g=$1 fd own rec
+  local g=$1
   case $g in '' | *[!0-9]*)
     _g_send failed "$g" "not a GPU id"
     return
     ;;
   esac
+  name_lock "$g"
+  if [ -n "${reserved[g]-}" ]; then
+    unset 'reserved[g]'
+    said_locked "$g"
+    return
+  fi
+  if grab "$g" take; then
+    said_locked "$g"
+  elif [ -z "$busy" ]; then
+    _g_send failed "$g" "$why"
+  else
+    _g_send busy "$g" "$key" "$(holders "$key")"
+    watch_free "$g" "$key"
+    want
+  fi
+}
+# name_lock GPU sets key to the name of GPU's lock, and own to this user's
+# lock directory of it.
+name_lock() {
+  local g=$1
   if ((g >= 65536)); then
     lock_key $(((g - 65536) / 256)) "$uuids"
     key=$key-mig$(((g - 65536) % 256))
@@ -108,39 +132,43 @@ take() {
     lock_key "$g" "$uuids"
   fi
   own=$pdir/gpudispatch-gpu-$key.$EUID
+}
+# grab GPU [take] locks GPU (name_lock said which) and makes its record at
+# the next flush, or fails: with busy set when another run holds it, else
+# something is in the place of its lock (why says what). With "take", a
+# lingering holder of this run is taken over (see takeover).
+grab() {
+  local g=$1 fd
+  busy=''
   [ -e "$own" ] || [ -L "$own" ] || mkdir -m 0755 -- "$own" 2>/dev/null
-  if ! open_lock "$own"; then
-    _g_send failed "$g" "$why"
-    return
-  fi
+  open_lock "$own" || return 1
   fd=$lfd
   if [ ! -O /dev/fd/"$fd" ]; then
     exec {fd}<&-
     # shellcheck disable=SC2012
-    _g_send failed "$g" "$own was made by another user: $(ls -ld -- "$own" 2>&1)"
-    return
+    why="$own was made by another user: $(ls -ld -- "$own" 2>&1)"
+    return 1
   fi
-  if ! flock -n -x "$fd" && ! takeover "$key" "$fd"; then
+  if ! flock -n -x "$fd" && { [ "${2-}" != take ] || ! takeover "$key" "$fd"; }; then
     exec {fd}<&-
-    _g_send busy "$g" "$key" "$(holders "$key")"
-    watch_free "$g" "$key"
-    want
-    return
+    busy=1
+    return 1
   fi
   if others_held "$key"; then
     exec {fd}<&-
-    _g_send busy "$g" "$key" "$(holders "$key")"
-    watch_free "$g" "$key"
-    want
-    return
+    busy=1
+    return 1
   fi
   forget_dead "$key"
   recs[g]=$pdir/gpudispatch-held-$key~$$~$run~$who~$cpid
   made+=("${recs[g]}")
   fds[g]=$fd
-  # The memory used on the GPU as this holder started, before any job of
-  # its run was there: others' work.
-  local i m used=-
+}
+# said_locked GPU answers that GPU (of key) is locked, with the memory
+# used on it as this holder started, before any job of its run was there:
+# others' work.
+said_locked() {
+  local g=$1 i m used=- rec
   while IFS=, read -r i _ _ _ m _; do
     if [ "$i" = "$g" ]; then
       used=${m// /}
@@ -254,8 +282,9 @@ flush() {
 # takes the time just after the oldest waiting record's, and a run that holds more than
 # its whole share moves back by the GPU time it has above it (start-time
 # fair queueing: over time, each has as much of those as the others).
-# Every second while it holds locks, and another run's record is there,
-# the holder works out each run's share of the host's GPUs: equal between
+# Every second while it holds locks or waits, and a run's record of
+# waiting is there, the holder works out each run's share of the host's
+# GPUs: equal between
 # the users holding or waiting for them (a user is a record's owner, not
 # what its name says: a forged record is one user more at most), then
 # equal between one user's runs (none, where they are more than its
@@ -264,7 +293,13 @@ flush() {
 # GPUs, or five on four). A run whose first job needs more GPUs together
 # than its share cannot use that share: it waits with none, and the
 # others share the GPUs without it (no GPU stands idle for a job that
-# cannot start). A run that waits with no lock here hears its
+# cannot start), until it is the first in the line: then it has its turn
+# (a job of several GPUs is never starved): its job's GPUs are its share,
+# the others share the rest, and its holder takes each GPU as it frees
+# up (reserve) until its job takes them; a turn under which a GPU stands
+# free and unlocked is void (watch_turn). A part of a job over several
+# hosts has no turn: two turns on two hosts could wait for each other.
+# A run that waits with no lock here hears its
 # share too (none till its turn). While a run below its
 # share waits, the holder tells its coordinator its run's own share
 # ("share" N and who waits, each "run ID of WHO waits with M": it keeps at
@@ -272,7 +307,11 @@ flush() {
 # past that), and "share" "-" once none does. A
 # record whose holder is gone is no one's. Nothing running is stopped. A
 # run that takes no part (--no-share) leaves no record and hears no share.
-wanted='' base=0 vmin='' wtag=0 wlast=0 fresh='' shared='- ' here=''
+wanted='' base=0 vmin='' wtag=0 wlast=0 fresh='' shared='- ' here='' turn='' tneed=0 rfull=''
+# kowners: see share_of; barred, by uid: until when (epoch seconds) that
+# user has no turn here; idle, by GPU index: since when it stands free
+# and unlocked under another run's turn (see watch_turn).
+declare -A kowners=() barred=() idle=()
 # mine sets here to the host's name in want records, and keys to its GPUs'
 # locks' names, once. Where nvidia-smi lists no GPU (GPUs given by hand),
 # the host's GPUs are those whose locks are named by index (keyless).
@@ -289,14 +328,17 @@ mine() {
   [ ${#keys[@]} -gt 0 ] || keyless=1
   host_key "$uuids"
 }
-# want [NEED] makes the run's record of waiting, or, given NEED (the GPUs
-# the run's first job for the host needs there) and a record, renames it
-# to say so: its place in the line is kept.
+# want [NEED [part]] makes the run's record of waiting, or, given NEED
+# (the GPUs the run's first job for the host needs there) and a record,
+# renames it to say so: its place in the line is kept. "part": that job
+# is one part of a job over several hosts (its record's NEED ends in
+# "p"; it has no turn, see share_of).
 want() {
   local need=${1:-} to
   [ -n "$sharing" ] || return 0
   [ -z "$wanted" ] || [ -n "$need" ] || return 0
   case $need in '' | *[!0-9]*) need=1 ;; esac
+  [ "${2-}" != part ] || need+=p
   mine
   to=$pdir/gpudispatch-want-$here~$$~$run~$who~$need
   if [ -n "$wanted" ]; then
@@ -318,11 +360,15 @@ older() {
 }
 # share_of sets share to this run's share of the host's GPUs, or "-" when
 # no other run below its own waits for them, why to who waits, base to
-# the run's whole share (without a GPU left over), and vmin to the time
-# of the oldest other run's record of waiting ("" for none).
+# the run's whole share (without a GPU left over), vmin to the time
+# of the oldest other run's record of waiting ("" for none), turn to the
+# run (UID~RUN) whose turn it is here ("" for none) and tneed to the GPUs
+# its job needs, and kowners, by a
+# GPU's lock name, to the owners of records that hold it.
 share_of() {
-  local u t f kind pid r w nd k n pk all=${#keys[@]} users=0 ours=0 waiting=''
-  local -A owner=() holds=() waits=() need=() nruns=() counted=() named=() fair=() phys=() in=() cannot=()
+  local u t f kind pid r w nd k n pk first='' all=${#keys[@]} users=0 ours=0 waiting=''
+  local -A owner=() holds=() waits=() need=() part=() nruns=() counted=() named=() fair=() phys=() in=() cannot=()
+  turn='' kowners=()
   # A run is its user's and its id's: another user's record naming this
   # run's id is another run. Only this host's records count. A share
   # counts GPUs: the MIG instances a run holds of one GPU count once.
@@ -347,10 +393,12 @@ share_of() {
     case $kind in
       gpudispatch-want-*)
         waits[$k]=$t
+        case $nd in *p) part[$k]=1 nd=${nd%p} ;; esac
         case $nd in '' | *[!0-9]*) nd=1 ;; esac
         need[$k]=$nd
         ;;
       *)
+        kowners[$pk]+="$u "
         if [ -z "${phys[$k~$pk]:-}" ]; then
           phys[$k~$pk]=1
           holds[$k]=$((${holds[$k]:-0} + 1))
@@ -376,16 +424,29 @@ share_of() {
   split "$all"
   # A run whose first job for the host needs more GPUs than its share
   # (a job of several GPUs) cannot use that share: it waits with none,
-  # and the others share the GPUs without it.
+  # and the others share the GPUs without it; but the first in the line
+  # of runs waiting, if it is such a run, has its turn: the GPUs its job
+  # needs are its share, and the others share the rest (unless its user's
+  # turn here was found forged lately, or the job is a part of one over
+  # several hosts, whose turns on two hosts could wait for each other, or
+  # the host's GPUs are not known: no GPU could be taken for the turn).
   for k in "${!waits[@]}"; do
     if [ "${need[$k]}" -gt "${fair[$k]}" ]; then
       cannot[$k]=1
       unset "in[$k]"
     fi
+    if [ -z "$first" ] || older "${waits[$k]}" "${k#*~}" "${waits[$first]}" "${first#*~}"; then first=$k; fi
   done
+  if [ -n "$first" ] && [ -z "$keyless" ] && [ -n "${cannot[$first]:-}" ] && [ -z "${part[$first]:-}" ] && [ "${need[$first]}" -le "$all" ] &&
+    [ "${barred[${owner[$first]}]:-0}" -le "${EPOCHSECONDS:-0}" ]; then
+    turn=$first tneed=${need[$first]}
+  fi
   if [ ${#cannot[@]} -gt 0 ]; then
-    split "$all"
+    n=0
+    [ -z "$turn" ] || n=${need[$turn]}
+    split $((all - n))
     for k in "${!cannot[@]}"; do fair[$k]=0; done
+    [ -z "$turn" ] || fair[$turn]=${need[$turn]}
   fi
   for k in "${!owner[@]}"; do
     n=${fair[$k]}
@@ -394,6 +455,7 @@ share_of() {
     elif [ -n "${waits[$k]:-}" ] && [ "${holds[$k]:-0}" -lt "$n" ]; then
       waiting=1
       why+="${why:+, }${named[$k]} waits with ${holds[$k]:-0}"
+      [ "$k" != "$turn" ] || why+=" (its turn: a job of $n GPUs)"
     fi
   done
   [ -z "$waiting" ] || share=$ours
@@ -451,11 +513,87 @@ split() {
     rleft[${owner[$best]}]=$((rleft[${owner[$best]}] - 1))
   done
 }
+# reserve takes, for the run whose turn it is here (this one), each GPU
+# of the host that is free, and tells the coordinator it is: the GPUs of
+# a turn wait for its job locked, so that no run that takes no share
+# takes them meanwhile, and no other holder finds them idle under it
+# (watch_turn). The coordinator's lock of one is answered at once (take).
+#
+# A turn whose GPUs were all taken ten seconds ago, and that its
+# coordinator did not take up (its job cannot run on them: another's
+# process on one, with --skip-busy), is given up: the run has no turn here
+# for ten minutes.
+reserve() {
+  local i rest rec now=${EPOCHSECONDS:-0}
+  [ -z "$keyless" ] || return 0
+  if [ ${#reserved[@]} -ge "$tneed" ]; then
+    if [ $((now - ${rfull:=$now})) -ge 10 ]; then
+      barred[$EUID]=$((now + 600))
+      unreserve
+    fi
+    return 0
+  fi
+  rfull=''
+  while IFS=', ' read -r i rest; do
+    case $i in '' | *[!0-9]*) continue ;; esac
+    [ -z "${fds[i]-}" ] || continue
+    name_lock "$i"
+    grab "$i" || continue
+    reserved[i]=1
+    if [ -n "${watchers[i]-}" ]; then
+      kill "${watchers[i]}" 2>/dev/null
+      unset 'watchers[i]'
+    fi
+    _g_encode rec free "$i"
+    said+=("$rec")
+  done <<<"$uuids"
+  flush
+}
+# unreserve lets go of the GPUs taken for a turn that is over, which the
+# coordinator did not take.
+unreserve() {
+  local g
+  for g in "${!reserved[@]}"; do release "$g"; done
+  reserved=() rfull=''
+  flush
+}
+# watch_turn voids the turn of another run here when a GPU stands free and
+# unlocked under it for three seconds: the run of a turn locks the GPUs
+# as they free up (reserve), so such a turn is no run's (a record forged
+# to have it), and its user has no turn here for ten minutes. A GPU that
+# a record of another user than the turn's holds is taken for locked
+# (records are their owners' own); one held by this run is.
+watch_turn() {
+  local i rest e free tu=${turn%%~*} now=${EPOCHSECONDS:-0}
+  while IFS=', ' read -r i rest; do
+    case $i in '' | *[!0-9]*) continue ;; esac
+    lock_key "$i" "$uuids"
+    free=1
+    if [ -n "${fds[i]-}" ] || [ -n "${kowners[$key]//"$tu "/}" ]; then
+      free=''
+    else
+      for e in "$pdir/gpudispatch-gpu-$key".* "$pdir/gpudispatch-gpu-$key"-mig*.*; do
+        open_lock "$e" || continue
+        flock -n -s "$lfd" || free=''
+        exec {lfd}<&-
+        [ -n "$free" ] || break
+      done
+    fi
+    if [ -z "$free" ]; then
+      unset "idle[$i]"
+    elif [ $((now - ${idle[$i]:=$now})) -ge 3 ]; then
+      barred[$tu]=$((now + 600))
+      idle=()
+      return
+    fi
+  done <<<"$uuids"
+}
 # share_tick renews (or lets go) this run's own record and says its share
 # when it changed.
 share_tick() {
   local f others='' share=- why=
   [ -n "$sharing" ] || return 0
+  turn=''
   if [ ${#fds[@]} -gt 0 ] || [ -n "$wanted" ]; then
     mine
     for f in "$pdir"/gpudispatch-want-"$here"~*; do
@@ -465,15 +603,18 @@ share_tick() {
       fi
     done
   fi
-  [ -z "$others" ] || share_of
+  # A run that waits looks even with no other run waiting: it may have
+  # its turn.
+  [ -z "$others$wanted" ] || share_of
   # The run's place in the line (its record's time, in microseconds
   # here): new, just after the oldest (from this look on); holding more
   # than its whole share, moved back by the GPU time above it since the
-  # last look.
+  # last look (the GPUs taken for its turn count once its job has them).
   if [ -n "$wanted" ]; then
     local now=${EPOCHREALTIME//[!0-9]/} moved='' v g n=0
     local -A pg=()
     for g in "${!fds[@]}"; do
+      [ -z "${reserved[g]-}" ] || continue # taken for a turn, with no job yet
       ((g < 65536)) || g=$(((g - 65536) / 256))
       [ -n "${pg[$g]:-}" ] || n=$((n + 1))
       pg[$g]=1
@@ -495,6 +636,12 @@ share_tick() {
     fi
     wlast=$now
     [ -z "$moved" ] || touch -c -d "@${wtag:0:${#wtag}-6}.${wtag: -6}" -- "$wanted" 2>/dev/null
+  fi
+  if [ -n "$turn" ] && [ "$turn" = "$EUID~$run" ]; then
+    reserve
+  else
+    [ ${#reserved[@]} -eq 0 ] || unreserve
+    if [ -n "$turn" ]; then watch_turn; else idle=(); fi
   fi
   if [ "$share $why" != "$shared" ]; then
     shared="$share $why"
@@ -534,7 +681,7 @@ while :; do
       _g_encode rec released "${_g_f[1]-}"
       said+=("$rec")
       ;;
-    want) want "${_g_f[1]-}" ;;
+    want) want "${_g_f[1]-}" "${_g_f[2]-}" ;;
     unwant)
       if [ -n "$wanted" ]; then
         rmdir -- "$wanted" 2>/dev/null
