@@ -319,11 +319,44 @@ func TestForgedTurnVoid(t *testing.T) {
 			t.Fatalf("share %d 10 s after a GPU stood idle under mallory's turn, want none (the turn void)", n)
 		}
 	}
-	if d := time.Since(start); d < 2*time.Second {
-		t.Errorf("the turn was void %v after the GPU stood idle; want three seconds of looks first", d)
+	if d := time.Since(start); d < 3*time.Second {
+		t.Errorf("the turn was void %v after the GPU stood idle; want four seconds of looks first", d)
 	}
 	for _, l := range held[1:] {
 		l.Release()
+	}
+}
+
+// A forged record of holding a GPU does not keep a turn from taking it:
+// mallory's record says a run of hers holds GPU 1, with no lock; B's
+// holder takes both GPUs for B's turn as A lets go of them.
+func TestForgedHoldDoesNotStallATurn(t *testing.T) {
+	m := sshtest.NewUser(t, "gpdmallory")
+	dir := sshtest.SharedDir(t)
+	os.Chmod(dir, 0o777|os.ModeSticky)
+	open := func() *Lockers {
+		ls := New(spawn.Local, "node", dir, heartbeat, linger, 0, seenGPUs(2))
+		t.Cleanup(ls.Close)
+		return ls
+	}
+	a, b := open(), open()
+	held := lockAll(t, a, 2, "runA")
+	lockRefused(t, b, 0, "runB")
+	b.Waiting("runB", executor.Need{GPUs: 2})
+	a.Waiting("runA", executor.Need{GPUs: 1})
+	waitForShare(t, held[0], 0)
+	asMallory(t, m, fmt.Sprintf(`sleep 60 >/dev/null 2>&1 & mkdir -m 755 %s/gpudispatch-held-GPU-turn-1~$!~evil~evil~1`, dir))
+	for _, l := range held {
+		l.Release()
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		m, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-held-GPU-turn-*~runB~*"))
+		if len(m) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B's holder took %v for its turn in 5 s, want both GPUs", m)
+		}
 	}
 }
 

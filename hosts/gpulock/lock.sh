@@ -133,10 +133,11 @@ name_lock() {
   fi
   own=$pdir/gpudispatch-gpu-$key.$EUID
 }
-# grab GPU [take] locks GPU (name_lock said which) and makes its record at
-# the next flush, or fails: with busy set when another run holds it, else
-# something is in the place of its lock (why says what). With "take", a
-# lingering holder of this run is taken over (see takeover).
+# grab GPU take|turn locks GPU (name_lock said which) and makes its record
+# at the next flush, or fails: with busy set when another run holds it,
+# else something is in the place of its lock (why says what). For a
+# "take", a lingering holder of this run is taken over (see takeover); for
+# a "turn", another user's lock held is not waited for (see others_held).
 grab() {
   local g=$1 fd
   busy=''
@@ -149,12 +150,12 @@ grab() {
     why="$own was made by another user: $(ls -ld -- "$own" 2>&1)"
     return 1
   fi
-  if ! flock -n -x "$fd" && { [ "${2-}" != take ] || ! takeover "$key" "$fd"; }; then
+  if ! flock -n -x "$fd" && { [ "$2" != take ] || ! takeover "$key" "$fd"; }; then
     exec {fd}<&-
     busy=1
     return 1
   fi
-  if others_held "$key"; then
+  if others_held "$key" "$2"; then
     exec {fd}<&-
     busy=1
     return 1
@@ -307,11 +308,11 @@ flush() {
 # past that), and "share" "-" once none does. A
 # record whose holder is gone is no one's. Nothing running is stopped. A
 # run that takes no part (--no-share) leaves no record and hears no share.
-wanted='' base=0 vmin='' wtag=0 wlast=0 fresh='' shared='- ' here='' turn='' tneed=0 rfull=''
-# kowners: see share_of; barred, by uid: until when (epoch seconds) that
-# user has no turn here; idle, by GPU index: since when it stands free
-# and unlocked under another run's turn (see watch_turn).
-declare -A kowners=() barred=() idle=()
+wanted='' base=0 vmin='' wtag=0 wlast=0 fresh='' shared='- ' here='' turn='' tneed=0 rfull='' tlook=0
+# barred, by uid: until when (epoch seconds) that user has no turn here;
+# idle, by GPU index: since when it stands free and unlocked under another
+# run's turn (see watch_turn).
+declare -A barred=() idle=()
 # mine sets here to the host's name in want records, and keys to its GPUs'
 # locks' names, once. Where nvidia-smi lists no GPU (GPUs given by hand),
 # the host's GPUs are those whose locks are named by index (keyless).
@@ -363,12 +364,11 @@ older() {
 # the run's whole share (without a GPU left over), vmin to the time
 # of the oldest other run's record of waiting ("" for none), turn to the
 # run (UID~RUN) whose turn it is here ("" for none) and tneed to the GPUs
-# its job needs, and kowners, by a
-# GPU's lock name, to the owners of records that hold it.
+# its job needs.
 share_of() {
   local u t f kind pid r w nd k n pk first='' all=${#keys[@]} users=0 ours=0 waiting=''
   local -A owner=() holds=() waits=() need=() part=() nruns=() counted=() named=() fair=() phys=() in=() cannot=()
-  turn='' kowners=()
+  turn=''
   # A run is its user's and its id's: another user's record naming this
   # run's id is another run. Only this host's records count. A share
   # counts GPUs: the MIG instances a run holds of one GPU count once.
@@ -398,7 +398,6 @@ share_of() {
         need[$k]=$nd
         ;;
       *)
-        kowners[$pk]+="$u "
         if [ -z "${phys[$k~$pk]:-}" ]; then
           phys[$k~$pk]=1
           holds[$k]=$((${holds[$k]:-0} + 1))
@@ -538,7 +537,7 @@ reserve() {
     case $i in '' | *[!0-9]*) continue ;; esac
     [ -z "${fds[i]-}" ] || continue
     name_lock "$i"
-    grab "$i" || continue
+    grab "$i" turn || continue
     reserved[i]=1
     if [ -n "${watchers[i]-}" ]; then
       kill "${watchers[i]}" 2>/dev/null
@@ -558,18 +557,20 @@ unreserve() {
   flush
 }
 # watch_turn voids the turn of another run here when a GPU stands free and
-# unlocked under it for three seconds: the run of a turn locks the GPUs
-# as they free up (reserve), so such a turn is no run's (a record forged
-# to have it), and its user has no turn here for ten minutes. A GPU that
-# a record of another user than the turn's holds is taken for locked
-# (records are their owners' own); one held by this run is.
+# unlocked under it at looks four seconds apart: the run of a turn locks
+# the GPUs as they free up (reserve), so such a turn is no run's (a record
+# forged to have it), and its user has no turn here for ten minutes. It
+# looks every other second (a flock(1) per lock of each GPU this run does
+# not hold: records, anyone's to forge, prove nothing).
 watch_turn() {
   local i rest e free tu=${turn%%~*} now=${EPOCHSECONDS:-0}
+  [ $((now - tlook)) -ge 2 ] || return 0
+  tlook=$now
   while IFS=', ' read -r i rest; do
     case $i in '' | *[!0-9]*) continue ;; esac
     lock_key "$i" "$uuids"
     free=1
-    if [ -n "${fds[i]-}" ] || [ -n "${kowners[$key]//"$tu "/}" ]; then
+    if [ -n "${fds[i]-}" ]; then
       free=''
     else
       for e in "$pdir/gpudispatch-gpu-$key".* "$pdir/gpudispatch-gpu-$key"-mig*.*; do
@@ -581,7 +582,7 @@ watch_turn() {
     fi
     if [ -z "$free" ]; then
       unset "idle[$i]"
-    elif [ $((now - ${idle[$i]:=$now})) -ge 3 ]; then
+    elif [ $((now - ${idle[$i]:=$now})) -ge 4 ]; then
       barred[$tu]=$((now + 600))
       idle=()
       return

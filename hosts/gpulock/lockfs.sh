@@ -131,16 +131,18 @@ holders() {
   printf '%s' "${out:-a process that is not a gpudispatch run}"
 }
 
-# others_held KEY succeeds when another user's lock of KEY is held. Two
-# users taking a GPU at once each see the other's held: the lower uid waits
-# a moment for the higher one, which backs off at once.
+# others_held KEY [turn] succeeds when another user's lock of KEY is
+# held. Two users taking a GPU at once each see the other's held: the
+# lower uid waits a moment for the higher one, which backs off at once;
+# with "turn" (a GPU taken for a turn, looked at each second) it waits for
+# none, and both may back off, to try again.
 others_held() {
   local e u
   for e in "$pdir/gpudispatch-gpu-$1".*; do
     u=${e##*.}
     [ "$u" = "$EUID" ] && continue
     open_lock "$e" || continue # not a lock: nobody can hold it
-    if flock -n -s "$lfd" || { [[ $u =~ ^[0-9]+$ ]] && ((u > EUID)) && flock -w 1 -s "$lfd"; }; then
+    if flock -n -s "$lfd" || { [ "${2-}" != turn ] && [[ $u =~ ^[0-9]+$ ]] && ((u > EUID)) && flock -w 1 -s "$lfd"; }; then
       exec {lfd}<&-
       continue
     fi
