@@ -327,6 +327,38 @@ func TestForgedTurnVoid(t *testing.T) {
 	}
 }
 
+// A turn kept by a forged time is void too: mallory holds both GPUs by
+// locks of her own and her record of waiting for both says it is older
+// than any, so that her turn never passes on; this run, waiting, hears a
+// share of none at first, and its whole share once her turn, served and
+// kept for six seconds, is found forged.
+func TestTurnKeptByAForgedTimeVoid(t *testing.T) {
+	m := sshtest.NewUser(t, "gpdmallory")
+	dir := sshtest.SharedDir(t)
+	os.Chmod(dir, 0o777|os.ModeSticky)
+	ls := New(spawn.Local, "node", dir, heartbeat, linger, 0, seenGPUs(2))
+	t.Cleanup(ls.Close)
+	asMallory(t, m, fmt.Sprintf(`cd %s && for g in 0 1; do mkdir -m 755 gpudispatch-gpu-GPU-turn-$g.$(id -u); done
+flock -x gpudispatch-gpu-GPU-turn-0.$(id -u) flock -x gpudispatch-gpu-GPU-turn-1.$(id -u) sleep 60 >/dev/null 2>&1 &
+r=gpudispatch-want-GPU-turn-0~$!~evil~evil~2; mkdir -m 755 $r && touch -d @1700000000 $r`, dir))
+	lockRefused(t, ls, 0, "runV")
+	share := func() int { n, _, _ := ls.Share("runV"); return n }
+	for deadline := time.Now().Add(5 * time.Second); share() != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("share %d, want none while mallory's turn lasts", share())
+		}
+	}
+	start := time.Now()
+	for deadline := start.Add(15 * time.Second); share() != -1; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("share %d 15 s into mallory's turn, served and kept; want none said (the turn void)", share())
+		}
+	}
+	if d := time.Since(start); d < 4*time.Second {
+		t.Errorf("the turn was void %v after it was served; want six seconds of looks first", d)
+	}
+}
+
 // A forged record of holding a GPU does not keep a turn from taking it:
 // mallory's record says a run of hers holds GPU 1, with no lock; B's
 // holder takes both GPUs for B's turn as A lets go of them.

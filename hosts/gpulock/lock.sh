@@ -309,6 +309,7 @@ flush() {
 # record whose holder is gone is no one's. Nothing running is stopped. A
 # run that takes no part (--no-share) leaves no record and hears no share.
 wanted='' base=0 vmin='' wtag=0 wlast=0 fresh='' shared='- ' here='' turn='' tneed=0 rfull='' tlook=0
+tturn='' served='' nwait=0
 # barred, by uid: until when (epoch seconds) that user has no turn here;
 # idle, by GPU index: since when it stands free and unlocked under another
 # run's turn (see watch_turn).
@@ -364,7 +365,7 @@ older() {
 # the run's whole share (without a GPU left over), vmin to the time
 # of the oldest other run's record of waiting ("" for none), turn to the
 # run (UID~RUN) whose turn it is here ("" for none) and tneed to the GPUs
-# its job needs.
+# its job needs, and nwait to the number of runs waiting.
 share_of() {
   local u t f kind pid r w nd k n pk first='' all=${#keys[@]} users=0 ours=0 waiting=''
   local -A owner=() holds=() waits=() need=() part=() nruns=() counted=() named=() fair=() phys=() in=() cannot=()
@@ -436,6 +437,7 @@ share_of() {
     fi
     if [ -z "$first" ] || older "${waits[$k]}" "${k#*~}" "${waits[$first]}" "${first#*~}"; then first=$k; fi
   done
+  nwait=${#waits[@]}
   if [ -n "$first" ] && [ -z "$keyless" ] && [ -n "${cannot[$first]:-}" ] && [ -z "${part[$first]:-}" ] && [ "${need[$first]}" -le "$all" ] &&
     [ "${barred[${owner[$first]}]:-0}" -le "${EPOCHSECONDS:-0}" ]; then
     turn=$first tneed=${need[$first]}
@@ -559,27 +561,38 @@ unreserve() {
 # watch_turn voids the turn of another run here when a GPU stands free and
 # unlocked under it at looks four seconds apart: the run of a turn locks
 # the GPUs as they free up (reserve), so such a turn is no run's (a record
-# forged to have it), and its user has no turn here for ten minutes. It
-# looks every other second (a flock(1) per lock of each GPU this run does
-# not hold: records, anyone's to forge, prove nothing).
+# forged to have it); and when the turn's user holds (by locks of its own)
+# the GPUs the turn is for, while another run waits, at looks six seconds
+# apart: a run whose job started moves back in the line (its GPU time
+# above its share), and its turn passes on within a look or two, so such
+# a turn is a record whose time is forged to stay first. Either way its
+# user has no turn here for ten minutes. It looks every other second (a
+# find, and a flock(1) per lock of each GPU this run does not hold:
+# records, anyone's to forge, prove nothing).
 watch_turn() {
-  local i rest e free tu=${turn%%~*} now=${EPOCHSECONDS:-0}
+  local i rest e f free mine tu=${turn%%~*} now=${EPOCHSECONDS:-0} theirs=0
+  local -A owned=()
+  [ "$turn" = "$tturn" ] || tturn=$turn served=''
   [ $((now - tlook)) -ge 2 ] || return 0
   tlook=$now
+  while IFS= read -r f; do owned[$f]=1; done < <(find "$pdir" -mindepth 1 -maxdepth 1 -name 'gpudispatch-gpu-*' -user "$tu" -print 2>/dev/null)
   while IFS=', ' read -r i rest; do
     case $i in '' | *[!0-9]*) continue ;; esac
     lock_key "$i" "$uuids"
-    free=1
+    free=1 mine=''
     if [ -n "${fds[i]-}" ]; then
       free=''
     else
       for e in "$pdir/gpudispatch-gpu-$key".* "$pdir/gpudispatch-gpu-$key"-mig*.*; do
         open_lock "$e" || continue
-        flock -n -s "$lfd" || free=''
+        if ! flock -n -s "$lfd"; then
+          free=''
+          [ -z "${owned[$e]:-}" ] || mine=1
+        fi
         exec {lfd}<&-
-        [ -n "$free" ] || break
       done
     fi
+    [ -z "$mine" ] || theirs=$((theirs + 1))
     if [ -z "$free" ]; then
       unset "idle[$i]"
     elif [ $((now - ${idle[$i]:=$now})) -ge 4 ]; then
@@ -588,6 +601,12 @@ watch_turn() {
       return
     fi
   done <<<"$uuids"
+  if [ "$theirs" -lt "$tneed" ] || [ "$nwait" -lt 2 ]; then
+    served=''
+  elif [ $((now - ${served:=$now})) -ge 6 ]; then
+    barred[$tu]=$((now + 600))
+    served=''
+  fi
 }
 # share_tick renews (or lets go) this run's own record and says its share
 # when it changed.
