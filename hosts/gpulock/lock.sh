@@ -309,7 +309,8 @@ flush() {
 # record whose holder is gone is no one's. Nothing running is stopped. A
 # run that takes no part (--no-share) leaves no record and hears no share.
 wanted='' base=0 vmin='' wtag=0 wlast=0 fresh='' shared='- ' here='' turn='' tneed=0 rfull='' tlook=0
-tturn='' served='' nwait=0
+tturn='' served='' smoved='' nwait=0 tmtime=''
+
 # barred, by uid: until when (epoch seconds) that user has no turn here;
 # idle, by GPU index: since when it stands free and unlocked under another
 # run's turn (see watch_turn).
@@ -365,7 +366,8 @@ older() {
 # the run's whole share (without a GPU left over), vmin to the time
 # of the oldest other run's record of waiting ("" for none), turn to the
 # run (UID~RUN) whose turn it is here ("" for none) and tneed to the GPUs
-# its job needs, and nwait to the number of runs waiting.
+# its job needs, nwait to the number of runs waiting, and tmtime to the
+# time of the first in the line.
 share_of() {
   local u t f kind pid r w nd k n pk first='' all=${#keys[@]} users=0 ours=0 waiting=''
   local -A owner=() holds=() waits=() need=() part=() nruns=() counted=() named=() fair=() phys=() in=() cannot=()
@@ -437,7 +439,8 @@ share_of() {
     fi
     if [ -z "$first" ] || older "${waits[$k]}" "${k#*~}" "${waits[$first]}" "${first#*~}"; then first=$k; fi
   done
-  nwait=${#waits[@]}
+  nwait=${#waits[@]} tmtime=''
+  [ -z "$first" ] || tmtime=${waits[$first]}
   if [ -n "$first" ] && [ -z "$keyless" ] && [ -n "${cannot[$first]:-}" ] && [ -z "${part[$first]:-}" ] && [ "${need[$first]}" -le "$all" ] &&
     [ "${barred[${owner[$first]}]:-0}" -le "${EPOCHSECONDS:-0}" ]; then
     turn=$first tneed=${need[$first]}
@@ -563,9 +566,11 @@ unreserve() {
 # the GPUs as they free up (reserve), so such a turn is no run's (a record
 # forged to have it); and when the turn's user holds (by locks of its own)
 # the GPUs the turn is for, while another run waits, at looks six seconds
-# apart: a run whose job started moves back in the line (its GPU time
-# above its share), and its turn passes on within a look or two, so such
-# a turn is a record whose time is forged to stay first. Either way its
+# apart between which its record's time never moved: a run whose job
+# runs above its share moves back in the line at each look (its GPU time
+# above it), so such a turn is a record whose time is forged to stay
+# first (a run may keep its turn for long, for the time others had its
+# share: it moves back all along). Either way its
 # user has no turn here for ten minutes. It looks every other second (a
 # find, and a flock(1) per lock of each GPU this run does not hold:
 # records, anyone's to forge, prove nothing).
@@ -601,12 +606,13 @@ watch_turn() {
       return
     fi
   done <<<"$uuids"
-  if [ "$theirs" -lt "$tneed" ] || [ "$nwait" -lt 2 ]; then
-    served=''
+  if [ "$theirs" -lt "$tneed" ] || [ "$nwait" -lt 2 ] || [ "$tmtime" != "${smoved:-$tmtime}" ]; then
+    served='' smoved=''
   elif [ $((now - ${served:=$now})) -ge 6 ]; then
     barred[$tu]=$((now + 600))
-    served=''
+    served='' smoved=''
   fi
+  [ -z "$served" ] || smoved=$tmtime
 }
 # share_tick renews (or lets go) this run's own record and says its share
 # when it changed.

@@ -630,10 +630,10 @@ func seenGPUs(n int) Finding {
 // run B waiting for a job of all n, first in the line (told first what
 // before says, unless it says no GPU: a need with no turn, whose share
 // for A is checked), and A waiting for more after it; then A lets go of
-// GPU 0. taken counts the GPUs B's holder holds.
-func turnOfB(t *testing.T, n int, before executor.Need) (a, b *Lockers, held []executor.GPULock, taken func() int) {
+// GPU 0. taken counts the GPUs B's holder holds; dir is the lock dir.
+func turnOfB(t *testing.T, n int, before executor.Need) (a, b *Lockers, held []executor.GPULock, taken func() int, dir string) {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "locks")
+	dir = filepath.Join(t.TempDir(), "locks")
 	open := func() *Lockers {
 		ls := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, seenGPUs(n))
 		t.Cleanup(ls.Close)
@@ -654,7 +654,7 @@ func turnOfB(t *testing.T, n int, before executor.Need) (a, b *Lockers, held []e
 		m, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-held-GPU-turn-*~runB~*"))
 		return len(m)
 	}
-	return a, b, held, taken
+	return a, b, held, taken, dir
 }
 
 // waitTaken waits, up to five seconds, for taken to say n (what).
@@ -674,7 +674,7 @@ func waitTaken(t *testing.T, taken func() int, n int, what string) {
 // once. A part of a job over several hosts has no turn.
 func TestTurnTakesGPUsAsTheyFree(t *testing.T) {
 	t.Parallel()
-	a, b, held, taken := turnOfB(t, 4, executor.Need{GPUs: 4, Part: true})
+	a, b, held, taken, _ := turnOfB(t, 4, executor.Need{GPUs: 4, Part: true})
 	waitTaken(t, taken, 1, "the one A let go of")
 	lockRefused(t, a, 0, "runA")
 	for _, l := range held[1:] {
@@ -697,7 +697,7 @@ func TestTurnTakesGPUsAsTheyFree(t *testing.T) {
 // for a while: the GPUs are let go of, and the other run's share is whole.
 func TestTurnGivenUpWhenItsJobDoesNotStart(t *testing.T) {
 	t.Parallel()
-	a, _, held, taken := turnOfB(t, 2, executor.Need{})
+	a, _, held, taken, _ := turnOfB(t, 2, executor.Need{})
 	waitTaken(t, taken, 1, "the one A let go of")
 	held[1].Release()
 	waitTaken(t, taken, 2, "both")
@@ -715,6 +715,50 @@ func TestTurnGivenUpWhenItsJobDoesNotStart(t *testing.T) {
 		t.Fatalf("A's lock of GPU 0 once B gave up its turn: %v", err)
 	}
 	l.Release()
+}
+
+// A run may keep its turn for long when the time is its due (the other
+// run had its share while it waited): its record moves back all along as
+// its job runs above its share, and its turn is not taken for one kept by
+// a forged time. Here A's record is a minute behind B's: B's job holds
+// both GPUs for ten seconds, and B still has its turn after it.
+func TestTurnKeptWhileDue(t *testing.T) {
+	t.Parallel()
+	a, b, held, taken, dir := turnOfB(t, 2, executor.Need{})
+	recs, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*~runA~*"))
+	if len(recs) != 1 {
+		t.Fatalf("A's records of waiting: %v, want one", recs)
+	}
+	behind := time.Now().Add(time.Minute)
+	if err := os.Chtimes(recs[0], behind, behind); err != nil {
+		t.Fatal(err)
+	}
+	held[1].Release()
+	waitTaken(t, taken, 2, "both")
+	var job []executor.GPULock
+	for gpu := range executor.GPUID(2) {
+		l, err := b.Lock(context.Background(), gpu, "runB")
+		if err != nil {
+			t.Fatalf("B's lock of GPU %s, taken for its turn: %v", gpu, err)
+		}
+		job = append(job, l)
+	}
+	time.Sleep(10 * time.Second) // B's job, above its share of one
+	for _, l := range job {
+		l.Release()
+	}
+	waitTaken(t, taken, 2, "both again: its turn goes on, its time due")
+	// And so A's holder says: A keeps none for B (it would keep both had
+	// it taken B's turn for a forged one).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n, _, _ := a.Share("runA")
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("A's share %d once B's job ended, want none: B's turn goes on", n)
+		}
+	}
 }
 
 // The GPUs that whole shares leave over go round: three runs on four GPUs
