@@ -122,7 +122,10 @@ func TestSSHRealNvidiaSMIAnswers(t *testing.T) {
 	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 1})
 	l.Hosts[0].SetAnswer(realAnswer(t, "d7_lost_gpu1_of4_rc15"))
 	l.Hosts[1].SetAnswer(realAnswer(t, "d3_nvml_unknown_gpustack2078"))
-	r := labRun(t, l, strings.Repeat("echo $CUDA_VISIBLE_DEVICES\n", 6), "-i", l.Inventory(""), "-o", "logs")
+	// Jobs that last a moment: a run waits for no host (node1 ran six
+	// jobs of echo in 10 ms under CI's load, and the run ended with
+	// node2's look still under way, its error unsaid).
+	r := labRun(t, l, strings.Repeat("sleep 0.3; echo $CUDA_VISIBLE_DEVICES\n", 6), "-i", l.Inventory(""), "-o", "logs")
 	if r.code != 0 {
 		t.Fatalf("exit %d\n%s", r.code, r.stderr)
 	}
