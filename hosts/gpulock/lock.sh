@@ -309,7 +309,7 @@ flush() {
 # record whose holder is gone is no one's. Nothing running is stopped. A
 # run that takes no part (--no-share) leaves no record and hears no share.
 wanted='' base=0 vmin='' wtag=0 wlast=0 fresh='' shared='- ' here='' turn='' tneed=0 rfull='' tlook=0
-tturn='' served='' smoved='' nwait=0 tmtime=''
+tturn='' served='' smoved='' nwait=0 tmtime='' theld=0
 
 # barred, by uid: until when (epoch seconds) that user has no turn here;
 # idle, by GPU index: since when it stands free and unlocked under another
@@ -366,8 +366,8 @@ older() {
 # the run's whole share (without a GPU left over), vmin to the time
 # of the oldest other run's record of waiting ("" for none), turn to the
 # run (UID~RUN) whose turn it is here ("" for none) and tneed to the GPUs
-# its job needs, nwait to the number of runs waiting, and tmtime to the
-# time of the first in the line.
+# its job needs, nwait to the number of runs waiting, and tmtime and theld
+# to the time of the first in the line and the GPUs its records hold.
 share_of() {
   local u t f kind pid r w nd k n pk first='' all=${#keys[@]} users=0 ours=0 waiting=''
   local -A owner=() holds=() waits=() need=() part=() nruns=() counted=() named=() fair=() phys=() in=() cannot=()
@@ -439,8 +439,8 @@ share_of() {
     fi
     if [ -z "$first" ] || older "${waits[$k]}" "${k#*~}" "${waits[$first]}" "${first#*~}"; then first=$k; fi
   done
-  nwait=${#waits[@]} tmtime=''
-  [ -z "$first" ] || tmtime=${waits[$first]}
+  nwait=${#waits[@]} tmtime='' theld=0
+  [ -z "$first" ] || tmtime=${waits[$first]} theld=${holds[$first]:-0}
   if [ -n "$first" ] && [ -z "$keyless" ] && [ -n "${cannot[$first]:-}" ] && [ -z "${part[$first]:-}" ] && [ "${need[$first]}" -le "$all" ] &&
     [ "${barred[${owner[$first]}]:-0}" -le "${EPOCHSECONDS:-0}" ]; then
     turn=$first tneed=${need[$first]}
@@ -528,7 +528,7 @@ split() {
 # process on one, with --skip-busy), is given up: the run has no turn here
 # for ten minutes.
 reserve() {
-  local i rest rec now=${EPOCHSECONDS:-0}
+  local i rest rec why now=${EPOCHSECONDS:-0}
   [ -z "$keyless" ] || return 0
   if [ ${#reserved[@]} -ge "$tneed" ]; then
     if [ $((now - ${rfull:=$now})) -ge 10 ]; then
@@ -564,9 +564,10 @@ unreserve() {
 # watch_turn voids the turn of another run here when a GPU stands free and
 # unlocked under it at looks four seconds apart: the run of a turn locks
 # the GPUs as they free up (reserve), so such a turn is no run's (a record
-# forged to have it); and when the turn's user holds (by locks of its own)
-# the GPUs the turn is for, while another run waits, at looks six seconds
-# apart between which its record's time never moved: a run whose job
+# forged to have it); and when the turn's run holds the GPUs the turn is
+# for (by its records, and by locks of its user's own: another run of the
+# user's may hold some as it drains), while another run waits, at looks
+# six seconds apart between which its record's time never moved: a run whose job
 # runs above its share moves back in the line at each look (its GPU time
 # above it), so such a turn is a record whose time is forged to stay
 # first (a run may keep its turn for long, for the time others had its
@@ -575,7 +576,7 @@ unreserve() {
 # find, and a flock(1) per lock of each GPU this run does not hold:
 # records, anyone's to forge, prove nothing).
 watch_turn() {
-  local i rest e f free mine tu=${turn%%~*} now=${EPOCHSECONDS:-0} theirs=0
+  local i rest e f free mine why tu=${turn%%~*} now=${EPOCHSECONDS:-0} theirs=0
   local -A owned=()
   [ "$turn" = "$tturn" ] || tturn=$turn served=''
   [ $((now - tlook)) -ge 2 ] || return 0
@@ -589,7 +590,7 @@ watch_turn() {
       free=''
     else
       for e in "$pdir/gpudispatch-gpu-$key".* "$pdir/gpudispatch-gpu-$key"-mig*.*; do
-        open_lock "$e" || continue
+        if [ ! -e "$e" ] || ! open_lock "$e"; then continue; fi
         if ! flock -n -s "$lfd"; then
           free=''
           [ -z "${owned[$e]:-}" ] || mine=1
@@ -606,7 +607,7 @@ watch_turn() {
       return
     fi
   done <<<"$uuids"
-  if [ "$theirs" -lt "$tneed" ] || [ "$nwait" -lt 2 ] || [ "$tmtime" != "${smoved:-$tmtime}" ]; then
+  if [ "$theirs" -lt "$tneed" ] || [ "$theld" -lt "$tneed" ] || [ "$nwait" -lt 2 ] || [ "$tmtime" != "${smoved:-$tmtime}" ]; then
     served='' smoved=''
   elif [ $((now - ${served:=$now})) -ge 6 ]; then
     barred[$tu]=$((now + 600))
