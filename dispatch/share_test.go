@@ -311,18 +311,11 @@ func TestShareNoneCanUseSimulated(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		locks := newFakeLocks()
 		locks.fair = map[string]int{"a": 2, "b": 2}
-		var ann strings.Builder
-		for i := range 40 {
-			fmt.Fprintf(&ann, "sleep %dms\n", 10+i%4*10) // a drain would idle GPUs
-		}
-		inputs := []string{ann.String(), "[nodes=2 gpus=2] sleep 20ms\n" + repeat("sleep 20ms", 4)}
+		inputs := []string{shortJobs(40), "[nodes=2 gpus=2] sleep 20ms\n" + repeat("sleep 20ms", 4)}
 		fakes, arrive := annAndBob(t, inv, locks, inputs)
 		// Ann's jobs wait from her arrival to her last start: every GPU
 		// must be busy meanwhile, from Bob's arrival on.
-		var lastStart time.Time
-		for _, sp := range fakes[0].spans {
-			lastStart = later(lastStart, sp.start)
-		}
+		lastStart := lastStartOf(fakes[0].spans)
 		one := []*fakeExec{{spans: append(slices.Clone(fakes[0].spans), fakes[1].spans...)}}
 		if idle := idleWhileWaiting(one, []time.Time{arrive[1]}, []time.Time{lastStart}, 4); idle > 0 {
 			t.Errorf("GPUs stood idle for %v in all while Ann's jobs waited", idle)
@@ -342,16 +335,9 @@ func TestTurnSimulated(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		locks := newFakeLocks()
 		locks.fair = map[string]int{"a": 4}
-		var ann strings.Builder
-		for i := range 60 {
-			fmt.Fprintf(&ann, "sleep %dms\n", 10+i%4*10)
-		}
-		inputs := []string{ann.String(), "[gpus=4] sleep 20ms\n"}
+		inputs := []string{shortJobs(60), "[gpus=4] sleep 20ms\n"}
 		fakes, arrive := annAndBob(t, inv, locks, inputs)
-		var annLast time.Time
-		for _, sp := range fakes[0].spans {
-			annLast = later(annLast, sp.start)
-		}
+		annLast := lastStartOf(fakes[0].spans)
 		if len(fakes[1].spans) != 1 {
 			t.Fatalf("bob's spans: %v, want his one job", fakes[1].spans)
 		}
@@ -373,18 +359,8 @@ func TestTurnsAlternate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		locks := newFakeLocks()
 		locks.fair = map[string]int{"a": 4}
-		var ann strings.Builder
-		for i := range 200 {
-			fmt.Fprintf(&ann, "sleep %dms\n", 10+i%4*10)
-		}
-		fakes, arrive := annAndBob(t, inv, locks, []string{ann.String(), repeat("[gpus=4] sleep 30ms", 8)})
-		var annLast, bobLast time.Time
-		for _, sp := range fakes[0].spans {
-			annLast = later(annLast, sp.start)
-		}
-		for _, sp := range fakes[1].spans {
-			bobLast = later(bobLast, sp.start)
-		}
+		fakes, arrive := annAndBob(t, inv, locks, []string{shortJobs(200), repeat("[gpus=4] sleep 30ms", 8)})
+		annLast, bobLast := lastStartOf(fakes[0].spans), lastStartOf(fakes[1].spans)
 		if !bobLast.Before(annLast) {
 			t.Fatalf("Bob's last job of four GPUs started %v after he came, after Ann's last (%v): his jobs waited for her queue", bobLast.Sub(arrive[1]), annLast.Sub(arrive[1]))
 		}
@@ -400,6 +376,25 @@ func TestTurnsAlternate(t *testing.T) {
 			t.Errorf("GPU time while both waited, of %v: Ann %v, Bob %v; want each a quarter at least (half is an equal share)", total, got[0], got[1])
 		}
 	})
+}
+
+// shortJobs is n jobs of 10 to 40 ms, in turn: as they end apart, a run
+// that drains them leaves GPUs idle.
+func shortJobs(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "sleep %dms\n", 10+i%4*10)
+	}
+	return b.String()
+}
+
+// lastStartOf is when the last of spans started.
+func lastStartOf(spans []span) time.Time {
+	var last time.Time
+	for _, sp := range spans {
+		last = later(last, sp.start)
+	}
+	return last
 }
 
 // annAndBob runs inputs[0] as Ann's run, from 1 ms on, and inputs[1] as
