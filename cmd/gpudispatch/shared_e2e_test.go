@@ -221,8 +221,18 @@ func TestSSHCutOffHostShownAtOnce(t *testing.T) {
 	if !strings.Contains(down, "unreachable since ") || !strings.Contains(down, "1 job presumed running there") {
 		t.Errorf("host_down says %q, want when and the job presumed running", down)
 	}
-	if st := labRun(t, l, "", "status", "-o", "logs"); !strings.Contains(st.stdout, "presumed running") {
-		t.Errorf("status does not say the job is presumed running:\n%s", st.stdout)
+	// The host may be said up again for a moment, by a connection of its
+	// pool not yet found silent (seen once on CI): status is asked for
+	// three seconds.
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		st := labRun(t, l, "", "status", "-o", "logs")
+		if strings.Contains(st.stdout, "presumed running") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("status does not say the job is presumed running:\n%s", st.stdout)
+			break
+		}
 	}
 	time.Sleep(4 * time.Second) // the job ends there meanwhile
 	l.Hosts[0].Thaw()
