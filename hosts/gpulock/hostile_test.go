@@ -300,12 +300,8 @@ func TestShareForgedDemand(t *testing.T) {
 // lets go of; but no holder takes that GPU for mallory, so within a few
 // seconds the turn is found forged, and this run's share is whole again.
 func TestForgedTurnVoid(t *testing.T) {
-	m := sshtest.NewUser(t, "gpdmallory")
-	dir := sshtest.SharedDir(t)
-	os.Chmod(dir, 0o777|os.ModeSticky)
-	ls := New(spawn.Local, "node", dir, heartbeat, linger, 0, seenGPUs(4))
-	t.Cleanup(ls.Close)
-	held := lockAll(t, ls, 4, "runV")
+	m, dir, open := turnLab(t, 4)
+	held := lockAll(t, open(), 4, "runV")
 	asMallory(t, m, fmt.Sprintf(`sleep 60 >/dev/null 2>&1 & r=%s/gpudispatch-want-GPU-turn-0~$!~evil~evil~4; mkdir -m 755 $r && touch -d @1700000000 $r`, dir))
 	waitForShare(t, held[1], 0)
 	held[0].Release()
@@ -334,11 +330,8 @@ func TestForgedTurnVoid(t *testing.T) {
 // turn is over: when she then waits with none, this run keeps no GPU for
 // her (share 0 were her turn still on).
 func TestTurnKeptByAForgedTimeVoid(t *testing.T) {
-	m := sshtest.NewUser(t, "gpdmallory")
-	dir := sshtest.SharedDir(t)
-	os.Chmod(dir, 0o777|os.ModeSticky)
-	ls := New(spawn.Local, "node", dir, heartbeat, linger, 0, seenGPUs(2))
-	t.Cleanup(ls.Close)
+	m, dir, open := turnLab(t, 2)
+	ls := open()
 	asMallory(t, m, fmt.Sprintf(`cd %s && for g in 0 1; do mkdir -m 755 gpudispatch-gpu-GPU-turn-$g.$(id -u); done
 sleep 60 >/dev/null 2>&1 &
 r=gpudispatch-want-GPU-turn-0~$!~evil~evil~2; mkdir -m 755 $r && touch -d @1700000000 $r
@@ -365,14 +358,7 @@ for g in 0 1; do mkdir -m 755 gpudispatch-held-GPU-turn-$g~$!~evil~evil~1; done`
 // mallory's record says a run of hers holds GPU 1, with no lock; B's
 // holder takes both GPUs for B's turn as A lets go of them.
 func TestForgedHoldDoesNotStallATurn(t *testing.T) {
-	m := sshtest.NewUser(t, "gpdmallory")
-	dir := sshtest.SharedDir(t)
-	os.Chmod(dir, 0o777|os.ModeSticky)
-	open := func() *Lockers {
-		ls := New(spawn.Local, "node", dir, heartbeat, linger, 0, seenGPUs(2))
-		t.Cleanup(ls.Close)
-		return ls
-	}
+	m, dir, open := turnLab(t, 2)
 	a, b := open(), open()
 	held := lockAll(t, a, 2, "runA")
 	lockRefused(t, b, 0, "runB")
@@ -391,6 +377,19 @@ func TestForgedHoldDoesNotStallATurn(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("B's holder took %v for its turn in 5 s, want both GPUs", m)
 		}
+	}
+}
+
+// turnLab is mallory, a lock dir she shares with this user, and a way to
+// open this user's lockers there on a machine of n GPUs named by UUID.
+func turnLab(t *testing.T, n int) (m sshtest.User, dir string, open func() *Lockers) {
+	m = sshtest.NewUser(t, "gpdmallory")
+	dir = sshtest.SharedDir(t)
+	os.Chmod(dir, 0o777|os.ModeSticky)
+	return m, dir, func() *Lockers {
+		ls := New(spawn.Local, "node", dir, heartbeat, linger, 0, seenGPUs(n))
+		t.Cleanup(ls.Close)
+		return ls
 	}
 }
 
