@@ -23,8 +23,9 @@
 // its holder locks the host's GPUs as they free up and says each is
 // "free", and the coordinator's lock of one is answered at once; the
 // other holders void a turn under which a GPU stands free and unlocked (a
-// forged record's). The holder of a run that waits stays while it waits,
-// holding nothing.
+// forged record's), or one kept by a record whose time stands still while
+// its run holds the GPUs (a forged time's). The holder of a run that
+// waits stays while it waits, holding nothing.
 // Requests that come together are answered together: their records are
 // made, or removed, by one mkdir or rmdir. One holder per machine, not per
 // GPU, costs the machine one session and one bash, and a flock(1) per GPU.
