@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -30,22 +29,14 @@ func TestResumeAdoptsOpenAttempt(t *testing.T) {
 		out := filepath.Join(dir, "1.out")
 		os.WriteFile(out, []byte("before\n"), 0o600)
 		os.WriteFile(filepath.Join(dir, "1.err"), nil, 0o600)
-		var lines []string
-		for _, e := range []Event{
+		writeJournalIn(t, dir, []Event{
 			{Event: EventStarted, Run: "old", Job: "1", Seq: 1, Text: "@hpc exit 0", Occurrence: 1, Command: "exit 0",
 				Host: "hpc", Attempt: 1, Start: &start, Stdout: out, Stderr: filepath.Join(dir, "1.err"), Tag: "old-1-1"},
 			{Event: EventStarted, Run: "old", Job: "2", Seq: 2, Text: "@a sleep 1ms", Occurrence: 1, Command: "sleep 1ms",
 				Host: "a", GPUs: []executor.GPUID{0}, Attempt: 1, Start: &start, Stdout: filepath.Join(dir, "2.out"), Stderr: filepath.Join(dir, "2.err"), Tag: "old-2-1"},
 			{Event: EventStarted, Run: "old", Job: "3", Seq: 3, Text: "@a sleep 3ms", Occurrence: 1, Command: "sleep 3ms",
 				Host: "a", GPUs: []executor.GPUID{1}, Attempt: 1, Start: &start, Stdout: filepath.Join(dir, "3.out"), Stderr: filepath.Join(dir, "3.err"), Tag: "old-3-1"},
-		} {
-			b, err := json.Marshal(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines = append(lines, string(b)+"\n")
-		}
-		os.WriteFile(filepath.Join(dir, JournalName), []byte(strings.Join(lines, "")), 0o600)
+		}, "")
 		f := newFakeExec(inv)
 		f.detached = map[string]detached{"old-1-1": {out: "before\nafter\n", code: 0}, "old-2-1": {code: 0}}
 		s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: dir, Resume: true, Retries: 1},
@@ -99,21 +90,16 @@ func TestResumeAdoptsEveryPart(t *testing.T) {
 		logs := func(id string) (string, string) {
 			return filepath.Join(dir, id+".out"), filepath.Join(dir, id+".err")
 		}
-		var lines []string
+		var events []Event
 		for i, rank1 := range []string{"1.rank1", "nodir/2.rank1"} {
 			id := fmt.Sprint(i + 1)
 			out, errs := logs(id)
 			rout, rerr := logs(rank1)
-			e := Event{Event: EventStarted, Run: "old", Job: id, Seq: i + 1, Text: "[nodes=2] sleep 1ms #" + id, Occurrence: 1, Command: "sleep 1ms #" + id,
+			events = append(events, Event{Event: EventStarted, Run: "old", Job: id, Seq: i + 1, Text: "[nodes=2] sleep 1ms #" + id, Occurrence: 1, Command: "sleep 1ms #" + id,
 				Host: "a", GPUs: []executor.GPUID{executor.GPUID(i)}, Attempt: 1, Start: &start, Stdout: out, Stderr: errs, Tag: "old-" + id + "-1",
-				Parts: []Part{{Rank: 1, Host: "b", GPUs: []executor.GPUID{executor.GPUID(i)}, Stdout: rout, Stderr: rerr, Tag: "old-" + id + "-1.rank1"}}}
-			b, err := json.Marshal(e)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines = append(lines, string(b)+"\n")
+				Parts: []Part{{Rank: 1, Host: "b", GPUs: []executor.GPUID{executor.GPUID(i)}, Stdout: rout, Stderr: rerr, Tag: "old-" + id + "-1.rank1"}}})
 		}
-		os.WriteFile(filepath.Join(dir, JournalName), []byte(strings.Join(lines, "")), 0o600)
+		writeJournalIn(t, dir, events, "")
 		f := newFakeExec(inv)
 		f.detached = map[string]detached{"old-1-1": {out: "zero\n"}, "old-1-1.rank1": {out: "one\n"}, "old-2-1": {}, "old-2-1.rank1": {}}
 		s, err := Run(context.Background(), Options{Inventory: inv, Executor: f, LogDir: dir, Resume: true},

@@ -61,10 +61,18 @@ func TestJournalCutsTornTail(t *testing.T) {
 	}
 }
 
-// writeJournal writes events as journal lines, then tail as it is.
+// writeJournal writes events as journal lines, then tail as it is, in a
+// new log dir, and returns the dir.
 func writeJournal(t *testing.T, events []Event, tail string) string {
 	t.Helper()
 	dir := t.TempDir()
+	writeJournalIn(t, dir, events, tail)
+	return dir
+}
+
+// writeJournalIn is writeJournal into log dir dir.
+func writeJournalIn(t *testing.T, dir string, events []Event, tail string) {
+	t.Helper()
 	var b bytes.Buffer
 	for _, e := range events {
 		line, err := json.Marshal(e)
@@ -77,7 +85,6 @@ func writeJournal(t *testing.T, events []Event, tail string) string {
 	if err := os.WriteFile(filepath.Join(dir, JournalName), b.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return dir
 }
 
 // A damaged line in the middle of a journal (two writers tore it) is

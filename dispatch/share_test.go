@@ -309,10 +309,8 @@ func TestShareNoneCanUseSimulated(t *testing.T) {
 	t.Parallel()
 	inv := lab("a:0,1 b:0,1")
 	synctest.Test(t, func(t *testing.T) {
-		locks := newFakeLocks()
-		locks.fair = map[string]int{"a": 2, "b": 2}
 		inputs := []string{shortJobs(40), "[nodes=2 gpus=2] sleep 20ms\n" + repeat("sleep 20ms", 4)}
-		fakes, arrive := annAndBob(t, inv, locks, inputs)
+		fakes, arrive := annAndBob(t, inv, map[string]int{"a": 2, "b": 2}, inputs)
 		// Ann's jobs wait from her arrival to her last start: every GPU
 		// must be busy meanwhile, from Bob's arrival on.
 		lastStart := lastStartOf(fakes[0].spans)
@@ -333,10 +331,8 @@ func TestTurnSimulated(t *testing.T) {
 	t.Parallel()
 	inv := lab("a:0,1,2,3")
 	synctest.Test(t, func(t *testing.T) {
-		locks := newFakeLocks()
-		locks.fair = map[string]int{"a": 4}
 		inputs := []string{shortJobs(60), "[gpus=4] sleep 20ms\n"}
-		fakes, arrive := annAndBob(t, inv, locks, inputs)
+		fakes, arrive := annAndBob(t, inv, map[string]int{"a": 4}, inputs)
 		annLast := lastStartOf(fakes[0].spans)
 		if len(fakes[1].spans) != 1 {
 			t.Fatalf("bob's spans: %v, want his one job", fakes[1].spans)
@@ -357,9 +353,7 @@ func TestTurnsAlternate(t *testing.T) {
 	t.Parallel()
 	inv := lab("a:0,1,2,3")
 	synctest.Test(t, func(t *testing.T) {
-		locks := newFakeLocks()
-		locks.fair = map[string]int{"a": 4}
-		fakes, arrive := annAndBob(t, inv, locks, []string{shortJobs(200), repeat("[gpus=4] sleep 30ms", 8)})
+		fakes, arrive := annAndBob(t, inv, map[string]int{"a": 4}, []string{shortJobs(200), repeat("[gpus=4] sleep 30ms", 8)})
 		annLast, bobLast := lastStartOf(fakes[0].spans), lastStartOf(fakes[1].spans)
 		if !bobLast.Before(annLast) {
 			t.Fatalf("Bob's last job of four GPUs started %v after he came, after Ann's last (%v): his jobs waited for her queue", bobLast.Sub(arrive[1]), annLast.Sub(arrive[1]))
@@ -398,11 +392,13 @@ func lastStartOf(spans []span) time.Time {
 }
 
 // annAndBob runs inputs[0] as Ann's run, from 1 ms on, and inputs[1] as
-// Bob's, from 31 ms on, on inv with locks (in a synctest bubble); it
-// checks that each ran every job, with no GPU shared, and returns their
-// executors and when they came.
-func annAndBob(t *testing.T, inv *inventory.Inventory, locks *fakeLocks, inputs []string) ([]*fakeExec, []time.Time) {
+// Bob's, from 31 ms on, on inv, whose holders say shares of fair GPUs by
+// host (in a synctest bubble); it checks that each ran every job, with no
+// GPU shared, and returns their executors and when they came.
+func annAndBob(t *testing.T, inv *inventory.Inventory, fair map[string]int, inputs []string) ([]*fakeExec, []time.Time) {
 	t.Helper()
+	locks := newFakeLocks()
+	locks.fair = fair
 	fakes := make([]*fakeExec, 2)
 	arrive := make([]time.Time, 2)
 	begin := time.Now()

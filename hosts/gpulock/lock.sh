@@ -578,7 +578,7 @@ unreserve() {
 watch_turn() {
   local i rest e f free mine why tu=${turn%%~*} now=${EPOCHSECONDS:-0} theirs=0
   local -A owned=()
-  [ "$turn" = "$tturn" ] || tturn=$turn served=''
+  [ "$turn" = "$tturn" ] || tturn=$turn served='' smoved=''
   [ $((now - tlook)) -ge 2 ] || return 0
   tlook=$now
   while IFS= read -r f; do owned[$f]=1; done < <(find "$pdir" -mindepth 1 -maxdepth 1 -name 'gpudispatch-gpu-*' -user "$tu" -print 2>/dev/null)
