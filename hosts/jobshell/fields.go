@@ -163,9 +163,11 @@ func check(c executor.Command) error {
 // the header (the byte length of the fields together, then of each,
 // space-separated), then the fields one after another with nothing between
 // them: end mark, tag, about, time limit in seconds, rotate, the stream
-// offsets, script, then one per environment entry. (Workdir and setup
-// are the shell's: see header.) The
-// shell reads the record in four system calls.
+// offsets, script, the job's environment as bash code (exports), and its
+// GPUs for the job's record on the machine. (Workdir and setup are the
+// shell's: see header.) The shell reads the record in four system calls,
+// and quotes nothing per job: bash spends 50 µs of a job's 1.5 ms of CPU
+// splitting and quoting four variables.
 func fields(c executor.Command, mark string, at placing) []byte {
 	limit := "0"
 	if c.Timeout > 0 {
@@ -181,8 +183,28 @@ func fields(c executor.Command, mark string, at placing) []byte {
 		}
 		return r
 	}, c.About)
-	fields := append([]string{mark, c.Tag, about, limit, rotate,
+	return append([]byte("j"), spawn.Record(mark, c.Tag, about, limit, rotate,
 		strconv.FormatInt(at.outBase, 10), strconv.FormatInt(at.errBase, 10),
-		c.Script}, c.Env...)
-	return append([]byte("j"), spawn.Record(fields...)...)
+		c.Script, exports(c.Env), recordGPUs(c.Env))...)
+}
+
+// exports is bash code that exports env, a line per entry ("" for none).
+func exports(env []string) string {
+	var b strings.Builder
+	for _, kv := range env {
+		b.WriteString("builtin export " + shellescape.Quote(kv) + "\n")
+	}
+	return b.String()
+}
+
+// recordGPUs is what a job's record on the machine says of its GPUs: the
+// last non-empty CUDA_VISIBLE_DEVICES of env, or "-".
+func recordGPUs(env []string) string {
+	gpus := "-"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "CUDA_VISIBLE_DEVICES="); ok && v != "" {
+			gpus = v
+		}
+	}
+	return gpus
 }

@@ -32,7 +32,7 @@ func TestGoldenWhatIsSent(t *testing.T) {
 		b.WriteString("== start, login " + tc.name + ", after the code:\n" + spawntest.Records(h[len(script):]))
 	}
 	c := executor.Command{Tag: "20261129T120000.000000Z-7-1", About: "log dir /home/ada/logs, job 7", Script: "python train.py --lr 0.1\necho done", Timeout: 90 * time.Minute,
-		Env: []string{"CUDA_VISIBLE_DEVICES=2", "GPUDISPATCH_JOB_ID=7"}}
+		Env: []string{"CUDA_VISIBLE_DEVICES=2", "GPUDISPATCH_JOB_ID=7", "RUN_NAME=it's lr 0.1"}}
 	for _, at := range []struct {
 		what string
 		at   placing

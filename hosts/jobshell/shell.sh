@@ -16,8 +16,10 @@
 # record: end mark, tag, about (a line for whoever lists the kept jobs),
 # timeout (seconds, 0 for none), rotate ("1" to start new stream files),
 # the byte offsets at which the job's output starts in the stream files
-# (stdout, stderr), script, then one "NAME=value" per variable. A job's
-# record is read in line, not by _g_record: three reads and no call.
+# (stdout, stderr), script, its environment as bash code (a "builtin
+# export" line per variable, quoted by the coordinator), and its GPUs for
+# its record ("-" for none). A job's record is read in line, not by
+# _g_record: three reads and no call.
 #
 # Login shells: where the login shell is bash and login is "slot", this shell
 # is itself the login shell: it reads the profile once (/etc/profile, then
@@ -609,15 +611,13 @@ _g_spawn() {
   printf '%08d%s' "${#init}" "$init" >&"$_g_to"
 }
 # _g_dollar is the code of a job's own bash, for a job that names $$: $1
-# the variables, $2 what else the profile set, $3 the job's code, then its
-# environment.
+# the variables, $2 what else the profile set, $3 the job's code, $4 its
+# environment (exports).
 # shellcheck disable=SC2016 # expanded by that bash
 _g_dollar='builtin eval "$1" 2>/dev/null
 builtin eval "$2" 2>/dev/null
+builtin eval "$4"
 _g_s=$3
-builtin shift 3
-for _g_kv; do builtin export "$_g_kv"; done
-builtin unset -v _g_kv
 builtin set --
 builtin eval "builtin unset -v _g_s; $_g_s"'
 _g_boot=-
@@ -648,6 +648,29 @@ _g_tees
 exec 3< <(_g_watch 4>&- 5>&- 6>&-)
 exec </dev/null
 _g_spawn
+# What every job's code and source file start and end with, made once
+# (see the loop): the setup, the locale, the workdir, IFS, then, where the
+# login shell is read once, what a fork takes back.
+_g_pre=$_g_act
+if [ -n "$_g_setup" ]; then
+  _g_pre+="{ $_g_setup
+} || exit \$?
+"
+fi
+_g_chead=$'builtin set +m\n'
+if [ -n "$_g_lc_set" ]; then printf -v _g_kv 'LC_ALL=%q\n' "$_g_lc_all"; else _g_kv=$'builtin unset -v LC_ALL\n'; fi
+_g_chead+=$_g_kv
+_g_cwdl=
+if [ -n "$_g_wd" ]; then
+  printf -v _g_cwdl 'builtin cd -- %q || { builtin echo %q >&2; builtin exit %d; }\n' "$_g_wd" "gpudispatch: cannot enter workdir $_g_wd" "$_g_x_unsafe"
+fi
+if [ -n "$_g_ifs_set" ]; then printf -v _g_cifs 'IFS=%q\n' "$_g_ifs"; else _g_cifs=$'builtin unset -v IFS\n'; fi
+# shellcheck disable=SC2016 # expanded by the job
+printf -v _g_ctail 'RANDOM=$BASHPID${EPOCHREALTIME//[!0-9]/} SECONDS=0 BASH_ARGV0=bash\nbuiltin set -- "$_g_sstate"\nbuiltin unset -v ${!_g_*}\nbuiltin eval "$1" 2>/dev/null\nbuiltin set --\n%s' \
+  "$_g_pre$_g_here"
+# shellcheck disable=SC2016 # expanded by the job
+_g_spre='builtin cd -- "$OLDPWD" || builtin exit '"$_g_x_unsafe"'; builtin unset -v OLDPWD; '
+case $_g_opts in *'shopt -u sourcepath'*) ;; *) _g_spre+='builtin shopt -s sourcepath; ' ;; esac
 while IFS= read -r -N 1 -u 3 _g_rec; do
   if [ "$_g_rec" = q ]; then
     # The coordinator has everything: nothing is kept.
@@ -667,14 +690,8 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
   _g_ob=${_g_body:_g_at:$6} _g_at=$((_g_at + $6))
   _g_eb=${_g_body:_g_at:$7} _g_at=$((_g_at + $7))
   _g_script=${_g_body:_g_at:$8} _g_at=$((_g_at + $8))
-  shift 8
-  _g_env=()
-  _g_gpus=-
-  for _g_len; do
-    _g_kv=${_g_body:_g_at:_g_len} _g_at=$((_g_at + _g_len))
-    _g_env+=("$_g_kv")
-    case $_g_kv in CUDA_VISIBLE_DEVICES=?*) _g_gpus=${_g_kv#*=} ;; esac
-  done
+  _g_exports=${_g_body:_g_at:$9} _g_at=$((_g_at + $9))
+  _g_gpus=${_g_body:_g_at:${10}}
   _g_body=
   if [ -n "$_g_rotate" ]; then
     # Everything of the earlier jobs is home: new files, and a starter
@@ -708,14 +725,10 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
     printf '\0%s 143 cancelled %s\n' "$_g_mark" "$_g_now"
     continue
   fi
-  _g_pre=$_g_act
   if [ -n "$_g_profiled$_g_asis" ]; then
     # The job's lines, after a first line's worth that goes back to the
     # directory the job is in and takes back the profile's sourcepath.
-    # shellcheck disable=SC2016 # expanded by the job
-    _g_n='builtin cd -- "$OLDPWD" || builtin exit '"$_g_x_unsafe"'; builtin unset -v OLDPWD; '
-    case $_g_opts in *'shopt -u sourcepath'*) ;; *) _g_n+='builtin shopt -s sourcepath; ' ;; esac
-    _g_n+=$_g_script$'\n'
+    _g_n=$_g_spre$_g_script$'\n'
     _g_pad=$((_g_srclen - ${#_g_n}))
     if [ "$_g_pad" -gt 4096 ]; then
       : >"$_g_flag.d/bash"
@@ -724,11 +737,6 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
     [ "$_g_pad" -gt 0 ] || _g_pad=0
     printf '%s%*s' "$_g_n" "$_g_pad" '' 1<>"$_g_flag.d/bash" || exit "$_g_x_unread"
     _g_srclen=$((${#_g_n} + _g_pad))
-  fi
-  if [ -n "$_g_setup" ]; then
-    _g_pre+="{ $_g_setup
-} || exit \$?
-"
   fi
   # The job's code, for the starter's fork: no job control in the job, as
   # in bash -c (what it starts in the background stays in its group), its
@@ -740,40 +748,22 @@ while IFS= read -r -N 1 -u 3 _g_rec; do
   # bash of its own, so that $$ is its own (to kill itself, or to name its
   # files): it takes up the profile's variables from the fork, the rest
   # from what was saved, then the job's environment again.
-  _g_code=$'builtin set +m\n'
-  if [ -n "$_g_lc_set" ]; then printf -v _g_kv 'LC_ALL=%q\n' "$_g_lc_all"; else _g_kv=$'builtin unset -v LC_ALL\n'; fi
-  _g_code+=$_g_kv
-  if [ "${#_g_env[@]}" != 0 ]; then
-    printf -v _g_kv 'builtin export %q\n' "${_g_env[@]}"
-    _g_code+=$_g_kv
-  fi
-  if [ -n "$_g_wd" ]; then
-    printf -v _g_kv 'builtin cd -- %q || { builtin echo %q >&2; builtin exit %d; }\n' "$_g_wd" "gpudispatch: cannot enter workdir $_g_wd" "$_g_x_unsafe"
-    _g_code+=$_g_kv
-  fi
+  _g_code=$_g_chead$_g_exports$_g_cwdl
   if [ -z "$_g_profiled$_g_asis" ]; then
     # shellcheck disable=SC2016 # expanded by the job
     printf -v _g_kv 'builtin exec "${SHELL:-/bin/bash}" -lc %q\n' "$_g_pre$_g_script"
-  else
-    if [ -n "$_g_ifs_set" ]; then printf -v _g_kv 'IFS=%q\n' "$_g_ifs"; else _g_kv=$'builtin unset -v IFS\n'; fi
     _g_code+=$_g_kv
+  else
     # shellcheck disable=SC2016 # the job line's own text
     case $_g_script in
       *'$$'* | *'${$}'*)
-        printf -v _g_kv '_g_vars=$(builtin unset -v %s "${!_g_@}" 2>/dev/null; builtin declare -p)\nbuiltin exec "${SHELL:-/bin/bash}" --noprofile --norc -c %q bash "$_g_vars" %q %q' \
-          "${_g_specials[*]}" "$_g_dollar" "$_g_fstate$_g_state$_g_opts" "$_g_pre$_g_here"
-        _g_code+=$_g_kv
-        _g_kv=
-        [ "${#_g_env[@]}" = 0 ] || printf -v _g_kv ' %q' "${_g_env[@]}"
+        printf -v _g_kv '_g_vars=$(builtin unset -v %s "${!_g_@}" 2>/dev/null; builtin declare -p)\nbuiltin exec "${SHELL:-/bin/bash}" --noprofile --norc -c %q bash "$_g_vars" %q %q %q\n' \
+          "${_g_specials[*]}" "$_g_dollar" "$_g_fstate$_g_state$_g_opts" "$_g_pre$_g_here" "$_g_exports"
+        _g_code+=$_g_cifs$_g_kv
         ;;
-      *)
-        # shellcheck disable=SC2016 # expanded by the job
-        printf -v _g_kv 'RANDOM=$BASHPID${EPOCHREALTIME//[!0-9]/} SECONDS=0 BASH_ARGV0=bash\nbuiltin set -- "$_g_sstate"\nbuiltin unset -v ${!_g_*}\nbuiltin eval "$1" 2>/dev/null\nbuiltin set --\n%s' \
-          "$_g_pre$_g_here"
-        ;;
+      *) _g_code+=$_g_cifs$_g_ctail ;;
     esac
   fi
-  _g_code+=$_g_kv
   printf '%08d%s' "${#_g_code}" "$_g_code" >&"$_g_to" || exit "$_g_x_unread"
   _g_code=
   IFS= read -r -N 8 -u "$_g_bk" _g_pid || exit "$_g_x_unread"

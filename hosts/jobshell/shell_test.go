@@ -64,6 +64,8 @@ func TestRun(t *testing.T) {
 		{name: "exit code", cmd: executor.Command{Script: "echo out; echo err >&2; exit 7"}, wantOut: "out\n", wantErrOut: "err\n", wantCode: 7},
 		{name: "killed by signal", cmd: executor.Command{Script: "kill -9 $$"}, wantCode: 137},
 		{name: "env", cmd: executor.Command{Script: `printf '%s|%s\n' "$CUDA_VISIBLE_DEVICES" "$X"`, Env: []string{"CUDA_VISIBLE_DEVICES=0,1", "X=a b'\"$c"}}, wantOut: "0,1|a b'\"$c\n"},
+		{name: "env with a line break", cmd: executor.Command{Script: `printf '%s|\n' "$X"`, Env: []string{"X=a b'\\\n$(c)"}}, wantOut: "a b'\\\n$(c)|\n"},
+		{name: "env of a job that names $$", cmd: executor.Command{Script: `printf '%s|%s|%s\n' "$CUDA_VISIBLE_DEVICES" "$X" $(($$ > 0))`, Env: []string{"CUDA_VISIBLE_DEVICES=0,1", "X=a b'\"\n$c"}}, wantOut: "0,1|a b'\"\n$c|1\n"},
 		{name: "workdir", cmd: executor.Command{Script: "pwd", Prelude: executor.Prelude{Workdir: work}}, wantOut: work + "\n"},
 		{name: "setup shares the shell", cmd: executor.Command{Prelude: executor.Prelude{Setup: "V=from-setup"}, Script: "echo $V"}, wantOut: "from-setup\n"},
 		{name: "setup runs per job", cmd: executor.Command{Prelude: executor.Prelude{Setup: "echo set >&2; [ -n \"$X\" ]", Env: []string{"X=1"}}, Script: "echo $X", Env: []string{"X=1"}}, wantOut: "1\n", wantErrOut: "set\n"},
