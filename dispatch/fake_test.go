@@ -214,6 +214,7 @@ func (l *fakeLocks) want(host, run string, need executor.Need) {
 	}
 	w, ok := l.wants[host][run]
 	if !ok {
+		l.account(host)
 		now := time.Now()
 		w = &wantRec{at: now, looked: now, fresh: true, need: 1}
 		l.wants[host][run] = w
@@ -237,6 +238,7 @@ func (l *fakeLocks) gone(run string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for host, w := range l.wants {
+		l.account(host)
 		delete(w, run)
 		l.touch(host)
 	}
@@ -395,6 +397,7 @@ func split(all int, runs map[string]fairRun) map[string]int {
 // after the oldest other; holding more than its whole share, back by the GPU
 // time above it since the last look.
 func (l *fakeLocks) fairShareOf(host, me string) (int, string) {
+	l.account(host)
 	var vmin time.Time
 	for r, w := range l.wants[host] {
 		if r != me && (vmin.IsZero() || w.at.Before(vmin)) {
@@ -403,11 +406,20 @@ func (l *fakeLocks) fairShareOf(host, me string) (int, string) {
 	}
 	mine, wanting := l.wants[host][me]
 	if vmin.IsZero() {
-		if wanting {
-			mine.looked = time.Now()
-		}
 		return -1, ""
 	}
+	n, waiting, _ := fairShare(l.fair[host], l.runsOn(host), me)
+	if wanting {
+		if v := vmin.Add(time.Microsecond); mine.fresh && v.Before(mine.at) {
+			mine.at = v // just after the oldest, from now on
+		}
+		mine.fresh = false
+	}
+	return n, waiting
+}
+
+// runsOn is what host's records say of each run (l.mu held).
+func (l *fakeLocks) runsOn(host string) map[string]fairRun {
 	runs := map[string]fairRun{}
 	counted := map[string]bool{} // run and GPU: a MIG instance's is its GPU's
 	for slot, r := range l.holder {
@@ -425,19 +437,29 @@ func (l *fakeLocks) fairShareOf(host, me string) (int, string) {
 		fr.user, fr.since, fr.need, fr.part = l.users[r], w.at, w.need, w.part
 		runs[r] = fr
 	}
-	n, waiting, base := fairShare(l.fair[host], runs, me)
-	if wanting {
-		now := time.Now()
-		if v := vmin.Add(time.Microsecond); mine.fresh && v.Before(mine.at) {
-			mine.at, mine.looked = v, now // just after the oldest, from now on
-		}
-		mine.fresh = false
-		if over := runs[me].holds - base; over > 0 {
-			mine.at = mine.at.Add(now.Sub(mine.looked) * time.Duration(over))
-		}
-		mine.looked = now
+	return runs
+}
+
+// account moves each run that waits on host, and holds more than its
+// whole share there while another waits, back in the line by the GPU
+// time above that share since it was last accounted (l.mu held): called
+// as the locks held change, as lock.sh's looks once a second do for jobs
+// of minutes.
+func (l *fakeLocks) account(host string) {
+	if l.fair == nil || len(l.wants[host]) == 0 {
+		return
 	}
-	return n, waiting
+	now := time.Now()
+	runs := l.runsOn(host)
+	for r, w := range l.wants[host] {
+		if len(l.wants[host]) > 1 {
+			_, _, base := fairShare(l.fair[host], runs, r)
+			if over := runs[r].holds - base; over > 0 {
+				w.at = w.at.Add(now.Sub(w.looked) * time.Duration(over))
+			}
+		}
+		w.looked = now
+	}
 }
 
 // enter and leave count a job of run on slot.
@@ -513,8 +535,9 @@ func (l *fakeLock) Changed() <-chan struct{} {
 func (l *fakeLock) Release() {
 	l.once.Do(func() {
 		l.locks.mu.Lock()
-		delete(l.locks.holder, l.slot)
 		host, _, _ := strings.Cut(l.slot, ":")
+		l.locks.account(host)
+		delete(l.locks.holder, l.slot)
 		l.locks.touch(host)
 		if ch := l.locks.freed[l.slot]; ch != nil {
 			close(ch)
@@ -563,6 +586,7 @@ func (f *fakeExec) LockGPU(ctx context.Context, host string, gpu executor.GPUID,
 		}
 		return nil, &executor.LockedError{Where: host, GPU: gpu, Key: slot, Holder: "run " + who, Freed: freed}
 	}
+	f.locks.account(host)
 	f.locks.holder[slot] = run
 	f.locks.touch(host)
 	f.locks.taken++

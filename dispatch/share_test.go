@@ -156,18 +156,20 @@ func TestStopWaiting(t *testing.T) {
 // Fair share, simulated: 2 to 5 runs (of one user or several) arrive at
 // random times on one host and share its GPUs, each with jobs of random
 // lengths, on virtual time, with the holders' shares said as lock.sh says
-// them (fairShare). While every run has jobs waiting (from the last
-// arrival to the first run's last job start), each run's GPU time stays
-// within a bound (below) of an equal share (equal between users, then
-// between a user's runs); and never does a
-// GPU stand idle while a run has jobs waiting. The bound is one job's
-// length on each GPU a run may hold, its equal share rounded up (the
-// newest run reaches its share as the jobs before it end, and the GPUs
-// that whole shares leave over go round one job at a time): 0.6 of that
-// at worst here, 1.18 job lengths (of GPU time) in all. With more runs
-// than GPUs, every GPU goes round: no run starves, but the bound is not
-// met (the line's times move at each look, which come at jobs' ends; up
-// to 2.4 job lengths off seen).
+// them (fairShare), and each run moved back in the line by the GPU time
+// it holds above its whole share as its locks change (as lock.sh's charge
+// does). While every run has jobs waiting, each run's GPU time stays
+// within one job's length on each GPU of its equal share rounded up (one,
+// with more runs than GPUs) of an equal share (equal between users, then
+// between a user's runs); and never does a GPU stand idle while a run has
+// jobs waiting. "While every run waits" is from one job's length after
+// the last arrival (nothing running is stopped for a share: until the
+// jobs that ran as it came have ended, a run may hold more than its
+// share) to the first run's last job start. Over 40 seeds of each case
+// (6 here), the worst was 0.94 job lengths for runs of a share of one,
+// more runs than GPUs included (4.4 when the line moved only at the
+// holders' looks once a second, which come at jobs' ends here: a look
+// charged what was held as it looked), and 1.43 for a share of three.
 func TestFairShareSimulated(t *testing.T) {
 	t.Parallel()
 	for _, sc := range []struct {
@@ -190,7 +192,7 @@ func TestFairShareSimulated(t *testing.T) {
 		{4, []string{"ann", "bob", "cat", "dan", "eve"}},
 		{2, []string{"ann", "ann", "bob"}},
 	} {
-		for seed := range 4 {
+		for seed := range 6 {
 			name := fmt.Sprintf("%d GPUs, runs of %s, seed %d", sc.gpus, strings.Join(sc.users, ","), seed)
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -255,8 +257,8 @@ func simulateShare(t *testing.T, gpus int, users []string, seed uint64) {
 				}
 			}
 		}
-		from, to := slices.MaxFunc(arrive, time.Time.Compare), slices.MinFunc(lastStart, time.Time.Compare)
 		longestJob := time.Duration(longest) * time.Millisecond
+		from, to := slices.MaxFunc(arrive, time.Time.Compare).Add(longestJob), slices.MinFunc(lastStart, time.Time.Compare)
 		if to.Sub(from) < 4*longestJob {
 			t.Fatalf("the runs all waited together for %v only: the simulation proves little", to.Sub(from))
 		}
@@ -281,13 +283,6 @@ func simulateShare(t *testing.T, gpus int, users []string, seed uint64) {
 			want := time.Duration(frac * float64(total))
 			share := int(math.Ceil(frac * float64(gpus)))
 			switch d := got[i] - want; {
-			case len(users) > gpus:
-				// More runs than GPUs: every GPU goes round at each job's
-				// end, and the bound is not met (up to 2.4 job lengths off
-				// seen); none starves.
-				if got[i] == 0 {
-					t.Errorf("run %d (%s) had no GPU time while all waited (of %v): it starved", i, u, total)
-				}
 			case d.Abs() > time.Duration(share)*longestJob:
 				t.Errorf("run %d (%s) had %v of GPU time while all waited, an equal share is %v (of %v): off by more than one job's length on each of its %d GPUs", i, u, got[i], want, total, share)
 			}

@@ -15,7 +15,8 @@
 // is held to its share with more jobs for the machine ("want": Waiting),
 // till told "unwant" (StopWaiting: its queue holds nothing more for the
 // machine), its time the run's place in the line for the GPUs whole shares
-// leave over, and,
+// leave over (moved back by the GPU time the run holds above its whole
+// share, counted as its locks change and written at each look), and,
 // once a second while it holds locks or waits, and such a record is
 // there, its run's share of the host's GPUs, said to the coordinator
 // ("share") and read through executor.GPULock.Share. A run whose first

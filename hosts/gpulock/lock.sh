@@ -107,6 +107,7 @@ take() {
   esac
   name_lock "$g"
   if [ -n "${reserved[g]-}" ]; then
+    charge
     unset 'reserved[g]'
     said_locked "$g"
     return
@@ -163,6 +164,7 @@ grab() {
   forget_dead "$key"
   recs[g]=$pdir/gpudispatch-held-$key~$$~$run~$who~$cpid
   made+=("${recs[g]}")
+  charge
   fds[g]=$fd
 }
 # said_locked GPU answers that GPU (of key) is locked, with the memory
@@ -252,6 +254,7 @@ forget_dead() {
 # release lets go of GPU $1 at the next flush.
 release() {
   if [ -n "${fds[$1]-}" ]; then
+    charge
     gone+=("${recs[$1]}")
     shut+=("${fds[$1]}")
     unset 'fds[$1]' 'recs[$1]'
@@ -309,6 +312,7 @@ flush() {
 # record whose holder is gone is no one's. Nothing running is stopped. A
 # run that takes no part (--no-share) leaves no record and hears no share.
 wanted='' base=0 vmin='' wtag=0 wlast=0 fresh='' shared='- ' here='' turn='' tneed=0 rfull='' tlook=0
+owaiting='' moved=''
 tturn='' served='' smoved='' nwait=0 tmtime='' theld=0
 
 # barred, by uid: until when (epoch seconds) that user has no turn here;
@@ -615,11 +619,35 @@ watch_turn() {
   fi
   [ -z "$served" ] || smoved=$tmtime
 }
+# charge moves this run back in the line by the GPU time it held above its
+# whole share since it was last charged, while another run waited (as at
+# the last look): at each look, and as its locks change between looks
+# (grab, release, a GPU of its turn that its job takes), so that what it
+# held between two looks counts whole, a job shorter than a look's second
+# too. The GPUs taken for its turn count once its job has them. The
+# record's time follows at the next look.
+charge() {
+  local now=${EPOCHREALTIME//[!0-9]/} g n=0
+  local -A pg=()
+  if [ -n "$wanted" ] && [ -n "$owaiting" ]; then
+    for g in "${!fds[@]}"; do
+      [ -z "${reserved[g]-}" ] || continue # taken for a turn, with no job yet
+      ((g < 65536)) || g=$(((g - 65536) / 256))
+      [ -n "${pg[$g]:-}" ] || n=$((n + 1))
+      pg[$g]=1
+    done
+    if [ "$n" -gt "$base" ]; then
+      wtag=$((wtag + (now - wlast) * (n - base))) moved=1
+    fi
+  fi
+  wlast=$now
+}
 # share_tick renews (or lets go) this run's own record and says its share
 # when it changed.
 share_tick() {
   local f others='' share=- why=
   [ -n "$sharing" ] || return 0
+  charge
   turn=''
   if [ ${#fds[@]} -gt 0 ] || [ -n "$wanted" ]; then
     mine
@@ -635,17 +663,10 @@ share_tick() {
   [ -z "$others$wanted" ] || share_of
   # The run's place in the line (its record's time, in microseconds
   # here): new, just after the oldest (from this look on); holding more
-  # than its whole share, moved back by the GPU time above it since the
-  # last look (the GPUs taken for its turn count once its job has them).
+  # than its whole share, moved back by the GPU time above it (charge).
+  owaiting=$others
   if [ -n "$wanted" ]; then
-    local now=${EPOCHREALTIME//[!0-9]/} moved='' v g n=0
-    local -A pg=()
-    for g in "${!fds[@]}"; do
-      [ -z "${reserved[g]-}" ] || continue # taken for a turn, with no job yet
-      ((g < 65536)) || g=$(((g - 65536) / 256))
-      [ -n "${pg[$g]:-}" ] || n=$((n + 1))
-      pg[$g]=1
-    done
+    local v
     if [ -n "$others" ]; then
       if [ -n "$fresh" ] && [ -n "$vmin" ]; then
         # Just after the oldest (a microsecond, past what its time has
@@ -653,16 +674,13 @@ share_tick() {
         v=${vmin#*.}000000
         v=$((10#${vmin%.*}${v:0:6} + 1))
         if [ "$v" -lt "$wtag" ]; then
-          wtag=$v wlast=$now moved=1
+          wtag=$v moved=1
         fi
       fi
       fresh=''
-      if [ "$n" -gt "$base" ]; then
-        wtag=$((wtag + (now - wlast) * (n - base))) moved=1
-      fi
     fi
-    wlast=$now
     [ -z "$moved" ] || touch -c -d "@${wtag:0:${#wtag}-6}.${wtag: -6}" -- "$wanted" 2>/dev/null
+    moved=''
   fi
   if [ -n "$turn" ] && [ "$turn" = "$EUID~$run" ]; then
     reserve

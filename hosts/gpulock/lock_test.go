@@ -729,6 +729,10 @@ func TestTurnKeptWhileDue(t *testing.T) {
 	if len(recs) != 1 {
 		t.Fatalf("A's records of waiting: %v, want one", recs)
 	}
+	// A's holder writes its record's time at its next look, with what A
+	// held above its share until it let go of GPU 0: the test sets it
+	// after.
+	time.Sleep(1500 * time.Millisecond)
 	behind := time.Now().Add(time.Minute)
 	if err := os.Chtimes(recs[0], behind, behind); err != nil {
 		t.Fatal(err)
@@ -823,6 +827,65 @@ func TestLeftOverGPUGoesRound(t *testing.T) {
 	for _, l := range held {
 		l.Release()
 	}
+}
+
+// A run above its whole share moves back in the line by the GPU time it
+// held there, however short: a job that ends between two of its holder's
+// looks counts whole. (Looks once a second that only saw what was held at
+// each counted a whole second for a job that a look caught, and nothing
+// for one no look caught: a run of short jobs could keep its place.)
+func TestShortHoldCharged(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "locks")
+	ctx := context.Background()
+	open := func() *Lockers {
+		ls := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, seenGPUs(2))
+		t.Cleanup(ls.Close)
+		return ls
+	}
+	a, b := open(), open()
+	held := lockAll(t, a, 2, "runA")
+	lockRefused(t, b, 0, "runB")
+	a.Waiting("runA", executor.Need{GPUs: 1}) // after B, with one GPU above its share
+	rec := func() time.Time {
+		m, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*~runA~*"))
+		if len(m) != 1 {
+			return time.Time{}
+		}
+		st, err := os.Stat(m[0])
+		if err != nil {
+			return time.Time{}
+		}
+		return st.ModTime()
+	}
+	// Just after a look that moved A's record back (its first look puts it
+	// just after B's, earlier): let go of GPU 1, then hold it again for
+	// 0.4 s, all before the next look.
+	var before time.Time
+	for deadline, last := time.Now().Add(5*time.Second), rec(); ; time.Sleep(5 * time.Millisecond) {
+		if at := rec(); !last.IsZero() && at.After(last) {
+			before = at
+			break
+		} else {
+			last = at
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("A's record of waiting did not move back in 5 s, holding one GPU above its share")
+		}
+	}
+	held[1].Release()
+	time.Sleep(200 * time.Millisecond)
+	again, err := a.Lock(ctx, 1, "runA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	again.Release()
+	time.Sleep(2500 * time.Millisecond) // the looks that follow
+	if moved := rec().Sub(before); moved < 300*time.Millisecond || moved > 700*time.Millisecond {
+		t.Errorf("A's record moved back by %v after it held one GPU above its share for 0.4 s between two looks, want about 0.4 s", moved)
+	}
+	held[0].Release()
 }
 
 // More runs than GPUs: a run holding one while a run with none waits for
