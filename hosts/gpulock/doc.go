@@ -25,7 +25,9 @@
 // "free", and the coordinator's lock of one is answered at once; the
 // other holders void a turn under which a GPU stands free and unlocked (a
 // forged record's), or one kept by a record whose time stands still while
-// its run holds the GPUs (a forged time's). The holder of a run that
+// its run holds the GPUs (a forged time's); and a run first in the line
+// whose time stands still while it holds more than its whole share
+// loses its place there (a forged time's too). The holder of a run that
 // waits stays while it waits, holding nothing.
 // Requests that come together are answered together: their records are
 // made, or removed, by one mkdir or rmdir. One holder per machine, not per

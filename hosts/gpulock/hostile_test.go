@@ -354,6 +354,80 @@ for g in 0 1; do mkdir -m 755 gpudispatch-held-GPU-turn-$g~$!~evil~evil~1; done`
 	}
 }
 
+// A place in the line kept by a forged time is lost: on three GPUs,
+// mallory holds two by locks of her own, with records that say her run
+// does, and her record of waiting says it is older than any, so that the
+// GPU that whole shares leave over (one each) stays hers (a run's record
+// moves back as it holds above its whole share). Once that is found,
+// her records count as the newest in the line: when she lets go of one
+// and waits for it, this run keeps none for her (a share of one were her
+// place kept), and has the one left over itself.
+func TestLineKeptByAForgedTimeLost(t *testing.T) {
+	m, dir, open := turnLab(t, 3)
+	ls := open()
+	own, err := ls.Lock(context.Background(), 2, "runV")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Release()
+	asMallory(t, m, fmt.Sprintf(`cd %s && for g in 0 1; do mkdir -m 755 gpudispatch-gpu-GPU-turn-$g.$(id -u); done
+sleep 60 >/dev/null 2>&1 &
+r=gpudispatch-want-GPU-turn-0~$!~evil~evil~1; mkdir -m 755 $r && touch -d @1700000000 $r
+for g in 0 1; do
+  flock -x gpudispatch-gpu-GPU-turn-$g.$(id -u) sleep 60 >/dev/null 2>&1 &
+  echo $! >evil$g.pid
+  mkdir -m 755 gpudispatch-held-GPU-turn-$g~$!~evil~evil~1
+done`, dir))
+	lockRefused(t, ls, 0, "runV")
+	ls.Waiting("runV", executor.Need{GPUs: 1}) // as its coordinator says
+	time.Sleep(9 * time.Second)                // her place kept, at looks six seconds apart
+	asMallory(t, m, fmt.Sprintf(`cd %s && kill $(cat evil1.pid) && rmdir gpudispatch-held-GPU-turn-1~*~evil~*`, dir))
+	time.Sleep(2500 * time.Millisecond)
+	for range 10 {
+		if n, why, _ := ls.Share("runV"); n != -1 {
+			t.Fatalf("share %d (%s) with mallory waiting with one of three GPUs, her place in the line kept by a forged time; want none said (the one left over this run's)", n, why)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A run may stay first in the line for long while it holds the GPU that
+// whole shares leave over, when its time is its due (the others came
+// later): its record moves back all along, and it keeps its place, not
+// taken for one kept by a forged time. Here mallory's run (a real one)
+// holds two of three GPUs, and this user's record is a minute behind
+// hers: after ten seconds she lets go of one and waits for it, and this
+// run keeps it for her (a share of one).
+func TestLineKeptWhileDue(t *testing.T) {
+	m, dir, open := turnLab(t, 3)
+	ctx := context.Background()
+	a := New(asUser(m), "node", dir, heartbeat, linger, 0, seenGPUs(3))
+	t.Cleanup(a.Close)
+	b := open()
+	held := lockAll(t, a, 2, "runM")
+	own, err := b.Lock(ctx, 2, "runV")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Release()
+	a.Waiting("runM", executor.Need{GPUs: 1})
+	lockRefused(t, b, 0, "runV")
+	b.Waiting("runV", executor.Need{GPUs: 1})
+	time.Sleep(1500 * time.Millisecond) // this run's first look puts its record just after hers
+	recs, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*~runV~*"))
+	if len(recs) != 1 {
+		t.Fatalf("this run's records of waiting: %v, want one", recs)
+	}
+	behind := time.Now().Add(time.Minute)
+	if err := os.Chtimes(recs[0], behind, behind); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Second) // hers first, above her whole share of one
+	held[1].Release()
+	waitForShare(t, own, 1)
+	held[0].Release()
+}
+
 // A forged record of holding a GPU does not keep a turn from taking it:
 // mallory's record says a run of hers holds GPU 1, with no lock; B's
 // holder takes both GPUs for B's turn as A lets go of them.

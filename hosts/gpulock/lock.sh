@@ -313,12 +313,15 @@ flush() {
 # run that takes no part (--no-share) leaves no record and hears no share.
 wanted='' base=0 vmin='' wtag=0 wlast=0 fresh='' shared='- ' here='' turn='' tneed=0 rfull='' tlook=0
 owaiting='' moved=''
-tturn='' served='' smoved='' nwait=0 tmtime='' theld=0
+tturn='' served='' smoved='' nwait=0 tmtime='' theld=0 tfirst='' tbase=0 lfirst='' lsince='' lmoved=''
 
 # barred, by uid: until when (epoch seconds) that user has no turn here;
 # idle, by GPU index: since when it stands free and unlocked under another
 # run's turn (see watch_turn).
-declare -A barred=() idle=()
+# lbarred, by uid: until when that user's records count as the newest in
+# the line (see watch_line); free and theirs, look_locks's.
+declare -A barred=() idle=() lbarred=()
+free=() theirs=0
 # mine sets here to the host's name in want records, and keys to its GPUs'
 # locks' names, once. Where nvidia-smi lists no GPU (GPUs given by hand),
 # the host's GPUs are those whose locks are named by index (keyless).
@@ -417,6 +420,8 @@ share_of() {
     [ -n "${nruns[$u]:-}" ] || users=$((users + 1))
     nruns[$u]=$((${nruns[$u]:-0} + 1))
     in[$k]=1
+    # Out of the line (watch_line): the newest there.
+    [ -z "${waits[$k]:-}" ] || [ "${lbarred[$u]:-0}" -le "${EPOCHSECONDS:-0}" ] || waits[$k]=9999999999.0
   done
   share=-
   [ "$users" -gt 0 ] && [ "$all" -gt 0 ] || return 0
@@ -443,8 +448,8 @@ share_of() {
     fi
     if [ -z "$first" ] || older "${waits[$k]}" "${k#*~}" "${waits[$first]}" "${first#*~}"; then first=$k; fi
   done
-  nwait=${#waits[@]} tmtime='' theld=0
-  [ -z "$first" ] || tmtime=${waits[$first]} theld=${holds[$first]:-0}
+  nwait=${#waits[@]} tmtime='' theld=0 tfirst=$first tbase=0
+  [ -z "$first" ] || tmtime=${waits[$first]} theld=${holds[$first]:-0} tbase=$((all / users / ${nruns[${owner[$first]}]}))
   if [ -n "$first" ] && [ -z "$keyless" ] && [ -n "${cannot[$first]:-}" ] && [ -z "${part[$first]:-}" ] && [ "${need[$first]}" -le "$all" ] &&
     [ "${barred[${owner[$first]}]:-0}" -le "${EPOCHSECONDS:-0}" ]; then
     turn=$first tneed=${need[$first]}
@@ -580,37 +585,20 @@ unreserve() {
 # find, and a flock(1) per lock of each GPU this run does not hold:
 # records, anyone's to forge, prove nothing).
 watch_turn() {
-  local i rest e f free mine why tu=${turn%%~*} now=${EPOCHSECONDS:-0} theirs=0
-  local -A owned=()
+  local i tu=${turn%%~*} now=${EPOCHSECONDS:-0}
   [ "$turn" = "$tturn" ] || tturn=$turn served='' smoved=''
   [ $((now - tlook)) -ge 2 ] || return 0
   tlook=$now
-  while IFS= read -r f; do owned[$f]=1; done < <(find "$pdir" -mindepth 1 -maxdepth 1 -name 'gpudispatch-gpu-*' -user "$tu" -print 2>/dev/null)
-  while IFS=', ' read -r i rest; do
-    case $i in '' | *[!0-9]*) continue ;; esac
-    lock_key "$i" "$uuids"
-    free=1 mine=''
-    if [ -n "${fds[i]-}" ]; then
-      free=''
-    else
-      for e in "$pdir/gpudispatch-gpu-$key".* "$pdir/gpudispatch-gpu-$key"-mig*.*; do
-        if [ ! -e "$e" ] || ! open_lock "$e"; then continue; fi
-        if ! flock -n -s "$lfd"; then
-          free=''
-          [ -z "${owned[$e]:-}" ] || mine=1
-        fi
-        exec {lfd}<&-
-      done
-    fi
-    [ -z "$mine" ] || theirs=$((theirs + 1))
-    if [ -z "$free" ]; then
+  look_locks "$tu"
+  for i in "${!free[@]}"; do
+    if [ -z "${free[i]}" ]; then
       unset "idle[$i]"
     elif [ $((now - ${idle[$i]:=$now})) -ge 4 ]; then
       barred[$tu]=$((now + 600))
       idle=()
       return
     fi
-  done <<<"$uuids"
+  done
   if [ "$theirs" -lt "$tneed" ] || [ "$theld" -lt "$tneed" ] || [ "$nwait" -lt 2 ] || [ "$tmtime" != "${smoved:-$tmtime}" ]; then
     served='' smoved=''
   elif [ $((now - ${served:=$now})) -ge 6 ]; then
@@ -618,6 +606,56 @@ watch_turn() {
     served='' smoved=''
   fi
   [ -z "$served" ] || smoved=$tmtime
+}
+# look_locks USER looks at the lock of each GPU of the host by flock(1) on
+# its lock files (records, anyone's to forge, prove nothing): free, by
+# GPU index, says "1" for a GPU free and unlocked (this run's are not),
+# and theirs counts the GPUs that locks of USER's own hold.
+look_locks() {
+  local i rest e f mine
+  local -A owned=()
+  free=() theirs=0
+  while IFS= read -r f; do owned[$f]=1; done < <(find "$pdir" -mindepth 1 -maxdepth 1 -name 'gpudispatch-gpu-*' -user "$1" -print 2>/dev/null)
+  while IFS=', ' read -r i rest; do
+    case $i in '' | *[!0-9]*) continue ;; esac
+    lock_key "$i" "$uuids"
+    free[i]=1 mine=''
+    if [ -n "${fds[i]-}" ]; then
+      free[i]=''
+    else
+      for e in "$pdir/gpudispatch-gpu-$key".* "$pdir/gpudispatch-gpu-$key"-mig*.*; do
+        if [ ! -e "$e" ] || ! open_lock "$e"; then continue; fi
+        if ! flock -n -s "$lfd"; then
+          free[i]=''
+          [ -z "${owned[$e]:-}" ] || mine=1
+        fi
+        exec {lfd}<&-
+      done
+    fi
+    [ -z "$mine" ] || theirs=$((theirs + 1))
+  done <<<"$uuids"
+}
+# watch_line takes the line's first out of it for ten minutes (lbarred:
+# its user's records count as the newest there) when that run, another
+# than this one, holds more GPUs than its whole share, by its records and
+# by locks of its user's own, while another run waits, at looks six
+# seconds apart between which its record's time never moved: a run above
+# its whole share moves back at each look (charge), so such a place is a
+# forged time's, kept to take the GPUs that whole shares leave over.
+watch_line() {
+  local now=${EPOCHSECONDS:-0} tu=${tfirst%%~*}
+  if [ -z "$tfirst" ] || [ "$tfirst" = "$EUID~$run" ] || [ "$nwait" -lt 2 ] || [ "$theld" -le "$tbase" ]; then
+    lfirst='' lsince=''
+    return 0
+  fi
+  if [ "$tfirst" != "$lfirst" ] || [ "$tmtime" != "$lmoved" ]; then
+    lfirst=$tfirst lsince=$now lmoved=$tmtime
+    return 0
+  fi
+  [ $((now - lsince)) -ge 6 ] || return 0
+  look_locks "$tu"
+  [ "$theirs" -le "$tbase" ] || lbarred[$tu]=$((now + 600))
+  lfirst='' lsince=''
 }
 # charge moves this run back in the line by the GPU time it held above its
 # whole share since it was last charged, while another run waited (as at
@@ -660,7 +698,7 @@ share_tick() {
   fi
   # A run that waits looks even with no other run waiting: it may have
   # its turn.
-  [ -z "$others$wanted" ] || share_of
+  if [ -n "$others$wanted" ]; then share_of; else tfirst=''; fi
   # The run's place in the line (its record's time, in microseconds
   # here): new, just after the oldest (from this look on); holding more
   # than its whole share, moved back by the GPU time above it (charge).
@@ -687,6 +725,7 @@ share_tick() {
   else
     [ ${#reserved[@]} -eq 0 ] || unreserve
     if [ -n "$turn" ]; then watch_turn; else idle=(); fi
+    watch_line
   fi
   if [ "$share $why" != "$shared" ]; then
     shared="$share $why"
