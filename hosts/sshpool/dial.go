@@ -331,11 +331,9 @@ func (d *dialer) aliveFor(t Target) alive {
 	return alive{d.keepalive, cmp.Or(t.AliveCountMax, 2)}
 }
 
-// keepAlive asks the server for a reply every a.interval; a connection
-// whose a.missed keepalives in a row go unanswered (each given an interval)
-// is closed, which ends every wait on it (golang/go#19338). OpenSSH answers
-// keepalive@openssh.com with a failure, which proves it alive all the same.
-// It returns when done closes.
+// keepAlive asks the server for a reply every a.interval (ping); a
+// connection whose a.missed keepalives in a row go unanswered (each given
+// an interval) is closed. It returns when done closes.
 func keepAlive(c *ssh.Client, a alive, done <-chan struct{}) {
 	t := time.NewTicker(a.interval)
 	defer t.Stop()
@@ -345,25 +343,43 @@ func keepAlive(c *ssh.Client, a alive, done <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		answered := make(chan error, 1)
-		go func() {
-			_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
-			answered <- err
-		}()
-		timer := time.NewTimer(time.Duration(a.missed) * a.interval)
-		select {
-		case err := <-answered:
-			timer.Stop()
-			if err != nil {
-				c.Close()
-				return
-			}
-		case <-timer.C:
-			c.Close()
-			return
-		case <-done:
-			timer.Stop()
+		if !ping(context.Background(), c, a.wait(), done) {
 			return
 		}
+	}
+}
+
+// wait is how long a keepalive's answer is waited for before the
+// connection is given up: an interval per keepalive that may go unanswered.
+func (a alive) wait() time.Duration { return time.Duration(a.missed) * a.interval }
+
+// ping asks the server for a reply and waits up to wait for it: true once
+// it came (OpenSSH answers keepalive@openssh.com with a failure, which
+// proves it alive all the same). When none comes in time, or the
+// connection failed, the connection is closed, which ends every wait on it
+// (golang/go#19338), and ping says false; so it does, leaving the
+// connection be, once done closes or ctx ends.
+func ping(ctx context.Context, c *ssh.Client, wait time.Duration, done <-chan struct{}) bool {
+	answered := make(chan error, 1)
+	go func() {
+		_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
+		answered <- err
+	}()
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case err := <-answered:
+		if err != nil {
+			c.Close()
+			return false
+		}
+		return true
+	case <-timer.C:
+		c.Close()
+		return false
+	case <-done:
+		return false
+	case <-ctx.Done():
+		return false
 	}
 }

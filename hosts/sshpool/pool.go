@@ -22,7 +22,9 @@ import (
 // default), the pool learns that connection's limit and opens another
 // connection, so a busy host never fails a job for want of a session.
 //
-// The host is up while one of its connections is alive. When the last one
+// The host is up while one of its connections is alive; WaitUp, which a
+// run calls to learn that a host it lost is back, wants it to answer as
+// well. When the last one
 // dies (server gone, keepalive unanswered) the pool dials again at once; if
 // that fails the host is down: sessions fail at once with ErrHostDown, and
 // the pool redials with exponential backoff and jitter until it succeeds or
@@ -55,6 +57,7 @@ type conn struct {
 	open   int // sessions open on it
 	limit  int // sessions the server allows on it; 0 until one was refused
 	done   chan struct{}
+	dialed time.Time
 }
 
 // errDiedOpening is newSession's error when the connection died while a
@@ -115,7 +118,7 @@ func (p *Pool) notify() {
 
 // add starts watching a new connection. p.mu is held.
 func (p *Pool) add(client *ssh.Client) {
-	c := &conn{client: client, done: make(chan struct{})}
+	c := &conn{client: client, done: make(chan struct{}), dialed: time.Now()}
 	go func() {
 		client.Wait()
 		close(c.done)
@@ -316,9 +319,13 @@ func (p *Pool) unreserve(c *conn) {
 	p.mu.Unlock()
 }
 
-// WaitUp returns once the host has a live connection, dialing when nothing
-// else is, or when ctx ends or the pool is closed.
+// WaitUp returns once the host answers, dialing when nothing else is, or
+// when ctx ends or the pool is closed. A connection made before WaitUp was
+// called must answer a keepalive first: one to a host that froze is alive
+// until its keepalives go unanswered, and a run waiting for the host to
+// come back took it for the host being up again at once.
 func (p *Pool) WaitUp(ctx context.Context) error {
+	since := time.Now()
 	for {
 		p.mu.Lock()
 		switch {
@@ -326,8 +333,19 @@ func (p *Pool) WaitUp(ctx context.Context) error {
 			p.mu.Unlock()
 			return errPoolClosed
 		case p.live():
+			c := p.conns[len(p.conns)-1] // the newest
 			p.mu.Unlock()
-			return nil
+			if !c.dialed.Before(since) || ping(ctx, c.client, p.dialer.aliveFor(p.target).wait(), c.done) {
+				return nil
+			}
+			// Closed for want of an answer (or ctx ended): once it is
+			// gone, the pool dials again.
+			select {
+			case <-c.done:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		case !p.dialing && p.down == nil:
 			p.redial()
 		}
