@@ -641,10 +641,12 @@ look_locks() {
 # by locks of its user's own, while another run waits, at looks six
 # seconds apart between which its record's time never moved: a run above
 # its whole share moves back at each look (charge), so such a place is a
-# forged time's, kept to take the GPUs that whole shares leave over.
+# forged time's, kept to take the GPUs that whole shares leave over. A
+# run whose turn it is holds GPUs for its job as they free up, and does
+# not move back for them until its job has them: watch_turn looks at it.
 watch_line() {
   local now=${EPOCHSECONDS:-0} tu=${tfirst%%~*}
-  if [ -z "$tfirst" ] || [ "$tfirst" = "$EUID~$run" ] || [ "$nwait" -lt 2 ] || [ "$theld" -le "$tbase" ]; then
+  if [ -z "$tfirst" ] || [ "$tfirst" = "$EUID~$run" ] || [ "$tfirst" = "$turn" ] || [ "$nwait" -lt 2 ] || [ "$theld" -le "$tbase" ]; then
     lfirst='' lsince=''
     return 0
   fi

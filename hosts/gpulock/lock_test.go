@@ -765,6 +765,27 @@ func TestTurnKeptWhileDue(t *testing.T) {
 	}
 }
 
+// A turn may drain for long: the run whose turn it is holds the GPUs it
+// took for its job, above its whole share, without moving back in the
+// line until its job has them. It keeps its place: not taken for one kept
+// by a forged time (which voided the turn of a job whose GPUs took more
+// than six seconds to free). Here A's last job on the four GPUs runs
+// eight seconds after B's holder took the three others.
+func TestTurnKeptWhileItDrains(t *testing.T) {
+	t.Parallel()
+	a, _, held, taken, _ := turnOfB(t, 4, executor.Need{})
+	for _, l := range held[1:3] {
+		l.Release()
+	}
+	waitTaken(t, taken, 3, "the three A let go of")
+	time.Sleep(8 * time.Second)
+	if n, _, _ := a.Share("runA"); n != 0 {
+		t.Fatalf("A's share %d while B's turn drains, want none", n)
+	}
+	held[3].Release()
+	waitTaken(t, taken, 4, "all four")
+}
+
 // The GPUs that whole shares leave over go round: three runs on four GPUs
 // each have one, and the fourth goes to the first in the line of runs
 // waiting for more. A run that holds it moves back in the line by the GPU
@@ -793,29 +814,18 @@ func TestLeftOverGPUGoesRound(t *testing.T) {
 	// A's share one.
 	time.Sleep(1500 * time.Millisecond)
 	a.Waiting("runA", executor.Need{GPUs: 1})
-	timeOf := func(run string) time.Time {
-		m, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*~"+run+"~*"))
-		if len(m) != 1 {
-			return time.Time{}
-		}
-		st, err := os.Stat(m[0])
-		if err != nil {
-			return time.Time{}
-		}
-		return st.ModTime()
-	}
-	b := timeOf("runB")
+	b := recordTime(dir, "runB")
 	if b.IsZero() {
 		t.Fatal("run B has no record of waiting")
 	}
 	await := func(what string, ok func(at time.Time) bool) {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			if at := timeOf("runA"); !at.IsZero() && ok(at) {
+			if at := recordTime(dir, "runA"); !at.IsZero() && ok(at) {
 				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("run A's record: %s (its time %v, B's %v)", what, timeOf("runA"), b)
+				t.Fatalf("run A's record: %s (its time %v, B's %v)", what, recordTime(dir, "runA"), b)
 			}
 		}
 	}
@@ -847,23 +857,12 @@ func TestShortHoldCharged(t *testing.T) {
 	held := lockAll(t, a, 2, "runA")
 	lockRefused(t, b, 0, "runB")
 	a.Waiting("runA", executor.Need{GPUs: 1}) // after B, with one GPU above its share
-	rec := func() time.Time {
-		m, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*~runA~*"))
-		if len(m) != 1 {
-			return time.Time{}
-		}
-		st, err := os.Stat(m[0])
-		if err != nil {
-			return time.Time{}
-		}
-		return st.ModTime()
-	}
 	// Just after a look that moved A's record back (its first look puts it
 	// just after B's, earlier): let go of GPU 1, then hold it again for
 	// 0.4 s, all before the next look.
 	var before time.Time
-	for deadline, last := time.Now().Add(5*time.Second), rec(); ; time.Sleep(5 * time.Millisecond) {
-		if at := rec(); !last.IsZero() && at.After(last) {
+	for deadline, last := time.Now().Add(5*time.Second), recordTime(dir, "runA"); ; time.Sleep(5 * time.Millisecond) {
+		if at := recordTime(dir, "runA"); !last.IsZero() && at.After(last) {
 			before = at
 			break
 		} else {
@@ -882,10 +881,24 @@ func TestShortHoldCharged(t *testing.T) {
 	time.Sleep(400 * time.Millisecond)
 	again.Release()
 	time.Sleep(2500 * time.Millisecond) // the looks that follow
-	if moved := rec().Sub(before); moved < 300*time.Millisecond || moved > 700*time.Millisecond {
+	if moved := recordTime(dir, "runA").Sub(before); moved < 300*time.Millisecond || moved > 700*time.Millisecond {
 		t.Errorf("A's record moved back by %v after it held one GPU above its share for 0.4 s between two looks, want about 0.4 s", moved)
 	}
 	held[0].Release()
+}
+
+// recordTime is the time of run's record of waiting in the lock dir dir
+// (its place in the line): zero when there is none, or more than one.
+func recordTime(dir, run string) time.Time {
+	m, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*~"+run+"~*"))
+	if len(m) != 1 {
+		return time.Time{}
+	}
+	st, err := os.Stat(m[0])
+	if err != nil {
+		return time.Time{}
+	}
+	return st.ModTime()
 }
 
 // More runs than GPUs: a run holding one while a run with none waits for
