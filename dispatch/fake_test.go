@@ -393,9 +393,8 @@ func split(all int, runs map[string]fairRun) map[string]int {
 
 // fairShareOf is fairShare on host for run me, from the locks and records
 // (l.mu held): nothing unless another run waits there. Then, as the
-// holder does at each look, it moves me's record in the line: new, just
-// after the oldest other; holding more than its whole share, back by the GPU
-// time above it since the last look.
+// holder does at each look, it places me's record in the line when new:
+// just after the oldest other (account moves it back).
 func (l *fakeLocks) fairShareOf(host, me string) (int, string) {
 	l.account(host)
 	var vmin time.Time
@@ -443,8 +442,8 @@ func (l *fakeLocks) runsOn(host string) map[string]fairRun {
 // account moves each run that waits on host, and holds more than its
 // whole share there while another waits, back in the line by the GPU
 // time above that share since it was last accounted (l.mu held): called
-// as the locks held change, as lock.sh's looks once a second do for jobs
-// of minutes.
+// before the locks held or the records change, and at each look, as
+// lock.sh's charge is.
 func (l *fakeLocks) account(host string) {
 	if l.fair == nil || len(l.wants[host]) == 0 {
 		return

@@ -881,7 +881,9 @@ func TestShortHoldCharged(t *testing.T) {
 	time.Sleep(400 * time.Millisecond)
 	again.Release()
 	time.Sleep(2500 * time.Millisecond) // the looks that follow
-	if moved := recordTime(dir, "runA").Sub(before); moved < 300*time.Millisecond || moved > 700*time.Millisecond {
+	// About 0.4 s, and what the holder took to hear the lets-go under load
+	// (a look that caught the hold charged a whole second; none, nothing).
+	if moved := recordTime(dir, "runA").Sub(before); moved < 300*time.Millisecond || moved > 900*time.Millisecond {
 		t.Errorf("A's record moved back by %v after it held one GPU above its share for 0.4 s between two looks, want about 0.4 s", moved)
 	}
 	held[0].Release()
