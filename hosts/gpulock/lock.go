@@ -100,6 +100,10 @@ type Lockers struct {
 	// to a holder's stdin.
 	mu      sync.Mutex
 	holders map[string]*holder // by run
+	// waits is what each run that waits for the machine's GPUs said its
+	// first job needs (Waiting, until StopWaiting): told again to a holder
+	// started after one that died, so that the run keeps its place.
+	waits map[string]executor.Need
 }
 
 // holder is a lock.sh process and what it was asked.
@@ -243,6 +247,9 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 		ls.holders = map[string]*holder{}
 	}
 	ls.holders[run] = h
+	if need, ok := ls.waits[run]; ok {
+		h.want(need)
+	}
 	return h, nil
 }
 
@@ -267,13 +274,26 @@ func (ls *Lockers) Close() {
 func (ls *Lockers) Waiting(run string, need executor.Need) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if h := ls.holders[run]; h != nil && !ls.NoShare {
-		h.wanting = true
-		if need.Part {
-			h.send("want", strconv.Itoa(max(need.GPUs, 1)), "part")
-		} else {
-			h.send("want", strconv.Itoa(max(need.GPUs, 1)))
-		}
+	if ls.NoShare {
+		return
+	}
+	if ls.waits == nil {
+		ls.waits = map[string]executor.Need{}
+	}
+	ls.waits[run] = need
+	if h := ls.holders[run]; h != nil {
+		h.want(need)
+	}
+}
+
+// want tells the holder that its run waits, its first job needing need.
+// ls.mu is held.
+func (h *holder) want(need executor.Need) {
+	h.wanting = true
+	if need.Part {
+		h.send("want", strconv.Itoa(max(need.GPUs, 1)), "part")
+	} else {
+		h.send("want", strconv.Itoa(max(need.GPUs, 1)))
 	}
 }
 
@@ -301,6 +321,7 @@ func (ls *Lockers) Share(run string) (int, string, <-chan struct{}) {
 func (ls *Lockers) StopWaiting(run string) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
+	delete(ls.waits, run)
 	if h := ls.holders[run]; h != nil && !ls.NoShare {
 		h.send("unwant")
 		h.wanting = false

@@ -889,6 +889,66 @@ func TestShortHoldCharged(t *testing.T) {
 	held[0].Release()
 }
 
+// A run that waits keeps its place when its holder dies: the holder
+// started for its next request is told that the run waits, as the one
+// before was (the coordinator says so again only when what its first job
+// needs changes). Here B, held to its share of one GPU of two with more
+// jobs, waits with no lock refused (which would make the record anew).
+func TestWaitingToldToANewHolder(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "locks")
+	ctx := context.Background()
+	open := func() *Lockers {
+		ls := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, seenGPUs(2))
+		t.Cleanup(ls.Close)
+		return ls
+	}
+	a, b := open(), open()
+	held := lockAll(t, a, 1, "runA")
+	defer held[0].Release()
+	mine, err := b.Lock(ctx, 1, "runB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Waiting("runA", executor.Need{GPUs: 1})
+	b.Waiting("runB", executor.Need{GPUs: 1})
+	// holderOfB is the pid in B's record of waiting whose process lives.
+	holderOfB := func() int {
+		m, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*~runB~*"))
+		for _, rec := range m {
+			f := strings.Split(filepath.Base(rec), "~")
+			if pid, err := strconv.Atoi(f[1]); err == nil && syscall.Kill(pid, 0) == nil {
+				return pid
+			}
+		}
+		return 0
+	}
+	var pid int
+	for deadline := time.Now().Add(5 * time.Second); pid == 0; time.Sleep(20 * time.Millisecond) {
+		if pid = holderOfB(); pid == 0 && time.Now().After(deadline) {
+			t.Fatal("B's holder made no record of waiting")
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-mine.Lost()
+	// B's next job's lock starts another holder, and takes the GPU.
+	again, err := b.Lock(ctx, 1, "runB")
+	if err != nil {
+		t.Fatalf("B's lock of GPU 1 after its holder died: %v", err)
+	}
+	defer again.Release()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if now := holderOfB(); now != 0 && now != pid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("B's new holder made no record of waiting: B lost its place in the line")
+		}
+	}
+}
+
 // recordTime is the time of run's record of waiting in the lock dir dir
 // (its place in the line): zero when there is none, or more than one.
 func recordTime(dir, run string) time.Time {
