@@ -95,7 +95,7 @@ func WriteTable(w io.Writer, states []HostState, busyMB int, o TableOptions) err
 			t.note(fmt.Sprintf("locks: %v", st.LockErr))
 		}
 		for _, w := range st.Waiting {
-			t.note(w + " waits for its GPUs (fair share)")
+			t.note(w)
 		}
 		for _, k := range st.Kept {
 			what := "runs on with no gpudispatch since " + k.Since.Local().Format("2006-01-02 15:04")

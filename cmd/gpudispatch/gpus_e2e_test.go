@@ -135,7 +135,7 @@ func TestSSHKilledWaiterLeavesNoDemand(t *testing.T) {
 		}
 	}
 	// hosts names the run that waits, and its user.
-	if h := labRun(t, l, "", "hosts", "-i", inv); !regexpMatch(`(?m)^\s+run \S+ of \S+@\S+ waits for its GPUs \(fair share\)$`, h.stdout) {
+	if h := labRun(t, l, "", "hosts", "-i", inv); !regexpMatch(`(?m)^\s+run \S+ of \S+@\S+ waits for its GPUs \(fair share\), first in line$`, h.stdout) {
 		t.Errorf("hosts does not name the waiting run:\n%s", h.stdout)
 	}
 	waiter.Process.Signal(syscall.SIGKILL)

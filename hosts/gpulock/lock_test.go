@@ -949,6 +949,41 @@ func TestWaitingToldToANewHolder(t *testing.T) {
 	}
 }
 
+// The look of gpudispatch hosts lists the runs that wait in the line's
+// order, each with its place and what its first job needs.
+func TestProbeSaysTheLine(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "locks")
+	held := lockAll(t, local(t, "node", dir, linger), 1, "runA")
+	defer held[0].Release()
+	b, c := local(t, "node", dir, linger), local(t, "node", dir, linger)
+	lockRefused(t, b, 0, "runB")
+	for recordTime(dir, "runB").IsZero() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond)
+	lockRefused(t, c, 0, "runC")
+	c.Waiting("runC", executor.Need{GPUs: 2, Part: true})
+	want := []string{
+		`^run runB of \S+ waits for its GPUs \(fair share\), first in line$`,
+		`^run runC of \S+ waits for its GPUs \(fair share\), number 2 in line, for a job of 2 GPUs together here, a part of a job over several hosts$`,
+	}
+	var got []string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out, err := exec.Command("bash", "-c", ProbeScript(dir, []executor.GPU{{Index: 0}})).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = ReadProbe(string(out), []executor.GPU{{Index: 0}})
+		if len(got) == len(want) && regexp.MustCompile(want[0]).MatchString(got[0]) && regexp.MustCompile(want[1]).MatchString(got[1]) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the runs that wait: %q, want\n%s", got, strings.Join(want, "\n"))
+		}
+	}
+}
+
 // recordTime is the time of run's record of waiting in the lock dir dir
 // (its place in the line): zero when there is none, or more than one.
 func recordTime(dir, run string) time.Time {

@@ -32,7 +32,9 @@ func ProbeScript(dir string, gpus []executor.GPU) string {
 }
 
 // ReadProbe fills in LockedBy of gpus from what ProbeScript printed, and
-// returns the runs it says wait for the host's GPUs.
+// returns the runs it says wait for the host's GPUs, first in the line
+// first, each in words ("run R of W waits for its GPUs (fair share),
+// first in line, for a job of 4 GPUs together").
 func ReadProbe(out string, gpus []executor.GPU) (waiting []string) {
 	r := bufio.NewReader(strings.NewReader(out))
 	for {
@@ -40,8 +42,8 @@ func ReadProbe(out string, gpus []executor.GPU) (waiting []string) {
 		if err != nil {
 			return waiting
 		}
-		if len(f) == 2 && f[0] == "waits" {
-			waiting = append(waiting, f[1])
+		if len(f) == 4 && f[0] == "waits" {
+			waiting = append(waiting, waits(f[1], f[2], f[3]))
 			continue
 		}
 		for i := range gpus {
@@ -50,4 +52,24 @@ func ReadProbe(out string, gpus []executor.GPU) (waiting []string) {
 			}
 		}
 	}
+}
+
+// waits says that who waits for the host's GPUs, at place in the line,
+// for a first job that needs need ("4", "4p" for a part of a job over
+// several hosts).
+func waits(who, place, need string) string {
+	s := who + " waits for its GPUs (fair share), "
+	if place == "1" {
+		s += "first in line"
+	} else {
+		s += "number " + place + " in line"
+	}
+	n, part := strings.CutSuffix(need, "p")
+	if n != "" && n != "1" {
+		s += ", for a job of " + n + " GPUs together"
+	}
+	if part {
+		s += " here, a part of a job over several hosts"
+	}
+	return s
 }

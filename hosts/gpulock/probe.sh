@@ -1,8 +1,10 @@
 # gpudispatch's look at GPU locks (gpudispatch hosts), run by bash after
 # lockfs.sh with the lock dir, the holders' process name and the GPU indices
 # as its arguments. It writes a record (spawn.Record) of INDEX and WHO for
-# each GPU whose lock some run holds, then "waits" and WHO for each run
-# that waits for the host's GPUs (fair share, see lock.sh). It only tries shared locks and lets go of them at once, so it never
+# each GPU whose lock some run holds, then "waits", WHO, its place in the
+# line and what its first job needs (N GPUs, "p" after it for a part of a
+# job over several hosts) for each run that waits for the host's GPUs
+# (fair share, see lock.sh), first in the line first. It only tries shared locks and lets go of them at once, so it never
 # stands in a run's way, and makes nothing: a missing lock dir holds no lock.
 # shellcheck disable=SC2154,SC2034 # key, pdir and lfd are set by lockfs.sh, which reads holder
 command -v flock >/dev/null || exit 0
@@ -25,10 +27,13 @@ for i in "$@"; do
   done
 done
 host_key "$uuids"
-for e in "$pdir/gpudispatch-want-$here~"*; do
-  [ -e "$e" ] || continue
-  IFS='~' read -r _ wpid wrun wwho _ <<<"${e##*/}"
+# The runs that wait, in the line's order (their records' times), each
+# with its place and what its first job needs.
+n=0
+while IFS=' ' read -r _ e; do
+  IFS='~' read -r _ wpid wrun wwho wneed _ <<<"$e"
   case $wpid in '' | *[!0-9]*) continue ;; esac
   [ -d "/proc/$wpid" ] || continue
-  _g_send waits "run $wrun of $wwho"
-done
+  n=$((n + 1))
+  _g_send waits "run $wrun of $wwho" "$n" "${wneed:-1}"
+done < <(find "$pdir" -mindepth 1 -maxdepth 1 -name "gpudispatch-want-$here~*" -printf '%T@ %f\n' 2>/dev/null | sort -n)
