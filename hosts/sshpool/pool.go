@@ -22,10 +22,10 @@ import (
 // default), the pool learns that connection's limit and opens another
 // connection, so a busy host never fails a job for want of a session.
 //
-// The host is up while one of its connections is alive; WaitUp, which a
+// The host is up while one of its connections is alive (WaitUp, which a
 // run calls to learn that a host it lost is back, wants it to answer as
-// well. When the last one
-// dies (server gone, keepalive unanswered) the pool dials again at once; if
+// well). When the last one dies (server gone, keepalive unanswered) the
+// pool dials again at once; if
 // that fails the host is down: sessions fail at once with ErrHostDown, and
 // the pool redials with exponential backoff and jitter until it succeeds or
 // is closed. After a refused login or host key the wait is long, so that a
@@ -57,7 +57,7 @@ type conn struct {
 	open   int // sessions open on it
 	limit  int // sessions the server allows on it; 0 until one was refused
 	done   chan struct{}
-	dialed time.Time
+	dialed time.Time // when it was made
 }
 
 // errDiedOpening is newSession's error when the connection died while a
