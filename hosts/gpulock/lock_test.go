@@ -626,6 +626,14 @@ func seenGPUs(n int) Finding {
 	return Finding{Login: true, Seen: func() ([]executor.GPU, bool) { return gpus, true }}
 }
 
+// named is this user's lockers in the lock dir dir on a machine of n GPUs
+// that nvidia-smi names by UUID (seenGPUs).
+func named(t *testing.T, dir string, n int) *Lockers {
+	ls := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, seenGPUs(n))
+	t.Cleanup(ls.Close)
+	return ls
+}
+
 // turnOfB starts, on a machine of n GPUs, run A holding them all and
 // run B waiting for a job of all n, first in the line (told first what
 // before says, unless it says no GPU: a need with no turn, whose share
@@ -634,12 +642,7 @@ func seenGPUs(n int) Finding {
 func turnOfB(t *testing.T, n int, before executor.Need) (a, b *Lockers, held []executor.GPULock, taken func() int, dir string) {
 	t.Helper()
 	dir = filepath.Join(t.TempDir(), "locks")
-	open := func() *Lockers {
-		ls := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, seenGPUs(n))
-		t.Cleanup(ls.Close)
-		return ls
-	}
-	a, b = open(), open()
+	a, b = named(t, dir, n), named(t, dir, n)
 	held = lockAll(t, a, n, "runA")
 	lockRefused(t, b, 0, "runB")
 	if before.GPUs > 0 {
@@ -848,12 +851,7 @@ func TestShortHoldCharged(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "locks")
 	ctx := context.Background()
-	open := func() *Lockers {
-		ls := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, seenGPUs(2))
-		t.Cleanup(ls.Close)
-		return ls
-	}
-	a, b := open(), open()
+	a, b := named(t, dir, 2), named(t, dir, 2)
 	held := lockAll(t, a, 2, "runA")
 	lockRefused(t, b, 0, "runB")
 	a.Waiting("runA", executor.Need{GPUs: 1}) // after B, with one GPU above its share
@@ -898,12 +896,7 @@ func TestWaitingToldToANewHolder(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "locks")
 	ctx := context.Background()
-	open := func() *Lockers {
-		ls := New(spawn.Local, "workstation", dir, heartbeat, linger, 0, seenGPUs(2))
-		t.Cleanup(ls.Close)
-		return ls
-	}
-	a, b := open(), open()
+	a, b := named(t, dir, 2), named(t, dir, 2)
 	held := lockAll(t, a, 1, "runA")
 	defer held[0].Release()
 	mine, err := b.Lock(ctx, 1, "runB")
@@ -958,10 +951,12 @@ func TestProbeSaysTheLine(t *testing.T) {
 	defer held[0].Release()
 	b, c := local(t, "node", dir, linger), local(t, "node", dir, linger)
 	lockRefused(t, b, 0, "runB")
-	for recordTime(dir, "runB").IsZero() {
-		time.Sleep(10 * time.Millisecond)
+	for deadline := time.Now().Add(5 * time.Second); recordTime(dir, "runB").IsZero(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("B's refused lock made no record of waiting")
+		}
 	}
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // C's record comes after B's
 	lockRefused(t, c, 0, "runC")
 	c.Waiting("runC", executor.Need{GPUs: 2, Part: true})
 	want := []string{
