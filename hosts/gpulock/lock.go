@@ -125,7 +125,6 @@ type holder struct {
 	held    map[executor.GPUID]*heldLock
 	freed   map[executor.GPUID]chan struct{} // GPUs found locked, closed once they look free
 	retired bool                             // told to exit, or dead: it takes no more requests
-	wanting bool                             // the run waits for the host's GPUs (Waiting, until StopWaiting)
 	share   int                              // the run's fair share of the host's GPUs (lock.sh), -1: none
 	waiting string                           // who waits for them, as the holder said
 	changed chan struct{}                    // closed once share or waiting change (Changed)
@@ -289,7 +288,6 @@ func (ls *Lockers) Waiting(run string, need executor.Need) {
 // want tells the holder that its run waits, its first job needing need.
 // ls.mu is held.
 func (h *holder) want(need executor.Need) {
-	h.wanting = true
 	if need.Part {
 		h.send("want", strconv.Itoa(max(need.GPUs, 1)), "part")
 	} else {
@@ -324,7 +322,6 @@ func (ls *Lockers) StopWaiting(run string) {
 	delete(ls.waits, run)
 	if h := ls.holders[run]; h != nil && !ls.NoShare {
 		h.send("unwant")
-		h.wanting = false
 		h.idle()
 	}
 }
@@ -408,7 +405,7 @@ func (h *holder) answer(f []string) {
 // nothing, and its run waits for no GPU of the machine (its holder keeps
 // the record of that, and takes GPUs for the run's turn). ls.mu is held.
 func (h *holder) idle() {
-	if !h.retired && !h.wanting && len(h.asked) == 0 && len(h.held) == 0 && len(h.freed) == 0 {
+	if _, waits := h.ls.waits[h.run]; !h.retired && !waits && len(h.asked) == 0 && len(h.held) == 0 && len(h.freed) == 0 {
 		h.retire()
 	}
 }
