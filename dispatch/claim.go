@@ -279,7 +279,7 @@ func (r *run) onClaim(ctx context.Context, res claimResult) {
 			if _, locked := res.holders[g]; locked {
 				g.lockedOut = true
 				g.host.asked = true // its holder there keeps a record that the run waits
-				r.sayNeed(g.host, a.q.job)
+				r.sayNeed(g.host, a.q)
 			}
 		}
 		r.sched.add(a.q)
@@ -476,7 +476,7 @@ func (r *run) sayWaiting() {
 		case h.asked && !wants:
 			h.asked, h.told, h.needSaid = false, true, executor.Need{}
 			r.say(h, w, executor.Need{})
-		case capped && wants, h.asked && wants && (need.GPUs != max(h.needSaid.GPUs, 1) || need.Part != h.needSaid.Part):
+		case capped && wants, h.asked && wants && (need.GPUs != max(h.needSaid.GPUs, 1) || need.Part != h.needSaid.Part || !need.Since.Equal(h.needSaid.Since)):
 			// Waiting, or waiting for a job that needs another number of
 			// GPUs together than the one said.
 			h.asked, h.told, h.needSaid = true, false, need
@@ -492,13 +492,13 @@ func (r *run) sayWaiting() {
 	}
 }
 
-// sayNeed tells h's machine, where a lock refused j a GPU (its holder
-// made the run's record of waiting, saying one GPU), what j needs there
-// together, when that is more: at once, as j's claim may come and go
+// sayNeed tells h's machine, where a lock refused q's job a GPU (its holder
+// made the run's record of waiting, saying one GPU), what it needs there
+// together, when that is more: at once, as its claim may come and go
 // while sayWaiting looks at the queue.
-func (r *run) sayNeed(h *hostSlots, j *Job) {
+func (r *run) sayNeed(h *hostSlots, q *queued) {
 	w, ok := r.opts.Executor.(executor.Waiter)
-	if need := (executor.Need{GPUs: h.need(j), Part: j.Nodes > 1}); ok && need.GPUs > max(h.needSaid.GPUs, 1) {
+	if need := q.need(h); ok && need.GPUs > max(h.needSaid.GPUs, 1) {
 		h.needSaid = need
 		r.say(h, w, need)
 	}

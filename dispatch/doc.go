@@ -158,7 +158,8 @@
 // job waits with none, and the others use it, until it is the first in
 // the line of runs waiting: then it has its turn, its job's GPUs its
 // share, which its lock holder takes as they free up; a part of a job
-// over several hosts has no turn), and gone at once when no job
+// over several hosts has its turn too, ordered between such parts by
+// when the job began to wait, queued.partsSince), and gone at once when no job
 // of its queue could run there any more; when jobs for the host wait
 // again, the GPUs set aside there are tried again at once. A share that
 // changes comes to the loop as news (watchShare).

@@ -203,6 +203,7 @@ type wantRec struct {
 	fresh      bool
 	need       int
 	part       bool
+	key        time.Time
 }
 
 // want records that run waits on host, unless it waited already, and
@@ -220,7 +221,7 @@ func (l *fakeLocks) want(host, run string, need executor.Need) {
 		l.wants[host][run] = w
 	}
 	if need.GPUs > 0 {
-		w.need, w.part = need.GPUs, need.Part
+		w.need, w.part, w.key = need.GPUs, need.Part, need.Since
 	}
 	l.touch(host)
 }
@@ -246,14 +247,19 @@ func (l *fakeLocks) gone(run string) {
 
 // fairRun is what a host's records say of one run (lock.sh's share_of):
 // whose it is, the GPUs it holds, since when it waits (zero: it does
-// not), the GPUs its first job there needs together (0 or 1: one), and
-// whether that job is a part of one over several hosts.
+// not), the GPUs its first job there needs together (0 or 1: one),
+// whether that job is a part of one over several hosts, since when that
+// job waits (key), and whether the part is parked (its GPUs here taken,
+// it waits for its other hosts: the fake's holders take no GPU for a
+// turn, so only the test of lock.sh's share_of says so).
 type fairRun struct {
-	user  string
-	holds int
-	since time.Time
-	need  int
-	part  bool
+	user   string
+	holds  int
+	since  time.Time
+	need   int
+	part   bool
+	key    time.Time
+	parked bool
 }
 
 // fairShare is the share of a host of all GPUs that its holder says to
@@ -281,10 +287,19 @@ func fairShare(all int, runs map[string]fairRun, me string) (n int, waiting stri
 		}
 	}
 	base = all / len(users) / max(nruns, 1)
-	fair := split(all, runs)
-	can := maps.Clone(runs)
-	first := ""
+	// A parked part keeps the GPUs its job needs, out of the line.
+	parked, pall := map[string]bool{}, 0
+	in := maps.Clone(runs)
 	for k, r := range runs {
+		if need := max(r.need, 1); r.parked && r.part && !r.since.IsZero() && r.holds >= need && pall+need <= all {
+			parked[k], pall = true, pall+need
+			delete(in, k)
+		}
+	}
+	fair := split(all-pall, in)
+	can := maps.Clone(in)
+	first := ""
+	for k, r := range in {
 		if r.since.IsZero() {
 			continue
 		}
@@ -295,22 +310,60 @@ func fairShare(all int, runs map[string]fairRun, me string) (n int, waiting stri
 			first = k
 		}
 	}
-	turn := ""
-	if _, canUse := can[first]; first != "" && !canUse && !runs[first].part && runs[first].need <= all {
-		turn = first
+	// keyOlder says whether part a's job began to wait before part b's.
+	keyOlder := func(a, b string) bool {
+		return runs[a].key.Before(runs[b].key) || runs[a].key.Equal(runs[b].key) && a < b
 	}
-	if len(can) < len(runs) {
+	turn, yielded := "", false
+	if _, canUse := can[first]; first != "" && !canUse {
+		switch {
+		case !runs[first].part && max(runs[first].need, 1) <= all-pall:
+			turn = first
+		default:
+			// Turns between parts go by when their jobs began to wait:
+			// when the first is one, or a job parked parts leave too few
+			// GPUs.
+			for k, r := range in {
+				if _, canUse := can[k]; !canUse && !r.since.IsZero() && r.part && max(r.need, 1) <= all && (turn == "" || keyOlder(k, turn)) {
+					turn = k
+				}
+			}
+			if turn != "" && max(runs[turn].need, 1) > all-pall {
+				// Parts parked for later jobs give their GPUs up for it.
+				for k := range parked {
+					if keyOlder(turn, k) {
+						delete(parked, k)
+						pall -= max(runs[k].need, 1)
+						yielded = true
+					}
+				}
+			}
+			if turn != "" && max(runs[turn].need, 1) > all-pall {
+				turn = ""
+			}
+		}
+	}
+	if len(can) < len(in) || yielded || len(parked) > 0 {
+		n := pall
 		if turn != "" {
-			fair = split(all-runs[turn].need, can)
+			n += runs[turn].need
+		}
+		fair = split(all-n, can)
+		for k := range parked {
+			fair[k] = max(runs[k].need, 1)
+		}
+		if turn != "" {
 			fair[turn] = runs[turn].need
-		} else {
-			fair = split(all, can)
 		}
 	}
 	ours, who := fair[me], []string{}
 	for _, k := range slices.Sorted(maps.Keys(runs)) {
 		if r := runs[k]; k != me && !r.since.IsZero() && r.holds < fair[k] {
-			who = append(who, fmt.Sprintf("run %s of %s waits with %d", k, r.user, r.holds))
+			w := fmt.Sprintf("run %s of %s waits with %d", k, r.user, r.holds)
+			if k == turn {
+				w += fmt.Sprintf(" (its turn: a job of %d GPUs)", fair[k])
+			}
+			who = append(who, w)
 		}
 	}
 	if len(who) == 0 {
@@ -433,7 +486,7 @@ func (l *fakeLocks) runsOn(host string) map[string]fairRun {
 	}
 	for r, w := range l.wants[host] {
 		fr := runs[r]
-		fr.user, fr.since, fr.need, fr.part = l.users[r], w.at, w.need, w.part
+		fr.user, fr.since, fr.need, fr.part, fr.key = l.users[r], w.at, w.need, w.part, w.key
 		runs[r] = fr
 	}
 	return runs

@@ -56,24 +56,47 @@ type queued struct {
 	// deps is what it waits for while it is held apart from the queue
 	// (deps.go).
 	deps *depWait
+	// partsSince is when a job over several hosts was first said to
+	// wait for a host's GPUs (need): turns between such jobs of all runs
+	// go by it, on each of its hosts alike.
+	partsSince time.Time
 }
 
 // needOn is what the first job of the queue that could run on h needs
 // there (h is one of its hosts, with GPUs enough, one of which it may run
 // on): how many of h's GPUs together, and whether it is a part of a job
-// over several hosts; 0 GPUs when none could.
+// over several hosts; 0 GPUs when none could. A job over more hosts than
+// are up for it now could not: its part would hold h's GPUs for hosts
+// that are not there.
 func (s *scheduler) needOn(h *hostSlots) executor.Need {
 	for _, q := range s.waiting {
 		if q.job.Host != "" && q.job.Host != h.host.Name || !h.fits(q.job) {
 			continue
 		}
+		if q.job.Nodes > 1 && s.table.partHosts(q.job) < q.job.Nodes {
+			continue
+		}
 		for _, g := range h.gpus {
 			if g.mayRun(q.job) {
-				return executor.Need{GPUs: h.need(q.job), Part: q.job.Nodes > 1}
+				return q.need(h)
 			}
 		}
 	}
 	return executor.Need{}
+}
+
+// need is what q's job needs of h's GPUs together; for a part of a job
+// over several hosts, since when it waits (from the first time this is
+// asked).
+func (q *queued) need(h *hostSlots) executor.Need {
+	n := executor.Need{GPUs: h.need(q.job)}
+	if q.job.Nodes > 1 {
+		if q.partsSince.IsZero() {
+			q.partsSince = time.Now()
+		}
+		n.Part, n.Since = true, q.partsSince
+	}
+	return n
 }
 
 // ahead reports whether a comes before b in the queue: the higher

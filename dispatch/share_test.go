@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -295,25 +296,89 @@ func simulateShare(t *testing.T, gpus int, users []string, seed uint64) {
 	})
 }
 
-// A run whose first job needs more GPUs together than its share, and has
-// no turn (a job over two hosts), cannot use that share: the other run
-// keeps every GPU busy meanwhile (before, two of four stood idle, kept for
-// a job that could not start while the other run waited), and the big job
-// runs once the other's queue is done.
-func TestShareNoneCanUseSimulated(t *testing.T) {
+// A job over two hosts whose part needs more GPUs together than its
+// run's share has its turn on each host: the other run, with a queue of
+// jobs for longer than the test on both, takes no new job on GPUs it
+// frees there, and the job starts once both hosts are drained (the
+// longest of the other's jobs at most), before the other's queue is done.
+// Without turns for parts it waited for the whole queue.
+func TestPartTurnSimulated(t *testing.T) {
 	t.Parallel()
 	inv := lab("a:0,1 b:0,1")
 	synctest.Test(t, func(t *testing.T) {
-		inputs := []string{shortJobs(40), "[nodes=2 gpus=2] sleep 20ms\n" + repeat("sleep 20ms", 4)}
-		fakes, arrive := annAndBob(t, inv, map[string]int{"a": 2, "b": 2}, inputs)
-		// Ann's jobs wait from her arrival to her last start: every GPU
-		// must be busy meanwhile, from Bob's arrival on.
-		lastStart := lastStartOf(fakes[0].spans)
-		one := []*fakeExec{{spans: append(slices.Clone(fakes[0].spans), fakes[1].spans...)}}
-		if idle := idleWhileWaiting(one, []time.Time{arrive[1]}, []time.Time{lastStart}, 4); idle > 0 {
-			t.Errorf("GPUs stood idle for %v in all while Ann's jobs waited", idle)
+		inputs := []string{shortJobs(80), "[nodes=2 gpus=2] sleep 20ms\n" + repeat("sleep 20ms", 4)}
+		fakes, arrive := sharedRuns(t, inv, map[string]int{"a": 2, "b": 2}, inputs)
+		annLast := lastStartOf(fakes[0].spans)
+		gang := partsStart(t, fakes[1].spans)
+		// Ann's jobs are 40 ms at most, and a share is heard at once here.
+		if wait := gang.Sub(arrive[1]); wait > 40*time.Millisecond || !gang.Before(annLast) {
+			t.Errorf("bob's job over two hosts started %v after he came, Ann's last job %v after: want it within one of her jobs, before her queue's end", wait, annLast.Sub(arrive[1]))
 		}
 	})
+}
+
+// Two runs' jobs over the same two hosts both start before a third run's
+// long queue there ends: each has its turn on both hosts, one after the
+// other. (Which has it first goes by when each job began to wait, on
+// both hosts alike, so that the two never hold one host each for the
+// other: TestFairShareIsLockSh has lines in opposite orders.)
+func TestPartTurnsOneAfterTheOther(t *testing.T) {
+	t.Parallel()
+	inv := lab("a:0,1 b:0,1")
+	synctest.Test(t, func(t *testing.T) {
+		inputs := []string{
+			shortJobs(160),
+			"[nodes=2 gpus=2] sleep 20ms\n",
+			"[nodes=2 gpus=2] sleep 20ms\n",
+		}
+		fakes, _ := sharedRuns(t, inv, map[string]int{"a": 2, "b": 2}, inputs)
+		annLast := lastStartOf(fakes[0].spans)
+		for i, who := range []string{"bob", "cat"} {
+			if gang := partsStart(t, fakes[i+1].spans); !gang.Before(annLast) {
+				t.Errorf("%s's job over two hosts started at %v, Ann's last job at %v: want it before her queue's end", who, gang.Sub(annLast), annLast)
+			}
+		}
+	})
+}
+
+// What a run says it waits for on a host is not a part of a job over
+// more hosts than are up for it: that part would hold the host's GPUs,
+// through its turn, for hosts that are not there. The next job is said
+// instead, and the part again, since the same time, once b is back.
+func TestNeedSaysNoPartWhoseHostsAreDown(t *testing.T) {
+	t.Parallel()
+	s := &scheduler{table: newSlotTable(lab("a:0,1 b:0,1"))}
+	s.add(&queued{job: &Job{Seq: 1, Nodes: 2, GPUs: 2}})
+	s.add(&queued{job: &Job{Seq: 2, GPUs: 1}})
+	a, b := s.table.byName["a"], s.table.byName["b"]
+	first := s.needOn(a)
+	if !first.Part || first.GPUs != 2 || first.Since.IsZero() {
+		t.Fatalf("need on a with both hosts up: %+v, want the part of 2 GPUs, since when it waits", first)
+	}
+	b.down = true
+	if n := s.needOn(a); n.Part || n.GPUs != 1 {
+		t.Errorf("need on a with b down: %+v, want the next job's, 1 GPU", n)
+	}
+	b.down = false
+	if n := s.needOn(a); n != first {
+		t.Errorf("need on a with b back: %+v, want %+v again", n, first)
+	}
+}
+
+// partsStart is when the two parts of the one job over two hosts among
+// spans started (each part a span of two GPUs of its host).
+func partsStart(t *testing.T, spans []span) time.Time {
+	t.Helper()
+	var parts []span
+	for _, sp := range spans {
+		if len(sp.slots) == 2 {
+			parts = append(parts, sp)
+		}
+	}
+	if len(parts) != 2 || !parts[0].start.Equal(parts[1].start) || parts[0].slots[0][:1] == parts[1].slots[0][:1] {
+		t.Fatalf("spans %v: want the two parts of one job over two hosts, started together", spans)
+	}
+	return parts[0].start
 }
 
 // A run whose first job needs every GPU of the host has its turn when it
@@ -327,7 +392,7 @@ func TestTurnSimulated(t *testing.T) {
 	inv := lab("a:0,1,2,3")
 	synctest.Test(t, func(t *testing.T) {
 		inputs := []string{shortJobs(60), "[gpus=4] sleep 20ms\n"}
-		fakes, arrive := annAndBob(t, inv, map[string]int{"a": 4}, inputs)
+		fakes, arrive := sharedRuns(t, inv, map[string]int{"a": 4}, inputs)
 		annLast := lastStartOf(fakes[0].spans)
 		if len(fakes[1].spans) != 1 {
 			t.Fatalf("bob's spans: %v, want his one job", fakes[1].spans)
@@ -348,7 +413,7 @@ func TestTurnsAlternate(t *testing.T) {
 	t.Parallel()
 	inv := lab("a:0,1,2,3")
 	synctest.Test(t, func(t *testing.T) {
-		fakes, arrive := annAndBob(t, inv, map[string]int{"a": 4}, []string{shortJobs(200), repeat("[gpus=4] sleep 30ms", 8)})
+		fakes, arrive := sharedRuns(t, inv, map[string]int{"a": 4}, []string{shortJobs(200), repeat("[gpus=4] sleep 30ms", 8)})
 		annLast, bobLast := lastStartOf(fakes[0].spans), lastStartOf(fakes[1].spans)
 		if !bobLast.Before(annLast) {
 			t.Fatalf("Bob's last job of four GPUs started %v after he came, after Ann's last (%v): his jobs waited for her queue", bobLast.Sub(arrive[1]), annLast.Sub(arrive[1]))
@@ -386,19 +451,19 @@ func lastStartOf(spans []span) time.Time {
 	return last
 }
 
-// annAndBob runs inputs[0] as Ann's run, from 1 ms on, and inputs[1] as
-// Bob's, from 31 ms on, on inv, whose holders say shares of fair GPUs by
+// sharedRuns runs inputs[i] as the run of Ann, Bob, then Cat, from 1 ms,
+// 31 ms and 61 ms on, on inv, whose holders say shares of fair GPUs by
 // host (in a synctest bubble); it checks that each ran every job, with no
 // GPU shared, and returns their executors and when they came.
-func annAndBob(t *testing.T, inv *inventory.Inventory, fair map[string]int, inputs []string) ([]*fakeExec, []time.Time) {
+func sharedRuns(t *testing.T, inv *inventory.Inventory, fair map[string]int, inputs []string) ([]*fakeExec, []time.Time) {
 	t.Helper()
 	locks := newFakeLocks()
 	locks.fair = fair
-	fakes := make([]*fakeExec, 2)
-	arrive := make([]time.Time, 2)
+	fakes := make([]*fakeExec, len(inputs))
+	arrive := make([]time.Time, len(inputs))
 	begin := time.Now()
 	var wg sync.WaitGroup
-	for i, user := range []string{"ann", "bob"} {
+	for i, user := range []string{"ann", "bob", "cat"}[:len(inputs)] {
 		f := newFakeExec(inv)
 		f.locks, f.user, fakes[i] = locks, user, f
 		arrive[i] = begin.Add(time.Duration(1+30*i) * time.Millisecond)
@@ -516,27 +581,45 @@ func TestFairShareIsLockSh(t *testing.T) {
 	at := func(sec int) time.Time { return time.Unix(1764400000+int64(sec), 0) }
 	never := time.Time{}
 	cases := []tcase{
-		{4, map[string]fairRun{"me": {"ann", 4, never, 1, false}, "r2": {"ann", 0, at(1), 1, false}}},
-		{4, map[string]fairRun{"me": {"ann", 3, never, 1, false}, "r2": {"bob", 1, at(1), 1, false}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(3), 1, false}, "r2": {"ann", 1, at(1), 1, false}, "r3": {"bob", 1, at(2), 1, false}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1, false}, "r2": {"ann", 1, at(2), 1, false}, "r3": {"bob", 1, at(3), 1, false}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1, false}, "r2": {"ann", 1, at(1), 1, false}, "r3": {"bob", 1, at(1), 1, false}}},
-		{4, map[string]fairRun{"me": {"ann", 2, never, 1, false}, "r2": {"bob", 2, at(1), 1, false}}},
-		{2, map[string]fairRun{"me": {"ann", 2, never, 1, false}, "r2": {"bob", 0, at(1), 1, false}, "r3": {"cat", 0, at(2), 1, false}, "r4": {"dan", 0, at(3), 1, false}}},
-		{8, map[string]fairRun{"me": {"bob", 5, never, 1, false}, "r2": {"ann", 1, at(1), 1, false}, "r3": {"ann", 1, at(2), 1, false}, "r4": {"ann", 1, at(3), 1, false}}},
+		{4, map[string]fairRun{"me": {"ann", 4, never, 1, false, never, false}, "r2": {"ann", 0, at(1), 1, false, never, false}}},
+		{4, map[string]fairRun{"me": {"ann", 3, never, 1, false, never, false}, "r2": {"bob", 1, at(1), 1, false, never, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(3), 1, false, never, false}, "r2": {"ann", 1, at(1), 1, false, never, false}, "r3": {"bob", 1, at(2), 1, false, never, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1, false, never, false}, "r2": {"ann", 1, at(2), 1, false, never, false}, "r3": {"bob", 1, at(3), 1, false, never, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1, false, never, false}, "r2": {"ann", 1, at(1), 1, false, never, false}, "r3": {"bob", 1, at(1), 1, false, never, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, never, 1, false, never, false}, "r2": {"bob", 2, at(1), 1, false, never, false}}},
+		{2, map[string]fairRun{"me": {"ann", 2, never, 1, false, never, false}, "r2": {"bob", 0, at(1), 1, false, never, false}, "r3": {"cat", 0, at(2), 1, false, never, false}, "r4": {"dan", 0, at(3), 1, false, never, false}}},
+		{8, map[string]fairRun{"me": {"bob", 5, never, 1, false, never, false}, "r2": {"ann", 1, at(1), 1, false, never, false}, "r3": {"ann", 1, at(2), 1, false, never, false}, "r4": {"ann", 1, at(3), 1, false, never, false}}},
 		// A run whose first job needs more than its share waits with none.
-		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1, false}, "r2": {"bob", 0, at(2), 4, false}}},
-		{4, map[string]fairRun{"me": {"ann", 2, never, 1, false}, "r2": {"bob", 0, at(1), 3, false}, "r3": {"cat", 0, at(2), 1, false}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(2), 2, false}, "r2": {"bob", 2, at(1), 2, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(1), 1, false, never, false}, "r2": {"bob", 0, at(2), 4, false, never, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, never, 1, false, never, false}, "r2": {"bob", 0, at(1), 3, false, never, false}, "r3": {"cat", 0, at(2), 1, false, never, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(2), 2, false, never, false}, "r2": {"bob", 2, at(1), 2, false, never, false}}},
 		// Unless it is the first in the line: its turn, the others share
-		// the rest; not for a part of a job over several hosts, nor for
-		// more GPUs than the host has.
-		{4, map[string]fairRun{"me": {"ann", 4, never, 1, false}, "r2": {"bob", 0, at(1), 4, false}}},
-		{4, map[string]fairRun{"me": {"ann", 4, never, 1, false}, "r2": {"bob", 0, at(1), 4, true}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(2), 1, false}, "r2": {"bob", 0, at(1), 3, false}, "r3": {"cat", 1, never, 1, false}}},
-		{4, map[string]fairRun{"me": {"ann", 2, at(2), 1, false}, "r2": {"bob", 2, at(1), 1, false}, "r3": {"cat", 0, at(3), 4, false}}},
-		{2, map[string]fairRun{"me": {"ann", 2, never, 1, false}, "r2": {"bob", 0, at(1), 3, false}}},
-		{4, map[string]fairRun{"me": {"ann", 1, at(1), 4, false}, "r2": {"bob", 3, at(2), 1, false}}},
+		// the rest (a part of a job over several hosts too); not for more
+		// GPUs than the host has.
+		{4, map[string]fairRun{"me": {"ann", 4, never, 1, false, never, false}, "r2": {"bob", 0, at(1), 4, false, never, false}}},
+		{4, map[string]fairRun{"me": {"ann", 4, never, 1, false, never, false}, "r2": {"bob", 0, at(1), 4, true, never, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(2), 1, false, never, false}, "r2": {"bob", 0, at(1), 3, false, never, false}, "r3": {"cat", 1, never, 1, false, never, false}}},
+		{4, map[string]fairRun{"me": {"ann", 2, at(2), 1, false, never, false}, "r2": {"bob", 2, at(1), 1, false, never, false}, "r3": {"cat", 0, at(3), 4, false, never, false}}},
+		{2, map[string]fairRun{"me": {"ann", 2, never, 1, false, never, false}, "r2": {"bob", 0, at(1), 3, false, never, false}}},
+		{4, map[string]fairRun{"me": {"ann", 1, at(1), 4, false, never, false}, "r2": {"bob", 3, at(2), 1, false, never, false}}},
+		// Between parts of jobs over several hosts, the turn is the one
+		// whose job began to wait first, wherever it is in the line: the
+		// same on two hosts whose lines are in opposite orders.
+		{4, map[string]fairRun{"me": {"ann", 4, never, 1, false, never, false}, "r2": {"bob", 0, at(1), 4, true, at(5), false}, "r3": {"cat", 0, at(2), 4, true, at(3), false}}},
+		{4, map[string]fairRun{"me": {"ann", 4, never, 1, false, never, false}, "r2": {"bob", 0, at(2), 4, true, at(5), false}, "r3": {"cat", 0, at(1), 4, true, at(3), false}}},
+		{4, map[string]fairRun{"me": {"ann", 4, never, 1, false, never, false}, "r2": {"bob", 0, at(1), 4, true, at(3), false}, "r3": {"cat", 0, at(2), 4, true, at(3), false}}},
+		// A parked part keeps its GPUs, out of the line: the next turn
+		// is had on the others.
+		{8, map[string]fairRun{"me": {"ann", 4, at(3), 1, false, never, false}, "r2": {"bob", 4, at(1), 4, true, at(2), true}, "r3": {"cat", 0, at(2), 4, true, at(5), false}}},
+		{8, map[string]fairRun{"me": {"ann", 4, at(3), 1, false, never, false}, "r2": {"bob", 4, at(1), 4, true, at(2), true}}},
+		// It gives them up for a part whose job waits longer and needs
+		// them; not for one whose job waits less.
+		{8, map[string]fairRun{"me": {"ann", 2, never, 1, false, never, false}, "r2": {"bob", 4, at(1), 4, true, at(5), true}, "r3": {"cat", 0, at(2), 8, true, at(3), false}}},
+		{8, map[string]fairRun{"me": {"ann", 2, never, 1, false, never, false}, "r2": {"bob", 4, at(1), 4, true, at(1), true}, "r3": {"cat", 0, at(2), 8, true, at(3), false}}},
+		{8, map[string]fairRun{"me": {"ann", 2, never, 1, false, never, false}, "r2": {"bob", 4, at(1), 4, true, at(5), true}, "r3": {"cat", 0, at(2), 4, true, at(3), false}}},
+		// A first in the line whose job parked parts leave too few GPUs
+		// lets a part have the turn, for which they give them up.
+		{6, map[string]fairRun{"me": {"ann", 2, never, 1, false, never, false}, "r2": {"bob", 4, at(1), 4, true, at(5), true}, "r3": {"cat", 0, at(1), 3, false, never, false}, "r4": {"dan", 0, at(2), 4, true, at(3), false}}},
 	}
 	rng := rand.New(rand.NewPCG(7, 7))
 	users := []string{"ann", "bob", "cat"}
@@ -553,11 +636,15 @@ func TestFairShareIsLockSh(t *testing.T) {
 				holds = max(holds, 1) // a holder looks only while it holds a lock
 			}
 			left -= holds
-			r := fairRun{users[rng.IntN(len(users))], holds, never, 1, false}
+			r := fairRun{users[rng.IntN(len(users))], holds, never, 1, false, never, false}
 			if rng.IntN(2) == 0 {
 				r.since = at(rng.IntN(3)) // ties too
 				r.need = 1 + rng.IntN(4)
 				r.part = rng.IntN(4) == 0
+				if r.part {
+					r.key = at(rng.IntN(3))
+					r.parked = rng.IntN(2) == 0 && r.holds >= r.need
+				}
 			}
 			if r.holds > 0 || !r.since.IsZero() { // else it has no record: no run
 				c.runs[name] = r
@@ -598,7 +685,10 @@ func TestFairShareIsLockSh(t *testing.T) {
 					want += fmt.Sprint("~", r.need) // without: 1, as an older holder's
 				}
 				if r.part {
-					want += "p"
+					want += fmt.Sprint("p~", r.key.UnixMicro())
+				}
+				if r.parked {
+					want += "~parked"
 				}
 				recs = append(recs, want)
 			}
@@ -606,26 +696,38 @@ func TestFairShareIsLockSh(t *testing.T) {
 		for ; key < c.all; key++ {
 			keys = append(keys, fmt.Sprint("GPU-", key))
 		}
+		// Here the records are what the locks say: a parked part's user
+		// holds its GPUs (lock.sh's locked_for looks at its locks).
 		script := "declare -A keys=() kowners=() barred=()\nfor k in " + strings.Join(keys, " ") + "; do keys[$k]=1; done\n" +
+			"locked_for() { :; }\n" +
 			"keyless='' here=host run=me pdir=/nonexistent why=''\n" +
 			"find() { printf '%s\\n' " + strings.Join(quoteAll(recs), " ") + "; }\n" +
-			shareOf + "share_of\nprintf '%s\\n' \"$share\"\n"
+			shareOf + "share_of\nprintf '%s\\n%s\\n' \"$share\" \"$why\"\n"
 		out, err := exec.Command("bash", "-c", script).CombinedOutput()
 		if err != nil {
 			t.Fatalf("bash: %v\n%s", err, out)
 		}
-		wantN, _, _ := fairShare(c.all, c.runs, "me")
+		wantN, wantWho, _ := fairShare(c.all, c.runs, "me")
 		if !others {
-			wantN = -1 // a holder looks only when another run's record of waiting is there
+			wantN, wantWho = -1, "" // a holder looks only when another run's record of waiting is there
 		}
-		got := strings.TrimSpace(string(out))
+		got, gotWho, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 		if got == "-" {
-			got = "-1"
+			got, gotWho = "-1", ""
 		}
-		if got != strconv.Itoa(wantN) {
-			t.Errorf("%d GPUs, runs %+v: lock.sh says share %s, fairShare %d", c.all, c.runs, got, wantN)
+		if got != strconv.Itoa(wantN) || waiters(gotWho) != waiters(wantWho) {
+			t.Errorf("%d GPUs, runs %+v: lock.sh says share %s, %q waits; fairShare %d, %q", c.all, c.runs, got, gotWho, wantN, wantWho)
 		}
 	}
+}
+
+// waiters is who waits, as a holder says it, in order and without the
+// users' names (lock.sh says user@host): each run, the GPUs it holds,
+// and whether it is the run whose turn it is.
+func waiters(why string) string {
+	runs := strings.Split(regexp.MustCompile(`run (\S+) of \S+ waits`).ReplaceAllString(why, "run $1 waits"), ", ")
+	slices.Sort(runs)
+	return strings.Join(runs, ", ")
 }
 
 // quoteAll quotes each of s for bash, keeping $$ expanded.

@@ -744,12 +744,27 @@ type hostGPUs struct {
 func (t *slotTable) gangHosts(j *Job, hd held) []hostGPUs {
 	var out []hostGPUs
 	for _, h := range t.candidates(j) {
-		if !h.cluster && h.usable(j) && h.fits(j) {
+		if h.mayTakePart(j) {
 			out = append(out, hostGPUs{h, t.freeGPUs(h, j, hd)})
 		}
 	}
 	return out
 }
+
+// partHosts counts the machines that may take a part of j now.
+func (t *slotTable) partHosts(j *Job) int {
+	n := 0
+	for _, h := range t.candidates(j) {
+		if h.mayTakePart(j) {
+			n++
+		}
+	}
+	return n
+}
+
+// mayTakePart says whether h, a machine (not a Slurm cluster), may take
+// a part of j now: up, fit for it, with GPUs enough.
+func (h *hostSlots) mayTakePart(j *Job) bool { return !h.cluster && h.usable(j) && h.fits(j) }
 
 // placeGang places a job over several hosts ([nodes=N]): N machines with
 // GPUs GPUs free each, else a Slurm cluster's slot (one batch job of N

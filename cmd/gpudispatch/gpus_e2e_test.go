@@ -203,11 +203,7 @@ func TestSSHEmptiedQueueGivesItsShareBack(t *testing.T) {
 	t.Parallel()
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 4})
 	inv := l.Inventory("")
-	cmd := labCmd(t, l, "", "-i", inv, "-o", "logsA", "--busy-recheck", "200ms")
-	stdin, errOut := startCmd(t, cmd)
-	io.WriteString(stdin, strings.Repeat(fmt.Sprintf(exclusiveJob, "1")+"\n", 40))
-	stdin.Close()
-	waitForFile(t, filepath.Join(l.Dir, "logsA", "4.out"), func(string) bool { return true })
+	cmd, errOut := startA(t, l, inv, 40, "1", 4)
 	b := labRun(t, l, fmt.Sprintf(exclusiveJob, "8")+"\n", "-i", inv, "-o", "logsB", "--busy-recheck", "200ms")
 	if err := waitExit(t, cmd, errOut, 2*time.Minute); err != nil || b.code != 0 {
 		t.Fatalf("runs: %v; B exit %d\n%s", err, b.code, b.stderr)
@@ -494,12 +490,7 @@ func TestSSHJobTooBigForItsShare(t *testing.T) {
 	t.Parallel()
 	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
 	inv := l.Inventory("")
-	job := fmt.Sprintf(exclusiveJob, "0.6") + "\n"
-	cmd := labCmd(t, l, "", "-i", inv, "-o", "logsA", "--busy-recheck", "200ms")
-	stdin, errOut := startCmd(t, cmd)
-	io.WriteString(stdin, strings.Repeat(job, 16))
-	stdin.Close()
-	waitForFile(t, filepath.Join(l.Dir, "logsA", "2.out"), func(string) bool { return true })
+	cmd, errOut := startA(t, l, inv, 16, "0.6", 2)
 	big := `[gpus=2] for g in 0 1; do mkdir $HOME/on-gpu.$g || echo "$GPUDISPATCH_JOB_ID $g" >> $HOME/collisions; done; sleep 0.3; rmdir $HOME/on-gpu.0 $HOME/on-gpu.1; echo "$GPUDISPATCH_JOB_ID big" >> $HOME/done` + "\n"
 	second := labRun(t, l, big, "-i", inv, "-o", "logsB", "--busy-recheck", "200ms")
 	if err := waitExit(t, cmd, errOut, time.Minute); err != nil || second.code != 0 {
@@ -508,28 +499,7 @@ func TestSSHJobTooBigForItsShare(t *testing.T) {
 	if done := noCollisions(t, l); len(done["node1"]) != 17 {
 		t.Errorf("%d jobs done, want 17", len(done["node1"]))
 	}
-	at := func(e map[string]any, field string) time.Time {
-		v, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(e[field]))
-		return v
-	}
-	var asked, bigStart time.Time
-	for _, e := range journal(t, filepath.Join(l.Dir, "logsB")) {
-		switch {
-		case e["event"] == "gpu_busy" && asked.IsZero():
-			asked = at(e, "time")
-		case e["event"] == "finished":
-			bigStart = at(e, "start")
-		}
-	}
-	if asked.IsZero() {
-		t.Fatal("B never found a GPU locked: the runs did not contend, the test proves nothing")
-	}
-	var lastA time.Time
-	for _, e := range journal(t, filepath.Join(l.Dir, "logsA")) {
-		if e["event"] == "finished" && at(e, "start").After(lastA) {
-			lastA = at(e, "start")
-		}
-	}
+	asked, bigStart, lastA := turnTimes(t, l)
 	// A's holder looks once a second, B's takes the GPUs at its look, A's
 	// jobs take 0.6 s: the big job starts within a few seconds, where A's
 	// queue lasts about five more.
@@ -537,4 +507,45 @@ func TestSSHJobTooBigForItsShare(t *testing.T) {
 	if !bigStart.Before(lastA) {
 		t.Errorf("B's job of two GPUs started %v after B asked, after A's last job (%v): it waited for A's queue to be done", bigStart.Sub(asked), lastA.Sub(asked))
 	}
+}
+
+// turnTimes reads, from the journals of run A (logsA, in the lab's dir)
+// and of run B (logsB, one job), when B first found a GPU locked, when its
+// job started, and when A's last job started.
+func turnTimes(t *testing.T, l *sshtest.Lab) (asked, bStart, lastA time.Time) {
+	t.Helper()
+	at := func(e map[string]any, field string) time.Time {
+		v, _ := time.Parse(time.RFC3339Nano, fmt.Sprint(e[field]))
+		return v
+	}
+	for _, e := range journal(t, filepath.Join(l.Dir, "logsB")) {
+		switch {
+		case e["event"] == "gpu_busy" && asked.IsZero():
+			asked = at(e, "time")
+		case e["event"] == "finished":
+			bStart = at(e, "start")
+		}
+	}
+	if asked.IsZero() {
+		t.Fatal("B never found a GPU locked: the runs did not contend, the test proves nothing")
+	}
+	for _, e := range journal(t, filepath.Join(l.Dir, "logsA")) {
+		if e["event"] == "finished" && at(e, "start").After(lastA) {
+			lastA = at(e, "start")
+		}
+	}
+	return asked, bStart, lastA
+}
+
+// startA starts run A (its logs in logsA, in the lab's dir) on the lab's
+// inventory inv with n jobs of exclusiveJob, of secs seconds each, and
+// returns once job number started has started (its log file is made).
+func startA(t *testing.T, l *sshtest.Lab, inv string, n int, secs string, started int) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := labCmd(t, l, "", "-i", inv, "-o", "logsA", "--busy-recheck", "200ms")
+	stdin, errOut := startCmd(t, cmd)
+	io.WriteString(stdin, strings.Repeat(fmt.Sprintf(exclusiveJob, secs)+"\n", n))
+	stdin.Close()
+	waitForFile(t, filepath.Join(l.Dir, "logsA", fmt.Sprint(started, ".out")), func(string) bool { return true })
+	return cmd, errOut
 }

@@ -134,6 +134,39 @@ func TestSSHJobOverTwoHosts(t *testing.T) {
 	}
 }
 
+// A job over two hosts whose parts need more GPUs together than its run's
+// share has its turn on both: the run that holds both hosts, with a queue
+// of jobs for seconds more, takes no new job on the GPUs it frees there,
+// the first host drained keeps its GPUs for the job (parked) until the
+// other is, and the job starts long before that queue is done (before,
+// after it). No GPU ever runs two jobs.
+func TestSSHJobOverTwoHostsHasItsTurn(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 2})
+	inv := l.Inventory("")
+	cmd, errOut := startA(t, l, inv, 32, "0.6", 4)
+	gang := `[nodes=2 gpus=2] for g in 0 1; do mkdir $HOME/on-gpu.$g || echo "$GPUDISPATCH_JOB_ID $g" >> $HOME/collisions; done; sleep 0.3; rmdir $HOME/on-gpu.0 $HOME/on-gpu.1; echo "$GPUDISPATCH_JOB_ID part" >> $HOME/done` + "\n"
+	logJournalOnFailure(t, filepath.Join(l.Dir, "logsB"))
+	second := labRun(t, l, gang, "-i", inv, "-o", "logsB", "--busy-recheck", "200ms")
+	if err := waitExit(t, cmd, errOut, time.Minute); err != nil || second.code != 0 {
+		t.Fatalf("runs: %v; exit %d\n%s", err, second.code, second.stderr)
+	}
+	n := 0
+	for _, lines := range noCollisions(t, l) {
+		n += len(lines)
+	}
+	if n != 34 {
+		t.Errorf("%d jobs and parts done, want 34", n)
+	}
+	asked, gangStart, lastA := turnTimes(t, l)
+	// The holders look once a second and A's jobs take 0.6 s: the job
+	// starts within a few seconds, where A's queue lasts about four more.
+	t.Logf("B's job over two hosts started %v after B asked; A's last job %v after", gangStart.Sub(asked), lastA.Sub(asked))
+	if !gangStart.Before(lastA) {
+		t.Errorf("B's job over two hosts started %v after B asked, after A's last job (%v): it waited for A's queue to be done", gangStart.Sub(asked), lastA.Sub(asked))
+	}
+}
+
 // One part that fails ends the other at once (TERM, which it hears), well
 // within the grace period; the job is recorded once, failed with that
 // part's exit status and naming it.

@@ -113,11 +113,12 @@ type Waiter interface {
 type Need struct {
 	// GPUs is how many GPUs the job needs there together.
 	GPUs int
-	// Part is set when the job is one part of a job over several hosts:
-	// it has no turn at a host's GPUs of its own (two turns on two hosts
-	// could wait for each other), and waits until the others' queues for
-	// the host are done.
-	Part bool
+	// Part is set when the job is one part of a job over several hosts.
+	// Turns at a host's GPUs between such parts go by Since, when the job
+	// began to wait (the same on each of its hosts), so that two such
+	// jobs never hold one host each for the other.
+	Part  bool
+	Since time.Time
 }
 
 // Return names the files a job sends back once it ends, and where they

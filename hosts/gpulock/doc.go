@@ -27,8 +27,13 @@
 // forged record's), or one kept by a record whose time stands still while
 // its run holds the GPUs (a forged time's); and a run first in the line
 // whose time stands still while it holds more than its whole share
-// loses its place there (a forged time's too). The holder of a run that
-// waits stays while it waits, holding nothing.
+// loses its place there (a forged time's too). Turns between parts of
+// jobs over several hosts go by when each job began to wait (its
+// coordinator's time, in the record), alike on every host; a part whose
+// GPUs are all locked waits for its other hosts parked (its record says
+// so), out of the line and not voided, until its job takes them or a
+// part whose job began to wait before its own needs them. The holder of
+// a run that waits stays while it waits, holding nothing.
 // Requests that come together are answered together: their records are
 // made, or removed, by one mkdir or rmdir. One holder per machine, not per
 // GPU, costs the machine one session and one bash, and a flock(1) per GPU.

@@ -454,6 +454,30 @@ func TestForgedHoldDoesNotStallATurn(t *testing.T) {
 	}
 }
 
+// A forged parked part holds nothing back: mallory's records say that a
+// run of hers keeps two of the four GPUs for a job over several hosts
+// (parked, and held: but by no lock of hers) while another run of hers
+// waits for one. Were the records believed, this run would keep one GPU
+// (the two left, split between the two users); its user's locks hold
+// none, so she is one user more: this run keeps its equal share, two.
+func TestForgedParkHoldsNothingBack(t *testing.T) {
+	m, dir, open := turnLab(t, 4)
+	held := lockAll(t, open(), 4, "runV")
+	asMallory(t, m, fmt.Sprintf(`cd %s || exit
+sleep 60 >/dev/null 2>&1 &
+for g in 0 1; do mkdir -m 755 gpudispatch-held-GPU-turn-$g~$!~evil1~evil~1; done
+mkdir -m 755 gpudispatch-want-GPU-turn-0~$!~evil1~evil~2p~1700000000000000~parked
+r=gpudispatch-want-GPU-turn-0~$!~evil2~evil~1; mkdir -m 755 $r && touch -d @1700000000 $r`, dir))
+	waitForShare(t, held[0], 2)
+	time.Sleep(2500 * time.Millisecond) // two more looks: it stays
+	if n, why := held[0].Share(); n != 2 {
+		t.Fatalf("share %d (%s) with mallory's forged parked part, want 2", n, why)
+	}
+	for _, l := range held {
+		l.Release()
+	}
+}
+
 // turnLab is mallory, a lock dir she shares with this user, and a way to
 // open this user's lockers there on a machine of n GPUs named by UUID.
 func turnLab(t *testing.T, n int) (m sshtest.User, dir string, open func() *Lockers) {

@@ -289,7 +289,7 @@ func (ls *Lockers) Waiting(run string, need executor.Need) {
 // ls.mu is held.
 func (h *holder) want(need executor.Need) {
 	if need.Part {
-		h.send("want", strconv.Itoa(max(need.GPUs, 1)), "part")
+		h.send("want", strconv.Itoa(max(need.GPUs, 1)), "part", strconv.FormatInt(need.Since.UnixMicro(), 10))
 	} else {
 		h.send("want", strconv.Itoa(max(need.GPUs, 1)))
 	}

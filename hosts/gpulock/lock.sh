@@ -12,9 +12,11 @@
 # asked), and "1" when the run takes part in fair share (below); then
 # requests, a record each: "lock" and N, "release" and N, "want" and NEED
 # (the run waits for more of this machine's GPUs than its share lets it
-# keep, its first job for them needing NEED GPUs together, and "part"
-# after it when that job is a part of one over several hosts: its record
-# of waiting is made, or renamed, unanswered), "unwant" (it waits for none
+# keep, its first job for them needing NEED GPUs together, and "part" and
+# KEY after it when that job is a part of one over several hosts, KEY
+# when that job began to wait, in microseconds since 1970, the same on
+# each of its hosts: its record of waiting is made, or renamed,
+# unanswered), "unwant" (it waits for none
 # any more: the record goes, unanswered), "exit", or none (no field) as a
 # heartbeat. GPU N's lock is named by its UUID as the login shell's
 # nvidia-smi reports it, else "index-N". N at 65536 and above is a MIG
@@ -302,8 +304,18 @@ flush() {
 # the others share the rest, and its holder takes each GPU as it frees
 # up (reserve) until its job takes them; a turn under which a GPU stands
 # free and unlocked is void (watch_turn). A part of a job over several
-# hosts has no turn: two turns on two hosts could wait for each other.
-# A run that waits with no lock here hears its
+# hosts has its turn too, but turns between such parts go by the time
+# their jobs began to wait (KEY, the same on every host), not by the
+# line: when the line's first is such a part, the turn is that of the
+# part that waits here whose job waits longest, on every host alike, so
+# that two such jobs never hold one host each for the other. A part
+# whose GPUs are all taken here waits for its other hosts, parked (its
+# record says so): it keeps those GPUs, which are its share, leaves the
+# line (the next turn here may begin, on the other GPUs), is not a
+# forged turn for holding them with its time still, and gives them up
+# at once when the turn here is that of a part whose job began to wait
+# before its own (that job may need them, and waits on another host for
+# it). A run that waits with no lock here hears its
 # share too (none till its turn). While a run below its
 # share waits, the holder tells its coordinator its run's own share
 # ("share" N and who waits, each "run ID of WHO waits with M": it keeps at
@@ -312,6 +324,7 @@ flush() {
 # record whose holder is gone is no one's. Nothing running is stopped. A
 # run that takes no part (--no-share) leaves no record and hears no share.
 wanted='' base=0 vmin='' wtag=0 wlast=0 fresh='' shared='- ' here='' turn='' tneed=0 rfull='' tlook=0
+wneed=1 wkey='' wname='' parked='' tkey='' tyield=''
 owaiting='' moved=''
 tturn='' served='' smoved='' nwait=0 tmtime='' theld=0 tfirst='' tbase=0 lfirst='' lsince='' lmoved=''
 
@@ -319,8 +332,10 @@ tturn='' served='' smoved='' nwait=0 tmtime='' theld=0 tfirst='' tbase=0 lfirst=
 # idle, by GPU index: since when it stands free and unlocked under another
 # run's turn (see watch_turn).
 # lbarred, by uid: until when that user's records count as the newest in
-# the line (see watch_line); free and theirs, look_locks's.
-declare -A barred=() idle=() lbarred=()
+# the line (see watch_line); plooked, by UID~RUN, when a parked record's
+# locks were last looked at and whether they held its GPUs (locked_for);
+# free and theirs, look_locks's.
+declare -A barred=() idle=() lbarred=() plooked=()
 free=() theirs=0
 # mine sets here to the host's name in want records, and keys to its GPUs'
 # locks' names, once. Where nvidia-smi lists no GPU (GPUs given by hand),
@@ -338,29 +353,50 @@ mine() {
   [ ${#keys[@]} -gt 0 ] || keyless=1
   host_key "$uuids"
 }
-# want [NEED [part]] makes the run's record of waiting, or, given NEED
-# (the GPUs the run's first job for the host needs there) and a record,
-# renames it to say so: its place in the line is kept. "part": that job
-# is one part of a job over several hosts (its record's NEED ends in
-# "p"; it has no turn, see share_of).
+# want [NEED [part KEY]] makes the run's record of waiting, or, given
+# NEED (the GPUs the run's first job for the host needs there) and a
+# record, renames it to say so: its place in the line is kept. "part":
+# that job is one part of a job over several hosts, which began to wait
+# at KEY (its record's NEED ends in "p", and KEY follows it: see
+# share_of).
 want() {
-  local need=${1:-} to
+  local need=${1:-}
   [ -n "$sharing" ] || return 0
   [ -z "$wanted" ] || [ -n "$need" ] || return 0
   case $need in '' | *[!0-9]*) need=1 ;; esac
-  [ "${2-}" != part ] || need+=p
+  wkey=''
+  if [ "${2-}" = part ]; then
+    need+=p wkey=${3:-}
+    case $wkey in '' | *[!0-9]*) wkey=99999999999999999 ;; esac
+  fi
+  wneed=$need
   mine
-  to=$pdir/gpudispatch-want-$here~$$~$run~$who~$need
   if [ -n "$wanted" ]; then
-    if [ "$to" != "$wanted" ] && [ ! -e "$to" ] && mv -- "$wanted" "$to" 2>/dev/null; then
-      wanted=$to
-      touch -c -d "@${wtag:0:${#wtag}-6}.${wtag: -6}" -- "$wanted" 2>/dev/null
-    fi
+    rename_want
     return 0
   fi
-  wanted=$to
+  parked=''
+  want_name
+  wanted=$wname
   mkdir -m 0755 -- "$wanted" 2>/dev/null || wanted=''
   wtag=${EPOCHREALTIME//[!0-9]/} wlast=${EPOCHREALTIME//[!0-9]/} fresh=1
+}
+# want_name sets wname to the name of the run's record of waiting:
+# gpudispatch-want-HOST~PID~RUN~WHO~NEED, then, for a part of a job over
+# several hosts, ~KEY, and ~parked once the part is parked (see reserve).
+want_name() {
+  wname=$pdir/gpudispatch-want-$here~$$~$run~$who~$wneed
+  [ -z "$wkey" ] || wname+=~$wkey
+  [ -z "$parked" ] || wname+=~parked
+}
+# rename_want gives the run's record of waiting its name as want_name
+# says it, keeping its time (its place in the line).
+rename_want() {
+  want_name
+  if [ "$wname" != "$wanted" ] && [ ! -e "$wname" ] && mv -- "$wanted" "$wname" 2>/dev/null; then
+    wanted=$wname
+    touch -c -d "@${wtag:0:${#wtag}-6}.${wtag: -6}" -- "$wanted" 2>/dev/null
+  fi
 }
 # older TIME ID TIME2 ID2 reports whether a record of TIME (find's %T@) and
 # run ID comes before one of TIME2 and ID2 in the line for what whole
@@ -372,18 +408,22 @@ older() {
 # no other run below its own waits for them, why to who waits, base to
 # the run's whole share (without a GPU left over), vmin to the time
 # of the oldest other run's record of waiting ("" for none), turn to the
-# run (UID~RUN) whose turn it is here ("" for none) and tneed to the GPUs
-# its job needs, nwait to the number of runs waiting, and tmtime and theld
-# to the time of the first in the line and the GPUs its records hold.
+# run (UID~RUN) whose turn it is here ("" for none), tneed to the GPUs
+# its job needs and, when that job is a part of one over several hosts,
+# tkey to when it began to wait, and tyield to 1 when the
+# parts parked here whose jobs began to wait later must give their GPUs
+# up for it, nwait to the number of
+# runs waiting, and tmtime and theld to the time of the first in the line
+# and the GPUs its records hold.
 share_of() {
-  local u t f kind pid r w nd k n pk first='' all=${#keys[@]} users=0 ours=0 waiting=''
-  local -A owner=() holds=() waits=() need=() part=() nruns=() counted=() named=() fair=() phys=() in=() cannot=()
-  turn=''
+  local u t f kind pid r w nd gk pq k n pk first='' all=${#keys[@]} users=0 ours=0 waiting='' pall=0
+  local -A owner=() holds=() waits=() need=() part=() gkey=() parks=() nruns=() counted=() named=() fair=() phys=() in=() cannot=()
+  turn='' tkey='' tyield=''
   # A run is its user's and its id's: another user's record naming this
   # run's id is another run. Only this host's records count. A share
   # counts GPUs: the MIG instances a run holds of one GPU count once.
   while IFS=' ' read -r u t f; do
-    IFS='~' read -r kind pid r w nd _ <<<"$f"
+    IFS='~' read -r kind pid r w nd gk pq _ <<<"$f"
     pk=${kind#gpudispatch-held-}
     pk=${pk%-mig*}
     case $kind in
@@ -403,7 +443,14 @@ share_of() {
     case $kind in
       gpudispatch-want-*)
         waits[$k]=$t
-        case $nd in *p) part[$k]=1 nd=${nd%p} ;; esac
+        case $nd in
+          *p)
+            part[$k]=1 nd=${nd%p}
+            case $gk in '' | *[!0-9]*) gk=99999999999999999 ;; esac
+            gkey[$k]=$gk
+            [ "$pq" != parked ] || parks[$k]=1
+            ;;
+        esac
         case $nd in '' | *[!0-9]*) nd=1 ;; esac
         need[$k]=$nd
         ;;
@@ -432,16 +479,30 @@ share_of() {
       vmin=${waits[$k]}
     fi
   done
-  split "$all"
+  # A parked part (its records, and its user's own locks, hold all its
+  # job needs here) keeps those GPUs as its share, out of the line; the
+  # others share the rest.
+  for k in "${!parks[@]}"; do
+    if [ "${holds[$k]:-0}" -ge "${need[$k]}" ] && [ $((pall + need[$k])) -le "$all" ] && locked_for "$k" "${need[$k]}"; then
+      pall=$((pall + need[$k]))
+      unset "in[$k]"
+    else
+      unset "parks[$k]"
+    fi
+  done
+  split $((all - pall))
   # A run whose first job for the host needs more GPUs than its share
   # (a job of several GPUs) cannot use that share: it waits with none,
   # and the others share the GPUs without it; but the first in the line
   # of runs waiting, if it is such a run, has its turn: the GPUs its job
   # needs are its share, and the others share the rest (unless its user's
-  # turn here was found forged lately, or the job is a part of one over
-  # several hosts, whose turns on two hosts could wait for each other, or
-  # the host's GPUs are not known: no GPU could be taken for the turn).
+  # turn here was found forged lately, or the host's GPUs are not known:
+  # no GPU could be taken for the turn). When that first is a part of a
+  # job over several hosts, or a job that parked parts leave too few
+  # GPUs, the turn is the part's whose job began to wait first, of those
+  # that wait here (then its run's id: alike on every host).
   for k in "${!waits[@]}"; do
+    [ -z "${parks[$k]:-}" ] || continue
     if [ "${need[$k]}" -gt "${fair[$k]}" ]; then
       cannot[$k]=1
       unset "in[$k]"
@@ -450,15 +511,43 @@ share_of() {
   done
   nwait=${#waits[@]} tmtime='' theld=0 tfirst=$first tbase=0
   [ -z "$first" ] || tmtime=${waits[$first]} theld=${holds[$first]:-0} tbase=$((all / users / ${nruns[${owner[$first]}]}))
-  if [ -n "$first" ] && [ -z "$keyless" ] && [ -n "${cannot[$first]:-}" ] && [ -z "${part[$first]:-}" ] && [ "${need[$first]}" -le "$all" ] &&
-    [ "${barred[${owner[$first]}]:-0}" -le "${EPOCHSECONDS:-0}" ]; then
-    turn=$first tneed=${need[$first]}
+  if [ -n "$first" ] && [ -z "$keyless" ] && [ -n "${cannot[$first]:-}" ] && [ "${barred[${owner[$first]}]:-0}" -le "${EPOCHSECONDS:-0}" ]; then
+    if [ -z "${part[$first]:-}" ] && [ "${need[$first]}" -le $((all - pall)) ]; then
+      turn=$first
+    else
+      for k in "${!cannot[@]}"; do
+        if [ -n "${part[$k]:-}" ] && [ "${need[$k]}" -le "$all" ] && [ "${barred[${owner[$k]}]:-0}" -le "${EPOCHSECONDS:-0}" ] &&
+          { [ -z "$turn" ] || older "${gkey[$k]}" "${k#*~}" "${gkey[$turn]}" "${turn#*~}"; }; then
+          turn=$k
+        fi
+      done
+      if [ -n "$turn" ] && [ "${need[$turn]}" -gt $((all - pall)) ]; then
+        # The parts parked here whose jobs began to wait after its job
+        # did give their GPUs up for it (tyield): it may be the one they
+        # wait for on another host. Those before it are not waited for.
+        tyield=1
+        for k in "${!parks[@]}"; do
+          if older "${gkey[$turn]}" "${turn#*~}" "${gkey[$k]}" "${k#*~}"; then
+            pall=$((pall - ${need[$k]}))
+            unset "parks[$k]"
+            cannot[$k]=1
+          fi
+        done
+      fi
+      if [ -n "$turn" ] && [ "${need[$turn]}" -le $((all - pall)) ]; then
+        tkey=${gkey[$turn]}
+      else
+        turn='' tyield=''
+      fi
+    fi
+    [ -z "$turn" ] || tneed=${need[$turn]}
   fi
-  if [ ${#cannot[@]} -gt 0 ]; then
-    n=0
-    [ -z "$turn" ] || n=${need[$turn]}
+  if [ ${#cannot[@]} -gt 0 ] || [ ${#parks[@]} -gt 0 ]; then
+    n=$pall
+    [ -z "$turn" ] || n=$((n + ${need[$turn]}))
     split $((all - n))
     for k in "${!cannot[@]}"; do fair[$k]=0; done
+    for k in "${!parks[@]}"; do fair[$k]=${need[$k]}; done
     [ -z "$turn" ] || fair[$turn]=${need[$turn]}
   fi
   for k in "${!owner[@]}"; do
@@ -472,6 +561,21 @@ share_of() {
     fi
   done
   [ -z "$waiting" ] || share=$ours
+}
+# locked_for UID~RUN N says whether that run's user's own locks hold N of
+# the host's GPUs, as its parked record says (records, anyone's to forge,
+# prove nothing: a forged one would have the others give up GPUs that
+# stand free). It looks (look_locks) once every four seconds per run; this
+# run's own record is its own word.
+locked_for() {
+  local now=${EPOCHSECONDS:-0} seen=${plooked[$1]:-}
+  [ "$1" != "$EUID~$run" ] || return 0
+  if [ -z "$seen" ] || [ $((now - ${seen% *})) -ge 4 ]; then
+    look_locks "${1%%~*}"
+    seen="$now $((theirs >= $2))"
+    plooked[$1]=$seen
+  fi
+  [ "${seen#* }" = 1 ]
 }
 # split N sets fair, for each run of in, to its share of N GPUs: equal
 # between the users of those runs (a user is a record's owner, not what
@@ -535,11 +639,13 @@ split() {
 # A turn whose GPUs were all taken ten seconds ago, and that its
 # coordinator did not take up (its job cannot run on them: another's
 # process on one, with --skip-busy), is given up: the run has no turn here
-# for ten minutes.
+# for ten minutes. A part of a job over several hosts parks instead.
 reserve() {
   local i rest rec why now=${EPOCHSECONDS:-0}
   [ -z "$keyless" ] || return 0
   if [ ${#reserved[@]} -ge "$tneed" ]; then
+    park
+    [ -z "$wkey" ] || return 0
     if [ $((now - ${rfull:=$now})) -ge 10 ]; then
       barred[$EUID]=$((now + 600))
       unreserve
@@ -561,6 +667,15 @@ reserve() {
     said+=("$rec")
   done <<<"$uuids"
   flush
+  [ ${#reserved[@]} -lt "$tneed" ] || park
+}
+# park: a part of a job over several hosts whose GPUs here are all taken
+# waits for its other hosts, parked (its record says so: see share_of).
+park() {
+  if [ -n "$wkey" ] && [ -z "$parked" ]; then
+    parked=1
+    rename_want
+  fi
 }
 # unreserve lets go of the GPUs taken for a turn that is over, which the
 # coordinator did not take.
@@ -569,6 +684,14 @@ unreserve() {
   for g in "${!reserved[@]}"; do release "$g"; done
   reserved=() rfull=''
   flush
+  unpark
+}
+# unpark puts a parked part back in the line, as a run that waits: its
+# GPUs here were taken by its job, or given up.
+unpark() {
+  [ -n "$parked" ] || return 0
+  parked=''
+  [ -z "$wanted" ] || rename_want
 }
 # watch_turn voids the turn of another run here when a GPU stands free and
 # unlocked under it at looks four seconds apart: the run of a turn locks
@@ -724,8 +847,12 @@ share_tick() {
   fi
   if [ -n "$turn" ] && [ "$turn" = "$EUID~$run" ]; then
     reserve
+  elif [ -n "$parked" ] && [ ${#reserved[@]} -gt 0 ] && [ -n "$wanted" ] &&
+    { [ -z "$tyield" ] || ! older "$tkey" "${turn#*~}" "$wkey" "$run"; }; then
+    : # parked (its job may be taking the GPUs): kept, unless a part whose job waits longer needs them
   else
     [ ${#reserved[@]} -eq 0 ] || unreserve
+    unpark
     if [ -n "$turn" ]; then watch_turn; else idle=(); fi
     watch_line
   fi
@@ -767,7 +894,7 @@ while :; do
       _g_encode rec released "${_g_f[1]-}"
       said+=("$rec")
       ;;
-    want) want "${_g_f[1]-}" "${_g_f[2]-}" ;;
+    want) want "${_g_f[1]-}" "${_g_f[2]-}" "${_g_f[3]-}" ;;
     unwant)
       if [ -n "$wanted" ]; then
         rmdir -- "$wanted" 2>/dev/null

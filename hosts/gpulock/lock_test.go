@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -593,7 +594,7 @@ func TestStopWaiting(t *testing.T) {
 // keeps them all (no GPU stands idle for a job that cannot start). Its
 // record says what it needs, renamed in place as that changes. (The
 // host's GPUs are not known here, with no nvidia-smi: the first in the
-// line has no turn, see TestTurnTakesGPUsAsTheyFree.)
+// line has no turn; see TestTurnTakesGPUsAsTheyFree for one.)
 func TestShareNoneCanUse(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "locks")
@@ -635,21 +636,18 @@ func named(t *testing.T, dir string, n int) *Lockers {
 }
 
 // turnOfB starts, on a machine of n GPUs, run A holding them all and
-// run B waiting for a job of all n, first in the line (told first what
-// before says, unless it says no GPU: a need with no turn, whose share
-// for A is checked), and A waiting for more after it; then A lets go of
-// GPU 0. taken counts the GPUs B's holder holds; dir is the lock dir.
-func turnOfB(t *testing.T, n int, before executor.Need) (a, b *Lockers, held []executor.GPULock, taken func() int, dir string) {
+// run B waiting for a job of all n (need says what else: a part of a job
+// over several hosts), first in the line, and A waiting for more after
+// it; then A lets go of GPU 0. taken counts the GPUs B's holder holds;
+// dir is the lock dir.
+func turnOfB(t *testing.T, n int, need executor.Need) (a, b *Lockers, held []executor.GPULock, taken func() int, dir string) {
 	t.Helper()
 	dir = filepath.Join(t.TempDir(), "locks")
 	a, b = named(t, dir, n), named(t, dir, n)
 	held = lockAll(t, a, n, "runA")
 	lockRefused(t, b, 0, "runB")
-	if before.GPUs > 0 {
-		b.Waiting("runB", before)
-		waitForShare(t, held[0], -1)
-	}
-	b.Waiting("runB", executor.Need{GPUs: n})
+	need.GPUs = n
+	b.Waiting("runB", need)
 	a.Waiting("runA", executor.Need{GPUs: 1}) // it has more jobs, after B
 	waitForShare(t, held[n-1], 0)
 	held[0].Release()
@@ -674,10 +672,10 @@ func waitTaken(t *testing.T, taken func() int, n int, what string) {
 // it is first in the line of runs waiting: the others' share is what is
 // left (none here), and its holder takes each GPU as it frees up, which
 // no other run can take back; its coordinator's locks are answered at
-// once. A part of a job over several hosts has no turn.
+// once.
 func TestTurnTakesGPUsAsTheyFree(t *testing.T) {
 	t.Parallel()
-	a, b, held, taken, _ := turnOfB(t, 4, executor.Need{GPUs: 4, Part: true})
+	a, b, held, taken, _ := turnOfB(t, 4, executor.Need{})
 	waitTaken(t, taken, 1, "the one A let go of")
 	lockRefused(t, a, 0, "runA")
 	for _, l := range held[1:] {
@@ -718,6 +716,96 @@ func TestTurnGivenUpWhenItsJobDoesNotStart(t *testing.T) {
 		t.Fatalf("A's lock of GPU 0 once B gave up its turn: %v", err)
 	}
 	l.Release()
+}
+
+// A part of a job over several hosts has its turn too, and once its
+// holder took all the GPUs it needs it waits for its other hosts, parked
+// (its record says so): it keeps them past the ten seconds after which a
+// turn whose job does not start is given up, and the other run does not
+// take it for a turn kept by a forged time (six seconds); its job takes
+// them when its other hosts are ready.
+func TestPartParked(t *testing.T) {
+	t.Parallel()
+	a, b, held, taken, dir := turnOfB(t, 2, executor.Need{Part: true, Since: time.Now()})
+	waitTaken(t, taken, 1, "the one A let go of")
+	held[1].Release()
+	waitTaken(t, taken, 2, "both")
+	waitParked(t, dir)
+	time.Sleep(12 * time.Second)
+	if n := taken(); n != 2 || !parked(dir) {
+		t.Fatalf("B's holder keeps %d GPUs 12 s after it took both (parked: %v), want both kept, parked", n, parked(dir))
+	}
+	// A parked part holds A back from no more than it keeps.
+	if n, _, _ := a.Share("runA"); n != -1 {
+		t.Fatalf("A's share %d while B's part is parked, want none said", n)
+	}
+	for gpu := range executor.GPUID(2) {
+		l, err := b.Lock(context.Background(), gpu, "runB")
+		if err != nil {
+			t.Fatalf("B's lock of GPU %s, taken for its part: %v", gpu, err)
+		}
+		defer l.Release()
+	}
+	for deadline := time.Now().Add(3 * time.Second); parked(dir); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("B's record still says it is parked once its job took the GPUs")
+		}
+	}
+}
+
+// parked says whether run B's record of waiting in the lock dir dir
+// says that its part is parked.
+func parked(dir string) bool {
+	m, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*~runB~*~parked"))
+	return len(m) == 1
+}
+
+// waitParked waits, up to three seconds, for B's part to be parked.
+func waitParked(t *testing.T, dir string) {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Second); !parked(dir); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("B's record of waiting does not say it is parked, with all its GPUs taken")
+		}
+	}
+}
+
+// A parked part gives its GPUs up at once for a part whose job began to
+// wait before its own and needs them (that job may be waiting on another
+// host for B's), and keeps them for one whose job began to wait after.
+func TestParkedPartYields(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		since time.Duration // C's job's wait, from B's
+		yield bool
+	}{
+		{"for an older job", -time.Minute, true},
+		{"not for a newer one", time.Minute, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			bSince := time.Now()
+			_, _, held, taken, dir := turnOfB(t, 2, executor.Need{Part: true, Since: bSince})
+			held[1].Release()
+			waitTaken(t, taken, 2, "both")
+			waitParked(t, dir)
+			c := named(t, dir, 2)
+			lockRefused(t, c, 0, "runC")
+			c.Waiting("runC", executor.Need{GPUs: 2, Part: true, Since: bSince.Add(tc.since)})
+			cTook := func() int {
+				m, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-held-GPU-turn-*~runC~*"))
+				return len(m)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for cTook() < 2 && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if got := cTook() == 2 && taken() == 0; got != tc.yield {
+				t.Errorf("5 s after C waits: B holds %d GPUs, C %d; want C's job to have them: %v", taken(), cTook(), tc.yield)
+			}
+		})
+	}
 }
 
 // A run may keep its turn for long when the time is its due (the other
@@ -958,7 +1046,18 @@ func TestProbeSaysTheLine(t *testing.T) {
 	}
 	time.Sleep(20 * time.Millisecond) // C's record comes after B's
 	lockRefused(t, c, 0, "runC")
-	c.Waiting("runC", executor.Need{GPUs: 2, Part: true})
+	c.Waiting("runC", executor.Need{GPUs: 2, Part: true, Since: time.Now()})
+	// A parked part (a record of a live process: this test's) is out of
+	// the line, and says what it keeps.
+	recs, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-want-*~runB~*"))
+	if len(recs) != 1 {
+		t.Fatalf("B's records of waiting: %v", recs)
+	}
+	host, _, _ := strings.Cut(filepath.Base(recs[0]), "~")
+	if err := os.Mkdir(filepath.Join(dir, fmt.Sprintf("%s~%d~runD~dan@lab~3p~1764400000000000~parked", host, os.Getpid())), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const parked = `run runD of dan@lab keeps 3 GPUs here for a job over several hosts, parked until its other hosts have theirs (fair share)`
 	want := []string{
 		`^run runB of \S+ waits for its GPUs \(fair share\), first in line$`,
 		`^run runC of \S+ waits for its GPUs \(fair share\), number 2 in line, for a job of 2 GPUs together here, a part of a job over several hosts$`,
@@ -970,11 +1069,12 @@ func TestProbeSaysTheLine(t *testing.T) {
 			t.Fatal(err)
 		}
 		got = ReadProbe(string(out), []executor.GPU{{Index: 0}})
-		if len(got) == len(want) && regexp.MustCompile(want[0]).MatchString(got[0]) && regexp.MustCompile(want[1]).MatchString(got[1]) {
+		line := slices.DeleteFunc(slices.Clone(got), func(s string) bool { return s == parked })
+		if len(got) == 3 && len(line) == 2 && regexp.MustCompile(want[0]).MatchString(line[0]) && regexp.MustCompile(want[1]).MatchString(line[1]) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the runs that wait: %q, want\n%s", got, strings.Join(want, "\n"))
+			t.Fatalf("the runs that wait: %q, want\n%s\nand %q", got, strings.Join(want, "\n"), parked)
 		}
 	}
 }

@@ -54,17 +54,20 @@ func ReadProbe(out string, gpus []executor.GPU) (waiting []string) {
 	}
 }
 
-// waits says that who waits for the host's GPUs, at place in the line,
-// for a first job that needs need ("4", "4p" for a part of a job over
-// several hosts).
+// waits says that who waits for the host's GPUs, at place in the line
+// ("-": a parked part), for a first job that needs need ("4", "4p" for a
+// part of a job over several hosts).
 func waits(who, place, need string) string {
+	n, part := strings.CutSuffix(need, "p")
+	if place == "-" {
+		return who + " keeps " + n + " GPUs here for a job over several hosts, parked until its other hosts have theirs (fair share)"
+	}
 	s := who + " waits for its GPUs (fair share), "
 	if place == "1" {
 		s += "first in line"
 	} else {
 		s += "number " + place + " in line"
 	}
-	n, part := strings.CutSuffix(need, "p")
 	if n != "" && n != "1" {
 		s += ", for a job of " + n + " GPUs together"
 	}
