@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"io"
 	"os"
@@ -108,6 +109,102 @@ func TestSSHNoShare(t *testing.T) {
 	a, b := twoRunsOnAHost(t, "--no-share")
 	if b[0].Before(a[9]) {
 		t.Errorf("the second run's first job started at %v, before the first run's last (%v): the first run shared", b[0].Format("15:04:05.000"), a[9].Format("15:04:05.000"))
+	}
+}
+
+// Two people share a host: the tests' user's run holds both GPUs with a
+// queue behind, and Bob (a second Unix user, logging in as himself)
+// starts one, both with a lock dir as the manual recommends for that
+// (root's, mode 1777). Bob's first job starts as soon as one of the first
+// run's jobs ends after he asked, not once that queue is done; no GPU
+// ever runs two jobs, whoever's.
+func TestSSHTwoUsersShareAHost(t *testing.T) {
+	t.Parallel()
+	bob := sshtest.NewUser(t, "gpdbob")
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2, Users: []sshtest.User{bob}})
+	locks, marks := sshtest.SharedDir(t), sshtest.SharedDir(t)
+	for _, d := range []string{locks, marks} {
+		os.Chmod(d, 0o777|os.ModeSticky)
+	}
+	job := fmt.Sprintf(`d=%[1]s/on-gpu.$CUDA_VISIBLE_DEVICES; if mkdir "$d"; then sleep 1; rmdir "$d"; else echo "$USER $CUDA_VISIBLE_DEVICES" >> %[1]s/collisions; fi; id -un`, marks) + "\n"
+	inv := l.Inventory("")
+	bobInv := filepath.Join(l.Dir, "bob.yaml")
+	if err := os.WriteFile(bobInv, []byte(strings.ReplaceAll(readFile(t, inv), "    gpus: auto\n", "    gpus: auto\n    user: gpdbob\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := labCmd(t, l, "", "-i", inv, "-o", "logsA", "--busy-recheck", "200ms", "--lock-dir", locks)
+	stdin, errOut := startCmd(t, cmd)
+	io.WriteString(stdin, strings.Repeat(job, 10))
+	stdin.Close()
+	waitForFile(t, filepath.Join(l.Dir, "logsA", "2.out"), func(string) bool { return true })
+	logJournalOnFailure(t, filepath.Join(l.Dir, "logsB"))
+	second := labRun(t, l, strings.Repeat(job, 4), "-i", bobInv, "-o", "logsB", "--busy-recheck", "200ms", "--lock-dir", locks)
+	if err := waitExit(t, cmd, errOut, time.Minute); err != nil || second.code != 0 {
+		t.Fatalf("runs: %v; exit %d\n%s", err, second.code, second.stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(marks, "collisions")); err == nil {
+		t.Errorf("jobs that shared a GPU:\n%s", b)
+	}
+	if who := strings.TrimSpace(readFile(t, filepath.Join(l.Dir, "logsB", "1.out"))); who != "gpdbob" {
+		t.Fatalf("Bob's job ran as %q", who)
+	}
+	a, b := jobStarts(t, l, "logsA"), jobStarts(t, l, "logsB")
+	if len(a) != 10 || len(b) != 4 {
+		t.Fatalf("%d and %d starts, want 10 and 4", len(a), len(b))
+	}
+	if !b[0].Before(a[9]) {
+		t.Errorf("Bob's first job started at %v, after the other user's last (%v): no share", b[0].Format("15:04:05.000"), a[9].Format("15:04:05.000"))
+	}
+}
+
+// --max-gpus caps the GPUs a run keeps busy over the whole lab, and so
+// does the inventory's max_gpus: on two hosts of two GPUs, three at most
+// run jobs at once, and three do.
+func TestSSHMaxGPUs(t *testing.T) {
+	t.Parallel()
+	l := sshtest.Start(t, sshtest.Options{Hosts: 2, GPUs: 2})
+	for _, c := range []struct {
+		name string
+		args []string
+	}{
+		{"flag", []string{"-i", l.Inventory(""), "--max-gpus", "3"}},
+		{"inventory", []string{"-i", l.Inventory("max_gpus: 3")}},
+	} {
+		logs := "logs-" + c.name
+		r := labRun(t, l, strings.Repeat(timedJob+"\n", 12), append(c.args, "-o", logs)...)
+		if r.code != 0 {
+			t.Fatalf("%s: exit %d\n%s", c.name, r.code, r.stderr)
+		}
+		if p := peak(t, spans(t, filepath.Join(l.Dir, logs), 12)); p != 3 {
+			t.Errorf("%s: %d jobs ran at once, want 3", c.name, p)
+		}
+	}
+}
+
+// A forged record of waiting, another user's (mallory's: a live process
+// of hers, and ten records naming runs of their own), costs a run no more
+// than an equal share: on a host of two GPUs the run keeps one busy, not
+// none, once its holder has looked (it starts on both: nothing running is
+// stopped), and runs every job.
+func TestSSHForgedDemandCostsAnEqualShare(t *testing.T) {
+	t.Parallel()
+	m := sshtest.NewUser(t, "gpdmallory")
+	l := sshtest.Start(t, sshtest.Options{Hosts: 1, GPUs: 2})
+	locks := sshtest.SharedDir(t)
+	os.Chmod(locks, 0o777|os.ModeSticky)
+	forge := fmt.Sprintf(`sleep 60 >/dev/null 2>&1 & for k in 1 2 3 4 5 6 7 8 9 10; do mkdir -m 755 %s/gpudispatch-want-%s~$!~fake$k~evil; done`, locks, l.Hosts[0].UUID(0))
+	if out, err := m.Command("/", "bash", "-c", forge).CombinedOutput(); err != nil {
+		t.Fatalf("as mallory: %v: %s", err, out)
+	}
+	r := labRun(t, l, strings.Repeat(timedJob+"\n", 10), "-i", l.Inventory(""), "-o", "logs", "--lock-dir", locks)
+	if r.code != 0 {
+		t.Fatalf("exit %d\n%s", r.code, r.stderr)
+	}
+	ss := spans(t, filepath.Join(l.Dir, "logs"), 10)
+	first := slices.MinFunc(ss, func(a, b span) int { return cmp.Compare(a.start, b.start) }).start
+	later := slices.DeleteFunc(ss, func(s span) bool { return s.start < first+int64(1500*time.Millisecond) })
+	if p := peak(t, later); len(later) < 3 || p != 1 {
+		t.Errorf("%d jobs ran at once beside mallory's forged demand, from 1.5 s on (%d jobs), want 1 (an equal share of 2)", p, len(later))
 	}
 }
 

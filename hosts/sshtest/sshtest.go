@@ -52,6 +52,10 @@ type Options struct {
 	// UserCA, when set, is the public key file of a CA whose user
 	// certificates sshd accepts (TrustedUserCAKeys).
 	UserCA string
+	// Users may log in too (with the lab's client key, as the inventory's
+	// user:), each with a home of its own on each host (Host.Homes) and
+	// the host's fake nvidia-smi there: other people of a shared server.
+	Users []User
 }
 
 // Lab is a set of running test hosts.
@@ -69,10 +73,12 @@ type Lab struct {
 
 // Host is one sshd of the lab.
 type Host struct {
-	Name    string // its ssh_config alias: node1, node2...
-	Port    int
-	Dir     string
-	Home    string // $HOME of jobs on this host
+	Name string // its ssh_config alias: node1, node2...
+	Port int
+	Dir  string
+	Home string // $HOME of jobs on this host
+	// Homes is the $HOME of each of Options.Users on this host, by name.
+	Homes   map[string]string
 	Key     ssh.PublicKey
 	config  string
 	hostKey string
@@ -131,6 +137,20 @@ func Start(t testing.TB, o Options) *Lab {
 	clientPub := writeKey(t, l.ClientKey)
 	authorized := filepath.Join(dir, "authorized_keys")
 	must(t, os.WriteFile(authorized, ssh.MarshalAuthorizedKey(clientPub), 0o600))
+	// The other users' key file and homes are where they can reach them
+	// (sshd reads a user's keys as that user); sshd without PAM refuses
+	// an account whose password is locked ("!", as useradd leaves it).
+	var shared, theirKeys string
+	if len(o.Users) > 0 {
+		shared = SharedDir(t)
+		theirKeys = filepath.Join(shared, "authorized_keys")
+		must(t, os.WriteFile(theirKeys, ssh.MarshalAuthorizedKey(clientPub), 0o644))
+		for _, u := range o.Users {
+			if out, err := exec.Command(tool("usermod"), "-p", "*", u.Name).CombinedOutput(); err != nil {
+				t.Fatalf("usermod -p '*' %s: %v: %s", u.Name, err, out)
+			}
+		}
+	}
 
 	var sshConfig, known strings.Builder
 	// The ports stay bound until every host has one, so that no two hosts of
@@ -144,9 +164,28 @@ func Start(t testing.TB, o Options) *Lab {
 		h.hostKey = filepath.Join(h.Dir, "ssh_host_ed25519_key")
 		h.Key = writeKey(t, h.hostKey)
 		h.Port = ports.take(t)
-		NvidiaSMI(t, h.Home, fakeGPUs(o.GPUs, l.id+"-"+h.Name), "")
+		gpus := fakeGPUs(o.GPUs, l.id+"-"+h.Name)
+		NvidiaSMI(t, h.Home, gpus, "")
 		h.config = filepath.Join(h.Dir, "sshd_config")
-		// sshd honours only the first SetEnv line: every variable goes on it.
+		// sshd honours only the first SetEnv line: every variable goes on
+		// it, in a Match block of each user when the lab has other users.
+		setEnv := func(home string) string {
+			return fmt.Sprintf("SetEnv HOME=%s FAKE_HOST=%s%s\n", home, h.Name, envWords(o.Env))
+		}
+		var users string
+		if len(o.Users) > 0 {
+			h.Homes = map[string]string{}
+			users = "Match User " + currentUser() + "\n  " + setEnv(h.Home)
+			for _, u := range o.Users {
+				home := filepath.Join(shared, h.Name, u.Name)
+				NvidiaSMI(t, home, gpus, "")
+				if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", u.UID, u.GID), home).CombinedOutput(); err != nil {
+					t.Fatalf("chown %s: %v: %s", home, err, out)
+				}
+				h.Homes[u.Name] = home
+				users += "Match User " + u.Name + "\n  AuthorizedKeysFile " + theirKeys + "\n  " + setEnv(home)
+			}
+		}
 		cfg := fmt.Sprintf(`Port %d
 ListenAddress 127.0.0.1
 HostKey %s
@@ -160,12 +199,15 @@ StrictModes no
 MaxSessions %d
 MaxStartups %s
 PerSourcePenalties no
-SetEnv HOME=%s FAKE_HOST=%s%s
 LogLevel VERBOSE
-`, h.Port, h.hostKey, filepath.Join(h.Dir, "sshd.pid"), authorized, o.MaxSessions, o.MaxStartups, h.Home, h.Name, envWords(o.Env))
+`, h.Port, h.hostKey, filepath.Join(h.Dir, "sshd.pid"), authorized, o.MaxSessions, o.MaxStartups)
 		if o.UserCA != "" {
 			cfg += "TrustedUserCAKeys " + o.UserCA + "\n"
 		}
+		if users == "" {
+			cfg += setEnv(h.Home)
+		}
+		cfg += users
 		must(t, os.WriteFile(h.config, []byte(cfg), 0o644))
 		if out, err := exec.Command(SSHD, "-t", "-f", h.config).CombinedOutput(); err != nil {
 			// PerSourcePenalties exists only from OpenSSH 9.8.
