@@ -43,7 +43,11 @@
 // it starts.
 //
 // A machine keeps its idle shells (Shells); a job takes one set up for its
-// Prelude or starts one, and gives it back when the job ran to its end. Each job's output is
+// Prelude, or waits for a busy one to become idle while those keep giving
+// jobs back (up to 120 ms, and 30 ms without one given back), or starts
+// one, and gives it back when the job ran to its end: jobs of milliseconds
+// take turns in the shells there are, and long jobs get shells of their
+// own. Each job's output is
 // followed on stdout and on stderr by NUL and a random mark new for that
 // job, then its end on stdout (exit status, why gpudispatch ended it, when);
 // a stream splits there (stream). A shell is not used again after a

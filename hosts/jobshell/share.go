@@ -153,10 +153,17 @@ func (ss *Shells) forget(key string, s *sharing) {
 func (ss *Shells) start(ctx context.Context, tag string, p executor.Prelude) (*shell, error) {
 	key := p.Key()
 	from, share := ss.reader(key)
+	ss.mu.Lock()
+	ss.starting[key]++
+	ss.mu.Unlock()
 	sh, err := startShell(ctx, ss.spawn, tag, key)
 	if err == nil {
 		ss.track(sh, tag != "")
 	}
+	ss.mu.Lock()
+	ss.starting[key]--
+	ss.changedLocked()
+	ss.mu.Unlock()
 	switch {
 	case err != nil && share:
 		ss.forget(key, from)

@@ -116,11 +116,33 @@ type Shells struct {
 	// shared holds, per Prelude key, the state of the login shell the
 	// machine's shells copy (share.go).
 	shared map[string]*sharing
+	// changed is closed, and made anew, as a shell becomes idle, set up
+	// or gone: what a command that waits for a busy shell waits on
+	// (await). readyAt is, per Prelude key, when a shell for it last said
+	// it was set up; starting counts the shells for it whose process is
+	// being started.
+	changed  chan struct{}
+	readyAt  map[string]time.Time
+	starting map[string]int
+	// waiters are, per Prelude key, the commands that wait for a busy
+	// shell, first come first: put hands a shell given back to the first.
+	// backAt is when a shell for it was last given back.
+	waiters map[string][]waiter
+	backAt  map[string]time.Time
+}
+
+// waiter is a command that waits for a busy shell (await): put hands it
+// one on handed, marked for it as take would (tagged: it is a job).
+type waiter struct {
+	handed chan *shell
+	tagged bool
 }
 
 // New returns the job shells of the machine that start runs bash on.
 func New(start spawn.Func, s Supervision) *Shells {
-	return &Shells{spawn: start, sup: s, code: codestore.New(start, s.KeepCode, ""), shared: map[string]*sharing{}, live: map[*shell]bool{}}
+	return &Shells{spawn: start, sup: s, code: codestore.New(start, s.KeepCode, ""), shared: map[string]*sharing{}, live: map[*shell]bool{},
+		changed: make(chan struct{}), readyAt: map[string]time.Time{}, starting: map[string]int{}, waiters: map[string][]waiter{},
+		backAt: map[string]time.Time{}}
 }
 
 // WarmCode starts a store shell on the machine for the first snapshot a
@@ -191,7 +213,10 @@ func (ss *Shells) Run(ctx context.Context, c executor.Command, stdout, stderr io
 		// A retry is for a new shell: an idle one may be as stale.
 		var sh *shell
 		if tries == 0 {
-			sh = ss.take(c.Prelude.Key(), c.Tag != "")
+			var why string
+			if sh, why = ss.await(ctx, c.Prelude.Key(), c.Tag != ""); why != "" {
+				return -1, &executor.UnfitError{Why: why}
+			}
 		}
 		if sh == nil {
 			if sh, err = ss.start(ctx, c.Tag, c.Prelude); err != nil {
@@ -256,11 +281,120 @@ func (ss *Shells) setUpEnded(err error) (string, bool) {
 // since it read it: the job did not run.
 var errStale = errors.New("the job shell's login profile changed: the job did not run")
 
-// take returns an idle shell fit for a command whose Prelude has the key
-// prelude, or nil; tagged says the command is a job (see Close).
-func (ss *Shells) take(prelude string, tagged bool) *shell {
+// A command that finds every shell of its machine set up as it needs busy
+// waits for one to become idle, rather than start its own, while those
+// shells keep giving jobs back: at most maxWait, and no longer than
+// patience without one given back. Jobs of milliseconds then take turns in
+// the shells there are (a shell is a session, two bashes, two tees and a
+// starter: some 25 ms of the machine's CPU, more than such a job's own),
+// and long jobs get shells of their own 30 ms later. The wait counts from
+// when the command began to wait or when a shell for it last said it was
+// set up, whichever is later: while the first reads the login profile, a
+// new one would wait for its state anyway.
+const (
+	patience = 30 * time.Millisecond
+	maxWait  = 120 * time.Millisecond
+)
+
+// await returns an idle shell fit for a command whose Prelude has the key
+// prelude, waiting for one of those running or starting to become so (see
+// maxWait); nil when there is none to wait for, none became idle in time,
+// or ctx ended. Commands that wait get shells in the order they came: a
+// shell given back goes to the first (put). tagged says the command is a
+// job (see Close). why says that the machine's first shell for prelude,
+// which the command waited for, could not be set up within its limit: the
+// command is as unfit.
+func (ss *Shells) await(ctx context.Context, prelude string, tagged bool) (sh *shell, why string) {
+	began := time.Now()
+	handed := make(chan *shell, 1)
+	var timer *time.Timer
+	var first *sharing
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
+	defer func() {
+		ss.waiters[prelude] = slices.DeleteFunc(ss.waiters[prelude], func(w waiter) bool { return w.handed == handed })
+		select {
+		case sh = <-handed: // a shell is handed only to a command that waits: one that had none
+			why = ""
+		default:
+		}
+		ss.mu.Unlock()
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	if sh := ss.take(prelude, tagged); sh != nil {
+		return sh, ""
+	}
+	ss.waiters[prelude] = append(ss.waiters[prelude], waiter{handed, tagged})
+	for {
+		busy := ss.starting[prelude] > 0
+		for sh := range ss.live {
+			if sh.prelude == prelude && !sh.gone() {
+				busy = true
+				break
+			}
+		}
+		if first == nil {
+			first = ss.shared[prelude]
+		}
+		if !busy || ss.closed {
+			if first != nil {
+				ss.mu.Unlock()
+				select {
+				case <-first.done:
+				case <-ctx.Done():
+				}
+				ss.mu.Lock()
+				return nil, first.why
+			}
+			return nil, ""
+		}
+		ready, changed := ss.readyAt[prelude], ss.changed
+		var timeout <-chan time.Time
+		if !ready.IsZero() {
+			from := later(began, ready)
+			left := min(maxWait-time.Since(from), patience-time.Since(later(from, ss.backAt[prelude])))
+			if left <= 0 {
+				return nil, ""
+			}
+			if timer == nil {
+				timer = time.NewTimer(left)
+			} else {
+				timer.Reset(left)
+			}
+			timeout = timer.C
+		}
+		ss.mu.Unlock()
+		select {
+		case <-changed:
+		case <-timeout:
+		case <-ctx.Done():
+		}
+		ss.mu.Lock()
+		if len(handed) > 0 || ctx.Err() != nil {
+			return nil, ""
+		}
+	}
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// changedLocked wakes the commands that wait for a shell (ss.mu held).
+func (ss *Shells) changedLocked() {
+	close(ss.changed)
+	ss.changed = make(chan struct{})
+}
+
+// take returns an idle shell fit for a command whose Prelude has the key
+// prelude, or nil; tagged says the command is a job (see Close). ss.mu is
+// held.
+func (ss *Shells) take(prelude string, tagged bool) *shell {
 	for i := len(ss.idle) - 1; i >= 0; i-- {
 		sh := ss.idle[i]
 		fit := !sh.gone() && !sh.out.strayed() && !sh.errs.strayed()
@@ -289,11 +423,21 @@ func (ss *Shells) put(sh *shell) {
 		sh.close()
 		return
 	}
+	ss.backAt[sh.prelude] = time.Now()
+	if q := ss.waiters[sh.prelude]; len(q) > 0 && !sh.gone() && !sh.out.strayed() && !sh.errs.strayed() {
+		// The command that waits longest takes it.
+		sh.tagged = q[0].tagged
+		q[0].handed <- sh
+		ss.waiters[sh.prelude] = q[1:]
+		ss.changedLocked()
+		return
+	}
 	ss.idle = append(ss.idle, sh)
 	if len(ss.idle) > maxIdle {
 		ss.idle[0].close()
 		ss.idle = slices.Delete(ss.idle, 0, 1)
 	}
+	ss.changedLocked()
 }
 
 // closeWait is how long Close waits for the shells it ended to be gone: a
@@ -338,9 +482,18 @@ func (ss *Shells) track(sh *shell, tagged bool) {
 	ss.live[sh] = true
 	ss.mu.Unlock()
 	go func() {
-		<-sh.ended
+		select {
+		case <-sh.out.ready:
+			ss.mu.Lock()
+			ss.readyAt[sh.prelude] = time.Now()
+			ss.changedLocked()
+			ss.mu.Unlock()
+			<-sh.ended
+		case <-sh.ended:
+		}
 		ss.mu.Lock()
 		delete(ss.live, sh)
+		ss.changedLocked()
 		ss.mu.Unlock()
 	}()
 }

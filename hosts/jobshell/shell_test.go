@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -334,6 +337,77 @@ func TestShellReuseKeepsJobsApart(t *testing.T) {
 			t.Errorf("jobs ran in shells %v, want one shell", shells)
 			break
 		}
+	}
+}
+
+// Jobs of milliseconds take turns in the shells there are: four at a time,
+// forty in all, start fewer shells than four (each a session, bashes and
+// tees; one or two mostly, three when this machine is loaded); jobs that
+// wait longer than a shell's patience get shells of their own and run
+// together: four jobs of half a second, four shells, all four running at
+// once.
+func TestShellsStartedForWorkThatWaits(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, tag string // tag: the jobs' tags start with it (the spool is shared)
+		script    string
+		rounds    int
+		check     func(t *testing.T, shells int, outs []string)
+	}{
+		{"short jobs", "ps", "true", 10, func(t *testing.T, shells int, _ []string) {
+			if shells >= 4 {
+				t.Errorf("%d shells started for 40 jobs of a few milliseconds, four at a time; want fewer than four", shells)
+			}
+		}},
+		{"long jobs", "pl", `date +%s%N; sleep 0.5; date +%s%N`, 1, func(t *testing.T, shells int, outs []string) {
+			if shells != 4 {
+				t.Errorf("%d shells started for four jobs of half a second at once, want four", shells)
+			}
+			var last int64
+			first := int64(math.MaxInt64)
+			for _, o := range outs {
+				f := strings.Fields(o)
+				if len(f) != 2 {
+					t.Fatalf("job printed %q", o)
+				}
+				start, _ := strconv.ParseInt(f[0], 10, 64)
+				end, _ := strconv.ParseInt(f[1], 10, 64)
+				last, first = max(last, start), min(first, end)
+			}
+			if last >= first {
+				t.Errorf("the four jobs did not all run at once: the last began after the first ended")
+			}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var started atomic.Int32
+			counting := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+				started.Add(1)
+				return spawn.Local(ctx, line, stdout, stderr)
+			}
+			ss := New(counting, fast)
+			t.Cleanup(ss.Close)
+			var outs []string
+			var mu sync.Mutex
+			for r := range c.rounds {
+				var wg sync.WaitGroup
+				for i := range 4 {
+					wg.Go(func() {
+						var out bytes.Buffer
+						code, err := ss.Run(context.Background(), executor.Command{Script: c.script, Tag: fmt.Sprintf("%s-%d-%d", c.tag, r, i)}, &out, io.Discard)
+						if err != nil || code != 0 {
+							t.Errorf("job: %d, %v", code, err)
+						}
+						mu.Lock()
+						outs = append(outs, out.String())
+						mu.Unlock()
+					})
+				}
+				wg.Wait()
+			}
+			c.check(t, int(started.Load()), outs)
+		})
 	}
 }
 
