@@ -478,7 +478,8 @@ func (r *run) sayWaiting() {
 			r.say(h, w, executor.Need{})
 		case capped && wants, h.asked && wants && (need.GPUs != max(h.needSaid.GPUs, 1) || need.Part != h.needSaid.Part || !need.Since.Equal(h.needSaid.Since)):
 			// Waiting, or waiting for a job that needs another number of
-			// GPUs together than the one said.
+			// GPUs together than the one said, or is another job over
+			// several hosts.
 			h.asked, h.told, h.needSaid = true, false, need
 			r.say(h, w, need)
 		case h.told && wants:

@@ -360,22 +360,23 @@ mine() {
 # at KEY (its record's NEED ends in "p", and KEY follows it: see
 # share_of).
 want() {
-  local need=${1:-}
+  local need=${1:-} key=''
   [ -n "$sharing" ] || return 0
   [ -z "$wanted" ] || [ -n "$need" ] || return 0
   case $need in '' | *[!0-9]*) need=1 ;; esac
-  wkey=''
   if [ "${2-}" = part ]; then
-    need+=p wkey=${3:-}
-    case $wkey in '' | *[!0-9]*) wkey=99999999999999999 ;; esac
+    need+=p key=${3:-}
+    case $key in '' | *[!0-9]*) key=99999999999999999 ;; esac
   fi
-  wneed=$need
+  # A parked part whose first job changed is parked no more: what it took
+  # is for its turn, if it has one, or let go of (share_tick).
+  [ "$need~$key" = "$wneed~$wkey" ] || parked=''
+  wneed=$need wkey=$key
   mine
   if [ -n "$wanted" ]; then
     rename_want
     return 0
   fi
-  parked=''
   want_name
   wanted=$wname
   mkdir -m 0755 -- "$wanted" 2>/dev/null || wanted=''

@@ -770,6 +770,22 @@ func waitParked(t *testing.T, dir string) {
 	}
 }
 
+// A parked part whose run's first job for the host changes (the job over
+// several hosts went elsewhere, or was cancelled) is parked no more: with
+// no turn, the GPUs taken for the part are let go of.
+func TestParkedPartUnparkedWhenItsJobChanges(t *testing.T) {
+	t.Parallel()
+	_, b, held, taken, dir := turnOfB(t, 2, executor.Need{Part: true, Since: time.Now()})
+	held[1].Release()
+	waitTaken(t, taken, 2, "both")
+	waitParked(t, dir)
+	b.Waiting("runB", executor.Need{GPUs: 1})
+	waitTaken(t, taken, 0, "none: B's first job needs one GPU, which is no turn")
+	if parked(dir) {
+		t.Error("B's record still says it is parked")
+	}
+}
+
 // A parked part gives its GPUs up at once for a part whose job began to
 // wait before its own and needs them (that job may be waiting on another
 // host for B's), and keeps them for one whose job began to wait after.

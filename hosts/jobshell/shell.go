@@ -306,7 +306,7 @@ const (
 // command is as unfit.
 func (ss *Shells) await(ctx context.Context, prelude string, tagged bool) (sh *shell, why string) {
 	began := time.Now()
-	handed := make(chan *shell, 1)
+	var handed chan *shell
 	var timer *time.Timer
 	var first *sharing
 	ss.mu.Lock()
@@ -325,6 +325,7 @@ func (ss *Shells) await(ctx context.Context, prelude string, tagged bool) (sh *s
 	if sh := ss.take(prelude, tagged); sh != nil {
 		return sh, ""
 	}
+	handed = make(chan *shell, 1)
 	ss.waiters[prelude] = append(ss.waiters[prelude], waiter{handed, tagged})
 	for {
 		busy := ss.starting[prelude] > 0

@@ -53,8 +53,8 @@ type Options struct {
 	// certificates sshd accepts (TrustedUserCAKeys).
 	UserCA string
 	// Users may log in too (with the lab's client key, as the inventory's
-	// user:), each with a home of its own on each host (Host.Homes) and
-	// the host's fake nvidia-smi there: other people of a shared server.
+	// user:), each with a home of its own on each host and the host's fake
+	// nvidia-smi there: other people of a shared server.
 	Users []User
 }
 
@@ -73,12 +73,10 @@ type Lab struct {
 
 // Host is one sshd of the lab.
 type Host struct {
-	Name string // its ssh_config alias: node1, node2...
-	Port int
-	Dir  string
-	Home string // $HOME of jobs on this host
-	// Homes is the $HOME of each of Options.Users on this host, by name.
-	Homes   map[string]string
+	Name    string // its ssh_config alias: node1, node2...
+	Port    int
+	Dir     string
+	Home    string // $HOME of jobs on this host
 	Key     ssh.PublicKey
 	config  string
 	hostKey string
@@ -174,7 +172,6 @@ func Start(t testing.TB, o Options) *Lab {
 		}
 		var users string
 		if len(o.Users) > 0 {
-			h.Homes = map[string]string{}
 			users = "Match User " + currentUser() + "\n  " + setEnv(h.Home)
 			for _, u := range o.Users {
 				home := filepath.Join(shared, h.Name, u.Name)
@@ -182,7 +179,6 @@ func Start(t testing.TB, o Options) *Lab {
 				if out, err := exec.Command("chown", "-R", fmt.Sprintf("%d:%d", u.UID, u.GID), home).CombinedOutput(); err != nil {
 					t.Fatalf("chown %s: %v: %s", home, err, out)
 				}
-				h.Homes[u.Name] = home
 				users += "Match User " + u.Name + "\n  AuthorizedKeysFile " + theirKeys + "\n  " + setEnv(home)
 			}
 		}
