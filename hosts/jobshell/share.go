@@ -152,10 +152,12 @@ func (ss *Shells) forget(key string, s *sharing) {
 // and read the profile themselves when it is not.
 func (ss *Shells) start(ctx context.Context, tag string, p executor.Prelude) (*shell, error) {
 	key := p.Key()
-	from, share := ss.reader(key)
+	// Counted as starting before it is the reader: a command that waits
+	// meanwhile waits for it (await).
 	ss.mu.Lock()
 	ss.starting[key]++
 	ss.mu.Unlock()
+	from, share := ss.reader(key)
 	sh, err := startShell(ctx, ss.spawn, tag, key)
 	if err == nil {
 		ss.track(sh, tag != "")
