@@ -14,9 +14,13 @@
 // would see, for the cost of a fork. The forks are made by the job shell's
 // starter, a small bash of its own beside it that defined the profile's
 // functions once, so that a fork has little to put away and nothing to
-// define. A fork's $$ is the starter's, so a job line that names $$ gets a
+// define; its feeder, another, reads what the coordinator sends and makes
+// each job's code for the starter, so that nothing comes back from the
+// starter before the job's end (one hop between processes per job, not
+// four). A fork's $$ is the starter's, so a job line that names $$ gets a
 // bash of its own, with its own $$; a TERM to the starter or to the job
-// shell goes to its job. A shell whose profile files changed since the
+// shell goes to its job. A profile's TMOUT (bash's read takes it for a
+// timeout) ends no shell. A shell whose profile files changed since the
 // state it read or copied began to be read answers its next job "stale" without
 // running it, and Run sends the job to a new shell, which reads the
 // profile again. Other login shells run "$SHELL -lc" per job. Warm starts

@@ -342,6 +342,32 @@ func TestLoginProfileEdited(t *testing.T) {
 	}
 }
 
+// A profile that sets a read-only TMOUT (the idle logout of hardened
+// servers), which bash's read builtin takes for its timeout, ends no job
+// shell: one idle for longer than it runs the next job, and a job that runs
+// longer than it can still be cancelled. Its jobs see it, as under bash -lc.
+func TestLoginProfileTimeout(t *testing.T) {
+	t.Parallel()
+	ss := shellsIn(t, homeWith(t, "TMOUT=1\nreadonly TMOUT\nexport TMOUT\n"), "/bin/bash", LoginPerSlot)
+	runJob(t, ss, "true")
+	before := ss.idleTags()
+	time.Sleep(2500 * time.Millisecond)
+	if got := runJob(t, ss, `echo "$TMOUT"`); got != "1\n" {
+		t.Errorf("after an idle wait, the job printed %q, want the profile's TMOUT, 1", got)
+	}
+	if after := ss.idleTags(); len(after) != 1 || after[0] != before[0] {
+		t.Errorf("idle shells %v then %v, want the same one", before, after)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	var out, errs bytes.Buffer
+	code, err := ss.Run(ctx, executor.Command{Script: "sleep 30; echo done"}, &out, &errs)
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || took > 10*time.Second || out.Len() != 0 {
+		t.Errorf("a job cancelled after 2.5 s: exit %d, %v, stdout %q, after %s; want it ended at once", code, err, out.String(), took.Round(time.Millisecond))
+	}
+}
+
 // login per_job reads the profile for every job, with the job's variables
 // exported before it, as gpudispatch always did.
 func TestLoginPerJob(t *testing.T) {

@@ -33,11 +33,12 @@
 # takes the rest back, after its own environment (so a profile cannot
 # override CUDA_VISIBLE_DEVICES). A fork costs no bash start: the job's $$
 # is the starter's, as in any subshell; its BASHPID, RANDOM and SECONDS
-# are its own. A TERM to the starter (a job's "kill $$") goes to the
-# running job. Before each job this shell looks whether one of the profile
-# files, or ~/.bashrc, changed since it began to read them (a copy: since
-# its reader did): then it runs nothing, answers "stale" instead of an
-# exit status, and exits, and the coordinator sends the job to a new shell.
+# are its own. A TERM to the starter (a job's "kill $$") or to this shell
+# (its "kill $PPID") goes to the running job. Before each job the feeder
+# looks whether one of the profile files, or ~/.bashrc, changed since this
+# shell began to read them (a copy: since its reader did): then nothing
+# runs, the starter answers "stale" instead of an exit status, and the
+# shell exits, and the coordinator sends the job to a new shell.
 # Login "share" is "slot" that also hands what it read on, once set up,
 # with its "ready": when it began to read (microseconds since 1970), its
 # directory, its variables and umask, its saved functions, aliases,
@@ -71,13 +72,16 @@
 # streams there. The mark is new for each job and never in a job's
 # environment, so a job cannot end its own output.
 #
-# A watcher, forked once, reads stdin and hands the jobs on. "c" stops the
-# running job's group: TERM, then KILL after the grace; so does the job's
-# timeout, timed by a process of its own. When stdin ends without "q" (the
-# coordinator went away) a job (one with a tag) is not stopped: it runs on,
-# the shell exits after it, and its files stay for the coordinator that
-# comes back. A command without a tag (the coordinator's own look at the
-# machine) is stopped then.
+# Once set up, this shell only waits: a feeder (see _g_feed), forked once,
+# reads stdin and makes each job's code, which the starter runs; neither
+# hands anything back, so that a job costs one hop between processes on its
+# way in and none on its way out. "c" stops the running job's group: TERM,
+# then KILL after the grace; so does the job's timeout, timed by a process
+# of its own. When stdin ends without "q" (the coordinator went away) a job
+# (one with a tag) is not stopped: it runs on, the shell exits after it,
+# and its files stay for the coordinator that comes back. A command without
+# a tag (the coordinator's own look at the machine) is stopped then. A
+# profile's TMOUT, which bash's read takes for its timeout, ends nothing.
 # When a job exits, whatever it left in its group is reaped too, so a
 # finished job never leaves a process holding the GPU.
 # Once set up (the profile read, the prelude in place), the shell writes NUL,
@@ -433,12 +437,6 @@ fi
 [ -z "$_g_asis" ] || builtin trap '_g_forward' TERM
 # Set after the profile's traps were saved: a job's fork does not run it.
 builtin trap 'builtin command rm -rf -- "$_g_flag.d"' EXIT
-# _g_bye ends the shell, removing the files named and its directory: one
-# process, in its place.
-_g_bye() {
-  builtin trap - EXIT
-  exec rm -rf -- "$@" "$_g_flag.d"
-}
 # A job's fork closes _g_ref: one is open whatever the login.
 [ -n "$_g_ref" ] || exec {_g_ref}</dev/null
 # read -N counts characters of the locale; in C, bytes. Jobs get back the
@@ -447,24 +445,26 @@ _g_lc_set=${LC_ALL+1} _g_lc_all=${LC_ALL-}
 LC_ALL=C
 # A zombie left for a slow init to reap is not alive: look at process states.
 _g_alive() {
-  ps -A -o pgid= -o stat= 2>/dev/null |
-    awk -v g="$_g_pid" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
+  # shellcheck disable=SC2016 # awk's code
+  builtin command ps -A -o pgid= -o stat= 2>/dev/null |
+    builtin command awk -v g="$_g_pid" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
 }
 # _g_reap stops the group of $_g_pid: TERM, then KILL after the grace. The
 # grace is timed by a sleep of its own: the looking costs time on a loaded
-# machine.
+# machine. It and _g_alive are the starter's too (see _g_scode): their
+# commands are builtins or go through "builtin command".
 _g_reap() {
-  kill -TERM -- -"$_g_pid" || return 0
-  sleep "$_g_grace" &
+  builtin kill -TERM -- -"$_g_pid" || builtin return 0
+  builtin command sleep "$_g_grace" &
   _g_timer=$!
   while _g_alive; do
-    if ! kill -0 "$_g_timer" 2>/dev/null; then
-      kill -KILL -- -"$_g_pid" 2>/dev/null
-      return 0
+    if ! builtin kill -0 "$_g_timer" 2>/dev/null; then
+      builtin kill -KILL -- -"$_g_pid" 2>/dev/null
+      builtin return 0
     fi
-    sleep 0.05
+    builtin command sleep 0.05
   done
-  kill "$_g_timer" 2>/dev/null
+  builtin kill "$_g_timer" 2>/dev/null
 }
 # _g_stop reaps the running jobs: the group leaders among the shell's
 # children and theirs (the starter's); _g_found says whether there was
@@ -487,23 +487,122 @@ _g_stop() {
     _g_reap
   done
 }
-_g_watch() {
-  local rec hl hdr body idle tagged=
-  while IFS= read -r -N 1 rec; do
+# _g_feed is the feeder: a process of its own (a process substitution,
+# forked once) that reads stdin and makes each job's code for the starter
+# (see _g_scode), on its stdout, first the starter's set-up (_g_init). "c"
+# stops the running job's group: TERM, then KILL after the grace. When
+# stdin ends without "q" (the coordinator went away) a job (one with a tag)
+# is not stopped: it runs on, the starter exits after it, and its files
+# stay for the coordinator that comes back; a command without a tag (the
+# coordinator's own look) is stopped then. No function is called between
+# jobs: once it has had a child, bash blocks and unblocks signals at each
+# call.
+_g_feed() {
+  local rec rc hl hdr body idle msg tagged=
+  printf '%08d%s' "${#_g_init}" "$_g_init"
+  _g_init=
+  while :; do
+    IFS= read -r -N 1 rec
+    rc=$?
+    # More than 128: a profile's TMOUT (which read takes for its timeout):
+    # no end.
+    [ "$rc" -le 128 ] || continue
+    [ "$rc" = 0 ] || break
     case $rec in
       j)
         if ! IFS= read -r -N 8 hl || ! IFS= read -r -N "$((10#$hl))" hdr; then break; fi
-        tagged=
         # shellcheck disable=SC2086 # the lengths are meant to be split into words
         set -- $hdr
-        [ "${2-0}" = 0 ] || tagged=1
         IFS= read -r -N "$((${hdr// /+}))" body || break
-        printf 'j%s%s%s' "$hl" "$hdr" "$body"
+        _g_mark=${body:0:$1} _g_at=$1
+        _g_jtag=${body:_g_at:$2} _g_at=$((_g_at + $2))
+        _g_about=${body:_g_at:$3} _g_at=$((_g_at + $3))
+        _g_limit=${body:_g_at:$4} _g_at=$((_g_at + $4))
+        _g_rotate=${body:_g_at:$5} _g_at=$((_g_at + $5))
+        _g_ob=${body:_g_at:$6} _g_at=$((_g_at + $6))
+        _g_eb=${body:_g_at:$7} _g_at=$((_g_at + $7))
+        _g_script=${body:_g_at:$8} _g_at=$((_g_at + $8))
+        _g_exports=${body:_g_at:$9} _g_at=$((_g_at + $9))
+        _g_gpus=${body:_g_at:${10}}
+        body=
+        tagged=${_g_jtag:+1}
+        # Whether a profile file changed since this shell read it,
+        # unrolled: a loop costs more than the looks. Then the starter
+        # answers "stale" and ends the shell; so it does, with why, when
+        # the shell could not be set up.
+        if [ -n "$_g_profiled" ] && { [ /etc/profile -nt "/dev/fd/$_g_ref" ] || [ ~/.bash_profile -nt "/dev/fd/$_g_ref" ] ||
+          [ ~/.bash_login -nt "/dev/fd/$_g_ref" ] || [ ~/.profile -nt "/dev/fd/$_g_ref" ] || [ ~/.bashrc -nt "/dev/fd/$_g_ref" ]; }; then
+          printf -v msg 'e %d:%s%s' "${#_g_mark}" "$_g_mark" stale
+          printf '%08d%s' "${#msg}" "$msg"
+          continue
+        fi
+        if [ -n "$_g_unfit" ]; then
+          printf -v msg 'e %d:%s%s' "${#_g_mark}" "$_g_mark" "unfit ${_g_unfit//$'\n'/ }"
+          printf '%08d%s' "${#msg}" "$msg"
+          continue
+        fi
+        _g_new=
+        if [ -n "$_g_rotate" ]; then
+          # Everything of the earlier jobs is home: new files.
+          _g_gen=$((_g_gen + 1))
+          _g_files=$_g_tag-$_g_gen _g_new=$_g_spool/$_g_tag-$_g_gen
+        fi
+        if [ -n "$_g_profiled$_g_asis" ]; then
+          # The job's lines, after a first line's worth that goes back to
+          # the directory the job is in and takes back the profile's
+          # sourcepath.
+          _g_n=$_g_spre$_g_script$'\n'
+          _g_pad=$((_g_srclen - ${#_g_n}))
+          if [ "$_g_pad" -gt 4096 ]; then
+            : >"$_g_flag.d/bash"
+            _g_pad=0
+          fi
+          [ "$_g_pad" -gt 0 ] || _g_pad=0
+          printf '%s%*s' "$_g_n" "$_g_pad" '' 1<>"$_g_flag.d/bash" || exit "$_g_x_unread"
+          _g_srclen=$((${#_g_n} + _g_pad))
+        fi
+        # The job's code, for the starter's fork: no job control in the
+        # job, as in bash -c (what it starts in the background stays in its
+        # group), its locale, environment and workdir, then, where the
+        # login shell is read once, the job as bash -lc would run it: what
+        # the profile set (its aliases, traps and options: its functions
+        # are the starter's), $0 bash, no positional parameters, none of
+        # this script's names, its own BASHPID-seeded RANDOM and SECONDS
+        # from 0. A job that names $$ gets a bash of its own, so that $$ is
+        # its own (to kill itself, or to name its files): it takes up the
+        # profile's variables from the fork, the rest from what was saved,
+        # then the job's environment again.
+        _g_code=$_g_chead$_g_exports$_g_cwdl
+        if [ -z "$_g_profiled$_g_asis" ]; then
+          # shellcheck disable=SC2016 # expanded by the job
+          printf -v _g_kv 'builtin exec "${SHELL:-/bin/bash}" -lc %q\n' "$_g_pre$_g_script"
+          _g_code+=$_g_kv
+        else
+          # shellcheck disable=SC2016 # the job line's own text
+          case $_g_script in
+            *'$$'* | *'${$}'*)
+              printf -v _g_kv '_g_vars=$(builtin unset -v %s "${!_g_@}" 2>/dev/null; builtin declare -p)\nbuiltin exec "${SHELL:-/bin/bash}" --noprofile --norc -c %q bash "$_g_vars" %q %q %q\n' \
+                "${_g_specials[*]}" "$_g_dollar" "$_g_fstate$_g_state$_g_opts" "$_g_pre$_g_here" "$_g_exports"
+              _g_code+=$_g_cifs$_g_kv
+              ;;
+            *) _g_code+=$_g_cifs$_g_ctail ;;
+          esac
+        fi
+        # For the starter: the mark, the job's record but its pid, boot
+        # and start (none for a job without a tag), then its GPUs and the
+        # about line, its time limit, its new stream files, and its code.
+        _g_rec=
+        [ -z "$_g_jtag" ] || _g_rec="$_g_jtag $_g_files $$ $_g_mark $_g_ob $_g_eb"
+        _g_kv=$_g_gpus$'\n'$_g_about
+        printf -v msg 'j %d %d %d %d %d:%s%s%s%s%s%s' "${#_g_mark}" "${#_g_rec}" "${#_g_kv}" "${#_g_limit}" "${#_g_new}" \
+          "$_g_mark" "$_g_rec" "$_g_kv" "$_g_limit" "$_g_new" "$_g_code"
+        _g_code=
+        printf '%08d%s' "${#msg}" "$msg"
         ;;
       c)
         # The running job, or one about to start from fields already
-        # handed on: the flag stays until the shell has said the job's end
-        # (or nothing ran for a second: the job had ended).
+        # handed on: the flag stays until the starter has said the job's
+        # end (or nothing ran for a second: the job had ended).
         echo cancelled >"$_g_flag.why"
         idle=0
         while [ -e "$_g_flag.why" ] && [ "$idle" -lt 20 ]; do
@@ -516,7 +615,7 @@ _g_watch() {
         # The coordinator ends the shell. Only a command of its own (a
         # look, untagged) may run then (the coordinator ends a shell that
         # runs a job only once the job has ended): one look stops it.
-        printf q
+        printf '%08d%s' 4 'q 0:'
         exec >/dev/null
         [ -n "$tagged" ] || [ -z "$hl" ] || _g_stop
         exit 0
@@ -525,91 +624,159 @@ _g_watch() {
   done
   # stdin ended with no "q": the coordinator went away. A job runs on; a
   # look of the coordinator's own (untagged) has no one to answer to, and
-  # is stopped until the shell, which sees the end once this watcher has
+  # is stopped until the shell, which sees the end once this feeder has
   # closed its side, is gone.
+  exec >/dev/null
   if [ -z "$tagged" ]; then
-    exec >/dev/null
     while _g_stop; do
       sleep 0.05
     done
   fi
 }
-# _g_forward hands a TERM this shell got to the running job's group: a job
-# that kills $$ ends itself, as under bash -lc, not its slot's shell.
+# _g_forward hands a TERM this shell got to the starter, which hands it to
+# the running job's group: a job that kills $PPID ends itself, as under bash
+# -lc, not its slot's shell.
+# shellcheck disable=SC2317 # called by the trap
 _g_forward() {
-  [ -z "${_g_pid-}" ] || kill -TERM -- -"$_g_pid" 2>/dev/null
+  [ -z "${_g_lpid-}" ] || kill -TERM "$_g_lpid" 2>/dev/null
 }
-_g_gen=0
-# _g_tees starts the tees of stream files number _g_gen: process
-# substitutions, so that their pipes cost no mkfifo and no subshell (this
-# shell forks nothing per job: its starter does). A tee ignores SIGPIPE:
-# with its coordinator gone it goes on writing its file. Each holds no
-# descriptor of this shell's but its own pipe and where it writes, so that
-# it sees its end once the shell and the starter are gone.
+# _g_tees starts the tees of the stream files $_g_stream.out and .err:
+# process substitutions, so that their pipes cost no mkfifo and no subshell
+# (this shell forks nothing per job: its starter does, which starts new
+# ones in its place). A tee ignores SIGPIPE: with its coordinator gone it
+# goes on writing its file. Each holds no descriptor of this shell's but
+# its own pipe and where it writes, so that it sees its end once the shell
+# and the starter are gone. Its commands are the starter's too (see
+# _g_scode).
 _g_tees() {
-  _g_files=$_g_tag-$_g_gen
   exec 1> >(
-    trap '' PIPE
-    exec tee -a -- "$_g_spool/$_g_files.out" >&5 3<&- 4>&- 6>&- {_g_ref}<&-
+    builtin trap '' PIPE
+    builtin exec tee -a -- "$_g_stream.out" >&5 3<&- 4>&- 6>&- {_g_ref}<&-
   )
   exec 4> >(
-    trap '' PIPE
-    exec tee -a -- "$_g_spool/$_g_files.err" >&6 3<&- 5>&- {_g_ref}<&-
+    builtin trap '' PIPE
+    builtin exec tee -a -- "$_g_stream.err" >&6 3<&- 5>&- {_g_ref}<&-
   )
 }
-# _g_scode is the starter's code: a bash of its own (a coprocess, so that
-# in a job's fork $$ is the starter's, which sends a TERM it gets on to
-# the job) that forks the jobs. It is sent first its set-up (init): the
+# _g_scode is the starter's code: a bash of its own that forks the jobs, so
+# that in a job's fork $$ is the starter's, which sends a TERM it gets on to
+# the job. Its stdin is the feeder's stdout: first its set-up (_g_init): the
 # variables of this shell but this script's, the profile's functions, and
 # what else the profile set, with the options it set otherwise than the
-# starter has them (_g_sstate, see _g_odiff); it keeps six variables of
-# its own, so that a job's fork has little to put
-# away and nothing to define (freeing and defining cost a copy of each
-# page they touch there). Then, sent a job's code (8 digits of length,
-# then the code, on its stdin), it forks it in a process group of its own,
-# and says on its stdout its pid, then its exit status, 8 digits each. Its
-# own commands are builtins: the profile's functions are defined in it.
-# The jobs' stdout is $_g_jo, their stderr fd 4, as they are when it
-# starts: new stream files start a new starter.
+# starter has them (_g_sstate, see _g_odiff), then its own few names (the
+# files it writes, _g_tees, _g_reap, _g_alive), so that a job's fork has
+# little to put away and nothing to define (freeing and defining cost a
+# copy of each page they touch there). Then a message per job: eight
+# digits of length, then "j", the lengths of the fields, ":", the fields:
+# the end mark, the job's record but its pid, boot and start (empty for a
+# job without a tag), its GPUs and about line, its time limit, its new
+# stream files (empty but for a rotation), its code. It forks the job in a
+# process group of its own (stdout $_g_stream.out's tee, stderr fd 4,
+# the other's), writes its record, keeps its time limit, reaps its group
+# once it exits, and says its end on both streams. "e" ends the shell
+# with an answer instead of a job's end (the mark, then the answer), "q"
+# ends it with nothing kept; when its stdin ends (the coordinator went
+# away), the files of a job that ran stay. Its own commands are builtins,
+# or go through "builtin command": the profile's functions are defined in
+# it. No function is called between jobs (see _g_feed).
 # shellcheck disable=SC2016 # expanded by the starter
-_g_scode='exec {_g_in}<&0 </dev/null {_g_bk}>&1 1>&"$1" 2>/dev/null
-builtin eval "exec $1>&-"
-IFS= builtin read -r -N 8 -u "$_g_in" _g_n && IFS= builtin read -r -N "$((10#$_g_n))" -u "$_g_in" _g_rc || builtin exit '"$_g_x_unread"'
-builtin eval "$_g_rc"
+_g_scode='exec 2>/dev/null
+LC_ALL=C IFS= builtin read -r -N 8 _g_n && LC_ALL=C IFS= builtin read -r -N "$((10#$_g_n))" _g_m || builtin exit '"$_g_x_unread"'
+builtin eval "$_g_m"
+builtin unset -v _g_n _g_m
 builtin set --
-builtin unset -v _g_n _g_rc
-builtin trap '"'"'builtin [ -z "${_g_pid-}" ] || builtin kill -TERM -- -"$_g_pid" 2>/dev/null'"'"' TERM
-while IFS= builtin read -r -N 8 -u "$_g_in" _g_n && IFS= builtin read -r -N "$((10#$_g_n))" -u "$_g_in" _g_rc; do
+builtin trap "builtin [ -z \"\${_g_pid-}\" ] || builtin kill -TERM -- -\"\$_g_pid\" 2>/dev/null" TERM
+while :; do
+  IFS= builtin read -r -N 8 _g_n
+  _g_rc=$?
+  if builtin [ "$_g_rc" -gt 128 ]; then continue; fi
+  if builtin [ "$_g_rc" != 0 ]; then break; fi
+  IFS= builtin read -r -N "$((10#$_g_n))" _g_m || builtin exit '"$_g_x_unread"'
+  _g_at=${_g_m%%:*}
+  builtin set -- $_g_at
+  _g_at=$((${#_g_at} + 1))
+  _g_mark=${_g_m:_g_at:$2} _g_at=$((_g_at + $2))
+  case $1 in
+    q) builtin exec rm -rf -- "$_g_stream.out" "$_g_stream.err" "$_g_flag.job" "$_g_flag.why" "$_g_flag.d" ;;
+    e)
+      builtin printf "\\0%s" "$_g_mark" >&4
+      builtin printf "\\0%s %s\\n" "$_g_mark" "${_g_m:_g_at}"
+      builtin exec rm -rf -- "$_g_stream.out" "$_g_stream.err" "$_g_flag.job" "$_g_flag.d"
+      ;;
+  esac
+  _g_rec=${_g_m:_g_at:$3} _g_at=$((_g_at + $3))
+  _g_tail=${_g_m:_g_at:$4} _g_at=$((_g_at + $4))
+  _g_limit=${_g_m:_g_at:$5} _g_at=$((_g_at + $5))
+  if builtin [ "$6" != 0 ]; then
+    # New stream files: everything of the earlier jobs is home.
+    _g_n=${_g_m:_g_at:$6} _g_at=$((_g_at + $6))
+    builtin set -- "$_g_stream.out" "$_g_stream.err"
+    _g_stream=$_g_n
+    _g_tees
+    builtin command rm -f -- "$@"
+  fi
+  _g_m=${_g_m:_g_at}
+  if builtin [ -e "$_g_flag.why" ]; then
+    # Cancelled before it started: it does not run.
+    builtin command rm -f -- "$_g_flag.why"
+    builtin printf -v _g_now "%(%s)T" -1
+    builtin printf "\\0%s" "$_g_mark" >&4
+    builtin printf "\\0%s 143 cancelled %s\\n" "$_g_mark" "$_g_now"
+    continue
+  fi
   builtin set -m
-  (builtin eval "$_g_rc") 2>&4 4>&- {_g_in}<&- {_g_bk}>&- &
+  (builtin eval "$_g_m") </dev/null 2>&4 4>&- 5>&- 6>&- &
   _g_pid=$!
   builtin set +m
-  builtin printf "%08d" "$_g_pid" >&"$_g_bk"
+  _g_m=
+  _g_now=${EPOCHSECONDS:-}
+  builtin [ -n "$_g_now" ] || builtin printf -v _g_now "%(%s)T" -1
+  # Written in place: ext4 flushes a file that was truncated and written
+  # again as it is closed, a third of a millisecond. What follows the
+  # two lines of the record is left from a longer one.
+  if builtin [ -n "$_g_rec" ]; then
+    builtin printf "%s %s %s %s %s\\n" "$_g_rec" "$_g_pid" "$_g_boot" "$_g_now" "$_g_tail" 1<>"$_g_flag.job"
+  else
+    builtin : >"$_g_flag.job"
+  fi
+  _g_limiter=
+  if builtin [ "$_g_limit" != 0 ]; then
+    # The time limit of the job, kept on the machine: no coordinator
+    # needs to be there.
+    (
+      builtin trap "builtin kill \"\$_g_s\"; builtin exit" TERM
+      builtin command sleep "$_g_limit" &
+      _g_s=$!
+      builtin wait "$_g_s"
+      builtin echo timeout >"$_g_flag.why"
+      _g_reap
+    ) </dev/null >/dev/null 4>&- 5>&- 6>&- &
+    _g_limiter=$!
+  fi
+  # The end of the job, and the reaping. A TERM the starter gets
+  # meanwhile ends the wait: it goes to the job, whose end is still
+  # waited for.
   while :; do
     builtin wait "$_g_pid"
     _g_rc=$?
     if builtin [ "$_g_rc" -le 128 ] || ! builtin kill -0 "$_g_pid" 2>/dev/null; then break; fi
   done
+  builtin [ -z "$_g_limiter" ] || builtin kill "$_g_limiter"
+  ! builtin kill -0 -- -"$_g_pid" 2>/dev/null || _g_reap
   _g_pid=
-  builtin printf "%08d" "$_g_rc" >&"$_g_bk"
-done'
-# _g_spawn starts a starter (see _g_scode) and sends it its set-up:
-# _g_to is its stdin, _g_bk its stdout (bash closes them in this shell's
-# other children). It is a bash of its own, with no BASH_ENV to read
-# (Lmod's profile sets one): the set-up gives it back.
-_g_spawn() {
-  exec {_g_jo}>&1
-  coproc _g_sp { BASH_ENV='' builtin exec "${BASH:-bash}" --noprofile --norc -c "$_g_scode" gpudispatch-job "$_g_jo" "$_g_tag" 3<&- 5>&- 6>&- {_g_ref}<&-; }
-  exec {_g_jo}>&-
-  _g_bk=${_g_sp[0]} _g_to=${_g_sp[1]}
-  local init
-  printf -v init '%s\nbuiltin eval %q 2>/dev/null\n_g_sstate=%q\n' \
-    "$(
-      builtin unset -v "${_g_specials[@]}" "${!_g_@}" BASHOPTS SHELLOPTS BASH_VERSINFO EUID PPID UID 2>/dev/null
-      builtin declare -p
-    )" "$_g_fstate" "$_g_state$_g_odiff"
-  printf '%08d%s' "${#init}" "$init" >&"$_g_to"
-}
+  _g_why=-
+  if builtin [ -e "$_g_flag.why" ]; then
+    # gpudispatch ended it: the feeder (cancel) or the time limit.
+    IFS= builtin read -r _g_why <"$_g_flag.why"
+    builtin command rm -f -- "$_g_flag.why"
+  fi
+  _g_now=${EPOCHSECONDS:-}
+  builtin [ -n "$_g_now" ] || builtin printf -v _g_now "%(%s)T" -1
+  builtin printf "\\0%s" "$_g_mark" >&4
+  builtin printf "\\0%s %d %s %s\\n" "$_g_mark" "$_g_rc" "$_g_why" "$_g_now"
+done
+builtin [ -s "$_g_flag.job" ] || builtin exec rm -rf -- "$_g_stream.out" "$_g_stream.err" "$_g_flag.job" "$_g_flag.d"
+builtin exec rm -rf -- "$_g_flag.d"'
 # _g_dollar is the code of a job's own bash, for a job that names $$: $1
 # the variables, $2 what else the profile set, $3 the job's code, $4 its
 # environment (exports).
@@ -643,13 +810,12 @@ else
   printf '\0ready\n'
 fi
 exec 5>&1 6>&2 2>/dev/null
+_g_gen=0
+_g_files=$_g_tag-$_g_gen
+_g_stream=$_g_spool/$_g_files
 _g_tees
-# fd 3 is the watcher.
-exec 3< <(_g_watch 4>&- 5>&- 6>&-)
-exec </dev/null
-_g_spawn
 # What every job's code and source file start and end with, made once
-# (see the loop): the setup, the locale, the workdir, IFS, then, where the
+# (see the feeder): the setup, the locale, the workdir, IFS, then, where the
 # login shell is read once, what a fork takes back.
 _g_pre=$_g_act
 if [ -n "$_g_setup" ]; then
@@ -666,154 +832,35 @@ if [ -n "$_g_wd" ]; then
 fi
 if [ -n "$_g_ifs_set" ]; then printf -v _g_cifs 'IFS=%q\n' "$_g_ifs"; else _g_cifs=$'builtin unset -v IFS\n'; fi
 # shellcheck disable=SC2016 # expanded by the job
-printf -v _g_ctail 'RANDOM=$BASHPID${EPOCHREALTIME//[!0-9]/} SECONDS=0 BASH_ARGV0=bash\nbuiltin set -- "$_g_sstate"\nbuiltin unset -v ${!_g_*}\nbuiltin eval "$1" 2>/dev/null\nbuiltin set --\n%s' \
+printf -v _g_ctail 'RANDOM=$BASHPID${EPOCHREALTIME//[!0-9]/} SECONDS=0 BASH_ARGV0=bash\nbuiltin set -- "$_g_sstate"\nbuiltin unset -v ${!_g_*}\nbuiltin unset -f _g_tees _g_reap _g_alive\nbuiltin eval "$1" 2>/dev/null\nbuiltin set --\n%s' \
   "$_g_pre$_g_here"
 # shellcheck disable=SC2016 # expanded by the job
 _g_spre='builtin cd -- "$OLDPWD" || builtin exit '"$_g_x_unsafe"'; builtin unset -v OLDPWD; '
 case $_g_opts in *'shopt -u sourcepath'*) ;; *) _g_spre+='builtin shopt -s sourcepath; ' ;; esac
-while IFS= read -r -N 1 -u 3 _g_rec; do
-  if [ "$_g_rec" = q ]; then
-    # The coordinator has everything: nothing is kept.
-    _g_bye "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job" "$_g_flag.why"
-  fi
-  IFS= read -r -N 8 -u 3 _g_n && IFS= read -r -N "$((10#$_g_n))" -u 3 _g_hdr || exit "$_g_x_unread"
-  IFS= read -r -N "$((${_g_hdr// /+}))" -u 3 _g_body || exit "$_g_x_unread"
-  # shellcheck disable=SC2086 # the lengths are meant to be split into words
-  set -- $_g_hdr
-  # No loop and no function call here but for the variables: once it has
-  # had a child, bash blocks and unblocks signals at each turn of a loop.
-  _g_mark=${_g_body:0:$1} _g_at=$1
-  _g_jtag=${_g_body:_g_at:$2} _g_at=$((_g_at + $2))
-  _g_about=${_g_body:_g_at:$3} _g_at=$((_g_at + $3))
-  _g_limit=${_g_body:_g_at:$4} _g_at=$((_g_at + $4))
-  _g_rotate=${_g_body:_g_at:$5} _g_at=$((_g_at + $5))
-  _g_ob=${_g_body:_g_at:$6} _g_at=$((_g_at + $6))
-  _g_eb=${_g_body:_g_at:$7} _g_at=$((_g_at + $7))
-  _g_script=${_g_body:_g_at:$8} _g_at=$((_g_at + $8))
-  _g_exports=${_g_body:_g_at:$9} _g_at=$((_g_at + $9))
-  _g_gpus=${_g_body:_g_at:${10}}
-  _g_body=
-  if [ -n "$_g_rotate" ]; then
-    # Everything of the earlier jobs is home: new files, and a starter
-    # that has them.
-    exec {_g_to}>&- {_g_bk}<&-
-    set -- "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err"
-    _g_gen=$((_g_gen + 1))
-    _g_tees
-    builtin command rm -f -- "$@"
-    _g_spawn
-  fi
-  # Whether a profile file changed since this shell read it, unrolled: a
-  # loop costs more than the looks.
-  if [ -n "$_g_profiled" ] && { [ /etc/profile -nt "/dev/fd/$_g_ref" ] || [ ~/.bash_profile -nt "/dev/fd/$_g_ref" ] ||
-    [ ~/.bash_login -nt "/dev/fd/$_g_ref" ] || [ ~/.profile -nt "/dev/fd/$_g_ref" ] || [ ~/.bashrc -nt "/dev/fd/$_g_ref" ]; }; then
-    printf '\0%s' "$_g_mark" >&4
-    printf '\0%s stale\n' "$_g_mark"
-    _g_bye "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"
-  fi
-  if [ -n "$_g_unfit" ]; then
-    # The shell could not be set up: no job runs in it.
-    printf '\0%s' "$_g_mark" >&4
-    printf '\0%s unfit %s\n' "$_g_mark" "${_g_unfit//$'\n'/ }"
-    _g_bye "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"
-  fi
-  if [ -e "$_g_flag.why" ]; then
-    # Cancelled before it started: it does not run.
-    builtin command rm -f -- "$_g_flag.why"
-    printf -v _g_now '%(%s)T' -1
-    printf '\0%s' "$_g_mark" >&4
-    printf '\0%s 143 cancelled %s\n' "$_g_mark" "$_g_now"
-    continue
-  fi
-  if [ -n "$_g_profiled$_g_asis" ]; then
-    # The job's lines, after a first line's worth that goes back to the
-    # directory the job is in and takes back the profile's sourcepath.
-    _g_n=$_g_spre$_g_script$'\n'
-    _g_pad=$((_g_srclen - ${#_g_n}))
-    if [ "$_g_pad" -gt 4096 ]; then
-      : >"$_g_flag.d/bash"
-      _g_pad=0
-    fi
-    [ "$_g_pad" -gt 0 ] || _g_pad=0
-    printf '%s%*s' "$_g_n" "$_g_pad" '' 1<>"$_g_flag.d/bash" || exit "$_g_x_unread"
-    _g_srclen=$((${#_g_n} + _g_pad))
-  fi
-  # The job's code, for the starter's fork: no job control in the job, as
-  # in bash -c (what it starts in the background stays in its group), its
-  # locale, environment and workdir, then, where the login shell is read
-  # once, the job as bash -lc would run it: what the profile set (its
-  # aliases, traps and options: its functions are the starter's), $0 bash,
-  # no positional parameters, none of this script's names, its own
-  # BASHPID-seeded RANDOM and SECONDS from 0. A job that names $$ gets a
-  # bash of its own, so that $$ is its own (to kill itself, or to name its
-  # files): it takes up the profile's variables from the fork, the rest
-  # from what was saved, then the job's environment again.
-  _g_code=$_g_chead$_g_exports$_g_cwdl
-  if [ -z "$_g_profiled$_g_asis" ]; then
-    # shellcheck disable=SC2016 # expanded by the job
-    printf -v _g_kv 'builtin exec "${SHELL:-/bin/bash}" -lc %q\n' "$_g_pre$_g_script"
-    _g_code+=$_g_kv
-  else
-    # shellcheck disable=SC2016 # the job line's own text
-    case $_g_script in
-      *'$$'* | *'${$}'*)
-        printf -v _g_kv '_g_vars=$(builtin unset -v %s "${!_g_@}" 2>/dev/null; builtin declare -p)\nbuiltin exec "${SHELL:-/bin/bash}" --noprofile --norc -c %q bash "$_g_vars" %q %q %q\n' \
-          "${_g_specials[*]}" "$_g_dollar" "$_g_fstate$_g_state$_g_opts" "$_g_pre$_g_here" "$_g_exports"
-        _g_code+=$_g_cifs$_g_kv
-        ;;
-      *) _g_code+=$_g_cifs$_g_ctail ;;
-    esac
-  fi
-  printf '%08d%s' "${#_g_code}" "$_g_code" >&"$_g_to" || exit "$_g_x_unread"
-  _g_code=
-  IFS= read -r -N 8 -u "$_g_bk" _g_pid || exit "$_g_x_unread"
-  _g_pid=$((10#$_g_pid))
-  _g_now=${EPOCHSECONDS:-}
-  [ -n "$_g_now" ] || printf -v _g_now '%(%s)T' -1
-  # Written in place: ext4 flushes a file that was truncated and written
-  # again as it is closed, a third of a millisecond. What follows the
-  # record's two lines is left from a longer one.
-  if [ -n "$_g_jtag" ]; then
-    printf '%s %s %s %s %s %s %s %s %s %s\n%s\n' "$_g_jtag" "$_g_files" "$$" "$_g_mark" \
-      "$_g_ob" "$_g_eb" "$_g_pid" "$_g_boot" "$_g_now" "$_g_gpus" "$_g_about" 1<>"$_g_flag.job"
-  else
-    : >"$_g_flag.job"
-  fi
-  _g_limiter=
-  if [ "$_g_limit" != 0 ]; then
-    # The job's time limit, kept on the machine: no coordinator needs to be
-    # there.
-    (
-      trap 'kill "$_g_s"; exit' TERM
-      sleep "$_g_limit" &
-      _g_s=$!
-      wait "$_g_s"
-      echo timeout >"$_g_flag.why"
-      _g_reap
-    ) </dev/null >/dev/null 4>&- 3<&- 5>&- 6>&- {_g_ref}<&- &
-    _g_limiter=$!
-  fi
-  # The job's end, from the starter, and the reaping, with no function
-  # call (see above). A TERM this shell gets meanwhile waits for the read
-  # (bash runs traps between commands), by when the job has ended; a
-  # job's kill $$ and kill $PPID reach the starter, which sends them on at
-  # once.
-  IFS= read -r -N 8 -u "$_g_bk" _g_rc || exit "$_g_x_unread"
-  _g_rc=$((10#$_g_rc))
-  [ -z "$_g_limiter" ] || kill "$_g_limiter"
-  ! kill -0 -- -"$_g_pid" || _g_reap
-  _g_pid= # a TERM between jobs has no job to go to
-  _g_why=-
-  if [ -e "$_g_flag.why" ]; then
-    # gpudispatch ended it: the watcher (cancel) or the time limit.
-    IFS= read -r _g_why <"$_g_flag.why"
-    builtin command rm -f -- "$_g_flag.why"
-  fi
-  _g_now=${EPOCHSECONDS:-}
-  [ -n "$_g_now" ] || printf -v _g_now '%(%s)T' -1
-  printf '\0%s' "$_g_mark" >&4
-  printf '\0%s %d %s %s\n' "$_g_mark" "$_g_rc" "$_g_why" "$_g_now"
+# The starter's set-up (see _g_scode), which the feeder sends it first.
+_g_sstate=$_g_state$_g_odiff
+printf -v _g_init '%s\nbuiltin eval %q 2>/dev/null\n%s\n%s\n' \
+  "$(
+    builtin unset -v "${_g_specials[@]}" "${!_g_@}" BASHOPTS SHELLOPTS BASH_VERSINFO EUID PPID UID 2>/dev/null
+    builtin declare -p
+  )" "$_g_fstate" "$(builtin declare -p _g_flag _g_stream _g_boot _g_grace _g_ref _g_sstate)" \
+  "$(builtin declare -f _g_tees _g_reap _g_alive)"
+# fd 3 is the feeder; the starter, a bash of its own with no BASH_ENV to
+# read (Lmod's profile sets one: the set-up gives it back), reads it.
+exec 3< <(_g_feed 4>&- 5>&- 6>&-)
+exec </dev/null
+_g_init=
+BASH_ENV='' "${BASH:-bash}" --noprofile --norc -c "$_g_scode" gpudispatch-starter "$_g_tag" <&3 3<&- {_g_ref}<&- &
+_g_lpid=$!
+# The starter has the jobs' streams and the feeder; this shell waits for
+# it, and hands it a TERM it gets (_g_forward).
+exec 1>/dev/null 3<&- 4>&-
+while :; do
+  wait "$_g_lpid"
+  _g_rc=$?
+  if [ "$_g_rc" -le 128 ] || ! kill -0 "$_g_lpid" 2>/dev/null; then break; fi
 done
-# stdin ended with no "q": the files stay for a coordinator that takes up
-# the last job, unless one already did (it removed the job's record).
-[ -s "$_g_flag.job" ] || _g_bye "$_g_spool/$_g_files.out" "$_g_spool/$_g_files.err" "$_g_flag.job"
+# The starter removed the shell's directory as it ended, or left it to
+# this shell's EXIT trap.
+[ -e "$_g_flag.d" ] || builtin trap - EXIT
+exit "$_g_rc"
