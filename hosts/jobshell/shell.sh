@@ -321,10 +321,13 @@ if [ -n "$_g_profiled" ]; then
   # profile file changed since is newer. A copy, which has its state
   # already, takes its reader's file while it is there (as old): no
   # process of its own; else it makes an empty one.
-  _g_tmp=$_g_flag.d/ref
+  # The feeder compares the profile files with it (_g_since): by its name
+  # when the file is this shell's (a stat through /dev/fd costs more), by
+  # the descriptor when it is the reader's (which may go first).
+  _g_tmp=$_g_flag.d/ref _g_since=$_g_flag.d/ref _g_home=~
   if [ "$_g_login" = copy ]; then
     if [ -O "$_g_spool/$_g_from.d/ref" ] && { exec {_g_ref}<"$_g_spool/$_g_from.d/ref"; } 2>/dev/null; then
-      :
+      _g_since=/dev/fd/$_g_ref
     elif : 2>/dev/null >"$_g_tmp"; then
       builtin command touch -d "@${_g_at%??????}.${_g_at#"${_g_at%??????}"}" -- "$_g_tmp" 2>/dev/null
       exec {_g_ref}<"$_g_tmp"
@@ -514,34 +517,28 @@ _g_feed() {
         # shellcheck disable=SC2086 # the lengths are meant to be split into words
         set -- $hdr
         IFS= read -r -N "$((${hdr// /+}))" body || break
-        _g_mark=${body:0:$1} _g_at=$1
-        _g_jtag=${body:_g_at:$2} _g_at=$((_g_at + $2))
-        _g_about=${body:_g_at:$3} _g_at=$((_g_at + $3))
-        _g_limit=${body:_g_at:$4} _g_at=$((_g_at + $4))
-        _g_rotate=${body:_g_at:$5} _g_at=$((_g_at + $5))
-        _g_ob=${body:_g_at:$6} _g_at=$((_g_at + $6))
-        _g_eb=${body:_g_at:$7} _g_at=$((_g_at + $7))
-        _g_script=${body:_g_at:$8} _g_at=$((_g_at + $8))
-        _g_exports=${body:_g_at:$9} _g_at=$((_g_at + $9))
-        _g_gpus=${body:_g_at:${10}}
-        body=
-        tagged=${_g_jtag:+1}
-        # Whether a profile file changed since this shell read it,
-        # unrolled: a loop costs more than the looks. Then the starter
-        # answers "stale" and ends the shell; so it does, with why, when
-        # the shell could not be set up.
-        if [ -n "$_g_profiled" ] && { [ /etc/profile -nt "/dev/fd/$_g_ref" ] || [ ~/.bash_profile -nt "/dev/fd/$_g_ref" ] ||
-          [ ~/.bash_login -nt "/dev/fd/$_g_ref" ] || [ ~/.profile -nt "/dev/fd/$_g_ref" ] || [ ~/.bashrc -nt "/dev/fd/$_g_ref" ]; }; then
-          printf -v msg 'e %d:%s%s' "${#_g_mark}" "$_g_mark" stale
+        # Each job costs every simple command here some microseconds
+        # (bash prints each for $BASH_COMMAND): the fields are cut in one.
+        _g_mark=${body:0:$1} _g_at=$1 _g_jtag=${body:_g_at:$2} _g_at=$((_g_at + $2)) \
+          _g_about=${body:_g_at:$3} _g_at=$((_g_at + $3)) _g_limit=${body:_g_at:$4} _g_at=$((_g_at + $4)) \
+          _g_rotate=${body:_g_at:$5} _g_at=$((_g_at + $5)) _g_ob=${body:_g_at:$6} _g_at=$((_g_at + $6)) \
+          _g_eb=${body:_g_at:$7} _g_at=$((_g_at + $7)) _g_script=${body:_g_at:$8} _g_at=$((_g_at + $8)) \
+          _g_exports=${body:_g_at:$9} _g_at=$((_g_at + $9)) _g_gpus=${body:_g_at:${10}} \
+          body='' tagged=${_g_jtag:+1} _g_new=''
+        # Whether a profile file changed since this shell read it, in one
+        # test (see _g_since). Then the starter answers "stale" and ends the
+        # shell; so it does, with why, when the shell could not be set up.
+        if [[ -n $_g_profiled && (/etc/profile -nt $_g_since || $_g_home/.bash_profile -nt $_g_since ||
+          $_g_home/.bash_login -nt $_g_since || $_g_home/.profile -nt $_g_since || $_g_home/.bashrc -nt $_g_since) ]]; then
+          printf -v msg 'e %d 0 0 0 0:%s%s' "${#_g_mark}" "$_g_mark" stale
           printf '%08d%s' "${#msg}" "$msg"
           continue
         fi
         if [ -n "$_g_unfit" ]; then
-          printf -v msg 'e %d:%s%s' "${#_g_mark}" "$_g_mark" "unfit ${_g_unfit//$'\n'/ }"
+          printf -v msg 'e %d 0 0 0 0:%s%s' "${#_g_mark}" "$_g_mark" "unfit ${_g_unfit//$'\n'/ }"
           printf '%08d%s' "${#msg}" "$msg"
           continue
         fi
-        _g_new=
         if [ -n "$_g_rotate" ]; then
           # Everything of the earlier jobs is home: new files.
           _g_gen=$((_g_gen + 1))
@@ -551,13 +548,13 @@ _g_feed() {
           # The job's lines, after a first line's worth that goes back to
           # the directory the job is in and takes back the profile's
           # sourcepath.
-          _g_n=$_g_spre$_g_script$'\n'
-          _g_pad=$((_g_srclen - ${#_g_n}))
-          if [ "$_g_pad" -gt 4096 ]; then
+          _g_n=$_g_spre$_g_script$'\n' _g_pad=$((_g_srclen - ${#_g_n}))
+          if ((_g_pad > 4096)); then
             : >"$_g_flag.d/bash"
             _g_pad=0
+          elif ((_g_pad < 0)); then
+            _g_pad=0
           fi
-          [ "$_g_pad" -gt 0 ] || _g_pad=0
           printf '%s%*s' "$_g_n" "$_g_pad" '' 1<>"$_g_flag.d/bash" || exit "$_g_x_unread"
           _g_srclen=$((${#_g_n} + _g_pad))
         fi
@@ -591,9 +588,7 @@ _g_feed() {
         # For the starter: the mark, the job's record but its pid, boot
         # and start (none for a job without a tag), then its GPUs and the
         # about line, its time limit, its new stream files, and its code.
-        _g_rec=
-        [ -z "$_g_jtag" ] || _g_rec="$_g_jtag $_g_files $$ $_g_mark $_g_ob $_g_eb"
-        _g_kv=$_g_gpus$'\n'$_g_about
+        _g_rec=${_g_jtag:+"$_g_jtag $_g_files $$ $_g_mark $_g_ob $_g_eb"} _g_kv=$_g_gpus$'\n'$_g_about
         printf -v msg 'j %d %d %d %d %d:%s%s%s%s%s%s' "${#_g_mark}" "${#_g_rec}" "${#_g_kv}" "${#_g_limit}" "${#_g_new}" \
           "$_g_mark" "$_g_rec" "$_g_kv" "$_g_limit" "$_g_new" "$_g_code"
         _g_code=
@@ -615,7 +610,7 @@ _g_feed() {
         # The coordinator ends the shell. Only a command of its own (a
         # look, untagged) may run then (the coordinator ends a shell that
         # runs a job only once the job has ended): one look stops it.
-        printf '%08d%s' 4 'q 0:'
+        printf '%08d%s' 12 'q 0 0 0 0 0:'
         exec >/dev/null
         [ -n "$tagged" ] || [ -z "$hl" ] || _g_stop
         exit 0
@@ -687,15 +682,13 @@ builtin unset -v _g_n _g_m
 builtin set --
 builtin trap "builtin [ -z \"\${_g_pid-}\" ] || builtin kill -TERM -- -\"\$_g_pid\" 2>/dev/null" TERM
 while :; do
-  IFS= builtin read -r -N 8 _g_n
-  _g_rc=$?
-  if builtin [ "$_g_rc" -gt 128 ]; then continue; fi
-  if builtin [ "$_g_rc" != 0 ]; then break; fi
+  IFS= builtin read -r -N 8 _g_n || { (($? > 128)) && continue; break; }
   IFS= builtin read -r -N "$((10#$_g_n))" _g_m || builtin exit '"$_g_x_unread"'
   _g_at=${_g_m%%:*}
   builtin set -- $_g_at
-  _g_at=$((${#_g_at} + 1))
-  _g_mark=${_g_m:_g_at:$2} _g_at=$((_g_at + $2))
+  _g_at=$((${#_g_at} + 1)) _g_mark=${_g_m:_g_at:$2} _g_at=$((_g_at + $2)) _g_rec=${_g_m:_g_at:$3} \
+    _g_at=$((_g_at + $3)) _g_tail=${_g_m:_g_at:$4} _g_at=$((_g_at + $4)) _g_limit=${_g_m:_g_at:$5} \
+    _g_at=$((_g_at + $5)) _g_limiter= _g_why=-
   case $1 in
     q) builtin exec rm -rf -- "$_g_stream.out" "$_g_stream.err" "$_g_flag.job" "$_g_flag.why" "$_g_flag.d" ;;
     e)
@@ -704,10 +697,7 @@ while :; do
       builtin exec rm -rf -- "$_g_stream.out" "$_g_stream.err" "$_g_flag.job" "$_g_flag.d"
       ;;
   esac
-  _g_rec=${_g_m:_g_at:$3} _g_at=$((_g_at + $3))
-  _g_tail=${_g_m:_g_at:$4} _g_at=$((_g_at + $4))
-  _g_limit=${_g_m:_g_at:$5} _g_at=$((_g_at + $5))
-  if builtin [ "$6" != 0 ]; then
+  if ((${6:-0})); then
     # New stream files: everything of the earlier jobs is home.
     _g_n=${_g_m:_g_at:$6} _g_at=$((_g_at + $6))
     builtin set -- "$_g_stream.out" "$_g_stream.err"
@@ -726,11 +716,9 @@ while :; do
   fi
   builtin set -m
   (builtin eval "$_g_m") </dev/null 2>&4 4>&- 5>&- 6>&- &
-  _g_pid=$!
   builtin set +m
-  _g_m=
-  _g_now=${EPOCHSECONDS:-}
-  builtin [ -n "$_g_now" ] || builtin printf -v _g_now "%(%s)T" -1
+  _g_pid=$! _g_m=
+  builtin printf -v _g_now "%(%s)T" -1
   # Written in place: ext4 flushes a file that was truncated and written
   # again as it is closed, a third of a millisecond. What follows the
   # two lines of the record is left from a longer one.
@@ -739,7 +727,6 @@ while :; do
   else
     builtin : >"$_g_flag.job"
   fi
-  _g_limiter=
   if builtin [ "$_g_limit" != 0 ]; then
     # The time limit of the job, kept on the machine: no coordinator
     # needs to be there.
@@ -756,22 +743,21 @@ while :; do
   # The end of the job, and the reaping. A TERM the starter gets
   # meanwhile ends the wait: it goes to the job, whose end is still
   # waited for.
-  while :; do
+  builtin wait "$_g_pid"
+  _g_rc=$?
+  while ((_g_rc > 128)) && builtin kill -0 "$_g_pid" 2>/dev/null; do
     builtin wait "$_g_pid"
     _g_rc=$?
-    if builtin [ "$_g_rc" -le 128 ] || ! builtin kill -0 "$_g_pid" 2>/dev/null; then break; fi
   done
-  builtin [ -z "$_g_limiter" ] || builtin kill "$_g_limiter"
+  [[ -z $_g_limiter ]] || builtin kill "$_g_limiter"
   ! builtin kill -0 -- -"$_g_pid" 2>/dev/null || _g_reap
   _g_pid=
-  _g_why=-
   if builtin [ -e "$_g_flag.why" ]; then
     # gpudispatch ended it: the feeder (cancel) or the time limit.
     IFS= builtin read -r _g_why <"$_g_flag.why"
     builtin command rm -f -- "$_g_flag.why"
   fi
-  _g_now=${EPOCHSECONDS:-}
-  builtin [ -n "$_g_now" ] || builtin printf -v _g_now "%(%s)T" -1
+  builtin printf -v _g_now "%(%s)T" -1
   builtin printf "\\0%s" "$_g_mark" >&4
   builtin printf "\\0%s %d %s %s\\n" "$_g_mark" "$_g_rc" "$_g_why" "$_g_now"
 done
