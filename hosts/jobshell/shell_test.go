@@ -412,25 +412,34 @@ func TestShellsStartedForWorkThatWaits(t *testing.T) {
 }
 
 // TestShellFieldsInAnyLocale sends fields with multibyte characters to job
-// shells started in a UTF-8 locale and in none: the shell reads fields by
-// byte count, which holds only in its own C locale, and the job gets the
-// locale back.
+// shells started in a UTF-8 locale (by LC_ALL, or by LANG alone, as most
+// servers set it) and in none: the shell reads fields by byte count, which
+// holds only in C (its LC_CTYPE, or its LC_ALL when that is set), and the
+// job gets the locale back: it counts the characters of its variable as
+// its locale does.
 func TestShellFieldsInAnyLocale(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "dïr ☃")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	script := "printf '%s|%s|%s|' \"$Z\" \"${LC_ALL-unset}\" ☃; pwd"
-	for _, lc := range []string{"", "C.UTF-8"} {
-		t.Run("LC_ALL="+lc, func(t *testing.T) {
-			if lc == "" {
-				t.Setenv("LC_ALL", "")
-				os.Unsetenv("LC_ALL")
-			} else {
-				t.Setenv("LC_ALL", lc)
+	script := "printf '%s|%s|%s|%s|%s|' \"$Z\" ${#Z} \"${LC_ALL-unset}\" \"${LC_CTYPE-unset}\" ☃; pwd"
+	for _, tt := range []struct {
+		name, lcAll, lang string
+		chars             int
+	}{
+		{"no locale", "", "", 17},
+		{"LC_ALL=C.UTF-8", "C.UTF-8", "", 13},
+		{"LANG=C.UTF-8", "", "C.UTF-8", 13},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for name, v := range map[string]string{"LC_ALL": tt.lcAll, "LANG": tt.lang, "LC_CTYPE": ""} {
+				t.Setenv(name, v)
+				if v == "" {
+					os.Unsetenv(name)
+				}
 			}
 			l := local(t, fast)
-			want := "héllo wörld ☃|" + cmp.Or(lc, "unset") + "|☃|" + dir + "\n"
+			want := fmt.Sprintf("héllo wörld ☃|%d|%s|unset|☃|%s\n", tt.chars, cmp.Or(tt.lcAll, "unset"), dir)
 			// Twice: the second job's fields follow the first's end on the
 			// same shell, so a miscount shows in either.
 			for i := range 2 {
