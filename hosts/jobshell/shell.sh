@@ -505,16 +505,13 @@ _g_stop() {
 # jobs: once it has had a child, bash blocks and unblocks signals at each
 # call.
 _g_feed() {
-  local rec rc hl hdr body idle msg tagged=
+  local rec hl hdr body idle msg tagged=
   printf '%08d%s' "${#_g_init}" "$_g_init"
   _g_init=
   while :; do
-    IFS= read -r -N 1 rec
-    rc=$?
     # More than 128: a profile's TMOUT (which read takes for its timeout):
     # no end.
-    [ "$rc" -le 128 ] || continue
-    [ "$rc" = 0 ] || break
+    IFS= read -r -N 1 rec || { (($? > 128)) && continue; break; }
     case $rec in
       j)
         if ! IFS= read -r -N 8 hl || ! IFS= read -r -N "$((10#$hl))" hdr; then break; fi
