@@ -297,24 +297,61 @@ func TestLoginHungProfileReadOnce(t *testing.T) {
 	}
 }
 
-// A job that sends TERM to its slot's shell (what "kill $$" does in a
-// fork of it) ends itself, as it would under bash -lc, and the slot's
-// shell lives on for the next job.
+// A job that sends TERM to its slot's shell ends itself, as it would under
+// bash -lc, and the slot's shell lives on for the next job: to the process
+// it was forked from (what "kill $$" does in a fork of it), or to its
+// $PPID, the job shell, which hands it on at once.
 func TestLoginForkKillsItself(t *testing.T) {
 	t.Parallel()
 	ss := shellsIn(t, homeWith(t, ""), "/bin/bash", LoginPerSlot)
 	runJob(t, ss, "true")
-	before := ss.idleTags()
-	var out, errs bytes.Buffer
-	code, err := ss.Run(context.Background(), executor.Command{
-		Script: `me=$BASHPID; kill -TERM "$(ps -o ppid= -p "$me" | tr -d ' ')"; sleep 5; echo survived`}, &out, &errs)
-	if err != nil || code != 143 || out.Len() != 0 {
-		t.Fatalf("exit %d, %v, stdout %q, stderr %q; want 143 and nothing printed", code, err, out.String(), errs.String())
-	}
-	if after := ss.idleTags(); len(after) != 1 || after[0] != before[0] {
-		t.Errorf("idle shells %v then %v, want the same one", before, after)
+	for _, script := range []string{
+		`me=$BASHPID; kill -TERM "$(ps -o ppid= -p "$me" | tr -d ' ')"; sleep 5; echo survived`,
+		`kill -TERM "$PPID"; sleep 5; echo survived`,
+	} {
+		before := ss.idleTags()
+		start := time.Now()
+		var out, errs bytes.Buffer
+		code, err := ss.Run(context.Background(), executor.Command{Script: script}, &out, &errs)
+		if took := time.Since(start); err != nil || code != 143 || out.Len() != 0 || took > 4*time.Second {
+			t.Fatalf("%s: exit %d, %v, stdout %q, stderr %q, after %s; want 143 at once and nothing printed", script, code, err, out.String(), errs.String(), took.Round(time.Millisecond))
+		}
+		if after := ss.idleTags(); len(after) != 1 || after[0] != before[0] {
+			t.Errorf("%s: idle shells %v then %v, want the same one", script, before, after)
+		}
 	}
 	runJob(t, ss, "true")
+}
+
+// What a slot's shell starts to keep a job's time limit, or to time the
+// grace of a reaping, ends with the job: none of it is left to run on once
+// Run returns (a timer left behind holds the shell's pipes, and keeps a
+// process per job for as long as its limit).
+func TestLoginReapingLeavesNoTimer(t *testing.T) {
+	t.Parallel()
+	home := homeWith(t, "")
+	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		return spawn.Local(ctx, "export HOME="+shellescape.Quote(home)+" SHELL=/bin/bash; "+line, stdout, stderr)
+	}
+	ss := New(start, Supervision{Heartbeat: fast.Heartbeat, Grace: 5437 * time.Millisecond, Login: LoginPerSlot})
+	t.Cleanup(ss.Close)
+	runJob(t, ss, "true")
+	var out, errs bytes.Buffer
+	if code, err := ss.Run(context.Background(), executor.Command{Script: "(sleep 9.871 &)", Timeout: 61500 * time.Millisecond}, &out, &errs); err != nil || code != 0 {
+		t.Fatalf("exit %d, %v, stderr %q", code, err, errs.String())
+	}
+	for _, args := range []string{"sleep 9.871", "sleep 5.437", "sleep 61.500"} {
+		for i := 0; ; i++ {
+			if exec.Command("pgrep", "-fx", args).Run() != nil {
+				break
+			}
+			if i == 20 {
+				t.Errorf("%q still runs a second after the job ended", args)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }
 
 // An edit of ~/.bashrc takes effect from the next job: its shell is

@@ -453,16 +453,18 @@ printf -v "$_g_lc_var" C
 # A zombie left for a slow init to reap is not alive: look at process states.
 _g_alive() {
   # shellcheck disable=SC2016 # awk's code
-  builtin command ps -A -o pgid= -o stat= 2>/dev/null |
-    builtin command awk -v g="$_g_pid" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
+  builtin exec ps -A -o pgid= -o stat= 2>/dev/null |
+    builtin exec awk -v g="$_g_pid" '$1 == g && $2 !~ /^Z/ { found = 1 } END { exit !found }'
 }
 # _g_reap stops the group of $_g_pid: TERM, then KILL after the grace. The
 # grace is timed by a sleep of its own: the looking costs time on a loaded
 # machine. It and _g_alive are the starter's too (see _g_scode): their
-# commands are builtins or go through "builtin command".
+# commands are builtins, or "builtin exec" in a process of their own
+# ("builtin command" there would fork once more, and a kill of $! would
+# miss the command, left to run on with the streams' pipes).
 _g_reap() {
   builtin kill -TERM -- -"$_g_pid" || builtin return 0
-  builtin command sleep "$_g_grace" &
+  builtin exec sleep "$_g_grace" &
   _g_timer=$!
   while _g_alive; do
     if ! builtin kill -0 "$_g_timer" 2>/dev/null; then
@@ -730,12 +732,11 @@ while :; do
   fi
   if builtin [ "$_g_limit" != 0 ]; then
     # The time limit of the job, kept on the machine: no coordinator
-    # needs to be there.
+    # needs to be there. It waits in a read of a pipe no one writes, not
+    # in a sleep of its own: the kill that ends it early (the job ended)
+    # leaves nothing behind, however soon it comes.
     (
-      builtin trap "builtin kill \"\$_g_s\"; builtin exit" TERM
-      builtin command sleep "$_g_limit" &
-      _g_s=$!
-      builtin wait "$_g_s"
+      IFS= builtin read -r -t "$_g_limit" _g_s <> <(:)
       builtin echo timeout >"$_g_flag.why"
       _g_reap
     ) </dev/null >/dev/null 4>&- 5>&- 6>&- &
