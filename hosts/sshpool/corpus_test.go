@@ -17,12 +17,13 @@ import (
 
 // sshGCorpus are realistic ssh_configs, with the names looked up in each;
 // parser marks those the parser of this package (used without OpenSSH's
-// client) understands too: no Match but "all", no Include.
+// client) understands too: no Match but "all", no Include; plain those it
+// resolves even where OpenSSH's client is installed (plain.go).
 var sshGCorpus = []struct {
-	name   string
-	config string
-	hosts  []string
-	parser bool
+	name          string
+	config        string
+	hosts         []string
+	parser, plain bool
 }{
 	{"wildcards and first value wins", `Host gpu? !gpu9
   HostName %h.lab.example.org
@@ -38,7 +39,7 @@ Host *
   ServerAliveInterval 15
   ServerAliveCountMax 4
   ConnectTimeout 7
-`, []string{"gpu1", "gpu9", "gpux2", "other"}, true},
+`, []string{"gpu1", "gpu9", "gpux2", "other"}, true, true},
 	{"proxies and tokens", `Host bastion
   HostName 192.0.2.10
   User jump
@@ -49,7 +50,35 @@ Host behind-*
 Host viajump
   ProxyJump jump@bastion:2222
   HostName 10.1.2.3
-`, []string{"behind-a", "viajump", "bastion"}, true},
+`, []string{"behind-a", "viajump", "bastion"}, true, false},
+	{"a jump host by its address", `Host inside*
+  ProxyJump 192.0.2.10
+Host inside2
+  ProxyJump alice@192.0.2.11:2222
+`, []string{"inside1", "inside2"}, true, true},
+	{"a laptop's config", `# lab servers
+Host GPU-Box gpubox
+  HostName GPUBox.Lab.Example.org
+  User=alice
+  ForwardAgent yes
+  ControlMaster auto
+  ControlPath ~/.ssh/cm-%r@%h:%p
+  ControlPersist 10m
+
+Host *
+  AddKeysToAgent yes
+  ServerAliveInterval = 30
+  IdentityFile ~/.ssh/lab_ed25519
+`, []string{"GPU-Box", "gpubox", "GPU-box", "Elsewhere"}, true, true},
+	{"a key the parser does not know", `Host *
+  IgnoreUnknown UseKeychain
+  UseKeychain yes
+  User bob
+`, []string{"node1"}, false, false},
+	{"an environment variable", `Host node*
+  User ${LOGNAME}
+  IdentityFile ${HOME}/.ssh/lab
+`, []string{"node1"}, false, false},
 	{"Match blocks", `Match originalhost node* user bob
   Port 2300
 Host node*
@@ -63,14 +92,14 @@ Match exec "test -n '%h'"
   ServerAliveInterval 11
 Match all
   UserKnownHostsFile /etc/lab_known
-`, []string{"node1", "elsewhere"}, false},
+`, []string{"node1", "elsewhere"}, false, false},
 	{"Include and IgnoreUnknown", `IgnoreUnknown UseKeychain,AddKeysToAgent
 Host *
   UseKeychain yes
 Include @DIR@/lab.d/*.conf
 Host *
   User fallback
-`, []string{"node1", "node7"}, false},
+`, []string{"node1", "node7"}, false, false},
 }
 
 // Every host of every config resolves to what OpenSSH's own ssh -G says:
@@ -89,15 +118,20 @@ func TestResolveMatchesSSHG(t *testing.T) {
 		os.WriteFile(filepath.Join(dir, "lab.d", "a.conf"), []byte("Host node7\n  Port 2207\n  HostName seven.example.org\n"), 0o644)
 		path := filepath.Join(dir, "config")
 		os.WriteFile(path, []byte(strings.ReplaceAll(c.config, "@DIR@", dir)), 0o644)
-		resolvers := map[string]string{"ssh -G": ssh}
-		if c.parser {
-			resolvers["parser"] = ""
+		loaded, err := loadConfig(path, ssh)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
 		}
-		for how, with := range resolvers {
-			cfg, err := loadConfig(path, with)
-			if err != nil {
-				t.Fatalf("%s, %s: %v", c.name, how, err)
+		if (loaded.ssh == "") != c.plain {
+			t.Errorf("%s: resolved by ssh -G: %v, want %v", c.name, loaded.ssh != "", !c.plain)
+		}
+		resolvers := map[string]*Config{"ssh -G": {path: path, ssh: ssh}, "as loaded": loaded}
+		if c.parser {
+			if resolvers["parser"], err = loadConfig(path, ""); err != nil {
+				t.Fatalf("%s, parser: %v", c.name, err)
 			}
+		}
+		for how, cfg := range resolvers {
 			for _, name := range c.hosts {
 				got, err := Resolve(&inventory.Inventory{}, cfg, inventory.Host{Name: name}, false)
 				if err != nil {

@@ -1,10 +1,13 @@
 package sshpool
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/user"
@@ -103,8 +106,8 @@ func (t Target) keyName() string {
 }
 
 // Config is an ssh_config file: resolved by OpenSSH's own client (ssh -G,
-// see sshg.go) where it is installed, else parsed here. Its zero value is
-// no ssh_config.
+// see sshg.go) where it is installed, else parsed here, and parsed here
+// when it is plain (plain.go). Its zero value is no ssh_config.
 type Config struct {
 	path string
 	// ssh is the OpenSSH client that resolves hosts, or "".
@@ -114,9 +117,9 @@ type Config struct {
 
 // LoadConfig reads the inventory's ssh_config: "none" disables it, ""
 // means ~/.ssh/config, which may be missing. Where OpenSSH's client is on
-// PATH it resolves each host (every Match criterion, Include, tokens);
-// else the file is parsed here, which understands only Host and Match
-// all/host.
+// PATH it resolves each host (every Match criterion, Include, tokens)
+// unless the file is plain; else the file is parsed here, which
+// understands only Host and Match all/host.
 func LoadConfig(path string) (*Config, error) {
 	ssh, _ := exec.LookPath("ssh")
 	return loadConfig(path, ssh)
@@ -139,6 +142,15 @@ func loadConfig(path, ssh string) (*Config, error) {
 		return nil, fmt.Errorf("ssh_config: %w", err)
 	}
 	defer f.Close()
+	text, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("ssh_config: %w", err)
+	}
+	if ssh != "" && plain(text) {
+		if cfg, err := ssh_config.Decode(bytes.NewReader(text)); err == nil {
+			return &Config{path: path, cfg: cfg}, nil
+		}
+	}
 	if ssh != "" {
 		abs, err := filepath.Abs(path)
 		if err != nil {
@@ -146,7 +158,7 @@ func loadConfig(path, ssh string) (*Config, error) {
 		}
 		return &Config{path: abs, ssh: ssh}, nil
 	}
-	cfg, err := ssh_config.Decode(f)
+	cfg, err := ssh_config.Decode(bytes.NewReader(text))
 	if err != nil {
 		return nil, fmt.Errorf("ssh_config %s: %w (without OpenSSH's ssh on PATH, only Host and Match all/host are understood; install openssh-client, or set ssh_config: none in the inventory to skip it)", path, err)
 	}
@@ -212,7 +224,13 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 		errs = append(errs, err)
 		return v
 	}
-	t.Hostname = cmp.Or(entry.Hostname, expandTokens(get("HostName"), name, "", "", 0), name)
+	// ssh lowercases the name it connects to; ssh -G prints it so, its %
+	// tokens expanded.
+	hostname := get("HostName")
+	if r == nil {
+		hostname = expandTokens(hostname, name, "", "", 0)
+	}
+	t.Hostname = cmp.Or(entry.Hostname, strings.ToLower(cmp.Or(hostname, name)))
 	port := get("Port")
 	t.Port = entry.Port
 	if t.Port == 0 && port != "" {
@@ -227,6 +245,12 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 	}
 	if t.Port == 0 {
 		t.Port = 22
+	}
+	// An address as ssh writes it: 127.1 is 127.0.0.1, 0:: is ::.
+	if a, ok := inetAton(t.Hostname); ok {
+		t.Hostname = a.String()
+	} else if a, err := netip.ParseAddr(t.Hostname); err == nil {
+		t.Hostname = a.String()
 	}
 	t.User = cmp.Or(entry.User, get("User"), defaults.User, localUser())
 
@@ -265,7 +289,7 @@ func resolveAlias(inv *inventory.Inventory, cfg *Config, name string, entry, def
 	t.AcceptNew = t.AcceptNew || acceptNew
 	t.HashKnownHosts = strings.EqualFold(get("HashKnownHosts"), "yes")
 
-	t.HostKeyAlias = get("HostKeyAlias")
+	t.HostKeyAlias = strings.ToLower(get("HostKeyAlias")) // as ssh
 	switch agent := get("IdentityAgent"); {
 	case agent == "", strings.EqualFold(agent, "none"), agent == "SSH_AUTH_SOCK":
 		t.IdentityAgent = agent
@@ -338,12 +362,18 @@ func resolveJump(inv *inventory.Inventory, cfg *Config, spec string, acceptNew b
 	if u, rest, ok := strings.Cut(spec, "@"); ok {
 		entry.User, spec = u, rest
 	}
-	if host, port, err := net.SplitHostPort(spec); err == nil {
+	if host, port, err := net.SplitHostPort(spec); err == nil && port == "" {
+		spec = host // as ssh: no port but the default
+	} else if err == nil {
 		p, err := strconv.Atoi(port)
 		if err != nil {
 			return Target{}, fmt.Errorf("%q: bad port", spec)
 		}
 		spec, entry.Port = host, p
+	}
+	// ssh -G prints an address jump host in brackets, also without a port.
+	if len(spec) > 1 && spec[0] == '[' && spec[len(spec)-1] == ']' {
+		spec = spec[1 : len(spec)-1]
 	}
 	if h := inv.HostNamed(spec); h != nil {
 		entry.Hostname, entry.IdentityFile = h.Hostname, h.IdentityFile
@@ -387,4 +417,43 @@ func localUser() string {
 		return u.Username
 	}
 	return os.Getenv("USER")
+}
+
+// inetAton reads an IPv4 address as inet_aton(3) does, also in short
+// (0, 127.1, 0x7f.1, 010.0.0.1), as ssh connects to one.
+func inetAton(v string) (netip.Addr, bool) {
+	parts := strings.Split(v, ".")
+	if len(parts) > 4 {
+		return netip.Addr{}, false
+	}
+	var n [4]uint64
+	for i, p := range parts {
+		base := 10
+		switch {
+		case len(p) > 1 && (p[:2] == "0x" || p[:2] == "0X"):
+			base, p = 16, p[2:]
+		case len(p) > 1 && p[0] == '0':
+			base, p = 8, p[1:]
+		}
+		var err error
+		if n[i], err = strconv.ParseUint(p, base, 32); err != nil && !(base == 16 && p == "") {
+			return netip.Addr{}, false
+		}
+	}
+	// The last part fills the bytes the others leave.
+	last := len(parts) - 1
+	if n[last] >= 1<<(8*(4-last)) {
+		return netip.Addr{}, false
+	}
+	var b [4]byte
+	for i := range last {
+		if n[i] > 255 {
+			return netip.Addr{}, false
+		}
+		b[i] = byte(n[i])
+	}
+	for i := 3; i >= last; i-- {
+		b[i] = byte(n[last] >> (8 * (3 - i)))
+	}
+	return netip.AddrFrom4(b), true
 }
