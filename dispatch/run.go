@@ -30,6 +30,9 @@ type Input struct {
 
 // Options configure a run.
 type Options struct {
+	// ID is the run's id ("": NewID's as it starts); a caller that opens
+	// the hosts before the run gives them the same (hosts.Options.Run).
+	ID string
 	// Inventory's hosts have their GPU lists resolved (no AutoGPUs), but
 	// for those still Opening.
 	Inventory *inventory.Inventory
@@ -328,6 +331,9 @@ func (r *run) takeUpEarlier() {
 	}
 }
 
+// NewID is a new run's id: the time now, in UTC to the microsecond.
+func NewID() string { return time.Now().UTC().Format("20060102T150405.000000Z") }
+
 // prepare readies what Run and Plan share: the options' defaults, the slot
 // table, and with Resume the jobs that succeeded before; so a dry run admits
 // and places jobs exactly as a run does.
@@ -345,7 +351,7 @@ func prepare(opts Options) (*run, error) {
 	opts.LeftOut = maps.Clone(opts.LeftOut)
 	r := &run{
 		opts:    opts,
-		id:      time.Now().UTC().Format("20060102T150405.000000Z"),
+		id:      cmp.Or(opts.ID, NewID()),
 		sched:   &scheduler{table: newSlotTable(opts.Inventory)},
 		summary: newSummary(),
 		attempts: attempts{

@@ -63,6 +63,10 @@ type Options struct {
 	// stays in, down, and comes back. Unset (hosts, a dry run), it is left
 	// out with the reason.
 	Rejoin bool
+	// Run is the run's id, for a run: each host's GPU lock holder for it
+	// is started as the host is opened, and checks its lock dir (hosts,
+	// a dry run: "", and a check of its own).
+	Run string
 	// WarmCode starts, as each host that syncs code is opened, the shell
 	// of its code store, so that the first snapshot shipped there waits
 	// for no session and no bash: for a caller about to ship. Unset, a
@@ -527,7 +531,7 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 	// Another user of the host must not be able to turn the run's GPU locks
 	// against it: with a lock dir they could redirect, the host is left out.
 	l.step(h.Name, st.Addr, "checking its GPU lock dir")
-	if err := r.checkLockDir(ctx); err != nil {
+	if err := r.checkLockDir(ctx, o.Run); err != nil {
 		st.Err = err
 		return st, nil
 	}
@@ -588,8 +592,10 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 type machine interface {
 	Runner
 	// checkLockDir checks that the machine's lock dir is one no other user
-	// can turn against this one, and makes it when it is missing.
-	checkLockDir(ctx context.Context) error
+	// can turn against this one, and makes it when it is missing; for a
+	// run, by starting the run's GPU lock holder there
+	// (gpulock.Lockers.Start), which its first lock then finds ready.
+	checkLockDir(ctx context.Context, run string) error
 }
 
 // Absent lists the hosts of states that are not up, and why: down ones

@@ -123,7 +123,11 @@ func (*Local) WaitUp(context.Context) error { return nil }
 // so nothing is ever left to wait for.
 func (*Local) Reap(context.Context, string) error { return nil }
 
-func (l *Local) checkLockDir(ctx context.Context) error {
+func (l *Local) checkLockDir(ctx context.Context, run string) error {
+	if run != "" {
+		l.init()
+		return l.locks.Start(ctx, run)
+	}
 	return gpulock.CheckDir(ctx, spawn.Local, cmp.Or(l.LockDir, gpulock.DefaultDir))
 }
 

@@ -150,7 +150,10 @@ func (r *Remote) LockGPU(ctx context.Context, gpu executor.GPUID, run string) (e
 	return r.locks.Lock(ctx, gpu, run)
 }
 
-func (r *Remote) checkLockDir(ctx context.Context) error {
+func (r *Remote) checkLockDir(ctx context.Context, run string) error {
+	if run != "" {
+		return r.locks.Start(ctx, run)
+	}
 	return gpulock.CheckDir(ctx, r.spawn, r.lockDir)
 }
 

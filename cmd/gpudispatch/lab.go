@@ -121,11 +121,13 @@ func keepHosts(inv *inventory.Inventory, names []string) error {
 	return nil
 }
 
-// startHosts opens the lab for a run (labfeed.Start), warns of the hosts
-// that cannot be used, and says why none can.
-func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory, dryRun bool) (*hosts.Lab, []hosts.HostState, <-chan hosts.HostState, error) {
+// startHosts opens the lab for run (labfeed.Start; a dry run: ""), warns
+// of the hosts that cannot be used, and says why none can.
+func startHosts(ctx context.Context, s streams, o labOptions, inv *inventory.Inventory, run string) (*hosts.Lab, []hosts.HostState, <-chan hosts.HostState, error) {
+	ho := hostOptions(o)
+	ho.Run = run
 	lab, states, settled, warnings, err := labfeed.Start(ctx, inv, labfeed.Options{
-		Hosts: hostOptions(o), DryRun: dryRun, Progress: progress(s), Width: terminalWidth(s.err),
+		Hosts: ho, DryRun: run == "", Progress: progress(s), Width: terminalWidth(s.err),
 		Implicit: o.inventory == "" && o.gpus == nil,
 	})
 	if err != nil {

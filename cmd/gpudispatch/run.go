@@ -362,7 +362,11 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	}()
 	// The run starts once one host is up; the others join as they are
 	// opened. A dry run reports on every host.
-	lab, states, settled, err := startHosts(ctx, s, o.labOptions, inv, o.dryRun)
+	id := ""
+	if !o.dryRun {
+		id = dispatch.NewID()
+	}
+	lab, states, settled, err := startHosts(ctx, s, o.labOptions, inv, id)
 	if terr := <-taken; terr != nil {
 		if err == nil {
 			lab.Close()
@@ -378,6 +382,7 @@ func runRun(ctx context.Context, s streams, o runOptions) error {
 	}
 	defer lab.Close()
 	opts := dispatch.Options{
+		ID:              id,
 		Executor:        lab,
 		LogDir:          o.logDir,
 		Resume:          o.resume,

@@ -2,8 +2,11 @@
 // the GPUs a run uses on a machine.
 //
 // A machine's Lockers start one lock holder (lock.sh) per run, over an SSH
-// session or locally (package spawn), when the run asks for its first GPU
-// there. The holder finds the GPUs' UUIDs in the driver's /proc files
+// session or locally (package spawn), as the run opens the machine
+// (Lockers.Start: the holder checks the lock dir as CheckDir does, which
+// then costs no session of its own, and the run's first lock waits for no
+// session), or when the run asks for a GPU there and has none. The holder
+// is told the rest with the run's first request. The holder finds the GPUs' UUIDs in the driver's /proc files
 // (the same whether or not nvidia-smi answers), else in what the run's
 // look at the GPUs found a moment before (Finding.Seen), else through the
 // login shell's nvidia-smi once, and when told "lock N" takes an exclusive flock

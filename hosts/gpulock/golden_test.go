@@ -10,8 +10,8 @@ import (
 	"github.com/gpudispatch/gpudispatch/hosts/spawn/spawntest"
 )
 
-// What a GPU lock holder is sent after its code, byte for byte: found by
-// the login shell, on the PATH a job shell read, and with the GPUs the run
+// What a GPU lock holder is sent after its code, byte for byte: the lock
+// dir, then how nvidia-smi is found: by the login shell, on the PATH a job shell read, and with the GPUs the run
 // just looked at; then its requests. And what a check of the lock dir is
 // sent.
 func TestGoldenWhatIsSent(t *testing.T) {
@@ -27,7 +27,7 @@ func TestGoldenWhatIsSent(t *testing.T) {
 			Seen: func() ([]executor.GPU, bool) { return gpus, true }}},
 	} {
 		ls := New(nil, "node1", "/var/lib/gpudispatch-locks", 10*time.Second, 25*time.Second, 20*time.Second, tc.find)
-		b.WriteString("== holder, " + tc.name + ":\n" + spawntest.Records(ls.input("ada@laptop", 4242)))
+		b.WriteString("== holder, " + tc.name + ", the lock dir, then the rest:\n" + spawntest.Records(spawn.Record(ls.dir)) + spawntest.Records(ls.input("ada@laptop", 4242)))
 	}
 	b.WriteString("== requests: lock 2, release 2, want, unwant, a heartbeat, exit:\n")
 	for _, r := range [][]string{{"lock", "2"}, {"release", "2"}, {"want"}, {"unwant"}, {}, {"exit"}} {

@@ -74,9 +74,9 @@ func coordinator() string {
 	}, who+"@"+host)
 }
 
-// Lockers are a machine's lock holders: one lock.sh per run, started with
-// the run's first lock there and told to exit once it holds and is asked
-// for nothing. One holder for all of a machine's GPUs costs one session and
+// Lockers are a machine's lock holders: one lock.sh per run, started as
+// the run opens the machine (Start) or with its first lock there, and told
+// to exit once it holds and is asked for nothing. One holder for all of a machine's GPUs costs one session and
 // one nvidia-smi per machine, not per GPU.
 type Lockers struct {
 	spawn spawn.Func
@@ -119,15 +119,18 @@ type holder struct {
 	// hushed stops the heartbeats.
 	hushed   chan struct{}
 	hushOnce sync.Once
+	// ready is closed once the holder found the lock dir safe.
+	ready chan struct{}
 
 	// Guarded by ls.mu:
-	asked   map[executor.GPUID]chan answer // GPUs asked for, and where the answer goes
-	held    map[executor.GPUID]*heldLock
-	freed   map[executor.GPUID]chan struct{} // GPUs found locked, closed once they look free
-	retired bool                             // told to exit, or dead: it takes no more requests
-	share   int                              // the run's fair share of the host's GPUs (lock.sh), -1: none
-	waiting string                           // who waits for them, as the holder said
-	changed chan struct{}                    // closed once share or waiting change (Changed)
+	configured bool                           // sent its input after the lock dir (configure)
+	asked      map[executor.GPUID]chan answer // GPUs asked for, and where the answer goes
+	held       map[executor.GPUID]*heldLock
+	freed      map[executor.GPUID]chan struct{} // GPUs found locked, closed once they look free
+	retired    bool                             // told to exit, or dead: it takes no more requests
+	share      int                              // the run's fair share of the host's GPUs (lock.sh), -1: none
+	waiting    string                           // who waits for them, as the holder said
+	changed    chan struct{}                    // closed once share or waiting change (Changed)
 }
 
 // answer is a holder's answer to "lock N"; lock is set for "locked",
@@ -178,6 +181,7 @@ func (ls *Lockers) Lock(ctx context.Context, gpu executor.GPUID, run string) (ex
 	ls.mu.Lock()
 	h, err := ls.holder(ctx, run)
 	if err == nil {
+		h.configure()
 		if _, dup := h.asked[gpu]; dup || h.held[gpu] != nil {
 			err = fmt.Errorf("%s: GPU %s: already locked or being locked by run %s", ls.where, gpu, run)
 		} else {
@@ -209,15 +213,41 @@ func (ls *Lockers) Lock(ctx context.Context, gpu executor.GPUID, run string) (ex
 	}
 }
 
-// holder returns run's holder, starting one when there is none. ls.mu is
-// held, also while a holder starts (a session opens): the other requests of
-// the run wait for that holder, and a machine has other holders only for
-// other runs, which a coordinator does not make.
+// Start starts run's holder on the machine, if it has none, and waits
+// until it found the lock dir one that no other user can turn against
+// this one (it makes it when it is missing), as CheckDir does: a run
+// starts its holders as it opens its hosts, so that a host's first lock
+// waits for no session, and the check costs no session of its own. The
+// holder is told the rest (the GPUs seen, nvidia-smi's PATH) with the
+// run's first request.
+func (ls *Lockers) Start(ctx context.Context, run string) error {
+	ls.mu.Lock()
+	h, err := ls.holder(ctx, run)
+	ls.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("checking lock dir %s: %w", ls.dir, err)
+	}
+	select {
+	case <-h.ready:
+		return nil
+	case <-h.dead:
+		code, exited := spawn.ExitStatus(h.err)
+		return dirErr(ls.dir, code, exited, h.errs.String())
+	case <-ctx.Done():
+		return fmt.Errorf("checking lock dir %s: %w", ls.dir, context.Cause(ctx))
+	}
+}
+
+// holder returns run's holder, starting one when there is none: it is sent
+// its code and the lock dir, and says "ready" once it found that safe.
+// ls.mu is held, also while a holder starts (a session opens): the other
+// requests of the run wait for that holder, and a machine has other
+// holders only for other runs, which a coordinator does not make.
 func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 	if h := ls.holders[run]; h != nil {
 		return h, nil
 	}
-	h := &holder{ls: ls, run: run, dead: make(chan struct{}), hushed: make(chan struct{}), share: -1,
+	h := &holder{ls: ls, run: run, dead: make(chan struct{}), hushed: make(chan struct{}), ready: make(chan struct{}), share: -1,
 		asked: map[executor.GPUID]chan answer{}, held: map[executor.GPUID]*heldLock{}, freed: map[executor.GPUID]chan struct{}{}}
 	if !runRE.MatchString(run) {
 		return nil, fmt.Errorf("%s: run %q: want letters, digits, '.', '_' and '-'", ls.where, run)
@@ -228,7 +258,7 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 	}
 	h.p = p
 	// A failed write ends the holder; its death says why.
-	io.WriteString(p.Stdin, lockCode+string(ls.input(coordinator(), os.Getpid())))
+	io.WriteString(p.Stdin, lockCode+string(spawn.Record(ls.dir)))
 	go func() {
 		err := p.Wait()
 		ls.mu.Lock()
@@ -241,15 +271,26 @@ func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
 		ls.mu.Unlock()
 		close(h.dead)
 	}()
-	go h.beat(ls.heartbeat)
 	if ls.holders == nil {
 		ls.holders = map[string]*holder{}
 	}
 	ls.holders[run] = h
-	if need, ok := ls.waits[run]; ok {
+	return h, nil
+}
+
+// configure sends the holder the rest of its input, once, and starts its
+// heartbeats; a run that waits for the machine's GPUs says so again.
+// ls.mu is held.
+func (h *holder) configure() {
+	if h.configured {
+		return
+	}
+	h.configured = true
+	io.WriteString(h.p.Stdin, string(h.ls.input(coordinator(), os.Getpid())))
+	go h.beat(h.ls.heartbeat)
+	if need, ok := h.ls.waits[h.run]; ok {
 		h.want(need)
 	}
-	return h, nil
 }
 
 // Close ends every holder's stdin. One that still holds locks keeps them for
@@ -281,7 +322,11 @@ func (ls *Lockers) Waiting(run string, need executor.Need) {
 	}
 	ls.waits[run] = need
 	if h := ls.holders[run]; h != nil {
-		h.want(need)
+		if h.configured {
+			h.want(need)
+		} else {
+			h.configure() // which says it
+		}
 	}
 }
 
@@ -320,7 +365,7 @@ func (ls *Lockers) StopWaiting(run string) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	delete(ls.waits, run)
-	if h := ls.holders[run]; h != nil && !ls.NoShare {
+	if h := ls.holders[run]; h != nil && !ls.NoShare && h.configured {
 		h.send("unwant")
 		h.idle()
 	}
@@ -335,6 +380,10 @@ func (h *holder) send(request ...string) {
 // answer handles a record of the holder's stdout: a verb, a GPU, and what
 // the verb says of it.
 func (h *holder) answer(f []string) {
+	if len(f) == 1 && f[0] == "ready" {
+		close(h.ready)
+		return
+	}
 	if len(f) == 3 && f[0] == "share" {
 		n, err := strconv.Atoi(f[1])
 		if err != nil || n < 0 {
@@ -467,15 +516,15 @@ func (ls *Lockers) nvidiaSMI() (how, path string) {
 	return "login", ""
 }
 
-// input is what a holder is sent after its code (see lock.sh), for the
-// coordinator who (user@host) of pid.
+// input is what a holder is sent after its code and the lock dir (see
+// lock.sh), for the coordinator who (user@host) of pid.
 func (ls *Lockers) input(who string, pid int) []byte {
 	how, path := ls.nvidiaSMI()
 	share := "1"
 	if ls.NoShare {
 		share = ""
 	}
-	return spawn.Record(ls.dir, who, strconv.Itoa(pid),
+	return spawn.Record(who, strconv.Itoa(pid),
 		strconv.FormatFloat(3*ls.heartbeat.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(ls.linger.Seconds(), 'f', 3, 64),
 		strconv.FormatFloat(ls.probe.Seconds(), 'f', 3, 64),
@@ -597,13 +646,21 @@ func CheckDir(ctx context.Context, start spawn.Func, dir string) error {
 	io.WriteString(p.Stdin, checkCode+string(checkInput(dir)))
 	p.Stdin.Close()
 	code, exited := spawn.ExitStatus(p.Wait())
+	if exited && code == 0 {
+		return nil
+	}
+	return dirErr(dir, code, exited, errs.String())
+}
+
+// dirErr says why a check of lock dir dir failed, from the exit status of
+// the process that checked it (none: the connection went away) and its
+// stderr.
+func dirErr(dir string, code int, exited bool, stderr string) error {
 	switch {
 	case !exited:
 		return fmt.Errorf("checking lock dir %s: %w", dir, executor.ErrHostDown)
 	case code == spawn.ExitUnsafe:
-		return fmt.Errorf("%w: %s", ErrUnsafeLockDir, strings.TrimPrefix(strings.TrimSpace(errs.String()), "gpudispatch: "))
-	case code != 0:
-		return fmt.Errorf("checking lock dir %s: exit status %d: %s", dir, code, strings.TrimSpace(errs.String()))
+		return fmt.Errorf("%w: %s", ErrUnsafeLockDir, strings.TrimPrefix(strings.TrimSpace(stderr), "gpudispatch: "))
 	}
-	return nil
+	return fmt.Errorf("checking lock dir %s: exit status %d: %s", dir, code, strings.TrimSpace(stderr))
 }

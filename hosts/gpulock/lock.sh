@@ -3,7 +3,9 @@
 # lock directory), with $0 the holders' process name and $1 the run.
 #
 # stdin: records (spawn.Record, read by _g_record): first one of the
-# lock dir, who (user@host of the coordinator), the coordinator's pid,
+# lock dir, which the holder checks (lockfs.sh) and answers "ready" (a
+# run starts its holders as it opens the hosts, before it knows what
+# follows); then one of who (user@host of the coordinator), the coordinator's pid,
 # heartbeat timeout (seconds), linger (seconds), the probe's time limit
 # (seconds), how nvidia-smi is found ("login", "as-is", or "path": then
 # on the next field's PATH, the login shell's as a job shell read it),
@@ -42,11 +44,15 @@
 # shellcheck disable=SC2154 # key, pdir, why and lfd are set by lockfs.sh
 holder=$0
 run=$1
-_g_record && [ "${#_g_f[@]}" = 10 ] || exit "$_g_x_unread"
-dir=${_g_f[0]} who=${_g_f[1]} cpid=${_g_f[2]} hb=${_g_f[3]} linger=${_g_f[4]}
-probe=${_g_f[5]} shell=${_g_f[6]} lpath=${_g_f[7]} seen=${_g_f[8]} sharing=${_g_f[9]}
-command -v flock >/dev/null || exit "$_g_x_notfound"
+_g_record && [ "${#_g_f[@]}" = 1 ] || exit "$_g_x_unread"
+dir=${_g_f[0]}
 lock_dir "$dir" || exit "$_g_x_unsafe"
+_g_send ready
+# Told to exit (or stdin ended) before the rest, it never held anything.
+_g_record && [ "${#_g_f[@]}" = 9 ] || exit 0
+who=${_g_f[0]} cpid=${_g_f[1]} hb=${_g_f[2]} linger=${_g_f[3]}
+probe=${_g_f[4]} shell=${_g_f[5]} lpath=${_g_f[6]} seen=${_g_f[7]} sharing=${_g_f[8]}
+command -v flock >/dev/null || exit "$_g_x_notfound"
 # A GPU's lock is named by its UUID: nvidia-smi is given the probe time (a
 # hung one, a GPU fallen off the bus, fails the holder with $_g_x_timedout; where
 # timeout(1) is missing, it is not bounded).
