@@ -74,6 +74,12 @@ func TestHostileLockDirRefused(t *testing.T) {
 	if !errors.Is(err, ErrUnsafeLockDir) || !strings.HasPrefix(err.Error(), "node: ") {
 		t.Errorf("Lock: %v, want the lock dir refused, naming the host", err)
 	}
+	// A run's holder, started as the run opens the host, refuses it as
+	// CheckDir does.
+	err = local(t, "node", dir, linger).Start(context.Background(), "runV")
+	if !errors.Is(err, ErrUnsafeLockDir) || !strings.Contains(err.Error(), dir+" is owned by gpdmallory with mode drwxrwxrwx") {
+		t.Errorf("Start: %v, want it refused naming the owner and mode", err)
+	}
 	check()
 	// A symbolic link as the lock dir, and a safe-looking dir under one of
 	// mallory's, are refused too.
@@ -82,6 +88,9 @@ func TestHostileLockDirRefused(t *testing.T) {
 	for _, d := range []string{link, filepath.Join(shared, "m", "under")} {
 		if err := CheckDir(context.Background(), spawn.Local, d); !errors.Is(err, ErrUnsafeLockDir) {
 			t.Errorf("CheckDir(%s): %v, want it refused", d, err)
+		}
+		if err := local(t, "node", d, linger).Start(context.Background(), "runV"); !errors.Is(err, ErrUnsafeLockDir) {
+			t.Errorf("Start(%s): %v, want it refused", d, err)
 		}
 	}
 	// A lock dir of root's, or of one's own, sticky, is fine, and is made

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -77,6 +78,60 @@ func TestLockGPULocal(t *testing.T) {
 		t.Fatalf("after release: %v", err)
 	}
 	b.Release()
+}
+
+// A run's holder started as the run opens the machine makes and checks the
+// lock dir; the run's locks then go through it, with no other session, and
+// get the GPUs' UUIDs the run saw meanwhile. One started and never asked
+// exits when the run ends, having held nothing.
+func TestLockHolderStartedFirst(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "locks")
+	var sessions atomic.Int32
+	start := func(ctx context.Context, line string, stdout, stderr io.Writer) (*spawn.Proc, error) {
+		sessions.Add(1)
+		return spawn.Local(ctx, line, stdout, stderr)
+	}
+	var seen []executor.GPU
+	ls := New(start, "node", dir, heartbeat, linger, 0, Finding{Seen: func() ([]executor.GPU, bool) { return seen, seen != nil }})
+	defer ls.Close()
+	ctx := context.Background()
+	if err := ls.Start(ctx, "runA"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o777 || st.Mode()&os.ModeSticky == 0 {
+		t.Fatalf("lock dir after Start: %v %v, want it made, world-writable and sticky", st, err)
+	}
+	seen = []executor.GPU{{Index: 0, UUID: "GPU-5eed"}, {Index: 1, UUID: "GPU-beef"}}
+	for g, want := range []string{"GPU-5eed", "GPU-beef"} {
+		l, err := ls.Lock(ctx, executor.GPUID(g), "runA")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Key() != want {
+			t.Errorf("GPU %d: key %q, want %q (what the run saw after the holder started)", g, l.Key(), want)
+		}
+		defer l.Release()
+	}
+	if err := ls.Start(ctx, "runA"); err != nil || sessions.Load() != 1 {
+		t.Errorf("Start again: %v; %d sessions, want 1 for the start and both locks", err, sessions.Load())
+	}
+	// Another run's holder, never asked: it ends with the run, holding nothing.
+	if err := ls.Start(ctx, "runB"); err != nil {
+		t.Fatal(err)
+	}
+	ls.mu.Lock()
+	b := ls.holders["runB"]
+	ls.mu.Unlock()
+	ls.Close()
+	select {
+	case <-b.dead:
+		if code, ok := spawn.ExitStatus(b.err); !ok || code != 0 {
+			t.Errorf("a holder never asked ended with %v, want exit 0", b.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("a holder never asked is still there after the run ended")
+	}
 }
 
 // A holder that stops hearing its coordinator keeps the lock a while (for
