@@ -514,26 +514,37 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 		// that the look waits for no session and no login profile.
 		rem.shells.Warm(ctx, executor.Prelude{})
 	}
-	// What the host keeps with no coordinator, and whether it would: asked
-	// at once, beside the looks below, which it does not depend on (each
-	// is a session and a bash there, and a round trip on a far network). A
-	// host left out below does not wait for the answer: the lister ends
-	// with the host's connection, or on its own (a local one).
+	// What the host keeps with no coordinator, and whether it would, and
+	// whether another user of the host could turn the run's GPU locks
+	// against it (with a lock dir they could redirect, the host is left
+	// out). A run's GPU lock holder there starts now, lists the jobs
+	// first, then checks the lock dir: no session for either. Else the
+	// lister is a session of its own, beside the looks below, which do
+	// not depend on it (a host left out below does not wait for its
+	// answer: it ends with the host's connection, or on its own).
 	type keptAnswer struct {
 		report jobshell.KeptReport
 		err    error
 	}
 	kept := make(chan keptAnswer, 1)
-	go func() {
-		r, err := jobshell.ListKept(ctx, login, o.ProbeTimeout)
-		kept <- keptAnswer{r, err}
-	}()
-	// Another user of the host must not be able to turn the run's GPU locks
-	// against it: with a lock dir they could redirect, the host is left out.
 	l.step(h.Name, st.Addr, "checking its GPU lock dir")
-	if err := r.checkLockDir(ctx, o.Run); err != nil {
-		st.Err = err
-		return st, nil
+	if o.Run != "" {
+		var report jobshell.KeptReport
+		first := gpulock.Prologue{Script: jobshell.KeptScript, Args: jobshell.KeptArgs(o.ProbeTimeout), Each: report.Add}
+		if err := r.startLocks(ctx, o.Run, first); err != nil {
+			st.Err = err
+			return st, nil
+		}
+		kept <- keptAnswer{report: report}
+	} else {
+		go func() {
+			r, err := jobshell.ListKept(ctx, login, o.ProbeTimeout)
+			kept <- keptAnswer{r, err}
+		}()
+		if err := r.checkLockDir(ctx); err != nil {
+			st.Err = err
+			return st, nil
+		}
 	}
 	if rem, ok := r.(*Remote); ok && h.Sync != "" && o.WarmCode {
 		// Its code store's shell starts while the host is looked at.
@@ -592,10 +603,12 @@ func (l *Lab) open(ctx context.Context, inv *inventory.Inventory, h inventory.Ho
 type machine interface {
 	Runner
 	// checkLockDir checks that the machine's lock dir is one no other user
-	// can turn against this one, and makes it when it is missing; for a
-	// run, by starting the run's GPU lock holder there
-	// (gpulock.Lockers.Start), which its first lock then finds ready.
-	checkLockDir(ctx context.Context, run string) error
+	// can turn against this one, and makes it when it is missing.
+	checkLockDir(ctx context.Context) error
+	// startLocks starts run's GPU lock holder there, which takes first,
+	// then checks the lock dir as checkLockDir does
+	// (gpulock.Lockers.Start): the run's first lock finds it ready.
+	startLocks(ctx context.Context, run string, first gpulock.Prologue) error
 }
 
 // Absent lists the hosts of states that are not up, and why: down ones

@@ -123,12 +123,13 @@ func (*Local) WaitUp(context.Context) error { return nil }
 // so nothing is ever left to wait for.
 func (*Local) Reap(context.Context, string) error { return nil }
 
-func (l *Local) checkLockDir(ctx context.Context, run string) error {
-	if run != "" {
-		l.init()
-		return l.locks.Start(ctx, run)
-	}
+func (l *Local) checkLockDir(ctx context.Context) error {
 	return gpulock.CheckDir(ctx, spawn.Local, cmp.Or(l.LockDir, gpulock.DefaultDir))
+}
+
+func (l *Local) startLocks(ctx context.Context, run string, first gpulock.Prologue) error {
+	l.init()
+	return l.locks.Start(ctx, run, first)
 }
 
 // newLockers are the GPU lock holders of a machine whose job shells are

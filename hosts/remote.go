@@ -150,11 +150,12 @@ func (r *Remote) LockGPU(ctx context.Context, gpu executor.GPUID, run string) (e
 	return r.locks.Lock(ctx, gpu, run)
 }
 
-func (r *Remote) checkLockDir(ctx context.Context, run string) error {
-	if run != "" {
-		return r.locks.Start(ctx, run)
-	}
+func (r *Remote) checkLockDir(ctx context.Context) error {
 	return gpulock.CheckDir(ctx, r.spawn, r.lockDir)
+}
+
+func (r *Remote) startLocks(ctx context.Context, run string, first gpulock.Prologue) error {
+	return r.locks.Start(ctx, run, first)
 }
 
 // Fetch implements Runner.

@@ -6,7 +6,10 @@
 // (Lockers.Start: the holder checks the lock dir as CheckDir does, which
 // then costs no session of its own, and the run's first lock waits for no
 // session), or when the run asks for a GPU there and has none. The holder
-// is told the rest with the run's first request. The holder finds the GPUs' UUIDs in the driver's /proc files
+// is told the rest with the run's first request. A holder that Start
+// starts first takes a look of the caller's at the machine (a Prologue:
+// a run lists the jobs the machine keeps), in a subshell of its own bash,
+// which then costs no session either. The holder finds the GPUs' UUIDs in the driver's /proc files
 // (the same whether or not nvidia-smi answers), else in what the run's
 // look at the GPUs found a moment before (Finding.Seen), else through the
 // login shell's nvidia-smi once, and when told "lock N" takes an exclusive flock

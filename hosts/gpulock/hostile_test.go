@@ -76,7 +76,7 @@ func TestHostileLockDirRefused(t *testing.T) {
 	}
 	// A run's holder, started as the run opens the host, refuses it as
 	// CheckDir does.
-	err = local(t, "node", dir, linger).Start(context.Background(), "runV")
+	err = local(t, "node", dir, linger).Start(context.Background(), "runV", Prologue{})
 	if !errors.Is(err, ErrUnsafeLockDir) || !strings.Contains(err.Error(), dir+" is owned by gpdmallory with mode drwxrwxrwx") {
 		t.Errorf("Start: %v, want it refused naming the owner and mode", err)
 	}
@@ -89,7 +89,7 @@ func TestHostileLockDirRefused(t *testing.T) {
 		if err := CheckDir(context.Background(), spawn.Local, d); !errors.Is(err, ErrUnsafeLockDir) {
 			t.Errorf("CheckDir(%s): %v, want it refused", d, err)
 		}
-		if err := local(t, "node", d, linger).Start(context.Background(), "runV"); !errors.Is(err, ErrUnsafeLockDir) {
+		if err := local(t, "node", d, linger).Start(context.Background(), "runV", Prologue{}); !errors.Is(err, ErrUnsafeLockDir) {
 			t.Errorf("Start(%s): %v, want it refused", d, err)
 		}
 	}

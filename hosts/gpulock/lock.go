@@ -32,7 +32,23 @@ var lockfsScript string
 //go:embed lock.sh
 var lockScript string
 
-var lockCode = spawn.Prelude + lockfsScript + lockScript
+var lockCode = holderCode("")
+
+// holderCode is what a holder runs: lock.sh, and first (_g_first) the
+// script of a Prologue, in a subshell.
+func holderCode(first string) string {
+	return spawn.Prelude + "_g_first() (\n" + cmp.Or(first, ":") + "\n)\n" + lockfsScript + lockScript
+}
+
+// Prologue is a look at the machine that a holder started by Start takes
+// first, in its own bash: the machine runs no session for it. Script runs
+// after spawn.Prelude, in a subshell, with Args as its arguments; each
+// record it writes goes to Each, before Start returns.
+type Prologue struct {
+	Script string
+	Args   []string
+	Each   func(record []string)
+}
 
 // checkCode checks a lock dir; see check.sh.
 //
@@ -119,8 +135,10 @@ type holder struct {
 	// hushed stops the heartbeats.
 	hushed   chan struct{}
 	hushOnce sync.Once
-	// ready is closed once the holder found the lock dir safe.
+	// ready is closed once the holder found the lock dir safe; first
+	// takes the records of its prologue till then.
 	ready chan struct{}
+	first func(record []string)
 
 	// Guarded by ls.mu:
 	configured bool                           // sent its input after the lock dir (configure)
@@ -179,7 +197,7 @@ func (ls *Lockers) Lock(ctx context.Context, gpu executor.GPUID, run string) (ex
 	}
 	got := make(chan answer, 1)
 	ls.mu.Lock()
-	h, err := ls.holder(ctx, run)
+	h, err := ls.holder(ctx, run, Prologue{})
 	if err == nil {
 		h.configure()
 		if _, dup := h.asked[gpu]; dup || h.held[gpu] != nil {
@@ -219,10 +237,11 @@ func (ls *Lockers) Lock(ctx context.Context, gpu executor.GPUID, run string) (ex
 // starts its holders as it opens its hosts, so that a host's first lock
 // waits for no session, and the check costs no session of its own. The
 // holder is told the rest (the GPUs seen, nvidia-smi's PATH) with the
-// run's first request.
-func (ls *Lockers) Start(ctx context.Context, run string) error {
+// run's first request. A holder it starts takes the prologue first (none
+// when run has a holder already).
+func (ls *Lockers) Start(ctx context.Context, run string, first Prologue) error {
 	ls.mu.Lock()
-	h, err := ls.holder(ctx, run)
+	h, err := ls.holder(ctx, run, first)
 	ls.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("checking lock dir %s: %w", ls.dir, err)
@@ -243,22 +262,26 @@ func (ls *Lockers) Start(ctx context.Context, run string) error {
 // ls.mu is held, also while a holder starts (a session opens): the other
 // requests of the run wait for that holder, and a machine has other
 // holders only for other runs, which a coordinator does not make.
-func (ls *Lockers) holder(ctx context.Context, run string) (*holder, error) {
+func (ls *Lockers) holder(ctx context.Context, run string, first Prologue) (*holder, error) {
 	if h := ls.holders[run]; h != nil {
 		return h, nil
 	}
-	h := &holder{ls: ls, run: run, dead: make(chan struct{}), hushed: make(chan struct{}), ready: make(chan struct{}), share: -1,
+	h := &holder{ls: ls, run: run, dead: make(chan struct{}), hushed: make(chan struct{}), ready: make(chan struct{}), first: first.Each, share: -1,
 		asked: map[executor.GPUID]chan answer{}, held: map[executor.GPUID]*heldLock{}, freed: map[executor.GPUID]chan struct{}{}}
 	if !runRE.MatchString(run) {
 		return nil, fmt.Errorf("%s: run %q: want letters, digits, '.', '_' and '-'", ls.where, run)
 	}
-	p, err := ls.spawn(ctx, spawn.Bootstrap(lockCode, ProcessName, run), &spawn.RecordWriter{Each: h.answer}, &h.errs)
+	code := lockCode
+	if first.Script != "" {
+		code = holderCode(first.Script)
+	}
+	p, err := ls.spawn(ctx, spawn.Bootstrap(code, ProcessName, run), &spawn.RecordWriter{Each: h.answer}, &h.errs)
 	if err != nil {
 		return nil, err
 	}
 	h.p = p
 	// A failed write ends the holder; its death says why.
-	io.WriteString(p.Stdin, lockCode+string(spawn.Record(ls.dir)))
+	io.WriteString(p.Stdin, code+string(spawn.Record(append([]string{ls.dir}, first.Args...)...)))
 	go func() {
 		err := p.Wait()
 		ls.mu.Lock()
@@ -380,8 +403,16 @@ func (h *holder) send(request ...string) {
 // answer handles a record of the holder's stdout: a verb, a GPU, and what
 // the verb says of it.
 func (h *holder) answer(f []string) {
-	if len(f) == 1 && f[0] == "ready" {
-		close(h.ready)
+	select {
+	case <-h.ready:
+	default:
+		// Its prologue's records, then "ready".
+		switch {
+		case len(f) == 1 && f[0] == "ready":
+			close(h.ready)
+		case h.first != nil:
+			h.first(f)
+		}
 		return
 	}
 	if len(f) == 3 && f[0] == "share" {

@@ -3,7 +3,9 @@
 # lock directory), with $0 the holders' process name and $1 the run.
 #
 # stdin: records (spawn.Record, read by _g_record): first one of the
-# lock dir, which the holder checks (lockfs.sh) and answers "ready" (a
+# lock dir and the arguments of _g_first (a look at the machine of the
+# coordinator's, which it runs first: gpulock.Prologue); the holder then
+# checks the lock dir (lockfs.sh) and answers "ready" (a
 # run starts its holders as it opens the hosts, before it knows what
 # follows); then one of who (user@host of the coordinator), the coordinator's pid,
 # heartbeat timeout (seconds), linger (seconds), the probe's time limit
@@ -44,8 +46,9 @@
 # shellcheck disable=SC2154 # key, pdir, why and lfd are set by lockfs.sh
 holder=$0
 run=$1
-_g_record && [ "${#_g_f[@]}" = 1 ] || exit "$_g_x_unread"
+_g_record && [ "${#_g_f[@]}" -ge 1 ] || exit "$_g_x_unread"
 dir=${_g_f[0]}
+_g_first "${_g_f[@]:1}" </dev/null 2>/dev/null
 lock_dir "$dir" || exit "$_g_x_unsafe"
 _g_send ready
 # Told to exit (or stdin ended) before the rest, it never held anything.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -80,10 +81,11 @@ func TestLockGPULocal(t *testing.T) {
 	b.Release()
 }
 
-// A run's holder started as the run opens the machine makes and checks the
-// lock dir; the run's locks then go through it, with no other session, and
-// get the GPUs' UUIDs the run saw meanwhile. One started and never asked
-// exits when the run ends, having held nothing.
+// A run's holder started as the run opens the machine takes its prologue
+// (its records are in before Start returns), makes and checks the lock
+// dir; the run's locks then go through it, with no other session, and get
+// the GPUs' UUIDs the run saw meanwhile. One started and never asked exits
+// when the run ends, having held nothing.
 func TestLockHolderStartedFirst(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "locks")
@@ -96,8 +98,14 @@ func TestLockHolderStartedFirst(t *testing.T) {
 	ls := New(start, "node", dir, heartbeat, linger, 0, Finding{Seen: func() ([]executor.GPU, bool) { return seen, seen != nil }})
 	defer ls.Close()
 	ctx := context.Background()
-	if err := ls.Start(ctx, "runA"); err != nil {
+	var said [][]string
+	first := Prologue{Script: `echo "a word for stderr" >&2; _g_send hello "$1" "$2" "$#"; run=nobody`,
+		Args: []string{"two words", ""}, Each: func(f []string) { said = append(said, f) }}
+	if err := ls.Start(ctx, "runA", first); err != nil {
 		t.Fatal(err)
+	}
+	if want := [][]string{{"hello", "two words", "", "2"}}; !reflect.DeepEqual(said, want) {
+		t.Errorf("the prologue said %q, want %q", said, want)
 	}
 	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o777 || st.Mode()&os.ModeSticky == 0 {
 		t.Fatalf("lock dir after Start: %v %v, want it made, world-writable and sticky", st, err)
@@ -113,11 +121,23 @@ func TestLockHolderStartedFirst(t *testing.T) {
 		}
 		defer l.Release()
 	}
-	if err := ls.Start(ctx, "runA"); err != nil || sessions.Load() != 1 {
+	if recs, _ := filepath.Glob(filepath.Join(dir, "gpudispatch-held-*~runA~*")); len(recs) != 2 {
+		t.Errorf("records of runA's locks: %q, want 2 (the prologue's variables are its own)", recs)
+	}
+	if err := ls.Start(ctx, "runA", first); err != nil || sessions.Load() != 1 || len(said) != 1 {
 		t.Errorf("Start again: %v; %d sessions, want 1 for the start and both locks", err, sessions.Load())
 	}
+	// A lock dir everyone may write in, not sticky, is refused, in the
+	// holder's words alone.
+	open := filepath.Join(t.TempDir(), "open")
+	os.Mkdir(open, 0o777)
+	os.Chmod(open, 0o777)
+	err := New(start, "node", open, heartbeat, linger, 0, Finding{}).Start(ctx, "runC", first)
+	if !errors.Is(err, ErrUnsafeLockDir) || strings.Contains(err.Error(), "stderr") {
+		t.Errorf("an open lock dir: %v, want it refused, and nothing of the prologue's", err)
+	}
 	// Another run's holder, never asked: it ends with the run, holding nothing.
-	if err := ls.Start(ctx, "runB"); err != nil {
+	if err := ls.Start(ctx, "runB", Prologue{}); err != nil {
 		t.Fatal(err)
 	}
 	ls.mu.Lock()

@@ -196,13 +196,17 @@ func Stop(ctx context.Context, start spawn.Func, tag string, grace time.Duration
 	return fmt.Errorf("stopping job %s: %w", tag, err)
 }
 
-// keptScript is run by bash on a machine; see kept.sh.
+// KeptScript lists what a machine keeps with no coordinator (kept.sh). A
+// caller may run it in a bash of its own, after spawn.Prelude, with
+// KeptArgs, giving each record it writes to KeptReport.Add: a GPU lock
+// holder does so as it starts (gpulock.Prologue), which spares the
+// machine a session.
 //
 //go:embed kept.sh
-var keptScript string
+var KeptScript string
 
-// keptCode is what a lister runs: keptScript after the prelude.
-var keptCode = spawn.Prelude + keptScript
+// keptCode is what a lister of its own runs: KeptScript after the prelude.
+var keptCode = spawn.Prelude + KeptScript
 
 // Kept is a job that a machine's job shells keep with no coordinator: it
 // runs on, or it ended and its output waits for a coordinator (a run with
@@ -230,9 +234,10 @@ type KeptReport struct {
 	LogindSilent bool
 }
 
-// keptArgs are the lister's arguments (see kept.sh): how long each ask of
-// logind may take, in seconds (at least one). It is sent nothing else.
-func keptArgs(limit time.Duration) []string {
+// KeptArgs are the lister's arguments (see kept.sh): how long each ask of
+// logind may take (limit), in seconds (at least one). It is sent nothing
+// else.
+func KeptArgs(limit time.Duration) []string {
 	return []string{strconv.FormatFloat(max(limit, time.Second).Seconds(), 'f', 3, 64)}
 }
 
@@ -241,7 +246,7 @@ func keptArgs(limit time.Duration) []string {
 // them) may take limit.
 func ListKept(ctx context.Context, start spawn.Func, limit time.Duration) (KeptReport, error) {
 	var out, errs strings.Builder
-	p, err := start(ctx, spawn.Bootstrap(keptCode, "gpudispatch-kept", keptArgs(limit)...), &out, &errs)
+	p, err := start(ctx, spawn.Bootstrap(keptCode, "gpudispatch-kept", KeptArgs(limit)...), &out, &errs)
 	if err != nil {
 		return KeptReport{}, err
 	}
@@ -259,12 +264,19 @@ func ListKept(ctx context.Context, start spawn.Func, limit time.Duration) (KeptR
 			return kept, nil
 		case err != nil:
 			return kept, fmt.Errorf("listing the jobs kept there: %w", err)
-		case len(f) == 2 && f[0] == "logind":
-			kept.KillsAtLogout = kept.KillsAtLogout || f[1] == "kill-at-logout"
-			kept.LogindSilent = kept.LogindSilent || f[1] == "silent"
-		case len(f) == 6 && f[0] == "job":
-			secs, _ := strconv.ParseInt(f[3], 10, 64)
-			kept.Jobs = append(kept.Jobs, Kept{Tag: f[1], Running: f[2] == "running", Since: time.Unix(secs, 0), GPUs: f[4], About: f[5]})
 		}
+		kept.Add(f)
+	}
+}
+
+// Add takes in a record of the lister (KeptScript); it ignores others.
+func (k *KeptReport) Add(f []string) {
+	switch {
+	case len(f) == 2 && f[0] == "logind":
+		k.KillsAtLogout = k.KillsAtLogout || f[1] == "kill-at-logout"
+		k.LogindSilent = k.LogindSilent || f[1] == "silent"
+	case len(f) == 6 && f[0] == "job":
+		secs, _ := strconv.ParseInt(f[3], 10, 64)
+		k.Jobs = append(k.Jobs, Kept{Tag: f[1], Running: f[2] == "running", Since: time.Unix(secs, 0), GPUs: f[4], About: f[5]})
 	}
 }

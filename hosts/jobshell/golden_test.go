@@ -45,6 +45,6 @@ func TestGoldenWhatIsSent(t *testing.T) {
 	}
 	b.WriteString("== a follower's arguments, following from byte 100 and 20, then stopping a job:\n" +
 		strings.Join(followArgs(c.Tag, 100, 20, sup.Grace, false), " ") + "\n" + strings.Join(followArgs(c.Tag, 0, 0, sup.Grace, true), " ") + "\n")
-	b.WriteString("== the kept-job lister's arguments (it is sent nothing else):\n" + strings.Join(keptArgs(20*time.Second), " ") + "\n")
+	b.WriteString("== the kept-job lister's arguments (it is sent nothing else):\n" + strings.Join(KeptArgs(20*time.Second), " ") + "\n")
 	spawntest.Golden(t, "a job shell", "sent.golden", b.String())
 }
