@@ -14,7 +14,10 @@
 // Start opens the hosts in the background, a few at a time, and hands each
 // one's state over as it is settled: it resolves the host, takes the pool
 // of its server from a shared sshpool.Pools, and asks a `gpus: auto` host's
-// nvidia-smi for its GPUs. Until then the host is pending, and the Lab's
+// nvidia-smi for its GPUs. For a run (Options.Run) it starts the run's GPU
+// lock holder there, which lists the jobs the host keeps and checks its
+// lock dir first: a host's opening costs it two sessions, that holder and
+// a job shell. Until then the host is pending, and the Lab's
 // calls for it wait. A host that refuses us (login, host key) is left out;
 // one that cannot be reached stays in the run, down, while its pool keeps
 // trying. A host is up
