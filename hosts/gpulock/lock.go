@@ -92,8 +92,9 @@ func coordinator() string {
 
 // Lockers are a machine's lock holders: one lock.sh per run, started as
 // the run opens the machine (Start) or with its first lock there, and told
-// to exit once it holds and is asked for nothing. One holder for all of a machine's GPUs costs one session and
-// one nvidia-smi per machine, not per GPU.
+// to exit once it holds and is asked for nothing. One holder for all of a
+// machine's GPUs costs one session and one nvidia-smi per machine, not per
+// GPU.
 type Lockers struct {
 	spawn spawn.Func
 	where string // the machine, for messages
@@ -344,12 +345,11 @@ func (ls *Lockers) Waiting(run string, need executor.Need) {
 		ls.waits = map[string]executor.Need{}
 	}
 	ls.waits[run] = need
-	if h := ls.holders[run]; h != nil {
-		if h.configured {
-			h.want(need)
-		} else {
-			h.configure() // which says it
-		}
+	// A holder not yet told the rest hears it then (configure), after the
+	// run's look at the GPUs: told now, it could name them otherwise than
+	// the run's holders elsewhere.
+	if h := ls.holders[run]; h != nil && h.configured {
+		h.want(need)
 	}
 }
 
@@ -371,7 +371,7 @@ func (ls *Lockers) Share(run string) (int, string, <-chan struct{}) {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	h := ls.holders[run]
-	if h == nil {
+	if h == nil || !h.configured {
 		return -1, "", nil
 	}
 	if h.changed == nil {

@@ -110,6 +110,15 @@ func TestLockHolderStartedFirst(t *testing.T) {
 	if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != 0o777 || st.Mode()&os.ModeSticky == 0 {
 		t.Fatalf("lock dir after Start: %v %v, want it made, world-writable and sticky", st, err)
 	}
+	// The run is held to its share before it looked at the GPUs: its
+	// holder hears the rest only with its first lock, after the look
+	// (told before, with no GPUs seen, it would name GPU 0 "index-0", as
+	// a holder of another run that saw them would not).
+	ls.Waiting("runA", executor.Need{GPUs: 1})
+	if share, _, changed := ls.Share("runA"); share != -1 || changed != nil {
+		t.Errorf("share %d before the first lock, want -1 and no channel, as with no holder", share)
+	}
+	ls.StopWaiting("runA")
 	seen = []executor.GPU{{Index: 0, UUID: "GPU-5eed"}, {Index: 1, UUID: "GPU-beef"}}
 	for g, want := range []string{"GPU-5eed", "GPU-beef"} {
 		l, err := ls.Lock(ctx, executor.GPUID(g), "runA")
