@@ -5,9 +5,9 @@
 # stdin: records (spawn.Record, read by _g_record): first one of the
 # lock dir and the arguments of _g_first (a look at the machine of the
 # coordinator's, which it runs first: gpulock.Prologue); the holder then
-# checks the lock dir (lockfs.sh) and answers "ready" (a
-# run starts its holders as it opens the hosts, before it knows what
-# follows); then one of who (user@host of the coordinator), the coordinator's pid,
+# checks the lock dir (lockfs.sh) and answers "ready" (a run starts its
+# holders as it opens the hosts, before it knows what follows); then one
+# of who (user@host of the coordinator), the coordinator's pid,
 # heartbeat timeout (seconds), linger (seconds), the probe's time limit
 # (seconds), how nvidia-smi is found ("login", "as-is", or "path": then
 # on the next field's PATH, the login shell's as a job shell read it),

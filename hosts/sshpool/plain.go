@@ -10,14 +10,15 @@ import (
 
 // A plain ssh_config, most users' (Host blocks of a few settings), is
 // resolved by this package's parser even where OpenSSH's client is
-// installed: ssh -G would say the same (TestResolveMatchesSSHG) and costs
-// each host a process, ~6 ms of CPU and as long a wait before it connects
-// (0.6 s of CPU for 100 hosts). Anything the parser could read otherwise
-// than ssh goes to ssh -G: bytes that are not UTF-8, control characters,
-// several words where ssh reads one, Match, Include, a key it does not know, quotes,
-// a comment after a value, an environment variable, a % token but where
-// Resolve expands it, both ProxyJump and ProxyCommand (ssh takes whichever
-// comes first), CanonicalizeHostname (ssh reads the file again).
+// installed: ssh -G would say the same (TestResolveMatchesSSHG,
+// FuzzPlainResolvesAsSSHG) and costs each host a process, ~6 ms of CPU and
+// as long a wait before it connects (0.6 s of CPU for 100 hosts). Anything
+// the parser could read otherwise than ssh goes to ssh -G: bytes that are
+// not UTF-8, control characters, several words where ssh reads one, Match,
+// Include, a key it does not know, quotes, a comment after a value, an
+// environment variable, a % token but where Resolve expands it, both
+// ProxyJump and ProxyCommand (ssh takes whichever comes first),
+// CanonicalizeHostname (ssh reads the file again).
 
 // readKeys are the ssh_config keys (lower case) that Resolve reads, true
 // for those whose % tokens it expands as ssh does.
